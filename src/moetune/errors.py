@@ -1,0 +1,59 @@
+"""One error hierarchy; cli.py turns each into one line on stderr and a named exit code."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes. Stable: scripts may depend on them."""
+
+    OK = 0
+    INTERNAL = 1
+    USAGE = 2
+    BAD_MODEL = 3
+    FILE_NOT_FOUND = 4
+    BAD_VALUE = 5
+    DOES_NOT_FIT = 6
+    NO_GPU = 7
+    SERVER_NOT_FOUND = 8
+    SERVER_FAILED = 9
+    OUT_OF_MEMORY = 10
+    PORT_IN_USE = 11
+    INTERRUPTED = 130
+
+
+class MoetuneError(Exception):
+    """Base of every error a user can cause. Carries a one-line message and an optional hint."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ModelFileError(MoetuneError):
+    """The model path cannot be opened: missing, a directory, unreadable, a shard missing."""
+
+    exit_code = ExitCode.FILE_NOT_FOUND
+
+
+class GGUFFormatError(MoetuneError):
+    """The file is not a valid GGUF file (bad magic, truncated, absurd counts, ...)."""
+
+    exit_code = ExitCode.BAD_MODEL
+
+
+class UnsupportedModelError(GGUFFormatError):
+    """A valid file that moetune deliberately refuses (big-endian, GGUF v1)."""
+
+
+class BadValueError(MoetuneError):
+    """A value given on the command line is malformed (size string, context, cache type)."""
+
+    exit_code = ExitCode.BAD_VALUE
