@@ -24,7 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console(soft_wrap=False)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -79,7 +79,10 @@ def _main(
     _State.debug = debug
 
 
-ModelArg = Annotated[Path, typer.Argument(help="GGUF model file (any shard of a split model).")]
+ModelArg = Annotated[
+    Path,
+    typer.Argument(help="GGUF model file (any shard of a split model).", readable=False),
+]
 
 
 @app.command()

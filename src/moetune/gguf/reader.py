@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,23 +160,33 @@ class _Cursor:
 
 
 def _open_buffer(path: Path) -> tuple[mmap.mmap | bytes, int]:
-    """Map the file read-only; refuse what is not a readable regular file."""
-    if not path.exists():
-        raise ModelFileError(f"no such file: {path}")
-    if path.is_dir():
-        raise ModelFileError(f"{path} is a directory, not a GGUF file")
-    if not path.is_file():
-        raise ModelFileError(f"{path} is not a regular file")
+    """Map the file read-only; refuse what is not a readable regular file.
+
+    Opened non-blocking so that a FIFO or device given by mistake is refused, not waited on.
+    """
     try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size == 0:
-                return b"", 0
-            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), size
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError as exc:
+        raise ModelFileError(f"no such file: {path}") from exc
+    except IsADirectoryError as exc:
+        raise ModelFileError(f"{path} is a directory, not a GGUF file") from exc
     except PermissionError as exc:
         raise ModelFileError(f"cannot read {path}: permission denied") from exc
     except OSError as exc:
+        raise ModelFileError(f"cannot open {path}: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ModelFileError(f"{path} is a directory, not a GGUF file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ModelFileError(f"{path} is not a regular file")
+        if info.st_size == 0:
+            return b"", 0
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ), info.st_size
+    except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
 
 
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:

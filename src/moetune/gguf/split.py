@@ -66,15 +66,7 @@ def read_model(path: str | os.PathLike[str]) -> GGUFModel:
         return GGUFModel((first,), first.tensors)
     headers: list[GGUFHeader] = []
     for index, shard_path in enumerate(shard_paths(first.path, count)):
-        if shard_path == first.path:
-            header = first
-        elif not shard_path.exists():
-            raise ModelFileError(
-                f"missing shard {shard_path.name} ({index + 1} of {count})",
-                hint="download every shard of the split model into the same folder",
-            )
-        else:
-            header = read_header(shard_path)
+        header = first if shard_path == first.path else _read_shard(shard_path, index, count)
         _check_shard(header, index, count)
         headers.append(header)
     tensors = tuple(
@@ -88,6 +80,15 @@ def read_model(path: str | os.PathLike[str]) -> GGUFModel:
             f"split model declares {expected} tensors but its shards hold {len(tensors)}"
         )
     return GGUFModel(tuple(headers), tensors)
+
+
+def _read_shard(path: Path, index: int, count: int) -> GGUFHeader:
+    if not os.path.lexists(path):
+        raise ModelFileError(
+            f"missing shard {path.name} ({index + 1} of {count})",
+            hint="download every shard of the split model into the same folder",
+        )
+    return read_header(path)
 
 
 def _check_shard(header: GGUFHeader, index: int, count: int) -> None:
