@@ -1,0 +1,186 @@
+"""Write the header-only example models in this folder.
+
+Each file holds a real model's metadata and tensor infos (names, shapes, ggml types) but no
+tensor data and no vocabulary, so it is a few hundred KB instead of tens of GB, and moetune
+can inspect and plan it on any machine. Shapes come from each model's public Hugging Face
+``config.json``; tensor types follow llama-quantize's rules (src/llama-quant.cpp,
+``llama_tensor_get_type_impl``) for the named file type.
+
+    python examples/models/make_header_only.py            # rewrites the files beside it
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+HERE = Path(__file__).resolve().parent
+Tensor = tuple[str, tuple[int, ...], T]  # name, shape in numpy order (outermost first), type
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """llama-quant.cpp: the layers Q4_K_M bumps to Q6_K (attn_v and ffn_down)."""
+    return (
+        i_layer < n_layers // 8
+        or i_layer >= 7 * n_layers // 8
+        or (i_layer - n_layers // 8) % 3 == 2
+    )
+
+
+@dataclass(frozen=True)
+class Qwen3MoE:
+    """Qwen/Qwen3-30B-A3B config.json."""
+
+    n_layers: int = 48
+    n_embd: int = 2048
+    n_head: int = 32
+    n_head_kv: int = 4
+    head_dim: int = 128
+    n_ff_exp: int = 768
+    n_experts: int = 128
+    n_experts_used: int = 8
+    n_vocab: int = 151936
+    n_ctx_train: int = 40960
+
+    def keys(self, w: gguf.GGUFWriter) -> None:
+        w.add_name("Qwen3-30B-A3B (header only)")
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+        w.add_context_length(self.n_ctx_train)
+        w.add_embedding_length(self.n_embd)
+        w.add_block_count(self.n_layers)
+        w.add_feed_forward_length(6144)
+        w.add_expert_feed_forward_length(self.n_ff_exp)
+        w.add_expert_count(self.n_experts)
+        w.add_expert_used_count(self.n_experts_used)
+        w.add_head_count(self.n_head)
+        w.add_head_count_kv(self.n_head_kv)
+        w.add_key_length(self.head_dim)
+        w.add_value_length(self.head_dim)
+        w.add_rope_freq_base(1e6)
+        w.add_layer_norm_rms_eps(1e-6)
+        w.add_vocab_size(self.n_vocab)
+
+    def tensors(self) -> Iterator[Tensor]:
+        """Q4_K_M: Q4_K by default, output Q6_K, attn_v/ffn_down Q6_K on use_more_bits layers."""
+        e, q, kv = self.n_embd, self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        yield "token_embd.weight", (self.n_vocab, e), T.Q4_K
+        yield "output_norm.weight", (e,), T.F32
+        yield "output.weight", (self.n_vocab, e), T.Q6_K
+        for i in range(self.n_layers):
+            more = T.Q6_K if use_more_bits(i, self.n_layers) else T.Q4_K
+            b = f"blk.{i}"
+            yield f"{b}.attn_norm.weight", (e,), T.F32
+            yield f"{b}.attn_q.weight", (q, e), T.Q4_K
+            yield f"{b}.attn_k.weight", (kv, e), T.Q4_K
+            yield f"{b}.attn_v.weight", (kv, e), more
+            yield f"{b}.attn_output.weight", (e, q), T.Q4_K
+            yield f"{b}.attn_q_norm.weight", (self.head_dim,), T.F32
+            yield f"{b}.attn_k_norm.weight", (self.head_dim,), T.F32
+            yield f"{b}.ffn_norm.weight", (e,), T.F32
+            yield f"{b}.ffn_gate_inp.weight", (self.n_experts, e), T.F32
+            yield f"{b}.ffn_gate_exps.weight", (self.n_experts, self.n_ff_exp, e), T.Q4_K
+            yield f"{b}.ffn_up_exps.weight", (self.n_experts, self.n_ff_exp, e), T.Q4_K
+            yield f"{b}.ffn_down_exps.weight", (self.n_experts, e, self.n_ff_exp), more
+
+
+@dataclass(frozen=True)
+class GptOss:
+    """openai/gpt-oss-120b config.json."""
+
+    n_layers: int = 36
+    n_embd: int = 2880
+    n_head: int = 64
+    n_head_kv: int = 8
+    head_dim: int = 64
+    n_ff_exp: int = 2880
+    n_experts: int = 128
+    n_experts_used: int = 4
+    n_vocab: int = 201088
+    n_ctx_train: int = 131072
+    sliding_window: int = 128
+
+    def keys(self, w: gguf.GGUFWriter) -> None:
+        w.add_name("gpt-oss-120b (header only)")
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+        w.add_context_length(self.n_ctx_train)
+        w.add_embedding_length(self.n_embd)
+        w.add_block_count(self.n_layers)
+        w.add_feed_forward_length(self.n_ff_exp)
+        w.add_expert_feed_forward_length(self.n_ff_exp)
+        w.add_expert_count(self.n_experts)
+        w.add_expert_used_count(self.n_experts_used)
+        w.add_head_count(self.n_head)
+        w.add_head_count_kv(self.n_head_kv)
+        w.add_key_length(self.head_dim)
+        w.add_value_length(self.head_dim)
+        w.add_sliding_window(self.sliding_window)
+        w.add_rope_freq_base(150000.0)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_vocab_size(self.n_vocab)
+
+    def tensors(self) -> Iterator[Tensor]:
+        """MXFP4_MOE: 3-D expert weights MXFP4, other matrices Q8_0 (output and token
+        embedding too), biases, norms, sinks and the router F32 (never quantized)."""
+        e, q, kv, ff, x = (
+            self.n_embd,
+            self.n_head * self.head_dim,
+            self.n_head_kv * self.head_dim,
+            self.n_ff_exp,
+            self.n_experts,
+        )
+        yield "token_embd.weight", (self.n_vocab, e), T.Q8_0
+        yield "output_norm.weight", (e,), T.F32
+        yield "output.weight", (self.n_vocab, e), T.Q8_0
+        for i in range(self.n_layers):
+            b = f"blk.{i}"
+            yield f"{b}.attn_norm.weight", (e,), T.F32
+            for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
+                yield f"{b}.{name}.weight", (rows, e), T.Q8_0
+                yield f"{b}.{name}.bias", (rows,), T.F32
+            yield f"{b}.attn_output.weight", (e, q), T.Q8_0
+            yield f"{b}.attn_output.bias", (e,), T.F32
+            yield f"{b}.attn_sinks.weight", (self.n_head,), T.F32
+            yield f"{b}.post_attention_norm.weight", (e,), T.F32
+            yield f"{b}.ffn_gate_inp.weight", (x, e), T.F32
+            yield f"{b}.ffn_gate_inp.bias", (x,), T.F32
+            for name, (rows, cols) in (
+                ("ffn_gate_exps", (ff, e)),
+                ("ffn_up_exps", (ff, e)),
+                ("ffn_down_exps", (e, ff)),
+            ):
+                yield f"{b}.{name}.weight", (x, rows, cols), T.MXFP4
+                yield f"{b}.{name}.bias", (x, rows), T.F32
+
+
+def nbytes(shape: tuple[int, ...], qtype: T) -> int:
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    return int(np.prod(shape[:-1])) * (shape[-1] // block) * size
+
+
+def write(path: Path, arch: str, spec: Qwen3MoE | GptOss) -> None:
+    writer = gguf.GGUFWriter(path, arch)
+    spec.keys(writer)
+    for name, shape, qtype in spec.tensors():
+        writer.add_tensor_info(name, shape, np.dtype(np.float32), nbytes(shape, qtype), qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    print(f"wrote {path.name}: {path.stat().st_size:,} bytes")
+
+
+def main() -> None:
+    write(HERE / "Qwen3-30B-A3B-Q4_K_M.header.gguf", "qwen3moe", Qwen3MoE())
+    write(HERE / "gpt-oss-120b-MXFP4.header.gguf", "gpt-oss", GptOss())
+
+
+if __name__ == "__main__":
+    main()
