@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from moetune.gguf import SkippedArray, read_model
 from moetune.model import load_model_facts
 from moetune.units import GIB
 
@@ -47,3 +48,15 @@ def test_examples_read(
     assert round(facts.total_bytes / GIB, 2) == total_gib
     assert all(layer.has_experts for layer in facts.layers)
     assert facts.expert_bytes > 0.9 * facts.total_bytes
+
+
+def test_full_vocabulary_header(header_only_big: Path) -> None:
+    """The benchmark's header: full vocabulary skipped, not decoded; same weights as the
+    example written independently by examples/models/make_header_only.py."""
+    model = read_model(header_only_big)
+    assert model.metadata["tokenizer.ggml.tokens"] == SkippedArray("STRING", 151936)
+    assert model.metadata["tokenizer.ggml.merges"] == SkippedArray("STRING", 151387)
+    assert len(model.tensors) >= 500
+    assert not model.has_tensor_data
+    example = load_model_facts(EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf")
+    assert load_model_facts(header_only_big).total_bytes == example.total_bytes
