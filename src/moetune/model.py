@@ -7,6 +7,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 
+from gguf import Keys
 from pydantic import BaseModel, ConfigDict
 
 from moetune.errors import GGUFFormatError
@@ -111,6 +112,11 @@ def _hparams(metadata: dict[str, MetaValue], arch: str) -> dict[str, HParam]:
     return out
 
 
+def _k(template: str) -> str:
+    """A ``gguf.Keys.LLM`` key without its ``{arch}.`` prefix, as ``hparams`` holds it."""
+    return template.removeprefix("{arch}.")
+
+
 def _int(hparams: dict[str, HParam], key: str, default: int) -> int:
     value = hparams.get(key, default)
     if isinstance(value, list):  # per-layer arrays: the maximum is the model-wide figure
@@ -122,15 +128,17 @@ def _int(hparams: dict[str, HParam], key: str, default: int) -> int:
 
 def facts_from_gguf(model: GGUFModel) -> ModelFacts:
     metadata = model.metadata
-    arch_value = metadata.get("general.architecture")
+    arch_value = metadata.get(Keys.General.ARCHITECTURE)
     arch = arch_value if isinstance(arch_value, str) else "unknown"
     hparams = _hparams(metadata, arch)
     names = [split_name(t.name) for t in model.tensors]
     max_index = max((p.layer for p in names if p.layer is not None), default=-1)
-    n_layers = max(_int(hparams, "block_count", 0), max_index + 1)
+    n_layers = max(_int(hparams, _k(Keys.LLM.BLOCK_COUNT), 0), max_index + 1)
     if n_layers > MAX_BLOCKS:
         raise GGUFFormatError(f"implausible block count {n_layers} (more than {MAX_BLOCKS})")
-    nextn_layers = _nextn_layers(names, n_layers, _int(hparams, "nextn_predict_layers", 0))
+    nextn_layers = _nextn_layers(
+        names, n_layers, _int(hparams, _k(Keys.LLM.NEXTN_PREDICT_LAYERS), 0)
+    )
     tensors = [_tensor_facts(t, nextn_layers) for t in model.tensors]
     layers = _layer_facts(tensors, n_layers, nextn_layers)
     has_shexp = any(t.role is Role.SHARED_EXPERTS for t in tensors)
@@ -140,7 +148,7 @@ def facts_from_gguf(model: GGUFModel) -> ModelFacts:
             global_roles[tensor.role] += tensor.nbytes or 0
     known = [t.nbytes for t in tensors if t.nbytes is not None]
     expert_bytes = sum(t.nbytes or 0 for t in tensors if t.role is Role.EXPERTS)
-    name = metadata.get("general.name")
+    name = metadata.get(Keys.General.NAME)
     return ModelFacts(
         paths=[str(p) for p in model.paths],
         file_bytes=model.file_bytes,
@@ -150,11 +158,11 @@ def facts_from_gguf(model: GGUFModel) -> ModelFacts:
         name=name if isinstance(name, str) else None,
         n_layers=n_layers,
         n_nextn_layers=sum(layer.is_nextn for layer in layers),
-        n_experts=_int(hparams, "expert_count", 0),
-        n_experts_used=_int(hparams, "expert_used_count", 0),
-        n_experts_shared=_int(hparams, "expert_shared_count", 1 if has_shexp else 0),
+        n_experts=_int(hparams, _k(Keys.LLM.EXPERT_COUNT), 0),
+        n_experts_used=_int(hparams, _k(Keys.LLM.EXPERT_USED_COUNT), 0),
+        n_experts_shared=_int(hparams, _k(Keys.LLM.EXPERT_SHARED_COUNT), 1 if has_shexp else 0),
         n_leading_dense=_leading_dense(layers),
-        context_length=_int(hparams, "context_length", 0) or None,
+        context_length=_int(hparams, _k(Keys.LLM.CONTEXT_LENGTH), 0) or None,
         total_bytes=sum(known),
         expert_bytes=expert_bytes,
         non_expert_bytes=sum(known) - expert_bytes,
