@@ -1,0 +1,67 @@
+"""Hardware probes: NVIDIA GPUs (NVML, else nvidia-smi) and the host (psutil).
+
+Use ``detect_gpu_probe()`` and ``PsutilHostProbe()``; tests and ``--vram`` runs use the fakes
+in ``moetune.hardware.fake`` through the same ``GpuProbe`` / ``HostProbe`` Protocols.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moetune.errors import NoGpuError
+from moetune.hardware.base import (
+    VRAM_HINT,
+    GpuInfo,
+    GpuLostError,
+    GpuProbe,
+    GpuQueryError,
+    HostInfo,
+    HostProbe,
+    NoGpuProbe,
+    require_gpus,
+)
+from moetune.hardware.host import PsutilHostProbe
+from moetune.hardware.nvml import NvmlProbe
+from moetune.hardware.smi import SmiProbe
+
+__all__ = [
+    "VRAM_HINT",
+    "GpuInfo",
+    "GpuLostError",
+    "GpuProbe",
+    "GpuQueryError",
+    "HostInfo",
+    "HostProbe",
+    "NoGpuError",
+    "NoGpuProbe",
+    "NvmlProbe",
+    "PsutilHostProbe",
+    "SmiProbe",
+    "detect_gpu_probe",
+    "require_gpus",
+]
+
+
+def detect_gpu_probe(nvml: Any = None, smi_executable: str | None = None) -> GpuProbe:
+    """NVML if it starts, else nvidia-smi if it lists GPUs, else a ``NoGpuProbe`` saying why.
+
+    ``nvml`` and ``smi_executable`` replace the ``pynvml`` module and the nvidia-smi on PATH
+    (for tests). When NVML starts but sees no GPU, the NVML probe is returned all the same:
+    its ``gpus()`` is ``[]`` and its ``why`` says so.
+    """
+    nvml_probe = NvmlProbe(nvml)
+    if nvml_probe.available():
+        return nvml_probe
+    smi_probe = SmiProbe(smi_executable)
+    if smi_probe.available():
+        return smi_probe
+    smi_why = smi_probe.why if smi_probe.executable() else None  # absent: NVML said enough
+    reasons = [why for why in (nvml_probe.why, smi_why) if why]
+    return NoGpuProbe(_merge(reasons))
+
+
+def _merge(reasons: list[str]) -> str:
+    """One message from the probes' reasons, the shared "pass --vram" advice said once."""
+    tail = f", or {VRAM_HINT}"
+    trimmed = [why.removesuffix(tail).removesuffix(f": {VRAM_HINT}") for why in reasons]
+    return "; ".join(trimmed or ["no NVIDIA GPU found"]) + tail
