@@ -1,0 +1,420 @@
+"""KV / RS cache prediction (moetune.kvcache) against llama.cpp build 11434.
+
+The ``server`` tests start the real llama-server CPU-only on each tiny fixture over a grid of
+context sizes, cache types, slot settings and SWA options, and compare every printed cache line
+(``KV buffer size``, ``RS buffer size``, ``llama_kv_cache: size = ... (N cells, L layers, a/b
+seqs), K (..): .. MiB, V (..): .. MiB``, ``llama_memory_recurrent: size = ... (N cells``) and
+the context llama.cpp settled on with the prediction. llama.cpp prints MiB with 2 decimals, so
+a prediction is right when it is within 0.005 MiB of each printed figure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from factory import ARCHS, write_model
+from llama import LlamaBinaryError, running_server
+from moetune.errors import BadValueError, GGUFFormatError
+from moetune.kvcache import CACHE_TYPES, CacheEstimate, estimate_cache, parse_cache_type
+from moetune.llamalog import parse_buffers
+from moetune.model import HParam, ModelFacts, load_model_facts
+from moetune.units import MIB
+
+PRINTED_TOLERANCE_MIB = 0.005 + 1e-9  # %.2f rounding
+_KV_SIZE_RE = re.compile(
+    r"llama_kv_cache: size = +(?P<mib>[\d.]+) MiB \( *(?P<cells>\d+) cells, +(?P<layers>\d+) "
+    r"layers, +(?P<seqs>\d+)/(?P<streams>\d+) seqs\), K \(\w+\): +(?P<k>[\d.]+) MiB, "
+    r"V \(\w+\): +(?P<v>[\d.]+) MiB"
+)
+_RS_SIZE_RE = re.compile(r"llama_memory_recurrent: size = +(?P<mib>[\d.]+) MiB \( *(?P<cells>\d+)")
+_CTX_RE = re.compile(r"llama_context: n_ctx += (\d+)")
+_CTX_SEQ_RE = re.compile(r"llama_context: n_ctx_seq += (\d+)")
+_CONTEXT_START = "llama_context: constructing llama_context"
+
+
+# --- the server grid ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slots:
+    """How llama-server is told about slots, and what it then uses (tools/server/server.cpp)."""
+
+    argv: tuple[str, ...]
+    n_seq: int
+    unified: bool
+
+
+SLOTS: dict[str, Slots] = {
+    "auto": Slots((), 4, True),
+    # -np auto forces kv_unified = true after parsing, so --no-kv-unified has no effect
+    "auto-nokvu": Slots(("--no-kv-unified",), 4, True),
+    "np1": Slots(("-np", "1"), 1, False),  # an explicit -np leaves kv_unified off
+    "np4": Slots(("-np", "4"), 4, False),
+    "np4-kvu": Slots(("-np", "4", "-kvu"), 4, True),
+}
+CTXS = (512, 4096, 10000)
+TYPES = ("f16", "q8_0", "q4_0")
+SLOT_CYCLE = ("auto", "np1", "np4", "np4-kvu")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One llama-server start."""
+
+    arch: str
+    ctx: int
+    type_k: str
+    type_v: str
+    slots: str
+    swa_full: bool = False
+    flash_attn: bool = True
+    n_ubatch: int | None = None
+
+    @property
+    def id(self) -> str:
+        parts = [self.arch, f"c{self.ctx}", self.type_k, self.type_v, self.slots]
+        parts += ["swafull"] * self.swa_full + ["faoff"] * (not self.flash_attn)
+        parts += [f"ub{self.n_ubatch}"] if self.n_ubatch else []
+        return "-".join(parts)
+
+    def argv(self) -> list[str]:
+        argv = ["-c", str(self.ctx), "-ctk", self.type_k, "-ctv", self.type_v]
+        argv += ["-fa", "on" if self.flash_attn else "off", *SLOTS[self.slots].argv]
+        argv += ["--swa-full"] * self.swa_full
+        return argv + (["-ub", str(self.n_ubatch)] if self.n_ubatch else [])
+
+    def estimate(self, facts: ModelFacts) -> CacheEstimate:
+        slots = SLOTS[self.slots]
+        extra = {"n_ubatch": self.n_ubatch} if self.n_ubatch else {}
+        return estimate_cache(
+            facts, n_ctx=self.ctx, type_k=self.type_k, type_v=self.type_v,
+            n_seq=slots.n_seq, kv_unified=slots.unified, flash_attn=self.flash_attn,
+            swa_full=self.swa_full, **extra,
+        )  # fmt: skip
+
+
+def _arch_cases(arch: str, offset: int) -> list[Case]:
+    """ctx x type (K = V) with the slot modes rotated, plus mixed K/V and FA-off cases."""
+    cases = [
+        Case(arch, ctx, t, t, SLOT_CYCLE[(i + j + offset) % len(SLOT_CYCLE)])
+        for i, ctx in enumerate(CTXS)
+        for j, t in enumerate(TYPES)
+    ]
+    mixed = ("q8_0", "q8_0") if arch == "deepseek2" else ("q8_0", "f16")  # MLA: K type = V type
+    cases.append(Case(arch, 4096, *mixed, "auto-nokvu"))
+    no_fa = ("f16", "f16") if arch == "deepseek2" else ("q4_0", "f16")  # quantized K, no FA
+    cases.append(Case(arch, 10000, *no_fa, "np4", flash_attn=False))
+    return cases
+
+
+def _swa_cases() -> list[Case]:
+    """gpt-oss: --swa-full on/off and the n_ubatch term of the SWA cache size."""
+    return [
+        Case("gpt-oss", 512, "q8_0", "q8_0", "auto", swa_full=True),
+        Case("gpt-oss", 10000, "f16", "f16", "np4", swa_full=True),
+        Case("gpt-oss", 4096, "q4_0", "q4_0", "np4-kvu", swa_full=True),
+        Case("gpt-oss", 10000, "f16", "f16", "np4-kvu", swa_full=False),
+        Case("gpt-oss", 10000, "f16", "f16", "auto", n_ubatch=1024),
+        Case("gpt-oss", 10000, "q8_0", "q8_0", "np1", n_ubatch=256),
+        Case("gpt-oss", 300, "f16", "f16", "np1"),
+    ]
+
+
+GRID: list[Case] = [c for k, a in enumerate(ARCHS) for c in _arch_cases(a, k)] + _swa_cases()
+
+
+@dataclass(frozen=True)
+class LoggedCache:
+    """One ``llama_kv_cache: size`` line and the KV buffer lines printed just before it."""
+
+    buffer_mib: float
+    n_buffers: int
+    mib: float
+    cells: int
+    layers: int
+    seqs: int
+    streams: int
+    k_mib: float
+    v_mib: float
+
+
+def _last_context(log: str) -> str:
+    """The log of the real context (the fit dry run, when logged, builds one first)."""
+    return log[log.rindex(_CONTEXT_START) :]
+
+
+def _logged_kv_caches(log: str) -> list[LoggedCache]:
+    caches: list[LoggedCache] = []
+    buffers: list[float] = []
+    for line in log.splitlines():
+        buffers += [b.mib for b in parse_buffers(line) if b.kind == "KV"]
+        match = _KV_SIZE_RE.search(line)
+        if match is None:
+            continue
+        caches.append(
+            LoggedCache(
+                sum(buffers), len(buffers), float(match["mib"]), int(match["cells"]),
+                int(match["layers"]), int(match["seqs"]), int(match["streams"]),
+                float(match["k"]), float(match["v"]),
+            )
+        )  # fmt: skip
+        buffers = []
+    return caches
+
+
+def _predicted_caches(est: CacheEstimate) -> list[tuple[int, int, int, int]]:
+    """(cells, layers, K bytes, V bytes) per KV cache, non-SWA first (llama_kv_cache_iswa)."""
+    out = []
+    for is_swa in (False, True):
+        group = [c for c in est.layers if c.n_cells and c.is_swa == is_swa]
+        if group:
+            k = sum(c.k_bytes for c in group)
+            out.append((group[0].n_cells, len(group), k, sum(c.kv_bytes for c in group) - k))
+    return out
+
+
+def _near(pred_bytes: int, printed_mib: float, n_figures: int = 1) -> bool:
+    return abs(pred_bytes / MIB - printed_mib) <= PRINTED_TOLERANCE_MIB * n_figures
+
+
+def _check_kv(log: str, case: Case, est: CacheEstimate) -> None:
+    logged = _logged_kv_caches(log)
+    predicted = _predicted_caches(est)
+    assert len(logged) == len(predicted), (logged, predicted)
+    for got, (cells, layers, k, v) in zip(logged, predicted, strict=True):
+        assert (got.cells, got.layers) == (cells, layers), (got, cells, layers)
+        assert (got.seqs, got.streams) == (SLOTS[case.slots].n_seq, est.n_stream)
+        assert _near(k, got.k_mib) and _near(v, got.v_mib), (got, k, v)
+        assert _near(k + v, got.mib), (got, k + v)
+        assert _near(k + v, got.buffer_mib, got.n_buffers), (got, k + v)
+
+
+def _check_rs(log: str, est: CacheEstimate) -> None:
+    rs_lines = list(_RS_SIZE_RE.finditer(log))
+    rs_buffers = [b for b in parse_buffers(log) if b.kind == "RS"]
+    if est.rs_cells == 0:
+        assert not rs_lines and not rs_buffers
+        return
+    assert [int(m["cells"]) for m in rs_lines] == [est.rs_cells]
+    assert _near(est.rs_bytes, float(rs_lines[0]["mib"]))
+    assert _near(est.rs_bytes, sum(b.mib for b in rs_buffers), len(rs_buffers))
+
+
+@pytest.fixture(scope="module")
+def grid_facts(tiny_models: dict[str, Path]) -> dict[str, ModelFacts]:
+    return {arch: load_model_facts(path) for arch, path in tiny_models.items()}
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("case", GRID, ids=[c.id for c in GRID])
+def test_matches_llama_server(
+    case: Case, tiny_models: dict[str, Path], grid_facts: dict[str, ModelFacts]
+) -> None:
+    est = case.estimate(grid_facts[case.arch])
+    assert est.exact
+    with running_server(tiny_models[case.arch], *case.argv()) as server:
+        log = _last_context(server.log_text())
+    assert int(_CTX_RE.findall(log)[0]) == est.n_ctx
+    assert int(_CTX_SEQ_RE.findall(log)[0]) == est.n_ctx_seq
+    _check_kv(log, case, est)
+    _check_rs(log, est)
+
+
+REFUSED = [
+    Case("qwen3moe", 4096, "f16", "q8_0", "auto", flash_attn=False),  # quantized V needs FA
+    Case("deepseek2", 4096, "q8_0", "f16", "auto"),  # MLA: K and V types must match
+]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("case", REFUSED, ids=[c.id for c in REFUSED])
+def test_refused_like_llama_server(
+    case: Case, tiny_models: dict[str, Path], grid_facts: dict[str, ModelFacts]
+) -> None:
+    with pytest.raises(BadValueError):
+        case.estimate(grid_facts[case.arch])
+    with pytest.raises(LlamaBinaryError), running_server(tiny_models[case.arch], *case.argv()):
+        pass
+
+
+# --- pure edge cases ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelFacts]:
+    root = tmp_path_factory.mktemp("kvcache_models")
+    return {a: load_model_facts(write_model(root / f"{a}.gguf", a)) for a in ARCHS}
+
+
+def _with(facts: ModelFacts, arch: str | None = None, **hparams: HParam) -> ModelFacts:
+    """A copy of ``facts`` with hparams (dotted keys written with ``__``) and arch replaced."""
+    merged = {**facts.hparams, **{k.replace("__", "."): v for k, v in hparams.items()}}
+    return facts.model_copy(update={"hparams": merged, "architecture": arch or facts.architecture})
+
+
+def test_parse_cache_type_is_case_insensitive() -> None:
+    assert parse_cache_type("Q8_0") == "q8_0"
+    assert parse_cache_type(" IQ4_NL ") == "iq4_nl"
+    assert all(parse_cache_type(name.upper()) == name for name in CACHE_TYPES)
+
+
+@pytest.mark.parametrize("name", ["q4_k", "fp16", "", "q8"])
+def test_bad_cache_type_lists_valid_names(name: str) -> None:
+    with pytest.raises(BadValueError) as info:
+        parse_cache_type(name)
+    assert info.value.hint is not None
+    assert all(valid in info.value.hint for valid in CACHE_TYPES)
+
+
+def test_bad_cache_type_in_estimate(facts: dict[str, ModelFacts]) -> None:
+    with pytest.raises(BadValueError):
+        estimate_cache(facts["qwen3moe"], n_ctx=4096, type_k="q4_k")
+
+
+@pytest.mark.parametrize("n_ctx", [0, -1, -4096])
+def test_non_positive_context_is_refused(facts: dict[str, ModelFacts], n_ctx: int) -> None:
+    with pytest.raises(BadValueError):
+        estimate_cache(facts["qwen3moe"], n_ctx=n_ctx)
+
+
+@pytest.mark.parametrize("n_seq", [0, 257])
+def test_bad_sequence_count_is_refused(facts: dict[str, ModelFacts], n_seq: int) -> None:
+    with pytest.raises(BadValueError):
+        estimate_cache(facts["qwen3moe"], n_ctx=4096, n_seq=n_seq)
+
+
+def test_quantized_v_needs_flash_attention(facts: dict[str, ModelFacts]) -> None:
+    with pytest.raises(BadValueError, match="flash attention"):
+        estimate_cache(facts["qwen3moe"], n_ctx=4096, type_v="q8_0", flash_attn=False)
+    est = estimate_cache(facts["qwen3moe"], n_ctx=4096, type_k="q8_0", flash_attn=False)
+    assert est.kv_bytes > 0  # a quantized K alone is fine without FA
+
+
+def test_mla_needs_equal_types_and_caches_k_only(facts: dict[str, ModelFacts]) -> None:
+    with pytest.raises(BadValueError, match="MLA"):
+        estimate_cache(facts["deepseek2"], n_ctx=4096, type_k="q8_0", type_v="f16")
+    est = estimate_cache(facts["deepseek2"], n_ctx=4096)
+    # K row = key_length (kv_lora_rank 64 + rope 32) x 1 head, f16; no V at all
+    assert all(c.kv_bytes == c.k_bytes == 96 * 2 * 4096 for c in est.layers)
+
+
+def test_block_size_must_divide_head_size(facts: dict[str, ModelFacts]) -> None:
+    odd = _with(facts["qwen3moe"], attention__key_length=48)
+    with pytest.raises(BadValueError, match="head size 48"):
+        estimate_cache(odd, n_ctx=4096, type_k="q8_0")
+    assert estimate_cache(odd, n_ctx=4096).kv_bytes > 0
+
+
+def test_per_layer_head_count_kv(facts: dict[str, ModelFacts]) -> None:
+    model = _with(facts["qwen3moe"], attention__head_count_kv=[2, 1, 0, 4])
+    est = estimate_cache(model, n_ctx=4096)
+    row = 64 * 2 * 4096  # head dim x f16 x cells, for K and for V
+    assert [c.kv_bytes for c in est.layers] == [2 * 2 * row, 2 * row, 0, 2 * 4 * row]
+    assert [c.n_cells for c in est.layers] == [4096] * 4  # a 0-head layer still has cells
+    no_fa = estimate_cache(model, n_ctx=4096, flash_attn=False)
+    # V transposed (no FA) with varying widths: every V row is n_embd_v_gqa_max() wide
+    assert [c.v_bytes for c in no_fa.layers] == [4 * row] * 4
+    assert [c.k_bytes for c in no_fa.layers] == [2 * row, row, 0, 4 * row]
+
+
+def test_head_count_kv_array_of_wrong_length(facts: dict[str, ModelFacts]) -> None:
+    with pytest.raises(GGUFFormatError):
+        estimate_cache(_with(facts["qwen3moe"], attention__head_count_kv=[2, 2]), n_ctx=4096)
+
+
+@pytest.mark.parametrize(
+    ("n_ctx", "n_seq", "unified", "want"),
+    [
+        (10000, 4, True, (10240, 10240, 1)),
+        (512, 4, False, (1024, 256, 4)),  # rounds UP: 512/4 = 128 -> 256 per sequence
+        (10000, 4, False, (10240, 2560, 4)),
+        (4096, 3, False, (4608, 1536, 3)),
+        (1, 1, False, (256, 256, 1)),
+    ],
+)
+def test_context_padding(
+    facts: dict[str, ModelFacts],
+    n_ctx: int,
+    n_seq: int,
+    unified: bool,
+    want: tuple[int, int, int],
+) -> None:
+    est = estimate_cache(facts["qwen3"], n_ctx=n_ctx, n_seq=n_seq, kv_unified=unified)
+    assert (est.n_ctx, est.n_ctx_seq, est.n_stream) == want
+    assert {c.n_cells for c in est.layers} == {want[1]}
+    assert est.kv_bytes == 4 * 2 * (2 * 64 * 2) * want[1] * want[2]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "swa_cells"),
+    [
+        ({}, 1024),  # 128 x 4 + 512
+        ({"n_ubatch": 1024}, 1536),
+        ({"swa_full": True}, 10240),
+        ({"kv_unified": False}, 768),  # per stream: 128 + 512 -> 640 -> 768
+        ({"n_seq": 1, "n_ubatch": 100}, 256),
+    ],
+)
+def test_swa_cache_size(
+    facts: dict[str, ModelFacts], kwargs: dict[str, int | bool], swa_cells: int
+) -> None:
+    est = estimate_cache(facts["gpt-oss"], n_ctx=10000, **kwargs)  # type: ignore[arg-type]
+    assert [c.is_swa for c in est.layers] == [True, False, True, False]
+    assert [c.n_cells for c in est.layers if c.is_swa] == [swa_cells] * 2
+    assert [c.n_cells for c in est.layers if not c.is_swa] == [est.n_ctx_seq] * 2
+
+
+def test_swa_pattern_key(facts: dict[str, ModelFacts]) -> None:
+    gpt_oss = facts["gpt-oss"]
+    flags = estimate_cache(
+        _with(gpt_oss, attention__sliding_window_pattern=[False, True, True, False]), n_ctx=4096
+    )
+    assert [c.is_swa for c in flags.layers] == [False, True, True, False]
+    every_4th = estimate_cache(_with(gpt_oss, attention__sliding_window_pattern=4), n_ctx=4096)
+    assert [c.is_swa for c in every_4th.layers] == [True, True, True, False]
+
+
+def test_hybrid_recurrent_state(facts: dict[str, ModelFacts]) -> None:
+    est = estimate_cache(facts["qwen35moe"], n_ctx=4096, n_seq=3)
+    # R = (conv 4 - 1) x (inner 128 + 2 x groups 2 x state 32); S = state 32 x inner 128
+    rs = (3 * (128 + 2 * 2 * 32) + 32 * 128) * 4 * 3
+    assert [c.rs_bytes for c in est.layers] == [rs, rs, rs, 0]
+    assert [c.n_cells for c in est.layers] == [0, 0, 0, 4096]
+    assert est.rs_cells == 3
+    assert est.rs_bytes_for([0, 3]) == rs
+    assert est.kv_bytes_for([0, 1, 2]) == 0
+    assert est.kv_bytes_for([3]) == est.kv_bytes == 2 * 2 * 64 * 2 * 4096
+    flagged = _with(facts["qwen35moe"], attention__recurrent_layers=[True, False, True, False])
+    assert [c.n_cells > 0 for c in estimate_cache(flagged, n_ctx=4096).layers] == [
+        False, True, False, True,
+    ]  # fmt: skip
+
+
+def test_nextn_layers_have_no_cache(facts: dict[str, ModelFacts]) -> None:
+    est = estimate_cache(_with(facts["glm4moe"], nextn_predict_layers=1), n_ctx=4096)
+    assert [c.n_cells for c in est.layers] == [4096, 4096, 4096, 0]
+    assert est.kv_bytes_for([3]) == 0
+
+
+def test_unknown_architecture_is_a_gqa_guess(facts: dict[str, ModelFacts]) -> None:
+    known = estimate_cache(facts["qwen3moe"], n_ctx=4096)
+    guess = estimate_cache(_with(facts["qwen3moe"], arch="futuremoe"), n_ctx=4096)
+    assert known.exact and not guess.exact
+    assert guess.kv_bytes == known.kv_bytes
+    # SWA keys of an unknown loader are ignored: every layer gets the full context
+    swa_guess = estimate_cache(_with(facts["gpt-oss"], arch="futuremoe"), n_ctx=4096)
+    assert {c.n_cells for c in swa_guess.layers} == {4096}
+    assert not swa_guess.exact
+
+
+def test_totals_and_layer_sums(facts: dict[str, ModelFacts]) -> None:
+    est = estimate_cache(facts["gpt-oss"], n_ctx=4096, type_k="q8_0", type_v="q4_0")
+    assert est.kv_bytes == est.kv_bytes_for(range(4)) == sum(c.kv_bytes for c in est.layers)
+    assert est.kv_bytes_for([]) == 0 and est.kv_bytes_for([99]) == 0
+    full = est.layers[1]
+    assert full.k_bytes == 128 // 32 * 34 * 4096  # q8_0: 34 bytes per 32 values
+    assert full.v_bytes == 128 // 32 * 18 * 4096  # q4_0: 18 bytes per 32 values
