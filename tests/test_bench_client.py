@@ -1,0 +1,318 @@
+"""moetune.bench: SSE parsing, exact-length prompts, and the client against a real tiny model."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from moetune import server as srv
+from moetune.bench import ServerClient, build_prompt, fill_context, parse_sse_lines
+from moetune.errors import BadValueError, ServerFailedError
+
+from llama import bin_path
+
+# --- recorded /completion stream chunks (llama.cpp build 11434, tiny qwen3moe) ------------------
+
+PARTIAL = (
+    'data: {"index":0,"content":"the","tokens":[174],"stop":false,"id_slot":-1,'
+    '"tokens_predicted":1,"tokens_evaluated":3}'
+)
+FINAL = (
+    'data: {"index":0,"content":"","tokens":[],"id_slot":3,"stop":true,"model":"q.gguf",'
+    '"tokens_predicted":3,"tokens_evaluated":3,"stop_type":"limit","timings":{"cache_n":0,'
+    '"prompt_n":3,"prompt_ms":1.2,"prompt_per_token_ms":0.4,"prompt_per_second":2500.0,'
+    '"predicted_n":3,"predicted_ms":2.0,"predicted_per_token_ms":0.67,'
+    '"predicted_per_second":1500.0}}'
+)
+ERROR = 'data: {"error":{"code":500,"message":"Compute error.","type":"server_error"}}'
+STREAM = [PARTIAL, "", ":", "", FINAL, ""]  # with an SSE ping (":") in between
+
+
+def test_parse_sse_recorded_stream() -> None:
+    chunks = list(parse_sse_lines(STREAM))
+    assert [c["stop"] for c in chunks] == [False, True]
+    assert chunks[0]["tokens"] == [174]
+    assert chunks[1]["timings"]["predicted_n"] == 3
+
+
+def test_parse_sse_details() -> None:
+    lines = ["event: message", "data:" + PARTIAL[6:], "", "id: 7", FINAL]  # no trailing blank
+    assert len(list(parse_sse_lines(lines))) == 2
+    assert [c["content"] for c in parse_sse_lines([PARTIAL, "", "data: [DONE]", ""])] == ["the"]
+    split = ['data: {"stop": true,', 'data: "content": "x"}', ""]  # one event, two data lines
+    assert list(parse_sse_lines(split)) == [{"stop": True, "content": "x"}]
+    assert list(parse_sse_lines([s + "\r\n" for s in STREAM]))[1]["stop"] is True
+
+
+def test_parse_sse_stream_cut_between_chunks() -> None:
+    seen: list[dict[str, object]] = []
+    with pytest.raises(ServerFailedError, match="ended before its final chunk"):
+        seen.extend(parse_sse_lines([PARTIAL, "", PARTIAL, ""]))
+    assert len(seen) == 2  # the chunks before the cut were delivered
+
+
+def test_parse_sse_stream_cut_mid_chunk() -> None:
+    with pytest.raises(ServerFailedError, match="cut mid-chunk"):
+        list(parse_sse_lines([PARTIAL, "", FINAL[:60]]))
+
+
+def test_parse_sse_error_event() -> None:
+    with pytest.raises(ServerFailedError, match=r"Compute error\."):
+        list(parse_sse_lines([PARTIAL, "", ERROR, ""]))
+
+
+def test_parse_sse_not_an_object() -> None:
+    with pytest.raises(ServerFailedError, match="unexpected event"):
+        list(parse_sse_lines(["data: [1, 2]", ""]))
+
+
+# --- build_prompt with fake tokenizers --------------------------------------------------------
+
+
+def _chars_of_3(text: str) -> int:
+    """A tokenizer of 3-character tokens per word (ceil), plus one per separator, plus a BOS."""
+    words = text.split(" ") if text else []
+    return 1 + sum(-(-len(w) // 3) for w in words) + max(len(words) - 1, 0)
+
+
+def _newline_merging(text: str) -> int:
+    """Like a real BPE, runs of newlines merge into one token."""
+    return _chars_of_3(text.replace("\n\n", "\n"))
+
+
+@pytest.mark.parametrize("count", [_chars_of_3, _newline_merging, len])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 17, 100, 1000, 4093, 20_000])
+def test_build_prompt_exact(count: Callable[[str], int], n: int) -> None:
+    if n < count(""):
+        with pytest.raises(BadValueError):
+            build_prompt(n, count)
+    else:
+        assert count(build_prompt(n, count)) == n
+
+
+def test_build_prompt_gives_up_when_no_filler_adds_one() -> None:
+    def coarse(text: str) -> int:  # every token is 10 characters long
+        return -(-len(text) // 10)
+
+    with pytest.raises(ServerFailedError, match="exactly 7 tokens"):
+        build_prompt(7, lambda t: coarse(t) * 2)
+
+
+# --- stand-in HTTP servers for the client's error paths ------------------------------------------
+
+
+@contextlib.contextmanager
+def _raw_http_server(*responses: bytes) -> Iterator[str]:
+    """Answer the n-th connection with ``responses[n]`` (the last one repeats) verbatim, then
+    close it (an empty response: close without answering); yields the base URL."""
+    queue = list(responses)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.05)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                _read_request(conn)
+                conn.sendall(queue.pop(0) if len(queue) > 1 else queue[0])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=5)
+
+
+def _read_request(conn: socket.socket) -> None:
+    """Read one HTTP request (headers and a Content-Length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if not (part := conn.recv(65536)):
+            return
+        data += part
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+         if line.lower().startswith(b"content-length:")), 0,
+    )  # fmt: skip
+    while len(body) < length and (part := conn.recv(65536)):
+        body += part
+
+
+def _sse_response(*events: str) -> bytes:
+    body = "".join(f"{e}\n\n" for e in events).encode()
+    return b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + body
+
+
+CHUNKED_CUT = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + f"{len(PARTIAL) + 2:x}\r\n{PARTIAL}\n\n\r\n".encode()
+)  # the connection closes without the terminating zero-length chunk
+
+
+@pytest.mark.parametrize(
+    ("response", "message"),
+    [
+        (_sse_response(PARTIAL), "ended before its final chunk"),
+        (_sse_response(PARTIAL, ERROR), r"Compute error\."),
+        (_sse_response(PARTIAL, FINAL[:50]), "cut mid-chunk"),
+        (CHUNKED_CUT, "/completion failed"),
+        (
+            b"HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\n\r\n"
+            b'{"error":{"code":400,"message":"request (600 tokens) exceeds the available '
+            b'context size (512 tokens), try increasing it","type":"exceed_context_size_error"}}',
+            "answered 400: request \\(600 tokens\\) exceeds",
+        ),
+    ],
+    ids=["cut", "error-event", "cut-mid-json", "connection-lost", "http-400"],
+)
+def test_complete_stream_failures(response: bytes, message: str) -> None:
+    with (
+        _raw_http_server(response) as url,
+        ServerClient(url, timeout=10) as client,
+        pytest.raises(ServerFailedError, match=message),
+    ):
+        client.complete("hello", 4, stream=True)
+
+
+def test_complete_stream_from_recorded_chunks() -> None:
+    with _raw_http_server(_sse_response(PARTIAL, FINAL)) as url, ServerClient(url) as client:
+        result = client.complete("hello", 3)
+    assert (result.prompt_n, result.predicted_n, result.stop_type) == (3, 3, "limit")
+    assert result.predicted_per_second == 1500.0
+    assert result.content == "the"
+    assert result.ttft_s is not None and result.ttft_s > 0
+
+
+def test_wait_ready_times_out_and_reports_progress() -> None:
+    waits: list[float] = []
+    with ServerClient(f"http://127.0.0.1:{srv.free_port()}") as client:  # nothing listens
+        with pytest.raises(ServerFailedError, match=r"not ready after 0\.3 s"):
+            client.wait_ready(0.3, alive=lambda: True, on_wait=waits.append)
+        with pytest.raises(ServerFailedError, match="exited while loading"):
+            client.wait_ready(5, alive=lambda: False)
+    assert len(waits) >= 2 and waits == sorted(waits)
+
+
+def test_wait_ready_while_loading_503() -> None:
+    loading = (
+        b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n"
+        b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
+    )
+    with (
+        _raw_http_server(loading) as url,
+        ServerClient(url) as client,
+        pytest.raises(ServerFailedError, match="not ready"),
+    ):
+        client.wait_ready(0.5, alive=lambda: True)
+
+
+PROPS_OK = (
+    b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n"
+    b'{"default_generation_settings": {"n_ctx": 4096}, "total_slots": 4}'
+)
+
+
+def test_connection_closed_without_answer_is_retried_once() -> None:
+    # cpp-httplib closes keep-alive connections after 100 requests or 5 s idle
+    with _raw_http_server(b"", PROPS_OK) as url, ServerClient(url) as client:
+        assert client.n_ctx() == 4096
+    with (
+        _raw_http_server(b"", b"", PROPS_OK) as url,
+        ServerClient(url) as client,
+        pytest.raises(ServerFailedError, match="did not answer"),
+    ):
+        client.props()
+
+
+def test_unreachable_server_is_server_failed() -> None:
+    client = ServerClient(f"http://127.0.0.1:{srv.free_port()}")
+    with client, pytest.raises(ServerFailedError, match="did not answer"):
+        client.props()
+
+
+# --- a real tiny model ------------------------------------------------------------------------
+
+N_CTX = 512
+
+
+@pytest.fixture(scope="module")
+def live(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
+         ) -> Iterator[ServerClient]:  # fmt: skip
+    """A ready llama-server on the tiny qwen3moe with -c 512 (4 slots, unified KV)."""
+    args = ["-m", str(tiny_models["qwen3moe"]), "-c", str(N_CTX)]
+    log_dir = tmp_path_factory.mktemp("bench-logs")
+    server = srv.launch(bin_path("llama-server"), args, log_dir=log_dir)
+    with server, ServerClient(server.url, timeout=120) as client:
+        assert client.wait_ready(60, server.check_alive) >= 0
+        yield client
+
+
+@pytest.mark.server
+def test_props_and_n_ctx(live: ServerClient) -> None:
+    assert live.n_ctx() == N_CTX  # unified cache: one request may use the whole -c
+    assert live.props()["total_slots"] == 4
+
+
+@pytest.mark.server
+def test_tokenize_detokenize(live: ServerClient) -> None:
+    tokens = live.tokenize("the cat sat")
+    assert tokens and all(isinstance(t, int) for t in tokens)
+    assert live.detokenize(tokens) == "the cat sat"
+    assert live.tokenize("") == []  # the tiny vocab adds no BOS
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("n", [1, 2, 7, 64, 333, N_CTX - 17])
+def test_prompt_of_tokens_is_exact(live: ServerClient, n: int) -> None:
+    prompt = live.prompt_of_tokens(n)
+    assert len(live.tokenize(prompt)) == n
+    assert live.complete(prompt, 1).prompt_n == n  # /completion reads it the same way
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("stream", [True, False])
+def test_complete(live: ServerClient, stream: bool) -> None:
+    result = live.complete(live.prompt_of_tokens(40), 16, stream=stream)
+    assert (result.prompt_n, result.predicted_n, result.stop_type) == (40, 16, "limit")
+    assert result.prompt_ms > 0 and result.predicted_ms > 0
+    assert result.prompt_per_second > 0 and result.predicted_per_second > 0
+    assert result.wall_s > 0
+    if stream:
+        assert result.ttft_s is not None and 0 < result.ttft_s < result.wall_s
+        assert result.client_decode_tps is None or result.client_decode_tps > 0
+    else:
+        assert result.ttft_s is None and result.client_decode_tps is None
+
+
+@pytest.mark.server
+def test_complete_over_the_context_is_refused(live: ServerClient) -> None:
+    with pytest.raises(ServerFailedError, match="exceeds the available context size"):
+        live.complete(live.prompt_of_tokens(N_CTX), 4)
+
+
+@pytest.mark.server
+def test_fill_context(live: ServerClient) -> None:
+    capped = fill_context(live, 100_000, n_predict=8)
+    assert (capped.prompt_n, capped.predicted_n) == (N_CTX - 8 - 1, 8)
+    small = fill_context(live, 100, n_predict=4)
+    assert (small.prompt_n, small.predicted_n) == (100, 4)
+    with pytest.raises(BadValueError):
+        fill_context(live, 100, n_predict=N_CTX)
