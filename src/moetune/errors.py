@@ -57,3 +57,39 @@ class BadValueError(MoetuneError):
     """A value given on the command line is malformed (size string, context, cache type)."""
 
     exit_code = ExitCode.BAD_VALUE
+
+
+class DoesNotFitError(MoetuneError):
+    """The model cannot fit the GPU budget (or host RAM) with any placement."""
+
+    exit_code = ExitCode.DOES_NOT_FIT
+
+
+class NoGpuError(MoetuneError):
+    """No GPU was found and none was described with --vram."""
+
+    exit_code = ExitCode.NO_GPU
+
+
+class ServerNotFoundError(MoetuneError):
+    """llama-server cannot be found, or the path given for it is not an executable file."""
+
+    exit_code = ExitCode.SERVER_NOT_FOUND
+
+
+class ServerFailedError(MoetuneError):
+    """llama-server failed: it exited, did not become ready in time, or answered with an error."""
+
+    exit_code = ExitCode.SERVER_FAILED
+
+
+class OutOfMemoryError(ServerFailedError):
+    """llama-server could not allocate a buffer (device or host memory ran out)."""
+
+    exit_code = ExitCode.OUT_OF_MEMORY
+
+
+class PortInUseError(MoetuneError):
+    """The TCP port asked for llama-server is already taken."""
+
+    exit_code = ExitCode.PORT_IN_USE
