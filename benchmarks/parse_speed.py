@@ -20,9 +20,10 @@ from pathlib import Path
 import gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from factory import write_header_only
 from moetune.gguf import read_model
 from moetune.model import load_model_facts
+
+from factory import write_header_only
 
 
 def median_seconds(func: Callable[[], object], repeats: int) -> tuple[float, list[float]]:

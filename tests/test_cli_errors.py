@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from moetune.errors import ExitCode
+
 from rawgguf import RawGGUF, small_model
 
 # Root reads any file; without these two capabilities it is refused like anyone else.

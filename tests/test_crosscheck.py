@@ -10,14 +10,15 @@ import gguf
 import pytest
 from typer.testing import CliRunner
 
-from factory import EXPERT_TYPES, MOE_ARCHS, make_split, write_model
-from llama import running_server
 from moetune.cli import app
 from moetune.errors import ExitCode
 from moetune.gguf import read_model
 from moetune.llamalog import parse_buffers, total_mib
 from moetune.model import load_model_facts
 from moetune.units import MIB
+
+from factory import EXPERT_TYPES, MOE_ARCHS, make_split, write_model
+from llama import running_server
 
 VARIANTS = [("qwen3", "F16")] + [(a, t) for a in MOE_ARCHS for t in EXPERT_TYPES]
 EXPERT_NAME = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps\.")

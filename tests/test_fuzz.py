@@ -9,6 +9,7 @@ from moetune.errors import MoetuneError
 from moetune.gguf.reader import read_header_bytes
 from moetune.gguf.split import GGUFModel
 from moetune.model import facts_from_gguf
+
 from rawgguf import ARR, F32, STR, U32, small_model
 
 

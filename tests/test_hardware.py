@@ -13,21 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from fake_pynvml import (
-    MIB,
-    NVML_ERROR_DRIVER_NOT_LOADED,
-    NVML_ERROR_FUNCTION_NOT_FOUND,
-    NVML_ERROR_GPU_IS_LOST,
-    NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-    NVML_ERROR_LIBRARY_NOT_FOUND,
-    NVML_ERROR_NO_PERMISSION,
-    NVML_ERROR_NOT_SUPPORTED,
-    NVML_ERROR_UNKNOWN,
-    FakeDevice,
-    FakeNvml,
-    NVMLError,
-    Process,
-)
 from moetune.errors import ExitCode
 from moetune.hardware import (
     GpuInfo,
@@ -47,6 +32,22 @@ from moetune.hardware import (
 from moetune.hardware.fake import FakeGpuProbe, FakeHostProbe, fake_gpu
 from moetune.hardware.host import cgroup_ram_limit, process_tree
 from moetune.units import GIB
+
+from fake_pynvml import (
+    MIB,
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNKNOWN,
+    FakeDevice,
+    FakeNvml,
+    NVMLError,
+    Process,
+)
 
 HAVE_DRIVER = bool(ctypes.util.find_library("nvidia-ml") or shutil.which("nvidia-smi"))
 no_driver_here = pytest.mark.skipif(HAVE_DRIVER, reason="an NVIDIA driver is installed here")

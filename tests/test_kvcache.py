@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from factory import ARCHS, write_model
-from llama import LlamaBinaryError, running_server
 from moetune.errors import BadValueError, GGUFFormatError
 from moetune.kvcache import CACHE_TYPES, CacheEstimate, estimate_cache, parse_cache_type
 from moetune.llamalog import parse_buffers
 from moetune.model import HParam, ModelFacts, load_model_facts
 from moetune.units import MIB
+
+from factory import ARCHS, write_model
+from llama import LlamaBinaryError, running_server
 
 PRINTED_TOLERANCE_MIB = 0.005 + 1e-9  # %.2f rounding
 _KV_SIZE_RE = re.compile(

@@ -13,6 +13,7 @@ from moetune.errors import GGUFFormatError, ModelFileError, UnsupportedModelErro
 from moetune.gguf import SkippedArray, read_header, read_model
 from moetune.gguf.reader import read_header_bytes
 from moetune.model import load_model_facts
+
 from rawgguf import ARR, BOOL, STR, U32, U64, RawGGUF, small_model
 
 BIG = 1 << 60

@@ -21,8 +21,10 @@ _SUFFIX = {"": 1, "B": 1, "K": KIB, "M": MIB, "G": GIB, "T": TIB}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str) -> int:
-    """Parse ``"22G"``, ``"1.5GiB"``, ``"800M"``, ``"24000MiB"`` or plain bytes into bytes."""
+def parse_size(text: str, allow_zero: bool = False) -> int:
+    """Parse ``"22G"``, ``"1.5GiB"``, ``"800M"``, ``"24000MiB"`` or plain bytes into bytes.
+
+    Sizes must be positive, except where ``allow_zero`` (a headroom or overhead of 0)."""
     match = _SIZE_RE.match(text)
     if match is None:
         raise BadValueError(
@@ -31,7 +33,7 @@ def parse_size(text: str) -> int:
         )
     number, unit = match.groups()
     value = float(number) * _SUFFIX[unit.upper()]
-    if value <= 0:
+    if value < 0 or (value == 0 and not allow_zero):
         raise BadValueError(f"size must be positive: {text!r}")
     return round(value)
 

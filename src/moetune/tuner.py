@@ -1,0 +1,101 @@
+"""The run loop: plan -> launch -> fill -> measure -> next N -> converge.
+
+The search is pure: it calls a ``measure(n)`` function and never touches a process itself,
+so it is tested on recorded figures as well as on a real llama-server. One measurement
+calibrates the prediction (the bytes each block's experts take are known exactly, so the
+measured-minus-predicted error carries over to every N); bisection is the fallback when a
+launch gives no figure (out of memory at load).
+
+Done when the smallest N whose measured peak is within the target is known, and N-1 is over
+the target or out of memory (or N is 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from moetune.errors import DoesNotFitError
+from moetune.units import format_bytes
+
+
+class Attempt(BaseModel):
+    """One launch: the N tried, what was predicted and measured, and how it went."""
+
+    n_cpu_moe: int
+    predicted_bytes: int
+    measured_bytes: int | None
+    status: str  # ok | over | oom
+    ttft_s: float | None = None
+    prompt_tps: float | None = None
+    decode_tps: float | None = None
+    log_path: str | None = None
+    message: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class Search:
+    """The state of the search between launches."""
+
+    n_max: int  # --n-cpu-moe value that puts every expert on the CPU
+    target_bytes: int
+    predict: Callable[[int], int]  # predicted device peak at N
+
+    def error(self, attempts: list[Attempt]) -> int | None:
+        """Measured minus predicted, from the latest launch that gave a figure."""
+        for attempt in reversed(attempts):
+            if attempt.measured_bytes is not None:
+                return attempt.measured_bytes - attempt.predicted_bytes
+        return None
+
+    def bounds(self, attempts: list[Attempt]) -> tuple[int, int | None]:
+        """(largest N known over, smallest N known to fit)."""
+        over = max((a.n_cpu_moe for a in attempts if not a.fits), default=-1)
+        fits = min((a.n_cpu_moe for a in attempts if a.fits), default=None)
+        return over, fits
+
+    def done(self, attempts: list[Attempt]) -> bool:
+        over, fits = self.bounds(attempts)
+        return fits is not None and (fits == 0 or over == fits - 1)
+
+    def next_n(self, attempts: list[Attempt]) -> int:
+        """The next N to launch, strictly between what is known over and what fits."""
+        over, fits = self.bounds(attempts)
+        high = self.n_max if fits is None else fits - 1
+        low = over + 1
+        if low > high:
+            raise DoesNotFitError(
+                f"does not fit in {format_bytes(self.target_bytes)} even with every expert "
+                "on the CPU",
+                hint="lower --ctx, use --cache-type q4_0, or a smaller quant",
+            )
+        error = self.error(attempts)
+        if error is None:
+            return (low + high + 1) // 2 if fits is None else (low + high) // 2
+        for n in range(low, high + 1):
+            if self.predict(n) + error <= self.target_bytes:
+                return n
+        return high
+
+
+def tune(search: Search, start_n: int, measure: Callable[[int], Attempt],
+         max_launches: int = 12) -> list[Attempt]:  # fmt: skip
+    """Launch from ``start_n`` until the smallest fitting N is confirmed; the attempts."""
+    attempts = [measure(max(0, min(start_n, search.n_max)))]
+    while not search.done(attempts):
+        if len(attempts) >= max_launches:
+            break
+        attempts.append(measure(search.next_n(attempts)))
+    return attempts
+
+
+def best_attempt(attempts: list[Attempt]) -> Attempt | None:
+    """The smallest N that fitted."""
+    fitting = [a for a in attempts if a.fits]
+    return min(fitting, key=lambda a: a.n_cpu_moe) if fitting else None

@@ -1,0 +1,76 @@
+"""The search on synthetic measurements: converges to the smallest fitting N in few launches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from moetune.errors import DoesNotFitError
+from moetune.tuner import Attempt, Search, best_attempt, tune
+
+MIB = 1 << 20
+N_LAYERS = 48
+LAYER = 300 * MIB  # experts of one block
+BASE = 3000 * MIB  # everything else on the GPU
+
+
+def predicted(n: int) -> int:
+    return BASE + (N_LAYERS - n) * LAYER
+
+
+def device(error: int, target: int, oom_above: int | None = None) -> Callable[[int], Attempt]:
+    """A device whose real peak is the prediction plus ``error``; OOM past ``oom_above``."""
+
+    def measure(n: int) -> Attempt:
+        real = predicted(n) + error
+        if oom_above is not None and real > oom_above:
+            return Attempt(n_cpu_moe=n, predicted_bytes=predicted(n), measured_bytes=None,
+                           status="oom")  # fmt: skip
+        status = "ok" if real <= target else "over"
+        return Attempt(n_cpu_moe=n, predicted_bytes=predicted(n), measured_bytes=real,
+                       status=status)  # fmt: skip
+
+    return measure
+
+
+TARGET = 12 * 1024 * MIB
+
+
+def truth(error: int, target: int = TARGET) -> int:
+    return min(n for n in range(N_LAYERS + 1) if predicted(n) + error <= target)
+
+
+@pytest.mark.parametrize("error", [-700 * MIB, -250 * MIB, 0, 1, 120 * MIB, 299 * MIB, 900 * MIB])
+@pytest.mark.parametrize("start_offset", [-3, -1, 0, 1, 4])
+def test_converges_in_three_launches(error: int, start_offset: int) -> None:
+    search = Search(n_max=N_LAYERS, target_bytes=TARGET, predict=predicted)
+    start = truth(0) + start_offset
+    attempts = tune(search, start, device(error, TARGET))
+    best = best_attempt(attempts)
+    assert best is not None and best.n_cpu_moe == truth(error)
+    assert len(attempts) <= 3, [a.n_cpu_moe for a in attempts]
+    if best.n_cpu_moe > 0:
+        assert any(a.n_cpu_moe == best.n_cpu_moe - 1 and not a.fits for a in attempts)
+
+
+def test_oom_without_a_figure_falls_back_to_bisection() -> None:
+    search = Search(n_max=N_LAYERS, target_bytes=TARGET, predict=predicted)
+    error = 400 * MIB
+    attempts = tune(search, 0, device(error, TARGET, oom_above=TARGET))
+    best = best_attempt(attempts)
+    assert best is not None and best.n_cpu_moe == truth(error)
+    assert attempts[0].status == "oom"
+    assert len(attempts) <= 8
+
+
+def test_cannot_fit_even_with_every_expert_on_the_cpu() -> None:
+    search = Search(n_max=N_LAYERS, target_bytes=BASE - 1, predict=predicted)
+    with pytest.raises(DoesNotFitError, match="every expert"):
+        tune(search, N_LAYERS - 2, device(0, BASE - 1))
+
+
+def test_everything_fits_at_zero() -> None:
+    search = Search(n_max=N_LAYERS, target_bytes=predicted(0) + 1, predict=predicted)
+    attempts = tune(search, 0, device(0, predicted(0) + 1))
+    assert [a.n_cpu_moe for a in attempts] == [0]

@@ -1,0 +1,47 @@
+"""Sizes are parsed and formatted in one place."""
+
+from __future__ import annotations
+
+import pytest
+
+from moetune.errors import BadValueError
+from moetune.units import GIB, MIB, format_bytes, format_mib, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("24G", 24 * GIB),
+        ("24GiB", 24 * GIB),
+        ("24gb", 24 * GIB),
+        ("22.5G", round(22.5 * GIB)),
+        ("800M", 800 * MIB),
+        ("24000MiB", 24000 * MIB),
+        (" 1.5 GiB ", round(1.5 * GIB)),
+        ("1048576", 1048576),
+        ("512K", 512 * 1024),
+        ("1T", 1024 * GIB),
+    ],
+)
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "G", "24Q", "-1G", "0", "24 G B", "1e3G", "twenty"])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(BadValueError):
+        parse_size(text)
+
+
+def test_format() -> None:
+    assert format_bytes(17904 * MIB) == "17.48 GiB"
+    assert format_bytes(384 * MIB) == "384.00 MiB"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(None) == "?"
+    assert format_bytes(-2 * MIB) == "-2.00 MiB"
+    assert format_mib(15 * MIB + 356_516) == "15.34 MiB"
+
+
+def test_zero_allowed_where_asked() -> None:
+    assert parse_size("0", allow_zero=True) == 0
+    assert parse_size("0G", allow_zero=True) == 0
