@@ -71,10 +71,12 @@ def _args(case: Case, rpc: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _predict(facts: ModelFacts, case: Case, n_seq: int = 4) -> MemoryEstimate:
+def _predict(facts: ModelFacts, case: Case, fit_params: bool = False) -> MemoryEstimate:
+    """llama-fit-params has one slot and reserves logits for every token of the batch."""
     settings = Settings(
         n_ctx=case.n_ctx, type_k=case.cache, type_v=case.cache, n_ubatch=case.n_ubatch,
-        gpu_overhead_bytes=0, device_kind="rpc", n_seq=n_seq,
+        gpu_overhead_bytes=0, device_kind="rpc", n_seq=1 if fit_params else 4,
+        all_outputs=fit_params,
     )  # fmt: skip
     return estimate(facts, Placement.with_n_cpu_moe(case.n_cpu_moe), settings)
 
@@ -98,10 +100,10 @@ def test_prediction_matches_llama_server(models: dict[str, Path], rpc: str, case
     assert _within_printed(predicted.gpu_weights_bytes, _device(lines, "model"))
     kv = _device(lines, "KV") + _device(lines, "RS")
     assert abs(predicted.gpu_kv_bytes / MIB - kv) <= max(0.01 * kv, 0.005)
-    compute = _device(lines, "compute")
-    assert abs(predicted.gpu_compute_bytes / MIB - compute) <= max(0.10 * compute, 1.0)
-    host_compute = total_mib(lines, "compute", "CPU")
-    assert abs(predicted.host_compute_bytes / MIB - host_compute) <= max(0.10 * host_compute, 1.0)
+    # the issue allows 10 % or 64 MiB; the compute model replays llama.cpp's allocator, so
+    # hold it to the printed 0.01 MiB (tiny models would make 64 MiB meaningless)
+    assert _within_printed(predicted.gpu_compute_bytes, _device(lines, "compute"))
+    assert _within_printed(predicted.host_compute_bytes, total_mib(lines, "compute", "CPU"))
 
 
 def _fit_params(model: Path, case: Case, rpc: str) -> dict[str, list[int]]:
@@ -115,9 +117,9 @@ def _fit_params(model: Path, case: Case, rpc: str) -> dict[str, list[int]]:
 @pytest.mark.parametrize("case", CASES[::2], ids=lambda c: f"{c.arch}-N{c.n_cpu_moe}")
 def test_prediction_matches_llama_fit_params(models: dict[str, Path], rpc: str, case: Case) -> None:
     facts = load_model_facts(models[case.arch])
-    predicted = _predict(facts, case, n_seq=1)
+    predicted = _predict(facts, case, fit_params=True)
     projected = _fit_params(models[case.arch], case, rpc)
     model_mib, context_mib, compute_mib = projected["RPC0"]
     assert int(predicted.gpu_weights_bytes / MIB) == model_mib
     assert abs(predicted.gpu_kv_bytes / MIB - context_mib) < 1
-    assert abs(predicted.gpu_compute_bytes / MIB - compute_mib) <= max(0.1 * compute_mib, 1)
+    assert abs(predicted.gpu_compute_bytes / MIB - compute_mib) < 1

@@ -234,6 +234,8 @@ class _Placement:
 
 @dataclass(frozen=True)
 class _Options:
+    """Context settings that change the graph or the allocator."""
+
     flash_attn: bool
     type_k: str
     type_v: str
@@ -248,6 +250,18 @@ class _Options:
 
 
 # --- graph IR -------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """ggml-alloc's hash_node for one tensor: users left, views left, where it lives."""
+
+    children: int = 0
+    views: int = 0
+    allocated: bool = False
+    visited: bool = False
+    offset: int = 0
+    backend: int = DEV
 
 
 @dataclass(eq=False)
@@ -268,6 +282,7 @@ class _T:
     quant_pad: int = 0  # CUDA pads quantized rows: extra bytes when copied to a CUDA buffer
     cuda_extra: int = 0  # CUDA flash attention also converts quantized K/V to F16 in place
     fixed_bytes: int | None = None  # weights: bytes from the file; strided views: their span
+    alloc: _State = field(default_factory=_State)
 
     @property
     def nbytes(self) -> int:
@@ -366,6 +381,7 @@ class _Graph:
 
 
 def _weight_tensor(tensor: TensorFacts, backend: int) -> _T:
+    """A pre-allocated weight; ``quant_pad`` is the row padding a CUDA copy of it adds."""
     nbytes = tensor.nbytes or 0
     ne0 = tensor.shape[0] if tensor.shape else 0
     pad = 0
@@ -435,6 +451,7 @@ class _Dims:
 
 
 def _vocab(facts: ModelFacts) -> int:
+    """Rows of the output matrix (or of the tied token embeddings)."""
     for name in ("output.weight", "token_embd.weight"):
         for tensor in facts.tensors:
             if tensor.name == name and len(tensor.shape) >= 2:
@@ -488,6 +505,7 @@ class _AttnInputs:
 
 
 def _build(g: _Graph) -> None:
+    """Inputs, embeddings, every (non-NextN) block, the output head."""
     inp = _inputs(g)
     res = _embeddings(g, inp)
     for il in g.d.layers:
@@ -496,6 +514,7 @@ def _build(g: _Graph) -> None:
 
 
 def _attn_kind(g: _Graph, il: int) -> str | None:
+    """ "full" or "swa" for attention blocks, None for recurrent ones."""
     if il in g.d.recurrent:
         return None
     return "swa" if il in g.d.swa_layers else "full"
@@ -590,6 +609,7 @@ def _embeddings(g: _Graph, inp: _Inputs) -> _T:
 
 
 def _layer(g: _Graph, inp: _Inputs, il: int, res: _T, last: bool) -> _T:
+    """One block: norm, mixer (attention, MLA or delta net), residual, norm, FFN, residual."""
     p = f"blk.{il}."
     x = g.norm(res, g.w(p + "attn_norm.weight"), "attn_norm")
     if il in g.d.recurrent:
@@ -610,6 +630,7 @@ def _layer(g: _Graph, inp: _Inputs, il: int, res: _T, last: bool) -> _T:
 
 
 def _output(g: _Graph, inp: _Inputs, res: _T) -> None:
+    """Output norm and logits for the output rows (t_embd and t_logits are outputs)."""
     n_out = (g.d.n_embd, g.run.n_outputs)
     late = _OUT_IDS_LATE.get(g.d.arch)
     if late == "l_out":
@@ -692,7 +713,7 @@ def _attn_core(
     d_v, t = v.ne[0], g.run.n_tokens
     if g.opts.flash_attn:
         out = g.op("flash_attn", "fattn", (d_v, n_head, t), q, k, v, mask, sinks)
-        out.cuda_extra = _fa_f16_extra(g, k, v, same=False)
+        out.cuda_extra = _fa_f16_extra(g, out, k, v, same=False)
         return g.view(out, (d_v * n_head, t), "reshape")
     kq = g.op("mul_mat", "kq", (n_kv, t, n_head), k, q)
     kq = g.op("soft_max", "kq_soft_max", kq.ne, kq, mask, sinks)
@@ -700,16 +721,16 @@ def _attn_core(
     return g.op("cont", "kqv_out", (d_v * n_head, t), g.view(kqv, None, "permute"))
 
 
-def _fa_f16_extra(g: _Graph, k: _T, v: _T, same: bool) -> int:
-    """ggml_cuda_flash_attn_ext_get_alloc_size: the MMA/tile kernels used for prompt
-    batches need F16 K and V, converted into the FA node's own allocation (each padded to
-    128 bytes); V shares K's copy when it is a view of K (MLA)."""
-    extra = 0
+def _fa_f16_extra(g: _Graph, out: _T, k: _T, v: _T, same: bool) -> int:
+    """ggml_cuda_flash_attn_ext_get_alloc_size: the MMA/tile kernels used for prompt batches
+    need F16 K and V, converted into the FA node's own allocation after its result (each
+    start padded to 128 bytes); V shares K's copy when it is a view of K (MLA)."""
+    end = out.nbytes
     for view, kind in ((k, "k"), (v, "v")):
         needs_f16 = (g.opts.type_k if kind == "k" else g.opts.type_v) != "f16"
         if needs_f16 and not (same and kind == "v"):
-            extra += 128 + math.prod(view.ne) * F16
-    return extra
+            end = -(-end // 128) * 128 + math.prod(view.ne) * F16
+    return end - out.nbytes
 
 
 def _attn_gate(g: _Graph, q_full: _T, cur: _T, n_head: int) -> _T:
@@ -740,33 +761,32 @@ def _attn_mla(g: _Graph, inp: _Inputs, il: int, x: _T) -> _T:
     cache = g.cache(f"cache_k_l{il}", il, (kv_lora + rope, 1, n_kv), g.opts.kv_bytes("k"))
     g.into("set_rows", f"cache_k_l{il}", cache, g.view(k_cur), ai.k_idxs, cache)
     qp = g.view(g.view(q), (kv_lora + rope, t, n_head), "permute")
-    k = g.view(g.view(cache), (kv_lora + rope, n_kv, 1), "permute")
-    v = g.view(g.view(cache), (kv_lora, n_kv, 1), "permute")
-    if g.opts.flash_attn:
-        out = g.op("flash_attn", "fattn", (kv_lora, n_head, t), qp, k, v, ai.mask)
-        out.cuda_extra = _fa_f16_extra(g, k, v, same=True)
-        mla = g.op(
-            "mul_mat",
-            "fattn_mla",
-            (v_mla, t, n_head),
-            g.w(p + "attn_v_b.weight"),
-            g.view(out, (kv_lora, t, n_head), "permute"),
-        )
-    else:
-        v_cont = g.op(
-            "cont",
-            "v_cont",
-            (n_kv, kv_lora, 1),
-            g.view(v, None, "transpose"),
-            esize=g.opts.kv_bytes("k"),
-        )
-        kq = g.op("mul_mat", "kq", (n_kv, t, n_head), k, qp)
-        kq = g.op("soft_max", "kq_soft_max", kq.ne, kq, ai.mask)
-        kqv = g.op("mul_mat", "kqv", (kv_lora, t, n_head), v_cont, kq)
-        mla = g.mm(g.w(p + "attn_v_b.weight"), kqv, v_mla, "kqv_mla")
-    cur = g.op("cont", "kqv_out", (v_mla * n_head, t), g.view(mla, None, "permute"))
+    cur = _mla_core(g, il, (qp, cache), ai.mask, v_mla=v_mla)
     cur = _rotate(g, cur, ai.k_rot)
     return g.mm(g.w(p + "attn_output.weight"), cur, g.d.n_embd, "attn_output")
+
+
+def _mla_core(g: _Graph, il: int, q_cache: tuple[_T, _T], mask: _T, *, v_mla: int) -> _T:
+    """Attention over the compressed cache, then V decompressed by attn_v_b per head."""
+    qp, cache = q_cache
+    t, (k_row, _, n_kv), n_head = g.run.n_tokens, cache.ne, qp.ne[2]
+    kv_lora = g.shape(f"blk.{il}.attn_v_b.weight")[0]
+    w_v = g.w(f"blk.{il}.attn_v_b.weight")
+    k = g.view(g.view(cache), (k_row, n_kv, 1), "permute")
+    v = g.view(g.view(cache), (kv_lora, n_kv, 1), "permute")
+    if g.opts.flash_attn:
+        out = g.op("flash_attn", "fattn", (kv_lora, n_head, t), qp, k, v, mask)
+        out.cuda_extra = _fa_f16_extra(g, out, k, v, same=True)
+        cur = g.view(out, (kv_lora, t, n_head), "permute")
+        mla = g.op("mul_mat", "fattn_mla", (v_mla, t, n_head), w_v, cur)
+    else:
+        v_t = g.view(v, None, "transpose")
+        v_cont = g.op("cont", "v_cont", (n_kv, kv_lora, 1), v_t, esize=g.opts.kv_bytes("k"))
+        kq = g.op("mul_mat", "kq", (n_kv, t, n_head), k, qp)
+        kq = g.op("soft_max", "kq_soft_max", kq.ne, kq, mask)
+        kqv = g.op("mul_mat", "kqv", (kv_lora, t, n_head), v_cont, kq)
+        mla = g.mm(w_v, kqv, v_mla, "kqv_mla")
+    return g.op("cont", "kqv_out", (v_mla * n_head, t), g.view(mla, None, "permute"))
 
 
 def _mla_query(g: _Graph, inp: _Inputs, il: int, x: _T, dims: tuple[int, int, int, int]) -> _T:
@@ -879,6 +899,7 @@ def _gdn_conv_input(g: _Graph, inp: _Inputs, il: int, x: _T, s: _Ssm) -> _T:
 
 
 def _gdn_state(g: _Graph, inp: _Inputs, il: int, s: _Ssm) -> _T:
+    """build_rs: gather the recurrent states of the ubatch's sequences, write them back."""
     n_seqs = g.run.n_seqs
     rows = s.head_v * s.head_v * s.n_v_heads
     cache_s = g.cache(f"cache_s_l{il}", il, (rows, n_seqs), F32)
@@ -989,6 +1010,7 @@ def _norm_weights(g: _Graph) -> bool:
 
 
 def _expert_gate_up(g: _Graph, il: int, x3: _T, topk: _T) -> tuple[_T, _T]:
+    """Gate and up projections of the selected experts (fused gate_up or separate; +bias)."""
     p, t, k = f"blk.{il}.", x3.ne[2], g.d.n_expert_used
     fused = g.w(p + "ffn_gate_up_exps.weight")
     if fused is not None:
@@ -1006,6 +1028,7 @@ def _expert_gate_up(g: _Graph, il: int, x3: _T, topk: _T) -> tuple[_T, _T]:
 
 
 def _add_id(g: _Graph, cur: _T, bias: _T | None, ids: _T) -> _T:
+    """Per-expert bias (gpt-oss), in place."""
     return cur if bias is None else g.op("add_id", cur.name + "_biased", cur.ne, cur, bias, ids)
 
 
@@ -1056,6 +1079,7 @@ def _expand(nodes: Iterable[_T], skip_cpu: bool) -> None:
 
 
 def _assign_backends(g: _Graph) -> None:
+    """Passes 1-4 of ggml_backend_sched_split_graph (all ops are taken as supported)."""
     for leaf in g.leafs:
         leaf.backend = CPU
     for node in g.nodes:
@@ -1110,6 +1134,7 @@ def _split_graph(g: _Graph) -> list[_T]:
 
 
 def _copy_of(src: _T, split: _Split, copies: dict[tuple[int, int], _T]) -> _T:
+    """The split's backend copy of ``src`` (ggml_dup_tensor_layout: a strided view's span)."""
     key = (id(src), split.backend)
     copy = copies.get(key)
     if copy is None:
@@ -1162,6 +1187,7 @@ class _DynAlloc:
         return -(-size // self.alignment) * self.alignment
 
     def alloc(self, size: int) -> int:
+        """Offset for ``size`` bytes (aligned)."""
         size = self.pad(size)
         best, best_size = len(self.free) - 1, -1
         for i, (_, block_size) in enumerate(self.free[:-1]):
@@ -1177,6 +1203,7 @@ class _DynAlloc:
         return offset
 
     def release(self, offset: int, size: int) -> None:
+        """Return a block, merging it with adjacent free blocks."""
         size = self.pad(size)
         for i, block in enumerate(self.free):
             if block[0] + block[1] == offset:
@@ -1193,16 +1220,6 @@ class _DynAlloc:
         self.free.insert(i, [offset, size])
 
 
-@dataclass
-class _State:
-    children: int = 0
-    views: int = 0
-    allocated: bool = False
-    visited: bool = False
-    offset: int = 0
-    backend: int = DEV
-
-
 class _GAlloc:
     """ggml_gallocr: allocate each node before its use, in place over a dying parent when
     the op allows it, and free every tensor (but outputs) after its last consumer."""
@@ -1210,22 +1227,17 @@ class _GAlloc:
     def __init__(self, opts: _Options) -> None:
         self.opts = opts
         self.allocs = {DEV: _DynAlloc(128 if opts.cuda else 32), CPU: _DynAlloc(32)}
-        self.state: dict[int, _State] = {}
-
-    def st(self, t: _T) -> _State:
-        found = self.state.get(id(t))
-        if found is None:
-            found = self.state[id(t)] = _State()
-        return found
 
     def size(self, t: _T, backend: int) -> int:
+        """ggml_backend_buft_get_alloc_size: CUDA adds row padding and FA's F16 K/V."""
         size = t.nbytes
         if backend == DEV and self.opts.cuda:
             size += t.quant_pad + t.cuda_extra
         return size
 
     def allocate(self, t: _T, backend: int) -> None:
-        hn = self.st(t)
+        """ggml_gallocr_allocate_node: once, not for views or pre-allocated tensors."""
+        hn = t.alloc
         if t.buffer is not None or t.view_src is not None or hn.visited:
             return
         hn.visited = hn.allocated = True
@@ -1235,8 +1247,9 @@ class _GAlloc:
         hn.offset = self.allocs[backend].alloc(self.size(t, backend))
 
     def _reuse_parent(self, t: _T, hn: _State) -> bool:
+        """In place: a parent of the same layout that this node is the last user of."""
         for parent in t.srcs:
-            ph = self.st(parent)
+            ph = parent.alloc
             if not ph.allocated or parent.is_output or parent.layout != t.layout:
                 continue
             if ph.children == 1 and ph.views == 0 and ph.backend == hn.backend:
@@ -1245,20 +1258,22 @@ class _GAlloc:
         return False
 
     def free(self, t: _T) -> None:
-        hn = self.st(t)
+        """ggml_gallocr_free_node: outputs are never freed."""
+        hn = t.alloc
         if t.is_output:
             return
         self.allocs[hn.backend].release(hn.offset, self.size(t, hn.backend))
         hn.allocated = False
 
     def run(self, leafs: Sequence[_T], order: Sequence[_T]) -> dict[int, int]:
+        """ggml_gallocr_alloc_graph_impl; returns each backend's buffer size."""
         for leaf in leafs:
             self.allocate(leaf, leaf.backend)
         for node in order:
             if node.view_src is not None and node.op != "none":
-                self.st(node.view_src).views += 1
+                node.view_src.alloc.views += 1
             for src in node.srcs:
-                self.st(src).children += 1
+                src.alloc.children += 1
         for node in order:
             for src in node.srcs:
                 self.allocate(src, node.backend)
@@ -1268,13 +1283,14 @@ class _GAlloc:
         return {b: a.max_size for b, a in self.allocs.items()}
 
     def _release_parent(self, parent: _T) -> None:
-        ph = self.st(parent)
+        """One user of ``parent`` is done; free it (or its view source) after the last."""
+        ph = parent.alloc
         ph.children -= 1
         if ph.children or ph.views:
             return
         base = parent.view_src
         if base is not None:
-            bh = self.st(base)
+            bh = base.alloc
             bh.views -= 1
             if bh.views == 0 and bh.children == 0 and bh.allocated:
                 self.free(base)
@@ -1283,6 +1299,7 @@ class _GAlloc:
 
 
 def _simulate(facts: ModelFacts, run: _Run, place: _Placement, opts: _Options) -> dict[int, int]:
+    """Build the reserve graph, schedule it, allocate it: the peak bytes per backend."""
     graph = _Graph(facts, run, place, opts)
     _build(graph)
     _assign_backends(graph)

@@ -37,6 +37,8 @@ class Settings(BaseModel):
     n_batch: int = 2048
     gpu_overhead_bytes: int = DEFAULT_GPU_OVERHEAD_BYTES
     device_kind: str = "cuda"  # "cuda", or "rpc" for a ggml-rpc-server device (tests)
+    # llama-server reserves logits for n_seq rows; llama-fit-params and llama-bench for all.
+    all_outputs: bool = False
 
 
 class MemoryEstimate(BaseModel):
@@ -98,7 +100,11 @@ def estimate_from_split(
         output_on_device=weights.output_on_gpu,
         layers_on_device=len(gpu_layers),
         cpu_expert_layers=len(weights.cpu_expert_layers),
+        cpu_expert_blocks=weights.cpu_expert_layers,
         device_kind=settings.device_kind,
+        n_batch=settings.n_batch,
+        n_seq=settings.n_seq,
+        n_outputs=None if settings.all_outputs else settings.n_seq,
     )
     any_gpu = bool(gpu_layers) or weights.output_on_gpu
     return MemoryEstimate(

@@ -6,7 +6,9 @@ Two placements are planned for budget = target - headroom:
 - an ``-ot`` plan that keeps at least as much on the GPU: whole expert blocks go to the CPU
   from the LAST block backwards (as ``--fit`` moves them), leading dense blocks are never
   counted, and the boundary block may be split (only ``down`` on the CPU, else ``gate`` and
-  ``down``: the order ``--fit`` tries, common/fit.cpp LAYER_FRACTION_GATE/UP).
+  ``down``: the order ``--fit`` tries, common/fit.cpp LAYER_FRACTION_GATE/UP). The same
+  search from the first MoE block forwards is also tried, and the one that keeps more
+  weights on the GPU wins: which blocks are on the CPU moves the compute buffer's peak.
 Routers, shared experts, norms and attention always stay on the GPU.
 """
 
@@ -129,8 +131,7 @@ class _OverrideSearch:
             self.facts, _moved(self.base, moved_bytes, layers), self.settings
         )
 
-    def run(self) -> OffloadPlan:
-        order = [layer.index for layer in reversed(self.facts.layers) if layer.has_experts]
+    def run(self, order: Sequence[int]) -> OffloadPlan:
         for count in range(len(order) + 1):
             moved = order[:count]
             moved_bytes = sum(sum(self.parts[i].values()) for i in moved)
@@ -159,7 +160,13 @@ class _OverrideSearch:
 def plan_override(facts: ModelFacts, budget_bytes: int, settings: Settings) -> OffloadPlan:
     """The ``-ot`` plan: experts of the last blocks to the CPU, the boundary block split."""
     base = split_weights(facts, Placement())
-    return _OverrideSearch(facts, base, _expert_parts(facts), budget_bytes, settings).run()
+    search = _OverrideSearch(facts, base, _expert_parts(facts), budget_bytes, settings)
+    last_first = [layer.index for layer in reversed(facts.layers) if layer.has_experts]
+    plan = search.run(last_first)
+    # Which blocks sit on the CPU changes the compute buffer a little (the peak moves with
+    # the graph), so moving the first blocks instead can keep more weights on the GPU.
+    first = search.run(last_first[::-1])
+    return first if first.memory.gpu_weights_bytes > plan.memory.gpu_weights_bytes else plan
 
 
 def max_context(

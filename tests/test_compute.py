@@ -1,0 +1,293 @@
+"""Compute-buffer estimates against the figures llama.cpp reports.
+
+The pure tests compare with numbers recorded from llama.cpp build 11434 (llama-server with
+ggml-rpc-server as the device, and llama-fit-params on the header-only Qwen3-30B-A3B) and
+with the public CUDA data point; the ``server`` tests start the real llama-server over a
+grid of ubatch x context on several architectures and read its ``compute buffer size`` lines.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QType
+
+from moetune.compute import ComputeEstimate, estimate_compute
+from moetune.llamalog import PRINTED_MIB_TOLERANCE_BYTES, parse_buffers
+from moetune.model import ModelFacts, load_model_facts
+from moetune.units import MIB
+
+from factory import write_header_only, write_model
+from llama import bin_path, rpc_server, running_server
+
+UBATCHES = (128, 512, 2048)
+CONTEXTS = (512, 4096, 16384)
+SERVER_ARCHS = ("qwen3moe", "gpt-oss", "deepseek2", "qwen35moe")
+
+
+def within(predicted: int, printed_mib: float) -> bool:
+    """The fidelity bar for tiny models: 10 % of the printed figure, or 1 MiB."""
+    return abs(predicted - printed_mib * MIB) <= max(0.10 * printed_mib * MIB, MIB)
+
+
+def mib(estimate: ComputeEstimate) -> tuple[float, float]:
+    return round(estimate.device_bytes / MIB, 2), round(estimate.host_bytes / MIB, 2)
+
+
+@pytest.fixture(scope="module")
+def big_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A qwen3moe fixture whose expert FFN (8 of 16 experts, width 1024) dominates."""
+    root = tmp_path_factory.mktemp("compute")
+    return write_model(
+        root / "qwen3moe-big.gguf", "qwen3moe", n_embd=1024, n_experts=16, n_experts_used=8
+    )
+
+
+# --- recorded figures (no llama.cpp needed) -------------------------------------------------
+
+# llama-server -ngl 99 --rpc ... -c CTX -ub UB -fa on|off: (RPC0, CPU) compute MiB.
+TINY_QWEN3MOE = {
+    (128, 512, True): (1.38, 0.63),
+    (512, 4096, True): (9.01, 6.02),
+    (2048, 16384, True): (84.05, 72.07),
+    (512, 4096, False): (43.01, 10.51),
+    (2048, 16384, False): (652.04, 138.05),
+}
+
+
+@pytest.mark.parametrize(("key", "printed"), TINY_QWEN3MOE.items())
+def test_recorded_tiny_server_figures(
+    tiny_models: dict[str, Path], key: tuple[int, int, bool], printed: tuple[float, float]
+) -> None:
+    ub, ctx, fa = key
+    facts = load_model_facts(tiny_models["qwen3moe"])
+    estimate = estimate_compute(facts, n_ctx=ctx, n_ubatch=ub, flash_attn=fa, device_kind="rpc")
+    assert mib(estimate) == printed
+
+
+# llama-fit-params -fitp on --rpc ...: (RPC0, Host) compute, floor(MiB).
+FIT_PARAMS_30B: list[tuple[dict[str, Any], tuple[int, int]]] = [
+    ({"n_ctx": 4096, "n_ubatch": 512}, (316, 20)),
+    ({"n_ctx": 16384, "n_ubatch": 2048, "flash_attn": False}, (4360, 200)),
+    ({"n_ctx": 4096, "n_ubatch": 512, "output_on_device": False}, (88, 304)),
+    ({"n_ctx": 16384, "n_ubatch": 512, "flash_attn": False, "cpu_expert_layers": 20}, (1090, 54)),
+    ({"n_ctx": 16384, "n_ubatch": 2048, "layers_on_device": 29}, (1203, 416)),
+    ({"n_ctx": 4096, "n_ubatch": 128, "flash_attn": False, "layers_on_device": 29}, (76, 75)),
+]
+
+
+@pytest.mark.parametrize(("settings", "printed"), FIT_PARAMS_30B)
+def test_recorded_fit_params_figures(
+    header_only_big: Path, settings: dict[str, Any], printed: tuple[int, int]
+) -> None:
+    facts = load_model_facts(header_only_big)
+    estimate = estimate_compute(facts, device_kind="rpc", n_seq=1, n_outputs=None, **settings)
+    assert (estimate.device_bytes // MIB, estimate.host_bytes // MIB) == printed
+
+
+def write_qwen3_30b_f16(path: Path) -> Path:
+    """Header-only Qwen3-30B-A3B with F16 matrices, the model of the public data point."""
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    for add, value in (
+        (w.add_context_length, 40960),
+        (w.add_embedding_length, 2048),
+        (w.add_block_count, 48),
+        (w.add_head_count, 32),
+        (w.add_head_count_kv, 4),
+        (w.add_key_length, 128),
+        (w.add_value_length, 128),
+        (w.add_expert_count, 128),
+        (w.add_expert_used_count, 8),
+        (w.add_expert_feed_forward_length, 768),
+    ):
+        add(value)
+    block = {
+        "attn_norm": (2048,),
+        "attn_q": (4096, 2048),
+        "attn_k": (512, 2048),
+        "attn_v": (512, 2048),
+        "attn_output": (2048, 4096),
+        "attn_q_norm": (128,),
+        "attn_k_norm": (128,),
+        "ffn_norm": (2048,),
+        "ffn_gate_inp": (128, 2048),
+        "ffn_gate_exps": (128, 768, 2048),
+        "ffn_up_exps": (128, 768, 2048),
+        "ffn_down_exps": (128, 2048, 768),
+    }
+    shapes = {"token_embd": (151936, 2048), "output_norm": (2048,), "output": (151936, 2048)}
+    shapes |= {f"blk.{i}.{name}": shape for i in range(48) for name, shape in block.items()}
+    for name, shape in shapes.items():
+        f16 = len(shape) > 1 and "gate_inp" not in name
+        nbytes = int(np.prod(shape)) * (2 if f16 else 4)
+        qtype = QType.F16 if f16 else QType.F32
+        w.add_tensor_info(f"{name}.weight", shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def qwen3_30b_f16(tmp_path_factory: pytest.TempPathFactory) -> ModelFacts:
+    path = tmp_path_factory.mktemp("f16") / "Qwen3-30B-A3B-F16.gguf"
+    return load_model_facts(write_qwen3_30b_f16(path))
+
+
+def test_public_cuda_data_point(qwen3_30b_f16: ModelFacts) -> None:
+    """tools/fit-params/README.md: CUDA0 compute 898 MiB with experts of blocks 14-47 and the
+    output layer on the CPU, ctx 4096 (build 6895, which output every token of the ubatch)."""
+    placement: dict[str, Any] = {"output_on_device": False, "cpu_expert_blocks": range(14, 48)}
+    estimate = estimate_compute(qwen3_30b_f16, n_ctx=4096, n_seq=1, n_outputs=None, **placement)
+    printed = 898 * MIB
+    assert abs(estimate.device_bytes - printed) <= max(0.10 * printed, 64 * MIB)
+
+
+def test_cuda_op_offload_copies_cpu_weights(qwen3_30b_f16: ModelFacts) -> None:
+    """With CPU experts, CUDA runs big batches itself and copies each expert tensor (384 MiB
+    in F16) into its compute buffer; below 32 tokens, or without op offload, it does not."""
+    expert = 128 * 768 * 2048 * 2
+    common: dict[str, Any] = {"n_ctx": 4096, "cpu_expert_layers": 10}
+    offload = estimate_compute(qwen3_30b_f16, **common)
+    assert offload.device_bytes > expert
+    small = estimate_compute(qwen3_30b_f16, n_ubatch=16, **common)
+    off = estimate_compute(qwen3_30b_f16, op_offload=False, **common)
+    rpc = estimate_compute(qwen3_30b_f16, device_kind="rpc", **common)
+    assert max(small.device_bytes, off.device_bytes, rpc.device_bytes) < expert // 2
+
+
+def test_logits_follow_n_outputs(qwen3_30b_f16: ModelFacts) -> None:
+    """llama-server reserves logits for n_seq rows; llama-fit-params for every token."""
+    server = estimate_compute(qwen3_30b_f16, n_ctx=4096)
+    every = estimate_compute(qwen3_30b_f16, n_ctx=4096, n_outputs=None)
+    logits = 151936 * 512 * 4
+    assert every.device_bytes > logits > 3 * server.device_bytes
+
+
+def test_quantized_cache_on_cuda_converts_kv_to_f16(qwen3_30b_f16: ModelFacts) -> None:
+    """CUDA's prompt-size flash-attention kernels convert a quantized layer's K and V (here
+    2 x 32 MiB) to F16 inside the FA node's allocation; the CPU-like device does not."""
+    q8: dict[str, Any] = {"n_ctx": 32768, "type_k": "q8_0", "type_v": "q8_0"}
+    cuda = estimate_compute(qwen3_30b_f16, **q8).device_bytes
+    cuda_f16 = estimate_compute(qwen3_30b_f16, n_ctx=32768).device_bytes
+    rpc = estimate_compute(qwen3_30b_f16, device_kind="rpc", **q8).device_bytes
+    rpc_f16 = estimate_compute(qwen3_30b_f16, n_ctx=32768, device_kind="rpc").device_bytes
+    assert cuda - cuda_f16 > 32 * MIB
+    assert abs(rpc - rpc_f16) < 2 * MIB
+
+
+def test_bad_arguments(tiny_models: dict[str, Path]) -> None:
+    facts = load_model_facts(tiny_models["qwen3"])
+    with pytest.raises(ValueError, match="device_kind"):
+        estimate_compute(facts, n_ctx=4096, device_kind="metal")
+    with pytest.raises(ValueError, match="positive"):
+        estimate_compute(facts, n_ctx=0)
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "gpt-oss", "deepseek2", "glm4moe", "qwen35moe"])
+def test_every_fixture_arch_and_placement(tiny_models: dict[str, Path], arch: str) -> None:
+    facts = load_model_facts(tiny_models[arch])
+    for kw in ({}, {"cpu_expert_layers": 4}, {"layers_on_device": 1}, {"output_on_device": False}):
+        estimate = estimate_compute(facts, n_ctx=4096, **kw)
+        assert estimate.device_bytes > 0
+        assert estimate.host_bytes > 0
+
+
+# --- the real llama-server ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rpc_endpoint() -> Iterator[str]:
+    with rpc_server() as endpoint:
+        yield endpoint
+
+
+def printed_compute(model: Path, endpoint: str, args: list[str]) -> tuple[float, float]:
+    """(RPC0, CPU) compute buffer sizes, MiB, as llama-server prints them."""
+    with running_server(model, "--rpc", endpoint, "--fit", "off", *args) as server:
+        lines = [b for b in parse_buffers(server.log_text()) if b.kind == "compute"]
+    device = sum(b.mib for b in lines if b.device.startswith("RPC"))
+    host = sum(b.mib for b in lines if b.device == "CPU")
+    return device, host
+
+
+def grid_args(ub: int, ctx: int, fa: bool) -> list[str]:
+    return ["-c", str(ctx), "-ub", str(ub), "-b", str(max(ub, 2048)), "-fa", "on" if fa else "off"]
+
+
+def check_grid(model: Path, endpoint: str, placement: list[str], **kw: Any) -> list[str]:
+    """Start llama-server over ubatch x context (flash attention on and off); the misses."""
+    facts = load_model_facts(model)
+    misses = []
+    for ub, ctx, fa in itertools.product(UBATCHES, CONTEXTS, (True, False)):
+        device, host = printed_compute(model, endpoint, [*placement, *grid_args(ub, ctx, fa)])
+        estimate = estimate_compute(
+            facts, n_ctx=ctx, n_ubatch=ub, flash_attn=fa, device_kind="rpc", **kw
+        )
+        if not (within(estimate.device_bytes, device) and within(estimate.host_bytes, host)):
+            misses.append(
+                f"ub={ub} ctx={ctx} fa={fa}: printed {device}/{host} MiB, predicted {mib(estimate)}"
+            )
+    return misses
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("arch", SERVER_ARCHS)
+def test_server_grid_all_on_device(
+    tiny_models: dict[str, Path], rpc_endpoint: str, arch: str
+) -> None:
+    assert check_grid(tiny_models[arch], rpc_endpoint, ["-ngl", "99"]) == []
+
+
+@pytest.mark.server
+def test_server_grid_cpu_experts(big_moe: Path, rpc_endpoint: str) -> None:
+    """--n-cpu-moe on the RPC device (no op offload): the expert FFN moves to the CPU."""
+    misses = check_grid(
+        big_moe, rpc_endpoint, ["-ngl", "99", "--n-cpu-moe", "2"], cpu_expert_layers=2
+    )
+    assert misses == []
+
+
+@pytest.mark.server
+def test_server_partial_layers_and_quantized_cache(
+    tiny_models: dict[str, Path], big_moe: Path, rpc_endpoint: str
+) -> None:
+    """-ngl 2 of 4 blocks (block 0-2 on the CPU) and q8_0 caches, which llama.cpp rotates."""
+    facts = load_model_facts(big_moe)
+    device, host = printed_compute(
+        big_moe, rpc_endpoint, ["-ngl", "2", *grid_args(512, 4096, True)]
+    )
+    estimate = estimate_compute(facts, n_ctx=4096, layers_on_device=1, device_kind="rpc")
+    assert within(estimate.device_bytes, device) and within(estimate.host_bytes, host)
+    q8 = ["-ngl", "99", "-ctk", "q8_0", "-ctv", "q8_0", *grid_args(512, 16384, True)]
+    device, host = printed_compute(tiny_models["gpt-oss"], rpc_endpoint, q8)
+    facts = load_model_facts(tiny_models["gpt-oss"])
+    estimate = estimate_compute(facts, n_ctx=16384, type_k="q8_0", type_v="q8_0", device_kind="rpc")
+    assert abs(estimate.device_bytes - device * MIB) <= PRINTED_MIB_TOLERANCE_BYTES
+    assert abs(estimate.host_bytes - host * MIB) <= PRINTED_MIB_TOLERANCE_BYTES
+
+
+@pytest.mark.server
+def test_fit_params_dry_run_of_a_real_size_model(tmp_path: Path, rpc_endpoint: str) -> None:
+    """llama-fit-params on the sparse Qwen3-30B-A3B (one sequence, every token an output)."""
+    path = write_header_only(tmp_path / "Qwen3-30B-A3B-Q4_K_M.gguf", sparse=True)
+    facts = load_model_facts(path)
+    argv = [str(bin_path("llama-fit-params")), "-m", str(path), "--rpc", rpc_endpoint]
+    for ub, ctx, fa in itertools.product((512, 2048), (4096, 16384), (True, False)):
+        args = ["-c", str(ctx), "-ub", str(ub), "-fa", "on" if fa else "off", "-fitp", "on"]
+        out = subprocess.run([*argv, *args], capture_output=True, text=True, check=True).stdout
+        rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+        device = next(int(v[3]) for k, v in rows.items() if k.startswith("RPC"))
+        estimate = estimate_compute(
+            facts, n_ctx=ctx, n_ubatch=ub, flash_attn=fa, device_kind="rpc", n_seq=1, n_outputs=None
+        )
+        assert estimate.device_bytes // MIB == device
+        assert estimate.host_bytes // MIB == int(rows["Host"][3])
