@@ -133,7 +133,7 @@ class _OverrideSearch:
 
     def run(self, order: Sequence[int]) -> OffloadPlan:
         for count in range(len(order) + 1):
-            moved = order[:count]
+            moved = list(order[:count])
             moved_bytes = sum(sum(self.parts[i].values()) for i in moved)
             memory = self.memory(moved_bytes, moved)
             if memory.gpu_bytes <= self.budget_bytes:
