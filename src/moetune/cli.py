@@ -21,7 +21,7 @@ from moetune.kvcache import parse_cache_type
 from moetune.memory import Settings
 from moetune.model import load_model_facts
 from moetune.planner import PlanRequest, check_context, make_plan
-from moetune.runner import tune_model
+from moetune.runner import describe, tune_model
 from moetune.server import find_server, install_signal_handlers, launch
 from moetune.trial import TrialConfig, extra_int, trial_args
 from moetune.units import parse_size
@@ -264,6 +264,7 @@ def run(
         result = tune_model(
             facts, config, target_bytes=target, headroom_bytes=parse_size(headroom, True),
             gpus=detect_gpu_probe(), on_event=status.update,
+            on_attempt=lambda attempt: err.print(describe(attempt), highlight=False),
         )  # fmt: skip
     if as_json:
         sys.stdout.write(report.to_json(report.run_payload(result)) + "\n")

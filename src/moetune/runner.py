@@ -87,6 +87,7 @@ def tune_model(
     headroom_bytes: int,
     gpus: GpuProbe | None,
     on_event: Callable[[str], None],
+    on_attempt: Callable[[Attempt], None] = lambda attempt: None,
 ) -> RunResult:
     """Plan, then launch llama-server until the smallest N within the target is confirmed."""
     check_extra(config.extra_args)
@@ -116,7 +117,7 @@ def tune_model(
             probe=probe,
             on_event=on_event,
         )
-        on_event(_describe(attempt))
+        on_attempt(attempt)
         return attempt
 
     attempts = tune(search, planned, measure, MAX_LAUNCHES)
@@ -129,7 +130,8 @@ def tune_model(
     )  # fmt: skip
 
 
-def _describe(attempt: Attempt) -> str:
+def describe(attempt: Attempt) -> str:
+    """One line per attempt, for progress output."""
     measured = "-" if attempt.measured_bytes is None else f"{attempt.measured_bytes / MIB:.1f}"
     return (
         f"N={attempt.n_cpu_moe}: {attempt.status}, measured {measured} MiB, "

@@ -69,6 +69,7 @@ def run_trial(config: TrialConfig, n: int, *, predicted: int, target_bytes: int,
             with ServerClient(server.url) as client:
                 client.wait_ready(config.ready_timeout_s, server.check_alive,
                                   lambda s: on_event(f"N={n}: loading ({s:.0f} s)"))  # fmt: skip
+                client.complete("Hello", 4, stream=False)  # warm-up: first-call costs
                 on_event(f"N={n}: filling the context")
                 fill = fill_context(client, config.fill_tokens or config.settings.n_ctx,
                                     config.n_predict)  # fmt: skip
