@@ -285,5 +285,11 @@ def _serve_forever(config: TrialConfig, n_cpu_moe: int) -> None:
             err.print("stopping llama-server")
 
 
+# Commands kept in their own modules register themselves on `app` when imported.
+from moetune import cli_bench, cli_profiles  # noqa: E402
+
+__all__ = ["app", "cli_bench", "cli_profiles", "main"]
+
+
 def main() -> None:
     app(prog_name="moetune")
