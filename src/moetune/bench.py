@@ -14,6 +14,11 @@ Facts from llama.cpp build 11434 (tools/server):
   KV cache) one request may use all of ``-c``; with ``-np N`` and no ``--kv-unified``, ``-c / N``.
   A prompt of ``n_ctx`` tokens or more is refused; generation stops when
   ``prompt + generated + 1 >= n_ctx``, hence ``fill_context``'s cap of ``n_ctx - n_predict - 1``.
+- ``/v1/chat/completions`` with ``"stream": true`` sends ``chat.completion.chunk`` events: first
+  a ``delta`` with only ``"role": "assistant"``, then ``delta.content`` pieces, then a chunk
+  with ``finish_reason`` (and ``timings``), then ``data: [DONE]``.  The templated prompt is
+  tokenized with ``add_special`` and ``parse_special`` like ``/completion``'s; ``/apply-template``
+  returns that templated prompt without generating.
 """
 
 from __future__ import annotations
@@ -178,6 +183,38 @@ class _StreamClock:
         return (predicted_n - 1) / span if span > 0 else None
 
 
+def _chat_delta(event: dict[str, Any]) -> dict[str, Any]:
+    """The ``delta`` of a chat chunk's first choice (empty when there is none)."""
+    choices = event.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        delta = choices[0].get("delta")
+        if isinstance(delta, dict):
+            return cast(dict[str, Any], delta)
+    return {}
+
+
+def _chat_finish(event: dict[str, Any]) -> str | None:
+    """The ``finish_reason`` of a chat chunk's first choice, if set."""
+    choices = event.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        reason = choices[0].get("finish_reason")
+        return str(reason) if reason is not None else None
+    return None
+
+
+class _ChatClock(_StreamClock):
+    """``_StreamClock`` for chat chunks: a token is a delta with text beyond the role."""
+
+    def chunk(self, event: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        if "timings" in event or _chat_finish(event) is not None:
+            self.final = now if self.final is None else self.final
+        elif self.first is None and any(
+            value for key, value in _chat_delta(event).items() if key != "role"
+        ):
+            self.first = now
+
+
 def _words(n: int) -> str:
     """The first ``n`` filler words, space-separated."""
     return " ".join(_WORDS[i % len(_WORDS)] for i in range(n))
@@ -319,6 +356,56 @@ class ServerClient:
         """A prompt that ``/completion`` reads as exactly ``n_tokens`` tokens (BOS included)."""
         return build_prompt(n_tokens, lambda text: len(self.tokenize(text)))
 
+    def apply_template(self, content: str) -> str:
+        """The prompt ``/v1/chat/completions`` builds for one user message ``content``."""
+        body = {"messages": [{"role": "user", "content": content}]}
+        return str(self._request("POST", "/apply-template", json=body)["prompt"])
+
+    def chat_tokens(self, content: str) -> int:
+        """How many prompt tokens one user message ``content`` costs, chat template included."""
+        return len(self.tokenize(self.apply_template(content)))
+
+    def chat_prompt_of_tokens(self, n_tokens: int) -> str:
+        """A user message whose chat prompt is exactly ``n_tokens`` tokens, template included.
+
+        BadValueError when ``n_tokens`` is below the template's own (``chat_tokens("")``).
+        """
+        return build_prompt(n_tokens, self.chat_tokens)
+
+    def chat(self, content: str, n_predict: int, *, ignore_eos: bool = True) -> CompletionResult:
+        """One uncached, streamed ``/v1/chat/completions`` with one user message, timed."""
+        body = {
+            "messages": [{"role": "user", "content": content}], "max_tokens": n_predict,
+            "stream": True, "cache_prompt": False, "ignore_eos": ignore_eos,
+        }  # fmt: skip
+        try:
+            return self._chat_stream(body)
+        except httpx.HTTPError as exc:
+            raise ServerFailedError(f"llama-server /v1/chat/completions failed: {exc!r}") from exc
+
+    def _chat_stream(self, body: dict[str, Any]) -> CompletionResult:
+        clock = _ChatClock()
+        parts: list[str] = []
+        final: dict[str, Any] | None = None
+        finish: str | None = None
+        path = "/v1/chat/completions"
+        response = self._send(self._http.build_request("POST", path, json=body), True)
+        try:
+            _check_status(response, path)
+            for event in parse_sse_lines(response.iter_lines()):
+                clock.chunk(event)
+                parts.append(str(_chat_delta(event).get("content") or ""))
+                finish = _chat_finish(event) or finish
+                final = event if "timings" in event else final
+        finally:
+            response.close()
+        if final is None:
+            raise ServerFailedError("llama-server chat stream had no timings")
+        wall_s = time.perf_counter() - clock.start
+        result = _result({**final, "stop_type": finish}, "".join(parts), wall_s, clock.ttft_s(),
+                         None)  # fmt: skip
+        return result.model_copy(update={"client_decode_tps": clock.decode_tps(result.predicted_n)})
+
     def complete(self, prompt: str | list[int], n_predict: int, stream: bool = True,
                  *, ignore_eos: bool = True) -> CompletionResult:  # fmt: skip
         """One uncached ``/completion``, timed; ``ignore_eos`` makes it generate ``n_predict``."""
@@ -361,6 +448,15 @@ class ServerClient:
         result = _result(final, "".join(parts), wall_s, clock.ttft_s(), None)
         tps = clock.decode_tps(result.predicted_n)
         return result.model_copy(update={"client_decode_tps": tps})
+
+
+def _check_status(response: httpx.Response, path: str) -> None:
+    """ServerFailedError with the server's message unless a streamed answer is a 200."""
+    if response.status_code != 200:
+        response.read()
+        raise ServerFailedError(
+            f"llama-server {path} answered {response.status_code}: {_body_error(response)}"
+        )
 
 
 def _body_error(response: httpx.Response) -> str:
