@@ -6,7 +6,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from moetune.placement import ALL_LAYERS, Override
+from moetune.memory import Settings
+from moetune.placement import ALL_LAYERS, Override, Placement
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,34 @@ class ServerArgs:
     flash_attn: bool = True
     n_parallel: int | None = None  # -np; None = llama-server's auto (4 slots, unified KV)
     extra: tuple[str, ...] = ()
+
+
+def args_for(
+    model: str,
+    settings: Settings,
+    placement: Placement,
+    *,
+    threads: int | None = None,
+    extra: tuple[str, ...] = (),
+    with_ubatch: bool = True,
+) -> ServerArgs:
+    """The arguments for ``placement`` at ``settings`` (``--n-cpu-moe N`` when the placement
+    came from it, else its ``-ot`` rules). ``with_ubatch=False`` when ``extra`` carries -ub."""
+    by_n = placement.n_cpu_moe is not None
+    return ServerArgs(
+        model=model,
+        n_ctx=settings.n_ctx,
+        type_k=settings.type_k,
+        type_v=settings.type_v,
+        n_gpu_layers=placement.n_gpu_layers,
+        n_cpu_moe=placement.n_cpu_moe,
+        overrides=() if by_n else placement.overrides,
+        threads=threads,
+        n_ubatch=settings.n_ubatch if with_ubatch and settings.n_ubatch != 512 else None,
+        flash_attn=settings.flash_attn,
+        n_parallel=settings.n_seq if settings.explicit_parallel else None,
+        extra=extra,
+    )
 
 
 def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:

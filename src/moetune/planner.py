@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from moetune.command import ServerArgs, server_argv
+from moetune.command import args_for, server_argv
 from moetune.errors import BadValueError, DoesNotFitError
 from moetune.gguf.roles import Role
 from moetune.memory import MemoryEstimate, Settings, estimate, estimate_from_split
@@ -324,19 +324,7 @@ def _placement_result(
     req: PlanRequest, plan: OffloadPlan, settings: Settings, threads: int | None
 ) -> PlacementResult:
     placement = plan.placement
-    args = ServerArgs(
-        model=req.model_path,
-        n_ctx=settings.n_ctx,
-        type_k=settings.type_k,
-        type_v=settings.type_v,
-        n_gpu_layers=placement.n_gpu_layers,
-        n_cpu_moe=placement.n_cpu_moe,
-        overrides=() if placement.n_cpu_moe is not None else placement.overrides,
-        threads=threads,
-        flash_attn=settings.flash_attn,
-        n_ubatch=settings.n_ubatch if settings.n_ubatch != 512 else None,
-        n_parallel=settings.n_seq if settings.explicit_parallel else None,
-    )
+    args = args_for(req.model_path, settings, placement, threads=threads)
     return PlacementResult(
         n_cpu_moe=placement.n_cpu_moe,
         override_tensor=[]

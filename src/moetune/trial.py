@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moetune.bench import ServerClient, fill_context
-from moetune.command import ServerArgs, server_argv
+from moetune.command import args_for, server_argv
 from moetune.errors import OutOfMemoryError, ServerFailedError
 from moetune.memory import Settings
 from moetune.memprobe import MemoryProbe
+from moetune.placement import Placement
 from moetune.server import RunningServer, launch
 from moetune.tuner import Attempt
 
@@ -37,12 +38,9 @@ class TrialConfig:
 
 def trial_args(config: TrialConfig, n_cpu_moe: int) -> list[str]:
     """llama-server's arguments (without the binary) for ``--n-cpu-moe n_cpu_moe``."""
-    settings = config.settings
-    args = ServerArgs(
-        model=config.model, n_ctx=settings.n_ctx, type_k=settings.type_k,
-        type_v=settings.type_v, n_cpu_moe=n_cpu_moe, flash_attn=settings.flash_attn,
-        threads=config.threads, extra=config.extra_args,
-        n_parallel=settings.n_seq if settings.explicit_parallel else None,
+    args = args_for(
+        config.model, config.settings, Placement.with_n_cpu_moe(n_cpu_moe),
+        threads=config.threads, extra=config.extra_args, with_ubatch=False,
     )  # fmt: skip
     return server_argv(args)[1:]
 
