@@ -313,6 +313,15 @@ class ServerClient:
             return False
         return response.status_code == 200
 
+    def reachable(self) -> bool:
+        """True when something answers HTTP at the URL, whatever the status (503 included)."""
+        try:
+            request = self._http.build_request("GET", "/health", timeout=HEALTH_TIMEOUT_S)
+            self._send(request)
+        except httpx.HTTPError:
+            return False
+        return True
+
     def wait_ready(self, timeout_s: float, alive: Callable[[], bool],
                    on_wait: Callable[[float], None] | None = None) -> float:  # fmt: skip
         """Poll ``/health`` until ready; the seconds waited.

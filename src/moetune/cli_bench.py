@@ -89,7 +89,7 @@ def _request(model: Path, context: typer.Context, *, names: list[str], workload:
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @handle_errors
-def bench(  # noqa: PLR0917 - typer commands take one parameter per option
+def bench(
     context: typer.Context,
     model: Annotated[
         Path | None, typer.Argument(help="GGUF model file (leave out with --server-url).")
@@ -135,8 +135,10 @@ def bench(  # noqa: PLR0917 - typer commands take one parameter per option
     """
     workload = _workload(depths, repeats, n_predict, endpoint)
     if server_url is not None:
-        if model is not None:
-            raise BadValueError("--server-url measures a running server: leave MODEL out")
+        if model is not None or context.args:
+            raise BadValueError(
+                "--server-url measures a running server: leave out MODEL and llama-server flags"
+            )
         with err.status("measuring...") as status:
             result = bench_url(server_url, workload, name, status.update)
         _emit(result, as_json, out_file, save)

@@ -1,0 +1,194 @@
+"""Rendering of `moetune bench` results: tables, the verdict in words, a terminal bar chart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from moetune.benchrun import BenchResult, ConfigRun, DepthResult, Stat, Verdict, describe_fit
+from moetune.units import format_bytes
+
+BAR_WIDTH = 40
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+_STATUS_STYLE = {"ok": "green", "skipped": "yellow", "failed": "red"}
+_METRIC_WORD = {"decode_tps": "decode", "prefill_tps": "prefill"}
+
+
+def bench_payload(result: BenchResult) -> dict[str, Any]:
+    """The JSON form (report.to_json adds the schema version)."""
+    return result.model_dump(mode="json")
+
+
+def _num(value: float) -> str:
+    """Three significant figures or so: 0.0123, 1.23, 12.3, 1234."""
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def _secs(value: float) -> str:
+    """Seconds: milliseconds shown below 10 s (0.026), tenths above (12.3)."""
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def format_stat(stat: Stat | None, fmt: Callable[[float], str] = _num) -> str:
+    """``41.2 (40.1-42.0)``; the median alone when every repeat agrees; ``-`` when unknown."""
+    if stat is None:
+        return "-"
+    if fmt(stat.min) == fmt(stat.max):
+        return fmt(stat.median)
+    return f"{fmt(stat.median)} ({fmt(stat.min)}-{fmt(stat.max)})"
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """One line: who is fastest at this depth, and by how much (or that it is noise)."""
+    word = _METRIC_WORD[verdict.metric]
+    head = f"depth {verdict.depth}, {word}:"
+    best = f"{_num(verdict.winner_median)} tok/s"
+    if verdict.runner_up is None or verdict.runner_up_median is None:
+        return f"{head} only {verdict.winner} measured ({best})"
+    pair = f"{best} vs {_num(verdict.runner_up_median)}"
+    if verdict.within_noise:
+        return (f"{head} {verdict.winner} and {verdict.runner_up} are within noise "
+                f"({pair}; their min-max spreads overlap)")  # fmt: skip
+    ratio = f"{verdict.ratio:.2f}x" if verdict.ratio is not None else "faster than"
+    return f"{head} {verdict.winner} is fastest, {ratio} {verdict.runner_up} ({pair})"
+
+
+def _header(result: BenchResult) -> Text:
+    where = result.server_url or result.model or "?"
+    parts = [f"bench of {where}", f"{result.endpoint} endpoint", f"ctx {result.n_ctx}",
+             f"{result.n_predict} generated tokens", f"{result.repeats} repeats"]  # fmt: skip
+    if result.device:
+        parts.insert(1, f"device {result.device}")
+    if result.budget_bytes is not None:
+        parts.insert(2, f"budget {format_bytes(result.budget_bytes)}")
+    return Text(" | ".join(parts))
+
+
+def _peak(run: ConfigRun, budget: int | None) -> Text:
+    """The measured device peak, red when over the budget."""
+    if run.peak_device_bytes is None:
+        return Text("-")
+    over = budget is not None and run.peak_device_bytes > budget
+    return Text(format_bytes(run.peak_device_bytes), style="red" if over else "")
+
+
+def _configs_table(configs: Sequence[ConfigRun], probe_note: str, budget: int | None) -> Table:
+    table = Table(title="configurations", title_justify="left")
+    for column in ("config", "status", "placement", "predicted", "device peak", "load s", "note"):
+        table.add_column(column, justify="right" if column in {"predicted", "load s"} else "left")
+    for run in configs:
+        note = run.message or ""
+        if run.fit is not None:
+            note = describe_fit(run.fit) + (f"; {note}" if note else "")
+        table.add_row(
+            run.name, Text(run.status, style=_STATUS_STYLE[run.status]), run.description,
+            format_bytes(run.predicted_bytes) if run.predicted_bytes is not None else "-",
+            _peak(run, budget), f"{run.load_s:.1f}" if run.load_s is not None else "-", note,
+        )  # fmt: skip
+    table.caption = probe_note or None
+    table.caption_justify = "left"
+    return table
+
+
+def _best_decode(results: Sequence[DepthResult]) -> dict[int, float]:
+    best: dict[int, float] = {}
+    for row in results:
+        best[row.depth] = max(best.get(row.depth, 0.0), row.decode_tps.median)
+    return best
+
+
+def _results_table(result: BenchResult) -> Table:
+    table = Table(title="measurements: median (min-max)", title_justify="left")
+    for column in ("config", "depth", "TTFT s", "prefill tok/s", "decode tok/s", "vs best",
+                   "device mem"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "config" else "right")
+    if result.shortest_prompt:
+        table.caption = (
+            f"depth = prompt tokens; the shortest prompt is {result.shortest_prompt}"
+            + (" (the chat template alone)" if result.endpoint == "chat" else "")
+        )
+        table.caption_justify = "left"
+    best = _best_decode(result.results)
+    for row in sorted(result.results, key=lambda r: (r.depth, _order(result, r.config))):
+        top = best.get(row.depth, 0.0)
+        share = f"{row.decode_tps.median / top:.2f}x" if top > 0 else "-"
+        table.add_row(
+            row.config, str(row.depth), format_stat(row.ttft_s, _secs),
+            format_stat(row.prefill_tps), format_stat(row.decode_tps), share,
+            format_bytes(row.device_bytes) if row.device_bytes is not None else "-",
+        )  # fmt: skip
+    return table
+
+
+def _order(result: BenchResult, name: str) -> int:
+    names = [c.name for c in result.configs]
+    return names.index(name) if name in names else len(names)
+
+
+def _probe_note(result: BenchResult) -> str:
+    if result.probe is None:
+        return ""
+    note = f"device memory: {result.probe}"
+    if not result.probe_includes_overhead:
+        note += "; buffers only, without the runtime's own overhead"
+    return note
+
+
+def render_bench(result: BenchResult) -> RenderableType:
+    """The configurations, the measurements and the verdict."""
+    parts: list[RenderableType] = [_header(result), Text("")]
+    parts.append(_configs_table(result.configs, _probe_note(result), result.budget_bytes))
+    if result.results:
+        parts.append(_results_table(result))
+    parts.append(Text("verdict", style="bold"))
+    if not result.verdicts:
+        parts.append(Text("nothing was measured: see the configurations above", style="red"))
+    for verdict in result.verdicts:
+        style = "dim" if verdict.within_noise else ""
+        parts.append(Text(f"  {verdict_text(verdict)}", style=style))
+    return Group(*parts)
+
+
+def _bar(value: float, scale: float, width: int = BAR_WIDTH) -> str:
+    """A bar of ``value / scale * width`` cells in eighths of a block."""
+    eighths = round(max(0.0, value) / scale * width * 8) if scale > 0 else 0
+    full, rest = divmod(min(eighths, width * 8), 8)
+    return "█" * full + (_EIGHTHS[rest] if rest else "")
+
+
+def render_chart(result: BenchResult, width: int = BAR_WIDTH) -> RenderableType:
+    """Decode tok/s by depth, one bar per configuration (the median; the range in numbers)."""
+    if not result.results:
+        return Text("")
+    scale = max(r.decode_tps.max for r in result.results)
+    names = [c.name for c in result.configs if any(r.config == c.name for r in result.results)]
+    pad = max(len(n) for n in names)
+    lines: list[Text] = [Text("decode tok/s by depth (median, min-max)", style="bold")]
+    for depth in sorted({r.depth for r in result.results}):
+        lines.append(Text(f"depth {depth}"))
+        for index, name in enumerate(names):
+            row = next((r for r in result.results if r.config == name and r.depth == depth), None)
+            if row is None:
+                continue
+            bar = _bar(row.decode_tps.median, scale, width).ljust(width)
+            line = Text(f"  {name.ljust(pad)} ")
+            line.append(bar, style=_COLOURS[index % len(_COLOURS)])
+            line.append(f" {format_stat(row.decode_tps)}")
+            lines.append(line)
+    return Group(*lines)
+
+
+def render_report(result: BenchResult) -> RenderableType:
+    """``moetune report``: the saved result again, with the bar chart."""
+    return Group(render_bench(result), Text(""), render_chart(result))

@@ -1,0 +1,302 @@
+"""moetune bench end to end: the chat stream client on recorded chunks, then the real
+llama-server on a tiny model with ggml-rpc-server on 127.0.0.1 as the device."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from moetune.bench import ServerClient, parse_sse_lines
+from moetune.errors import ExitCode, ServerFailedError
+
+from factory import write_model
+from llama import rpc_server, running_server
+
+# --- recorded /v1/chat/completions stream (llama.cpp build 11434, tiny qwen3moe) -------------
+
+_HEAD = '"created":1796033977,"id":"chatcmpl-c4pU","model":"q.gguf","system_fingerprint":"b0"'
+ROLE = (
+    'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant",'
+    f'"content":null}}}}],{_HEAD},"object":"chat.completion.chunk"}}'
+)
+TOKEN = (
+    'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"+"}}],'
+    f'{_HEAD},"object":"chat.completion.chunk"}}'
+)
+FINISH = (
+    'data: {"choices":[{"finish_reason":"length","index":0,"delta":{}}],'
+    f'{_HEAD},"object":"chat.completion.chunk","timings":{{"cache_n":0,"prompt_n":47,'
+    '"prompt_ms":95.534,"prompt_per_token_ms":2.03,"prompt_per_second":491.97,'
+    '"predicted_n":4,"predicted_ms":4.004,"predicted_per_token_ms":1.33,'
+    '"predicted_per_second":749.25}}'
+)
+DONE = "data: [DONE]"
+ERROR = 'data: {"error":{"code":500,"message":"Compute error.","type":"server_error"}}'
+
+
+def test_parse_recorded_chat_stream() -> None:
+    lines = [ROLE, "", TOKEN, "", ":", "", TOKEN, "", FINISH, "", DONE, ""]
+    chunks = list(parse_sse_lines(lines))
+    assert len(chunks) == 4  # [DONE] ends the stream and is not a chunk
+    assert chunks[-1]["timings"]["prompt_n"] == 47
+
+
+@contextlib.contextmanager
+def http_once(response: bytes) -> Iterator[str]:
+    """A server answering every connection with ``response`` verbatim, then closing it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                data = b""
+                while b"\r\n\r\n" not in data and (part := conn.recv(65536)):
+                    data += part  # the body is small: it came with the headers or is dropped
+                conn.sendall(response)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=5)
+
+
+def sse(*events: str) -> bytes:
+    body = "".join(f"{e}\n\n" for e in events).encode()
+    return b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + body
+
+
+def test_chat_from_recorded_chunks() -> None:
+    recorded = sse(ROLE, TOKEN, TOKEN, TOKEN, TOKEN, FINISH, DONE)
+    with http_once(recorded) as url, ServerClient(url) as client:
+        result = client.chat("hello", 4)
+    assert (result.prompt_n, result.predicted_n, result.stop_type) == (47, 4, "length")
+    assert result.content == "++++" and result.predicted_per_second == 749.25
+    assert result.ttft_s is not None and 0 < result.ttft_s <= result.wall_s
+    assert result.client_decode_tps is None or result.client_decode_tps > 0
+
+
+@pytest.mark.parametrize(
+    ("response", "message"),
+    [
+        (sse(ROLE, TOKEN, TOKEN), "ended before its final chunk"),  # cut mid-way
+        (sse(ROLE, TOKEN, FINISH), "ended before its final chunk"),  # no [DONE]
+        (sse(ROLE, TOKEN, ERROR), r"error mid-stream: Compute error\."),
+        (sse(ROLE, TOKEN[:70]), "cut mid-chunk"),
+        (sse(ROLE, TOKEN, DONE), "had no timings"),
+        (
+            b"HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\n\r\n"
+            b'{"error":{"code":400,"message":"request (2741 tokens) exceeds the available '
+            b'context size (1024 tokens), try increasing it"}}',
+            r"/v1/chat/completions answered 400: request \(2741 tokens\) exceeds",
+        ),
+    ],
+    ids=["cut", "no-done", "error-event", "cut-mid-json", "no-timings", "http-400"],
+)
+def test_chat_stream_failures(response: bytes, message: str) -> None:
+    with (
+        http_once(response) as url,
+        ServerClient(url, timeout=10) as client,
+        pytest.raises(ServerFailedError, match=message),
+    ):
+        client.chat("hello", 4)
+
+
+# --- the real llama-server ------------------------------------------------------------------
+
+CTX = 1024
+N_PREDICT = 8
+REPEATS = 2
+TARGET_MIB = 30  # on this model: --n-cpu-moe 2 fits, everything on the device does not
+
+
+def moetune(*args: str, home: Path | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    env = {**os.environ, "COLUMNS": "200"}
+    if home is not None:
+        env["MOETUNE_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "moetune", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False, env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rpc() -> Iterator[str]:
+    with rpc_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model(tmp_path_factory.mktemp("bench") / "qwen3moe.gguf", "qwen3moe", n_layers=8)
+
+
+class Bench:
+    """One `moetune bench` of every configuration, shared by the tests below."""
+
+    def __init__(self, done: subprocess.CompletedProcess[str], out: Path, home: Path) -> None:
+        self.done = done
+        self.out = out
+        self.home = home
+        self.data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+
+    def config(self, name: str) -> dict[str, Any]:
+        return next(c for c in self.data["configs"] if c["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def bench(model: Path, rpc: str, tmp_path_factory: pytest.TempPathFactory) -> Bench:
+    root = tmp_path_factory.mktemp("bench-run")
+    out = root / "result.json"
+    done = moetune("bench", str(model), "--ctx", str(CTX), "--depths", "0,64,256",
+                   "--repeats", str(REPEATS), "--n-predict", str(N_PREDICT), "--target-vram",
+                   f"{TARGET_MIB}M", "--overhead", "0", "--out", str(out), "--", "--rpc", rpc,
+                   home=root / "home")  # fmt: skip
+    return Bench(done, out, root / "home")
+
+
+@pytest.mark.server
+def test_bench_prints_table_and_verdict(bench: Bench) -> None:
+    assert bench.done.returncode == 0, bench.done.stderr
+    text = bench.done.stdout
+    assert "configurations" in text and "measurements: median (min-max)" in text
+    assert "verdict" in text and ("is fastest" in text or "within noise" in text)
+    for name in ("plan", "fit", "cpu-moe", "layers", "gpu-only"):
+        assert name in text
+    assert "does not fit" in text  # gpu-only, skipped
+    assert "Traceback" not in bench.done.stderr
+
+
+@pytest.mark.server
+def test_json_holds_every_sample(bench: Bench) -> None:
+    data = bench.data
+    assert data["kind"] == "moetune.bench" and data["schema_version"] >= 1
+    status = {c["name"]: c["status"] for c in data["configs"]}
+    assert status == {"plan": "ok", "fit": "ok", "cpu-moe": "ok", "layers": "ok",
+                      "gpu-only": "skipped"}  # fmt: skip
+    shortest = data["shortest_prompt"]
+    assert 0 < shortest < 64  # depth 0 is the chat template alone
+    assert data["depths"] == [shortest, 64, 256]
+    assert len(data["results"]) == 4 * 3
+    for row in data["results"]:
+        assert len(row["samples"]) == REPEATS
+        for sample in row["samples"]:
+            assert sample["prompt_n"] == row["depth"]  # exactly the depth asked, template included
+            assert sample["predicted_n"] == N_PREDICT
+            assert sample["prefill_tps"] > 0 and sample["decode_tps"] > 0
+            assert sample["stop_type"] == "length"
+        for key in ("ttft_s", "prefill_tps", "decode_tps"):
+            stat = row[key]
+            assert 0 < stat["min"] <= stat["median"] <= stat["max"]
+    assert {(v["depth"], v["metric"]) for v in data["verdicts"]} == {
+        (d, m) for d in data["depths"] for m in ("decode_tps", "prefill_tps")
+    }
+
+
+@pytest.mark.server
+def test_client_ttft_agrees_with_server_prompt_time(bench: Bench) -> None:
+    for row in bench.data["results"]:
+        for sample in row["samples"]:
+            prompt_s = sample["prompt_ms"] / 1000
+            one_token_s = sample["predicted_ms"] / sample["predicted_n"] / 1000
+            # the first token follows the prompt: one token's decode plus the HTTP round trip
+            assert prompt_s <= sample["ttft_s"] <= prompt_s + 2 * one_token_s + 0.5, sample
+
+
+@pytest.mark.server
+def test_memory_and_what_fit_chose(bench: Bench) -> None:
+    budget = bench.data["budget_bytes"]
+    assert budget == TARGET_MIB * 1024**2
+    assert bench.data["probe"] == "llama.cpp log (RPC0 buffers)"
+    for name in ("plan", "cpu-moe", "layers"):
+        config = bench.config(name)
+        assert 0 < config["peak_device_bytes"] <= budget, config
+        assert abs(config["peak_device_bytes"] - config["predicted_bytes"]) < 0.05 * budget
+    assert bench.config("cpu-moe")["peak_device_bytes"] < bench.config("plan")["peak_device_bytes"]
+    fit = bench.config("fit")["fit"]
+    assert fit["status"] == "fitted" and fit["offloaded"] == "9/9"
+    assert fit["devices"][0]["device"].startswith("RPC0") and fit["devices"][0]["overflowing"] > 0
+    assert fit["target_mib"] is not None
+
+
+@pytest.mark.server
+def test_result_is_kept_and_reported(bench: Bench) -> None:
+    kept = list((bench.home / "bench").glob("*-qwen3moe.json"))
+    assert len(kept) == 1 and kept[0].read_text() == bench.out.read_text()
+    shown = moetune("report", str(bench.out))
+    assert shown.returncode == 0, shown.stderr
+    assert "decode tok/s by depth" in shown.stdout
+    bars = [line for line in shown.stdout.splitlines() if "█" in line]
+    assert len(bars) == 4 * 3
+
+
+@pytest.mark.server
+def test_server_url_measures_without_launching(model: Path) -> None:
+    with running_server(model, "-c", "512") as server:
+        done = moetune("bench", "--server-url", server.url, "--endpoint", "completion",
+                       "--depths", "0,32,4096", "--repeats", "1", "--n-predict", "4",
+                       "--json", "--no-save", "--name", "mine")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["server_url"] == server.url and data["model"] == str(model)
+    assert [c["name"] for c in data["configs"]] == ["mine"] and data["configs"][0]["args"] == []
+    assert data["depths"] == [1, 32, 512 - 4 - 1]  # 0 -> one token; 4096 capped by the context
+    for row in data["results"]:
+        (sample,) = row["samples"]
+        assert (sample["prompt_n"], sample["predicted_n"]) == (row["depth"], 4)
+    assert "saved" not in done.stderr
+
+
+@pytest.mark.server
+def test_server_url_unreachable() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = moetune("bench", "--server-url", f"http://127.0.0.1:{port}", "--no-save")
+    assert done.returncode == ExitCode.SERVER_FAILED, done.stderr
+    assert "nothing answers at" in done.stderr
+
+
+@pytest.mark.server
+def test_sigterm_mid_bench_leaves_no_server(model: Path, rpc: str, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "moetune", "bench", str(model), "--ctx", str(CTX),
+            "--depths", "0,700", "--repeats", "50", "--n-predict", "16", "--no-save",
+            "--", "--rpc", rpc]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    me = psutil.Process(proc.pid)
+    servers: list[psutil.Process] = []
+    deadline = time.monotonic() + 60
+    while not servers and time.monotonic() < deadline:
+        servers = [c for c in me.children(recursive=True) if "llama-server" in c.name()]
+        time.sleep(0.05)
+    assert servers, "no llama-server was started"
+    time.sleep(1.5)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED
+    _gone, alive = psutil.wait_procs(servers, timeout=15)
+    assert not alive, alive

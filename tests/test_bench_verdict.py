@@ -1,0 +1,397 @@
+"""moetune bench without llama-server: statistics, the verdict, depths, --fit's log, the
+configurations, saved results and their rendering."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from moetune import benchrun as br
+from moetune.cli import app
+from moetune.errors import BadValueError, ExitCode, ModelFileError
+from moetune.memory import Settings
+from moetune.model import load_model_facts
+from moetune.report import SCHEMA_VERSION, to_json
+from moetune.report import bench as rb
+from moetune.units import MIB
+
+from factory import write_model
+
+
+def sample(decode: float, prefill: float = 1000.0, ttft: float | None = 0.1) -> br.Sample:
+    return br.Sample(
+        prompt_n=64, predicted_n=16, ttft_s=ttft, prompt_ms=64 / prefill * 1000,
+        predicted_ms=16 / decode * 1000 if decode else 0.0, prefill_tps=prefill, decode_tps=decode,
+        client_prefill_tps=64 / ttft if ttft else None, client_decode_tps=decode * 0.98,
+        wall_s=1.0, stop_type="length",
+    )  # fmt: skip
+
+
+def row(config: str, depth: int, decodes: list[float],
+        prefills: list[float] | None = None) -> br.DepthResult:  # fmt: skip
+    prefills = prefills or [1000.0] * len(decodes)
+    samples = [sample(d, p) for d, p in zip(decodes, prefills, strict=True)]
+    return br.summarize(config, depth, samples, 30 * MIB)
+
+
+# --- statistics and the verdict -------------------------------------------------------------
+
+
+def test_stat_median_and_range() -> None:
+    assert br.Stat.of([3.0, 1.0, 2.0]) == br.Stat(median=2.0, min=1.0, max=3.0)
+    assert br.Stat.of([1.0, 4.0]) == br.Stat(median=2.5, min=1.0, max=4.0)
+    assert br.Stat.of([None, 5.0]) == br.Stat(median=5.0, min=5.0, max=5.0)
+    assert br.Stat.of([None]) is None and br.Stat.of([]) is None
+
+
+def test_summarize_keeps_every_sample() -> None:
+    result = br.summarize("plan", 64, [sample(10.0, ttft=None), sample(20.0, ttft=0.2)], None)
+    assert len(result.samples) == 2
+    assert result.decode_tps == br.Stat(median=15.0, min=10.0, max=20.0)
+    assert result.ttft_s == br.Stat(median=0.2, min=0.2, max=0.2)  # unknown TTFT left out
+    with pytest.raises(ValueError):
+        br.summarize("plan", 64, [], None)
+
+
+def test_verdict_clear_winner() -> None:
+    results = [row("plan", 0, [40.0, 41.0, 42.0]), row("cpu-moe", 0, [20.0, 21.0, 22.0]),
+               row("layers", 0, [10.0, 10.0, 10.0])]  # fmt: skip
+    decode = next(v for v in br.verdicts(results) if v.metric == "decode_tps")
+    assert (decode.winner, decode.runner_up, decode.within_noise) == ("plan", "cpu-moe", False)
+    assert decode.ratio == pytest.approx(41.0 / 21.0)
+    text = rb.verdict_text(decode)
+    assert text == "depth 0, decode: plan is fastest, 1.95x cpu-moe (41.0 tok/s vs 21.0)"
+
+
+def test_verdict_within_noise_when_spreads_overlap() -> None:
+    results = [row("plan", 64, [30.0, 40.0, 50.0]), row("fit", 64, [35.0, 38.0, 45.0])]
+    decode = br.verdicts(results)[0]
+    assert decode.winner == "plan" and decode.within_noise
+    assert "within noise" in rb.verdict_text(decode)
+    touching = [row("plan", 64, [40.0, 50.0]), row("fit", 64, [30.0, 40.0])]
+    assert br.verdicts(touching)[0].within_noise  # min of the winner == max of the other
+    apart = [row("plan", 64, [40.1, 50.0]), row("fit", 64, [30.0, 40.0])]
+    assert not br.verdicts(apart)[0].within_noise
+
+
+def test_verdict_per_depth_and_metric() -> None:
+    results = [
+        row("plan", 0, [50.0, 51.0], prefills=[900.0, 950.0]),
+        row("gpu-only", 0, [30.0, 31.0], prefills=[4000.0, 4100.0]),
+        row("plan", 4096, [20.0, 21.0]),
+        row("gpu-only", 4096, [40.0, 41.0]),
+    ]
+    found = {(v.depth, v.metric): v for v in br.verdicts(results)}
+    assert set(found) == {(0, "decode_tps"), (0, "prefill_tps"), (4096, "decode_tps"),
+                          (4096, "prefill_tps")}  # fmt: skip
+    assert found[0, "decode_tps"].winner == "plan"
+    assert found[0, "prefill_tps"].winner == "gpu-only"
+    assert found[0, "prefill_tps"].ratio == pytest.approx(4050 / 925)
+    assert found[4096, "decode_tps"].winner == "gpu-only"
+    assert found[4096, "prefill_tps"].within_noise  # equal prefill: overlap
+
+
+def test_verdict_single_configuration_and_zero() -> None:
+    alone = br.verdicts([row("server", 128, [12.0])])
+    assert alone[0].runner_up is None and alone[0].ratio is None and not alone[0].within_noise
+    assert rb.verdict_text(alone[0]) == "depth 128, decode: only server measured (12.0 tok/s)"
+    zero = br.verdicts([row("a", 0, [5.0]), row("b", 0, [0.0])])[0]
+    assert zero.winner == "a" and zero.ratio is None
+    assert br.verdicts([]) == []
+
+
+# --- depths and options ---------------------------------------------------------------------
+
+
+def test_capped_depths() -> None:
+    assert br.capped_depths([0, 4096, 16384], 32768, 128, 41) == [41, 4096, 16384]
+    assert br.capped_depths([0, 4096, 16384], 4096, 128, 1) == [1, 3967]  # both capped: one
+    assert br.capped_depths([256, 64, 64], 1024, 16, 1) == [64, 256]
+    with pytest.raises(BadValueError, match="no room"):
+        br.capped_depths([0], 64, 64, 1)
+    with pytest.raises(BadValueError, match="at least 1"):
+        br.capped_depths([0], 1024, 0, 1)
+    with pytest.raises(BadValueError, match="depths"):
+        br.capped_depths([-1], 1024, 16, 1)
+
+
+def test_parse_depths_and_configs() -> None:
+    assert br.parse_depths("0, 4096,16k,1_000") == [0, 4096, 16384, 1000]
+    with pytest.raises(BadValueError, match="not a depth"):
+        br.parse_depths("0,deep")
+    assert br.parse_configs("fit,plan,fit") == ["fit", "plan"]
+    with pytest.raises(BadValueError, match="unknown configuration gpu"):
+        br.parse_configs("plan,gpu")
+    with pytest.raises(BadValueError):
+        br.parse_configs(" , ")
+
+
+# --- what --fit chose (lines of llama.cpp build 11434 at -lv 4) -------------------------------
+
+FIT_FITTED = """\
+common_params_fit_impl: projected to use 35 MiB of device memory vs. 24105 MiB of free device memory
+common_params_fit_impl: cannot meet free memory target of 24085 MiB, need to reduce device memory by 14 MiB
+common_params_fit_impl: context size set by user to 1024 -> no change
+common_params_fit_impl:   - RPC0 (127.0.0.1:47211):  9 layers,     14 MiB used,  24091 MiB free
+common_params_fit_impl: converting dense-only layers to full layers and filling them front-to-back with overflow to next device/system memory:
+common_params_fit_impl: set ngl_per_device[0].(n_layer, n_part, overflow_type)=(9, 6, ATTN), id_dense_start=0
+common_params_fit_impl:   - RPC0 (127.0.0.1:47211):  9 layers ( 6 overflowing),     20 MiB used,  24085 MiB free
+common_fit_params: successfully fit params to free device memory
+common_fit_params: fitting params to free memory took 0.12 seconds
+load_tensors: offloading output layer to GPU
+load_tensors: offloaded 9/9 layers to GPU
+"""  # noqa: E501
+FIT_UNCHANGED = """\
+common_params_fit_impl: projected to use 35 MiB of device memory vs. 24105 MiB of free device memory
+common_params_fit_impl: will leave 24070 >= 1000 MiB of free device memory, no changes needed
+common_fit_params: successfully fit params to free device memory
+load_tensors: offloaded 9/9 layers to GPU
+"""
+FIT_FAILED = """\
+common_fit_params: failed to fit params to free device memory: n_gpu_layers already set by user to 99, abort
+load_tensors: offloaded 9/9 layers to GPU
+"""  # noqa: E501
+
+
+def test_parse_fit_log_fitted() -> None:
+    fit = br.parse_fit_log(FIT_FITTED, target_mib=24085)
+    assert fit.status == "fitted" and fit.offloaded == "9/9" and fit.target_mib == 24085
+    assert fit.devices == [br.FitDevice(device="RPC0 (127.0.0.1:47211)", layers=9,
+                                        overflowing=6, used_mib=20, free_mib=24085)]  # fmt: skip
+    assert br.describe_fit(fit) == "fitted: RPC0 9 layers (6 with CPU experts)"
+
+
+def test_parse_fit_log_unchanged_failed_unknown() -> None:
+    unchanged = br.parse_fit_log(FIT_UNCHANGED)
+    assert (unchanged.status, unchanged.devices, unchanged.target_mib) == ("unchanged", [], None)
+    failed = br.parse_fit_log(FIT_FAILED)
+    assert failed.status == "failed"
+    assert failed.message == "n_gpu_layers already set by user to 99, abort"
+    unknown = br.parse_fit_log("load_tensors: offloaded 3/9 layers to GPU\n")
+    assert (unknown.status, unknown.offloaded) == ("unknown", "3/9")
+    assert br.describe_fit(unknown) == "unknown: 3/9 layers offloaded"
+    assert br.describe_fit(failed) == "failed: n_gpu_layers already set by user to 99, abort"
+
+
+# --- the configurations on a tiny model -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model(tmp_path_factory.mktemp("bench") / "q.gguf", "qwen3moe", n_layers=8)
+
+
+def _setup(model: Path, budget_mib: float) -> br.Setup:
+    settings = Settings(n_ctx=1024, type_k="q8_0", type_v="q8_0", gpu_overhead_bytes=0,
+                        device_kind="rpc")  # fmt: skip
+    return br.Setup(str(model), settings, round(budget_mib * MIB), ("--rpc", "h:1"), 2, 100)
+
+
+def test_configurations_for_a_tight_budget(qwen: Path) -> None:
+    facts = load_model_facts(qwen)
+    specs = {s.name: s for s in br.build_configs(facts, _setup(qwen, 30), br.CONFIG_NAMES)}
+    plan, fit, cmoe, layers, gpu = (specs[n] for n in br.CONFIG_NAMES)
+    assert plan.skip is None and "--n-cpu-moe" in plan.args and "--fit" in plan.args
+    assert plan.predicted_bytes is not None and plan.predicted_bytes <= 30 * MIB
+    assert plan.args[-2:] == ("--rpc", "h:1")  # pass-through flags last
+    assert "--fit-target" in fit.args and fit.args[fit.args.index("--fit") + 1] == "on"
+    assert not {"-ngl", "--n-cpu-moe", "-cmoe", "-ot"} & set(fit.args)
+    assert "-cmoe" in cmoe.args and cmoe.description == "-cmoe"
+    assert layers.description.startswith("-ngl ") and "-ngl 99" not in layers.description
+    assert layers.predicted_bytes is not None and layers.predicted_bytes <= 30 * MIB
+    assert gpu.skip is not None and gpu.skip.startswith("does not fit")
+
+
+def test_configurations_when_everything_fits(qwen: Path) -> None:
+    facts = load_model_facts(qwen)
+    specs = br.build_configs(facts, _setup(qwen, 1000), ["plan", "layers", "gpu-only", "plan"])
+    assert [s.name for s in specs] == ["plan", "layers", "gpu-only", "plan"]
+    assert specs[0].description == "--n-cpu-moe 0" and specs[0].skip is None
+    assert specs[1].skip == "same command as plan" and specs[1].description == "-ngl 99"
+    assert specs[2].skip == "same command as plan"
+
+
+def test_configurations_that_cannot_fit(qwen: Path) -> None:
+    facts = load_model_facts(qwen)
+    specs = {s.name: s for s in br.build_configs(facts, _setup(qwen, 1), br.CONFIG_NAMES)}
+    assert specs["plan"].skip and "does not fit" in specs["plan"].skip
+    assert specs["layers"].description == "-ngl 1"  # the output layer alone fits
+    assert specs["gpu-only"].skip
+    assert specs["fit"].skip is None and specs["cpu-moe"].skip is None  # llama.cpp decides
+
+
+def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
+    """A "llama-server" that exits at once: the configuration is failed, the bench goes on."""
+    spec = br.ConfigSpec("plan", "--n-cpu-moe 1", ("-m", "x.gguf"), 10)
+    events: list[str] = []
+    launcher = br.Launcher(Path("/bin/false"), None, br.Workload(), br.Prompts("chat"),
+                           events.append, log_dir=tmp_path)  # fmt: skip
+    run, results = br.run_config(spec, launcher)
+    assert (run.status, results) == ("failed", [])
+    assert run.message == "llama-server exited with 1"
+    assert run.log_path is not None and Path(run.log_path).parent == tmp_path
+    skipped, none = br.run_config(br.ConfigSpec("gpu-only", "-ngl 99", skip="too big"), launcher)
+    assert (skipped.status, skipped.message, none) == ("skipped", "too big", [])
+
+
+# --- saved results and rendering --------------------------------------------------------------
+
+
+def _result(**changes: object) -> br.BenchResult:
+    results = [row("plan", 64, [40.0, 42.0]), row("cpu-moe", 64, [20.0, 22.0]),
+               row("plan", 256, [30.0, 31.0]), row("cpu-moe", 256, [29.0, 30.5])]  # fmt: skip
+    runs = [
+        br.ConfigRun(name=n, status="ok", description=d, args=["-m", "m.gguf"],
+                     predicted_bytes=29 * MIB, peak_device_bytes=30 * MIB, load_s=1.5)
+        for n, d in (("plan", "--n-cpu-moe 2"), ("cpu-moe", "-cmoe"))
+    ]  # fmt: skip
+    runs.append(br.ConfigRun(name="gpu-only", status="skipped", description="-ngl 99", args=[],
+                             predicted_bytes=None, peak_device_bytes=None, load_s=None,
+                             message="does not fit"))  # fmt: skip
+    base = br.BenchResult(
+        created="2025-01-02T03:04:05+00:00", moetune_version="0.1.0", model="/m/q.gguf",
+        server_url=None, endpoint="chat", n_ctx=1024, n_predict=16, repeats=2, depths=[64, 256],
+        device="RPC0[127.0.0.1:5]", device_total_bytes=24 * 1024 * MIB, budget_bytes=30 * MIB,
+        probe="llama.cpp log (RPC0 buffers)", probe_includes_overhead=False, shortest_prompt=41,
+        configs=runs, results=results, verdicts=br.verdicts(results),
+    )  # fmt: skip
+    return base.model_copy(update=changes)
+
+
+def _text(renderable: object, width: int = 160) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_render_table_verdict_and_chart() -> None:
+    text = _text(rb.render_report(_result()))
+    assert "budget 30.00 MiB" in text and "device RPC0[127.0.0.1:5]" in text
+    assert "41.0 (40.0-42.0)" in text  # median (min-max)
+    assert "0.51x" in text  # cpu-moe's decode against the best at depth 64
+    assert "does not fit" in text and "skipped" in text
+    assert "depth 64, decode: plan is fastest, 1.95x cpu-moe" in text
+    assert "depth 256, decode: plan and cpu-moe are within noise" in text
+    assert "the chat template alone" in text and "buffers only" in text
+    chart = _text(rb.render_chart(_result(), width=40))
+    bars = {line.split()[0]: line.count("█") for line in chart.splitlines() if "█" in line}
+    assert len([ln for ln in chart.splitlines() if "█" in ln]) == 4
+    assert bars["plan"] >= bars["cpu-moe"]
+    top = next(line for line in chart.splitlines() if line.strip().startswith("plan"))
+    assert top.count("█") == 39  # 41 of 42 tok/s on 40 cells: 39 cells and 0.05
+
+
+def test_bar_is_proportional() -> None:
+    assert rb._bar(10, 10, 8) == "█" * 8
+    assert rb._bar(5, 10, 8) == "█" * 4
+    assert rb._bar(1, 16, 8) == "▌"  # half a cell
+    assert rb._bar(0, 10, 8) == "" and rb._bar(5, 0, 8) == ""
+    assert rb._bar(50, 10, 8) == "█" * 8  # never wider than the chart
+
+
+def test_format_stat() -> None:
+    assert rb.format_stat(br.Stat(median=41.04, min=40.0, max=42.0)) == "41.0 (40.0-42.0)"
+    assert rb.format_stat(br.Stat(median=0.02, min=0.02, max=0.02)) == "0.02"
+    assert rb.format_stat(br.Stat(median=1234.4, min=1200.0, max=1300.0)) == "1234 (1200-1300)"
+    assert rb.format_stat(None) == "-"
+    ttft = br.Stat(median=0.0258, min=0.0257, max=0.0301)
+    assert rb.format_stat(ttft, rb._secs) == "0.026 (0.026-0.030)"
+    assert rb._secs(12.34) == "12.3"
+
+
+def test_result_round_trip_and_default_path(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv(br.HOME_ENV, str(tmp_path / "home"))
+    result = _result()
+    path = br.default_result_path(result)
+    assert path == tmp_path / "home" / "bench" / "20250102T030405-q.json"
+    br.write_result(path, to_json(rb.bench_payload(result)))
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == SCHEMA_VERSION and data["kind"] == "moetune.bench"
+    first = data["results"][0]
+    assert {"config", "depth", "ttft_s", "prefill_tps", "decode_tps", "samples"} <= set(first)
+    assert len(first["samples"]) == 2
+    assert br.load_result(path, SCHEMA_VERSION) == result
+    monkeypatch.delenv(br.HOME_ENV)
+    assert br.bench_dir().parts[-2:] == ("moetune", "bench")
+
+
+def test_load_result_errors(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="cannot read"):
+        br.load_result(tmp_path / "missing.json", SCHEMA_VERSION)
+    bad = tmp_path / "bad.json"
+    for text, message in (
+        ("{", "not JSON"),
+        ('{"kind": "plan"}', "not a moetune bench"),
+        ('{"kind": "moetune.bench", "schema_version": 99}', "schema version 99"),
+        ('{"kind": "moetune.bench", "schema_version": 1}', "not a valid"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(BadValueError, match=message):
+            br.load_result(bad, SCHEMA_VERSION)  # fmt: skip
+
+
+def test_merge_results_renames_clashes() -> None:
+    one = _result()
+    other = _result(results=[row("plan", 64, [80.0, 81.0])])
+    merged = br.merge_results([one, other], ["a", "b"])
+    names = [c.name for c in merged.configs]
+    assert names == ["plan@a", "cpu-moe@a", "gpu-only@a", "plan@b", "cpu-moe@b", "gpu-only@b"]
+    assert {r.config for r in merged.results} == {"plan@a", "cpu-moe@a", "plan@b"}
+    assert merged.verdicts[0].winner == "plan@b"
+    assert br.merge_results([one], ["a"]) is one
+
+
+# --- the commands' errors, in-process ---------------------------------------------------------
+
+runner = CliRunner()
+
+
+def test_report_command(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    br.write_result(path, to_json(rb.bench_payload(_result())))
+    shown = runner.invoke(app, ["report", str(path)], terminal_width=160)
+    assert shown.exit_code == 0, shown.output
+    assert "decode tok/s by depth" in shown.output and "█" in shown.output
+    again = runner.invoke(app, ["report", str(path), "--json"])
+    assert json.loads(again.output)["results"] == json.loads(path.read_text())["results"]
+    missing = runner.invoke(app, ["report", str(tmp_path / "nope.json")])
+    assert missing.exit_code == ExitCode.FILE_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give a MODEL"),
+        (["--configs", "plan,warp"], "unknown configuration warp"),
+        (["--depths", "0,x"], "not a depth"),
+        (["--endpoint", "embeddings"], "unknown endpoint"),
+        (["--repeats", "0"], "at least 1"),
+        (["--ctx", "256", "--n-predict", "300"], "no room"),
+    ],
+)
+def test_bench_usage_errors(qwen: Path, args: list[str], message: str) -> None:
+    model = [str(qwen)] if args and args[0] in {"--configs", "--ctx"} else []
+    result = runner.invoke(app, ["bench", *model, *args])
+    assert result.exit_code == ExitCode.BAD_VALUE, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_bench_server_url_with_a_model_is_refused(qwen: Path) -> None:
+    result = runner.invoke(app, ["bench", str(qwen), "--server-url", "http://127.0.0.1:1"])
+    assert result.exit_code == ExitCode.BAD_VALUE
+    assert "leave out MODEL" in result.output
+    flags = runner.invoke(app, ["bench", "--server-url", "http://127.0.0.1:1", "--", "-ngl", "9"])
+    assert flags.exit_code == ExitCode.BAD_VALUE
+
+
+def test_dense_model_has_no_expert_configurations(tmp_path: Path) -> None:
+    dense = write_model(tmp_path / "dense.gguf", "qwen3")
+    specs = {s.name: s for s in br.build_configs(load_model_facts(dense), _setup(dense, 1000),
+                                                 br.CONFIG_NAMES)}  # fmt: skip
+    assert specs["plan"].skip == specs["cpu-moe"].skip == "a dense model has no experts"
+    assert specs["layers"].skip is None and specs["gpu-only"].skip == "same command as layers"
