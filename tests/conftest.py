@@ -40,3 +40,14 @@ def header_only_big(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Qwen3-30B-A3B Q4_K_M header (151936-token vocab, 579 tensors) without tensor data."""
     root = tmp_path_factory.mktemp("header_only")
     return write_header_only(root / "Qwen3-30B-A3B-Q4_K_M-header.gguf")
+
+
+@pytest.fixture(autouse=True)
+def _moetune_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test (and every ``moetune`` it starts) gets its own empty ``MOETUNE_HOME``, so
+    no test reads or writes the user's tuned profiles."""
+    home = tmp_path_factory.mktemp("moetune_home")
+    monkeypatch.setenv("MOETUNE_HOME", str(home))
+    return home

@@ -21,7 +21,9 @@ from moetune.kvcache import parse_cache_type
 from moetune.memory import Settings
 from moetune.model import load_model_facts
 from moetune.planner import PlanRequest, check_context, make_plan
-from moetune.runner import describe, tune_model
+from moetune.profiles import ProfileStore, find_hardware_profile, load_hardware_profiles
+from moetune.report import profiles as profile_report
+from moetune.runner import describe, prepare_run, tune_with_profiles
 from moetune.server import find_server, install_signal_handlers, launch
 from moetune.trial import TrialConfig, extra_int, trial_args
 from moetune.units import parse_size
@@ -126,10 +128,15 @@ def _parse_ctx(value: str) -> tuple[int | None, bool]:
     return check_context(n_ctx), False
 
 
-def _gpu_target(vram: str | None, gpu_index: int) -> tuple[int, int | None, str]:
-    """(total, free, source) of the GPU to plan for: given, or detected (NVML, nvidia-smi)."""
+def _gpu_target(
+    vram: str | None, gpu_index: int, gpu_profile: str | None = None
+) -> tuple[int, int | None, str]:
+    """(total, free, source) of the GPU to plan for: given, a hardware profile, or detected."""
     if vram is not None:
         return parse_size(vram), None, "given (--vram)"
+    if gpu_profile is not None:
+        profile = find_hardware_profile(gpu_profile, load_hardware_profiles())
+        return profile.vram_bytes, None, f"{profile.name} (hardware profile {profile.id})"
     probe = detect_gpu_probe()
     gpus = probe.gpus()
     if not gpus:
@@ -186,6 +193,10 @@ def plan(
     gpu_index: Annotated[
         int, typer.Option(help="Which detected GPU to plan for (nvidia-smi's index).")
     ] = 0,
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="Plan for a hardware profile instead of detecting, e.g. rtx4090."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """The --n-cpu-moe N and -ot placement that fits your GPU, with a ready command."""
@@ -194,7 +205,7 @@ def plan(
     if n_ctx is None:
         n_ctx = min(32768, facts.context_length or 32768)
     cache = parse_cache_type(cache_type)
-    total, free, gpu_source = _gpu_target(target_vram or vram, gpu_index)
+    total, free, gpu_source = _gpu_target(target_vram or vram, gpu_index, gpu)
     ram_total, ram_available, cores = _host_ram(ram)
     settings = Settings(
         n_ctx=n_ctx, type_k=cache, type_v=cache, n_ubatch=ubatch,
@@ -239,10 +250,18 @@ def run(
     fill: Annotated[int | None, typer.Option(help="Tokens to fill before measuring.")] = None,
     port: Annotated[int | None, typer.Option(help="Port for llama-server (default: free).")] = None,
     keep: Annotated[bool, typer.Option(help="Leave the best server running until Ctrl-C.")] = False,
+    retune: Annotated[
+        bool, typer.Option(help="Tune again even when a saved profile matches.")
+    ] = False,
+    save: Annotated[
+        bool, typer.Option(help="Save the winner as a tuned profile ($MOETUNE_HOME).")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Launch llama-server, measure device memory after filling the context, step N, report.
 
+    The winner is saved as a tuned profile; a later run with the same model file, GPU,
+    llama.cpp build and settings launches it directly (once, to confirm) unless --retune.
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     install_signal_handlers()
@@ -261,15 +280,22 @@ def run(
     )  # fmt: skip
     target = parse_size(target_vram) if target_vram is not None else None
     with err.status("tuning...") as status:
-        result = tune_model(
-            facts, config, target_bytes=target, headroom_bytes=parse_size(headroom, True),
-            gpus=detect_gpu_probe(), on_event=status.update,
+        setup = prepare_run(config, target_bytes=target, headroom_bytes=parse_size(headroom, True),
+                            gpus=detect_gpu_probe())  # fmt: skip
+        result = tune_with_profiles(
+            facts, config, setup, store=ProfileStore(), retune=retune, save=save,
+            on_event=status.update,
             on_attempt=lambda attempt: err.print(describe(attempt), highlight=False),
+            on_note=lambda note: err.print(note, highlight=False),
         )  # fmt: skip
     if as_json:
-        sys.stdout.write(report.to_json(report.run_payload(result)) + "\n")
+        payload = report.run_payload(result)
+        payload["profile"] = profile_report.run_profile_payload(result)
+        sys.stdout.write(report.to_json(payload) + "\n")
     else:
         out.print(report.render_run(result), soft_wrap=True)
+        if (lines := profile_report.render_run_profile(result, str(model))) is not None:
+            out.print(lines, soft_wrap=True)
     if keep and result.best is not None:
         _serve_forever(config, result.best.n_cpu_moe)
 

@@ -1,0 +1,179 @@
+"""Rendering of hardware and tuned profiles, `moetune doctor` and a run's profile lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from moetune.command import shell_join
+from moetune.doctor import DoctorReport, Finding
+from moetune.profiles import HardwareProfile, ProfileError, TunedProfile
+from moetune.runner import RunResult
+from moetune.units import format_bytes
+
+STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+Tuned = list[TunedProfile | ProfileError]
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _placement(profile: TunedProfile) -> str:
+    if profile.placement.override_tensor:
+        return "-ot " + ",".join(profile.placement.override_tensor)
+    return f"--n-cpu-moe {profile.placement.n_cpu_moe or 0}"
+
+
+def _columns(table: Table, names: tuple[str, ...], right: tuple[str, ...]) -> None:
+    """The first column never wraps (it is what people type); the others fold, not elide."""
+    for index, name in enumerate(names):
+        table.add_column(name, justify="right" if name in right else "left",
+                         no_wrap=index == 0, overflow="fold")  # fmt: skip
+
+
+def hardware_table(profiles: list[HardwareProfile]) -> Table:
+    table = Table(title="hardware profiles (moetune plan --gpu ID)", title_justify="left")
+    _columns(table, ("id", "GPU", "VRAM", "bandwidth", "PCIe"), ("VRAM", "bandwidth"))
+    for p in profiles:
+        name = p.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
+        table.add_row(p.id, name, format_bytes(p.vram_bytes), f"{p.memory_bandwidth_gb_s:g} GB/s",
+                      f"{p.pcie_gen}.0 x{p.pcie_lanes}")  # fmt: skip
+    return table
+
+
+def tuned_table(entries: Tuned, root: str) -> Table:
+    table = Table(title=f"tuned profiles ({root})", title_justify="left")
+    _columns(table, ("name", "GPU", "placement", "peak", "tok/s", "last run"), ("peak", "tok/s"))
+    for entry in entries:
+        if isinstance(entry, ProfileError):
+            table.add_row(Text("broken", style="red"), Text(entry.message, style="red"))
+            continue
+        table.add_row(entry.name, entry.gpu.name, _placement(entry),
+                      format_bytes(entry.measured.vram_bytes),
+                      _fmt(entry.measured.decode_tps, ".1f"),
+                      (entry.confirmed_at or entry.tuned_at)[:16].replace("T", " "))  # fmt: skip
+    return table
+
+
+def render_profiles_list(hardware: list[HardwareProfile], tuned: Tuned,
+                         root: str) -> RenderableType:  # fmt: skip
+    users = {p.source for p in hardware if not p.source.startswith("profiles/")}
+    note = "yours: " + ", ".join(sorted(users)) if users else "add yours in $MOETUNE_HOME/hardware/"
+    parts: list[RenderableType] = [hardware_table(hardware), Text(note, style="dim")]
+    if tuned:
+        parts.append(tuned_table(tuned, root))
+    else:
+        parts.append(Text(f"no tuned profiles yet in {root}: `moetune run MODEL` saves one",
+                          style="dim"))  # fmt: skip
+    return Group(*parts)
+
+
+def profiles_payload(hardware: list[HardwareProfile], tuned: Tuned,
+                     root: str) -> dict[str, Any]:  # fmt: skip
+    return {
+        "hardware": [p.model_dump(mode="json") | {"vram_bytes": p.vram_bytes} for p in hardware],
+        "tuned_dir": root,
+        "tuned": [e.model_dump(mode="json") for e in tuned if isinstance(e, TunedProfile)],
+        "broken": [e.message for e in tuned if isinstance(e, ProfileError)],
+    }
+
+
+def _grid(rows: list[tuple[str, str]]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, value in rows:
+        grid.add_row(label, Text(value))
+    return grid
+
+
+def render_tuned(profile: TunedProfile, path: str) -> RenderableType:
+    s, m = profile.settings, profile.measured
+    extra = shell_join(s.extra_args) if s.extra_args else "-"
+    rows = [
+        ("name", profile.name), ("file", path),
+        ("model", f"{profile.model.file_name} ({format_bytes(profile.model.file_bytes)}), "
+                  f"header sha256 {profile.model.header_sha256[:16]}..."),
+        ("model path", profile.model.path),
+        ("GPU", f"{profile.gpu.name} ({profile.gpu.device}, "
+                f"{format_bytes(profile.gpu.vram_total_bytes)})"),
+        ("llama.cpp", profile.llama_cpp.describe()),
+        ("context", f"{s.n_ctx}, cache {s.type_k}/{s.type_v}"),
+        ("target", format_bytes(s.target_bytes)), ("after --", extra),
+        ("placement", _placement(profile)),
+        ("measured", f"peak {format_bytes(m.vram_bytes)}, TTFT {_fmt(m.ttft_s, '.2f')} s, "
+                     f"decode {_fmt(m.decode_tps, '.1f')} tok/s, "
+                     f"prompt {_fmt(m.prompt_tps, '.1f')} tok/s"),
+        ("tuned", profile.tuned_at + (f", confirmed {profile.confirmed_at}"
+                                      if profile.confirmed_at else "")),
+    ]  # fmt: skip
+    return Group(_grid(rows), Text(""), Text("command:", style="bold"),
+                 Text(shell_join(profile.command)))  # fmt: skip
+
+
+def render_hardware(profile: HardwareProfile) -> RenderableType:
+    rows = [
+        ("id", profile.id), ("name", profile.name), ("aliases", ", ".join(profile.aliases) or "-"),
+        ("VRAM", f"{profile.vram} ({format_bytes(profile.vram_bytes)})"),
+        ("bandwidth", f"{profile.memory_bandwidth_gb_s:g} GB/s"),
+        ("PCIe", f"{profile.pcie_gen}.0 x{profile.pcie_lanes} "
+                 f"({profile.pcie_bytes_per_s / 1e9:.1f} GB/s)"),
+        ("source", profile.source),
+    ]  # fmt: skip
+    if profile.notes:
+        rows.append(("notes", profile.notes))
+    return _grid(rows)
+
+
+# --- doctor ------------------------------------------------------------------------------------
+
+
+def _finding_cell(finding: Finding) -> Text:
+    text = Text(finding.message)
+    if finding.fix and finding.status != "ok":
+        text.append(f"\nfix: {finding.fix}", style="dim")
+    return text
+
+
+def render_doctor(report: DoctorReport) -> RenderableType:
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column("status", no_wrap=True)
+    table.add_column("check", no_wrap=True, style="bold")
+    table.add_column("finding")
+    for finding in report.findings:
+        style = STATUS_STYLE[finding.status]
+        table.add_row(Text(finding.status, style=style), finding.check, _finding_cell(finding))
+    counts = {s: sum(f.status == s for f in report.findings) for s in ("ok", "warn", "fail")}
+    summary = Text(f"{counts['ok']} ok, {counts['warn']} warnings, {counts['fail']} failures",
+                   style=STATUS_STYLE[report.worst])  # fmt: skip
+    head = Text(f"moetune doctor{f': {report.model}' if report.model else ''}", style="bold")
+    return Group(head, table, summary)
+
+
+def doctor_payload(report: DoctorReport) -> dict[str, Any]:
+    return {"worst": report.worst, **report.model_dump(mode="json")}
+
+
+# --- a run's profile ---------------------------------------------------------------------------
+
+
+def render_run_profile(result: RunResult, model: str) -> RenderableType | None:
+    """What `moetune run` did with tuned profiles: reused one, or saved one (and what next)."""
+    if result.profile_name is None:
+        return None
+    how = "confirmed" if result.reused_profile else "saved"
+    return Group(
+        Text(f"tuned profile {result.profile_name} {how} ({result.profile_path})", style="green"),
+        Text(f"daily use: moetune alias NAME {shell_join([model])}  (prints a shell function)",
+             style="dim"),
+    )  # fmt: skip
+
+
+def run_profile_payload(result: RunResult) -> dict[str, Any]:
+    return {"name": result.profile_name, "path": result.profile_path,
+            "reused": result.reused_profile}  # fmt: skip
