@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -133,3 +134,24 @@ def test_signal_mid_run_leaves_no_server(models: dict[str, Path], rpc: str,
     assert proc.returncode == ExitCode.INTERRUPTED
     _gone, alive = psutil.wait_procs(servers, timeout=15)
     assert not alive, alive
+
+
+def test_keep_serves_the_best_until_ctrl_c(models: dict[str, Path], rpc: str) -> None:
+    argv = [sys.executable, "-m", "moetune", "run", str(models["qwen3moe"]), "--target-vram",
+            "40M", *COMMON, "--keep", "--", "--rpc", rpc]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("serving at "):
+            url = line.split()[2]
+            break
+    else:
+        pytest.fail("moetune run --keep never served")
+    me = psutil.Process(proc.pid)
+    servers = [c for c in me.children(recursive=True) if "llama-server" in c.name()]
+    assert len(servers) == 1
+    assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
+    _gone, alive = psutil.wait_procs(servers, timeout=15)
+    assert not alive

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from moetune import __version__, report
+from moetune.bench import ServerClient
 from moetune.errors import BadValueError, ExitCode, MoetuneError, NoGpuError
 from moetune.hardware import detect_gpu_probe
 from moetune.hardware.host import PsutilHostProbe
@@ -268,6 +269,9 @@ def run(
     facts = load_model_facts(model)
     extra = tuple(context.args)
     n_ctx = check_context(ctx) if ctx is not None else min(32768, facts.context_length or 32768)
+    if facts.context_length and n_ctx > facts.context_length:
+        err.print(f"warning: context {n_ctx} is beyond the training context "
+                  f"{facts.context_length}", style="yellow", highlight=False)  # fmt: skip
     cache = parse_cache_type(cache_type)
     settings = Settings(
         n_ctx=n_ctx, type_k=cache, type_v=cache, gpu_overhead_bytes=parse_size(overhead, True),
@@ -303,6 +307,8 @@ def run(
 def _serve_forever(config: TrialConfig, n_cpu_moe: int) -> None:
     """--keep: the best configuration, in the foreground until Ctrl-C."""
     with launch(config.binary, trial_args(config, n_cpu_moe), port=config.port) as running:
+        with ServerClient(running.url) as client, err.status("loading the best configuration"):
+            client.wait_ready(config.ready_timeout_s, running.check_alive)
         err.print(f"serving at {running.url} (--n-cpu-moe {n_cpu_moe}); Ctrl-C to stop")
         try:
             while running.check_alive():
