@@ -140,6 +140,15 @@ def test_keep_serves_the_best_until_ctrl_c(models: dict[str, Path], rpc: str) ->
     argv = [sys.executable, "-m", "moetune", "run", str(models["qwen3moe"]), "--target-vram",
             "40M", *COMMON, "--keep", "--", "--rpc", rpc]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _serves_then_stops(proc)
+    finally:
+        if proc.poll() is None:  # a failed assertion must not leave the server behind
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+
+
+def _serves_then_stops(proc: subprocess.Popen[str]) -> None:
     assert proc.stderr is not None
     for line in proc.stderr:
         if line.startswith("serving at "):
