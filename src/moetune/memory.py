@@ -99,7 +99,6 @@ def estimate_from_split(
         type_v=settings.type_v,
         output_on_device=weights.output_on_gpu,
         layers_on_device=len(gpu_layers),
-        cpu_expert_layers=len(weights.cpu_expert_layers),
         cpu_expert_blocks=weights.cpu_expert_layers,
         device_kind=settings.device_kind,
         n_batch=settings.n_batch,
