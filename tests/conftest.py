@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from factory import ARCHS, write_header_only, write_model
-from llama import have_llama
+from llama import have_llama, rpc_server
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -51,3 +52,10 @@ def _moetune_home(
     home = tmp_path_factory.mktemp("moetune_home")
     monkeypatch.setenv("MOETUNE_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="module")
+def rpc() -> Iterator[str]:
+    """A ggml-rpc-server on loopback (the test rig's "GPU"), shared by one module's tests."""
+    with rpc_server() as endpoint:
+        yield endpoint

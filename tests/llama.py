@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
+import psutil
 
 HOST = "127.0.0.1"
 TOOLS: tuple[str, ...] = (
@@ -168,3 +169,15 @@ def completion(url: str, prompt: str, n_predict: int, timeout: float = 60) -> di
     response = httpx.post(f"{url}/completion", json=body, timeout=timeout)
     response.raise_for_status()
     return cast(dict[str, Any], response.json())
+
+
+def wait_for_servers(pid: int, timeout: float = 60) -> list[psutil.Process]:
+    """The llama-server processes started under ``pid``, once at least one is there."""
+    parent = psutil.Process(pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        servers = [c for c in parent.children(recursive=True) if "llama-server" in c.name()]
+        if servers:
+            return servers
+        time.sleep(0.05)
+    raise LlamaBinaryError(f"no llama-server started under pid {pid} within {timeout} s")

@@ -23,7 +23,7 @@ from moetune.bench import ServerClient, parse_sse_lines
 from moetune.errors import ExitCode, ServerFailedError
 
 from factory import write_model
-from llama import rpc_server, running_server
+from llama import running_server, wait_for_servers
 
 # --- recorded /v1/chat/completions stream (llama.cpp build 11434, tiny qwen3moe) -------------
 
@@ -142,12 +142,6 @@ def moetune(*args: str, home: Path | None = None,
         env["MOETUNE_HOME"] = str(home)
     return subprocess.run([sys.executable, "-m", "moetune", *args], capture_output=True,
                           text=True, timeout=timeout, check=False, env=env)  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def rpc() -> Iterator[str]:
-    with rpc_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(scope="module")
@@ -287,13 +281,7 @@ def test_sigterm_mid_bench_leaves_no_server(model: Path, rpc: str, tmp_path: Pat
             "--depths", "0,700", "--repeats", "50", "--n-predict", "16", "--no-save",
             "--", "--rpc", rpc]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    me = psutil.Process(proc.pid)
-    servers: list[psutil.Process] = []
-    deadline = time.monotonic() + 60
-    while not servers and time.monotonic() < deadline:
-        servers = [c for c in me.children(recursive=True) if "llama-server" in c.name()]
-        time.sleep(0.05)
-    assert servers, "no llama-server was started"
+    servers = wait_for_servers(proc.pid)
     time.sleep(1.5)
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(timeout=60)

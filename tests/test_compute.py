@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from moetune.model import ModelFacts, load_model_facts
 from moetune.units import MIB
 
 from factory import write_header_only, write_model
-from llama import bin_path, rpc_server, running_server
+from llama import bin_path, running_server
 
 UBATCHES = (128, 512, 2048)
 CONTEXTS = (512, 4096, 16384)
@@ -204,12 +203,6 @@ def test_every_fixture_arch_and_placement(tiny_models: dict[str, Path], arch: st
 # --- the real llama-server ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def rpc_endpoint() -> Iterator[str]:
-    with rpc_server() as endpoint:
-        yield endpoint
-
-
 def printed_compute(model: Path, endpoint: str, args: list[str]) -> tuple[float, float]:
     """(RPC0, CPU) compute buffer sizes, MiB, as llama-server prints them."""
     with running_server(model, "--rpc", endpoint, "--fit", "off", *args) as server:
@@ -241,34 +234,28 @@ def check_grid(model: Path, endpoint: str, placement: list[str], **kw: Any) -> l
 
 @pytest.mark.server
 @pytest.mark.parametrize("arch", SERVER_ARCHS)
-def test_server_grid_all_on_device(
-    tiny_models: dict[str, Path], rpc_endpoint: str, arch: str
-) -> None:
-    assert check_grid(tiny_models[arch], rpc_endpoint, ["-ngl", "99"]) == []
+def test_server_grid_all_on_device(tiny_models: dict[str, Path], rpc: str, arch: str) -> None:
+    assert check_grid(tiny_models[arch], rpc, ["-ngl", "99"]) == []
 
 
 @pytest.mark.server
-def test_server_grid_cpu_experts(big_moe: Path, rpc_endpoint: str) -> None:
+def test_server_grid_cpu_experts(big_moe: Path, rpc: str) -> None:
     """--n-cpu-moe on the RPC device (no op offload): the expert FFN moves to the CPU."""
-    misses = check_grid(
-        big_moe, rpc_endpoint, ["-ngl", "99", "--n-cpu-moe", "2"], cpu_expert_layers=2
-    )
+    misses = check_grid(big_moe, rpc, ["-ngl", "99", "--n-cpu-moe", "2"], cpu_expert_layers=2)
     assert misses == []
 
 
 @pytest.mark.server
 def test_server_partial_layers_and_quantized_cache(
-    tiny_models: dict[str, Path], big_moe: Path, rpc_endpoint: str
+    tiny_models: dict[str, Path], big_moe: Path, rpc: str
 ) -> None:
     """-ngl 2 of 4 blocks (block 0-2 on the CPU) and q8_0 caches, which llama.cpp rotates."""
     facts = load_model_facts(big_moe)
-    device, host = printed_compute(
-        big_moe, rpc_endpoint, ["-ngl", "2", *grid_args(512, 4096, True)]
-    )
+    device, host = printed_compute(big_moe, rpc, ["-ngl", "2", *grid_args(512, 4096, True)])
     estimate = estimate_compute(facts, n_ctx=4096, layers_on_device=1, device_kind="rpc")
     assert within(estimate.device_bytes, device) and within(estimate.host_bytes, host)
     q8 = ["-ngl", "99", "-ctk", "q8_0", "-ctv", "q8_0", *grid_args(512, 16384, True)]
-    device, host = printed_compute(tiny_models["gpt-oss"], rpc_endpoint, q8)
+    device, host = printed_compute(tiny_models["gpt-oss"], rpc, q8)
     facts = load_model_facts(tiny_models["gpt-oss"])
     estimate = estimate_compute(facts, n_ctx=16384, type_k="q8_0", type_v="q8_0", device_kind="rpc")
     assert abs(estimate.device_bytes - device * MIB) <= PRINTED_MIB_TOLERANCE_BYTES
@@ -276,11 +263,11 @@ def test_server_partial_layers_and_quantized_cache(
 
 
 @pytest.mark.server
-def test_fit_params_dry_run_of_a_real_size_model(tmp_path: Path, rpc_endpoint: str) -> None:
+def test_fit_params_dry_run_of_a_real_size_model(tmp_path: Path, rpc: str) -> None:
     """llama-fit-params on the sparse Qwen3-30B-A3B (one sequence, every token an output)."""
     path = write_header_only(tmp_path / "Qwen3-30B-A3B-Q4_K_M.gguf", sparse=True)
     facts = load_model_facts(path)
-    argv = [str(bin_path("llama-fit-params")), "-m", str(path), "--rpc", rpc_endpoint]
+    argv = [str(bin_path("llama-fit-params")), "-m", str(path), "--rpc", rpc]
     for ub, ctx, fa in itertools.product((512, 2048), (4096, 16384), (True, False)):
         args = ["-c", str(ctx), "-ub", str(ub), "-fa", "on" if fa else "off", "-fitp", "on"]
         out = subprocess.run([*argv, *args], capture_output=True, text=True, check=True).stdout

@@ -8,7 +8,6 @@ prints its own dry-run projection per device. Both must agree with moetune's pre
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from moetune.placement import Placement
 from moetune.units import MIB
 
 from factory import MOE_ARCHS, write_model
-from llama import bin_path, rpc_server, running_server
+from llama import bin_path, running_server
 
 pytestmark = pytest.mark.server
 
@@ -50,12 +49,6 @@ CASES = [
     Case("qwen35moe", 0, 8192, "q8_0"),
     Case("qwen35moe", 4, 4096, "f16"),
 ]
-
-
-@pytest.fixture(scope="module")
-def rpc() -> Iterator[str]:
-    with rpc_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(scope="module")

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from factory import ARCHS, MOE_ARCHS, make_split, write_model
-from llama import Server, completion, rpc_server, running_server
+from llama import Server, completion, running_server
 
 pytestmark = pytest.mark.server
-
-
-@pytest.fixture(scope="module")
-def rpc() -> Iterator[str]:
-    """A ggml-rpc-server on loopback, shared by the tests of this module."""
-    with rpc_server() as endpoint:
-        yield endpoint
 
 
 def _assert_generates(server: Server) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from moetune.llamalog import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import ARCHS, MOE_ARCHS
-from llama import rpc_server, running_server
+from llama import running_server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
 QWEN = str(EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf")
@@ -100,12 +99,6 @@ def test_plan_on_every_fixture(tiny_models: dict[str, Path], arch: str) -> None:
         assert "dense model" in out
     else:
         assert "--n-cpu-moe" in out and "-ot " in out
-
-
-@pytest.fixture(scope="module")
-def rpc() -> Iterator[str]:
-    with rpc_server() as endpoint:
-        yield endpoint
 
 
 @pytest.mark.server

@@ -7,7 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from moetune.profiles import (
 from moetune.units import GIB, MIB
 
 from factory import write_model
-from llama import rpc_server
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "src" / "moetune" / "profiles_data"
@@ -338,12 +336,6 @@ def test_profiles_commands(tiny: Path) -> None:
 
 
 # --- moetune run saves, then reuses (real llama-server, RPC device) -----------------------------
-
-
-@pytest.fixture(scope="module")
-def rpc() -> Iterator[str]:
-    with rpc_server() as endpoint:
-        yield endpoint
 
 
 def moetune(*args: str) -> subprocess.CompletedProcess[str]:

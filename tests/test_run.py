@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -21,18 +20,12 @@ from moetune.llamalog import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import write_model
-from llama import rpc_server, running_server
+from llama import running_server, wait_for_servers
 
 pytestmark = pytest.mark.server
 
 CTX = "1024"
 COMMON = ["--ctx", CTX, "--overhead", "0", "--cache-type", "q8_0"]
-
-
-@pytest.fixture(scope="module")
-def rpc() -> Iterator[str]:
-    with rpc_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +114,7 @@ def test_signal_mid_run_leaves_no_server(models: dict[str, Path], rpc: str,
     argv = [sys.executable, "-m", "moetune", "run", str(models["glm4moe"]), "--target-vram",
             "40M", "--ctx", "8192", "--overhead", "0", "--", "--rpc", rpc]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    me = psutil.Process(proc.pid)
-    servers: list[psutil.Process] = []
-    deadline = time.monotonic() + 60
-    while not servers and time.monotonic() < deadline:
-        servers = [c for c in me.children(recursive=True) if "llama-server" in c.name()]
-        time.sleep(0.05)
-    assert servers, "no llama-server was started"
+    servers = wait_for_servers(proc.pid)
     time.sleep(1.0)
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
@@ -156,8 +143,7 @@ def _serves_then_stops(proc: subprocess.Popen[str]) -> None:
             break
     else:
         pytest.fail("moetune run --keep never served")
-    me = psutil.Process(proc.pid)
-    servers = [c for c in me.children(recursive=True) if "llama-server" in c.name()]
+    servers = wait_for_servers(proc.pid)
     assert len(servers) == 1
     assert httpx.get(f"{url}/health", timeout=10).status_code == 200
     proc.send_signal(signal.SIGINT)
