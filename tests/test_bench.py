@@ -3,16 +3,13 @@ llama-server on a tiny model with ggml-rpc-server on 127.0.0.1 as the device."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +21,7 @@ from moetune.errors import ExitCode, ServerFailedError
 
 from factory import write_model
 from llama import running_server, wait_for_servers
+from rawhttp import raw_http_server, sse_response
 
 # --- recorded /v1/chat/completions stream (llama.cpp build 11434, tiny qwen3moe) -------------
 
@@ -54,46 +52,9 @@ def test_parse_recorded_chat_stream() -> None:
     assert chunks[-1]["timings"]["prompt_n"] == 47
 
 
-@contextlib.contextmanager
-def http_once(response: bytes) -> Iterator[str]:
-    """A server answering every connection with ``response`` verbatim, then closing it."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.05)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                data = b""
-                while b"\r\n\r\n" not in data and (part := conn.recv(65536)):
-                    data += part  # the body is small: it came with the headers or is dropped
-                conn.sendall(response)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        listener.close()
-        thread.join(timeout=5)
-
-
-def sse(*events: str) -> bytes:
-    body = "".join(f"{e}\n\n" for e in events).encode()
-    return b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + body
-
-
 def test_chat_from_recorded_chunks() -> None:
-    recorded = sse(ROLE, TOKEN, TOKEN, TOKEN, TOKEN, FINISH, DONE)
-    with http_once(recorded) as url, ServerClient(url) as client:
+    recorded = sse_response(ROLE, TOKEN, TOKEN, TOKEN, TOKEN, FINISH, DONE)
+    with raw_http_server(recorded) as url, ServerClient(url) as client:
         result = client.chat("hello", 4)
     assert (result.prompt_n, result.predicted_n, result.stop_type) == (47, 4, "length")
     assert result.content == "++++" and result.predicted_per_second == 749.25
@@ -104,11 +65,11 @@ def test_chat_from_recorded_chunks() -> None:
 @pytest.mark.parametrize(
     ("response", "message"),
     [
-        (sse(ROLE, TOKEN, TOKEN), "ended before its final chunk"),  # cut mid-way
-        (sse(ROLE, TOKEN, FINISH), "ended before its final chunk"),  # no [DONE]
-        (sse(ROLE, TOKEN, ERROR), r"error mid-stream: Compute error\."),
-        (sse(ROLE, TOKEN[:70]), "cut mid-chunk"),
-        (sse(ROLE, TOKEN, DONE), "had no timings"),
+        (sse_response(ROLE, TOKEN, TOKEN), "ended before its final chunk"),  # cut mid-way
+        (sse_response(ROLE, TOKEN, FINISH), "ended before its final chunk"),  # no [DONE]
+        (sse_response(ROLE, TOKEN, ERROR), r"error mid-stream: Compute error\."),
+        (sse_response(ROLE, TOKEN[:70]), "cut mid-chunk"),
+        (sse_response(ROLE, TOKEN, DONE), "had no timings"),
         (
             b"HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\n\r\n"
             b'{"error":{"code":400,"message":"request (2741 tokens) exceeds the available '
@@ -120,7 +81,7 @@ def test_chat_from_recorded_chunks() -> None:
 )
 def test_chat_stream_failures(response: bytes, message: str) -> None:
     with (
-        http_once(response) as url,
+        raw_http_server(response) as url,
         ServerClient(url, timeout=10) as client,
         pytest.raises(ServerFailedError, match=message),
     ):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +12,7 @@ from moetune.bench import ServerClient, build_prompt, fill_context, parse_sse_li
 from moetune.errors import BadValueError, ServerFailedError
 
 from llama import bin_path
+from rawhttp import raw_http_server, sse_response
 
 # --- recorded /completion stream chunks (llama.cpp build 11434, tiny qwen3moe) ------------------
 
@@ -106,61 +104,6 @@ def test_build_prompt_gives_up_when_no_filler_adds_one() -> None:
 # --- stand-in HTTP servers for the client's error paths ------------------------------------------
 
 
-@contextlib.contextmanager
-def _raw_http_server(*responses: bytes) -> Iterator[str]:
-    """Answer the n-th connection with ``responses[n]`` (the last one repeats) verbatim, then
-    close it (an empty response: close without answering); yields the base URL."""
-    queue = list(responses)
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.settimeout(0.05)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(5)
-                _read_request(conn)
-                conn.sendall(queue.pop(0) if len(queue) > 1 else queue[0])
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        listener.close()
-        thread.join(timeout=5)
-
-
-def _read_request(conn: socket.socket) -> None:
-    """Read one HTTP request (headers and a Content-Length body)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        if not (part := conn.recv(65536)):
-            return
-        data += part
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-         if line.lower().startswith(b"content-length:")), 0,
-    )  # fmt: skip
-    while len(body) < length and (part := conn.recv(65536)):
-        body += part
-
-
-def _sse_response(*events: str) -> bytes:
-    body = "".join(f"{e}\n\n" for e in events).encode()
-    return b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + body
-
-
 CHUNKED_CUT = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     + f"{len(PARTIAL) + 2:x}\r\n{PARTIAL}\n\n\r\n".encode()
@@ -170,9 +113,9 @@ CHUNKED_CUT = (
 @pytest.mark.parametrize(
     ("response", "message"),
     [
-        (_sse_response(PARTIAL), "ended before its final chunk"),
-        (_sse_response(PARTIAL, ERROR), r"Compute error\."),
-        (_sse_response(PARTIAL, FINAL[:50]), "cut mid-chunk"),
+        (sse_response(PARTIAL), "ended before its final chunk"),
+        (sse_response(PARTIAL, ERROR), r"Compute error\."),
+        (sse_response(PARTIAL, FINAL[:50]), "cut mid-chunk"),
         (CHUNKED_CUT, "/completion failed"),
         (
             b"HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\n\r\n"
@@ -185,7 +128,7 @@ CHUNKED_CUT = (
 )
 def test_complete_stream_failures(response: bytes, message: str) -> None:
     with (
-        _raw_http_server(response) as url,
+        raw_http_server(response) as url,
         ServerClient(url, timeout=10) as client,
         pytest.raises(ServerFailedError, match=message),
     ):
@@ -193,7 +136,7 @@ def test_complete_stream_failures(response: bytes, message: str) -> None:
 
 
 def test_complete_stream_from_recorded_chunks() -> None:
-    with _raw_http_server(_sse_response(PARTIAL, FINAL)) as url, ServerClient(url) as client:
+    with raw_http_server(sse_response(PARTIAL, FINAL)) as url, ServerClient(url) as client:
         result = client.complete("hello", 3)
     assert (result.prompt_n, result.predicted_n, result.stop_type) == (3, 3, "limit")
     assert result.predicted_per_second == 1500.0
@@ -217,7 +160,7 @@ def test_wait_ready_while_loading_503() -> None:
         b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
     )
     with (
-        _raw_http_server(loading) as url,
+        raw_http_server(loading) as url,
         ServerClient(url) as client,
         pytest.raises(ServerFailedError, match="not ready"),
     ):
@@ -232,10 +175,10 @@ PROPS_OK = (
 
 def test_connection_closed_without_answer_is_retried_once() -> None:
     # cpp-httplib closes keep-alive connections after 100 requests or 5 s idle
-    with _raw_http_server(b"", PROPS_OK) as url, ServerClient(url) as client:
+    with raw_http_server(b"", PROPS_OK) as url, ServerClient(url) as client:
         assert client.n_ctx() == 4096
     with (
-        _raw_http_server(b"", b"", PROPS_OK) as url,
+        raw_http_server(b"", b"", PROPS_OK) as url,
         ServerClient(url) as client,
         pytest.raises(ServerFailedError, match="did not answer"),
     ):
