@@ -32,10 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gguf
-import numpy as np
-from gguf import GGMLQuantizationType as QType
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from moetune.compute import estimate_compute
 from moetune.llamalog import parse_buffers
@@ -179,54 +175,10 @@ def fit_params_cases(root: Path, endpoint: str, quick: bool) -> Iterator[Case]:
         yield case
 
 
-def _qwen3_30b_f16(path: Path) -> Path:
-    """A header-only Qwen3-30B-A3B in F16 (the README's model): tensor infos, no data."""
-    writer = gguf.GGUFWriter(path, "qwen3moe")
-    writer.add_context_length(40960)
-    writer.add_embedding_length(2048)
-    writer.add_feed_forward_length(6144)
-    writer.add_block_count(48)
-    writer.add_head_count(32)
-    writer.add_head_count_kv(4)
-    writer.add_key_length(128)
-    writer.add_value_length(128)
-    writer.add_expert_count(128)
-    writer.add_expert_used_count(8)
-    writer.add_expert_feed_forward_length(768)
-    block = [
-        ("attn_norm", (2048,)),
-        ("attn_q", (4096, 2048)),
-        ("attn_k", (512, 2048)),
-        ("attn_v", (512, 2048)),
-        ("attn_output", (2048, 4096)),
-        ("attn_q_norm", (128,)),
-        ("attn_k_norm", (128,)),
-        ("ffn_norm", (2048,)),
-        ("ffn_gate_inp", (128, 2048)),
-        ("ffn_gate_exps", (128, 768, 2048)),
-        ("ffn_up_exps", (128, 768, 2048)),
-        ("ffn_down_exps", (128, 2048, 768)),
-    ]
-    tensors = [("token_embd", (151936, 2048)), ("output_norm", (2048,)), ("output", (151936, 2048))]
-    tensors += [(f"blk.{i}.{name}", shape) for i in range(48) for name, shape in block]
-    for name, shape in tensors:
-        f16 = len(shape) > 1 and "gate_inp" not in name
-        qtype, size = (QType.F16, 2) if f16 else (QType.F32, 4)
-        nbytes = int(np.prod(shape)) * size
-        writer.add_tensor_info(
-            f"{name}.weight", shape, np.dtype(np.float32), nbytes, raw_dtype=qtype
-        )
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    writer.close()
-    return path
-
-
 def cuda_case(root: Path) -> Iterator[Case]:
     """Source 3: the public data point, with build 6895's server semantics (every token of
     the ubatch is an output, so the 594 MiB output matmul was op-offloaded to CUDA)."""
-    facts = load_model_facts(_qwen3_30b_f16(root / "Qwen3-30B-A3B-F16.gguf"))
+    facts = load_model_facts(write_header_only(root / "Qwen3-30B-A3B-F16.gguf", quant="F16"))
     settings: dict[str, Any] = {
         "n_ctx": 4096,
         "output_on_device": False,

@@ -5,16 +5,17 @@
 random weights) that the real llama-server serves ``/completion`` with.  The tensor and key
 lists follow llama.cpp build 11434 (see DESIGN.md §4).
 
-``write_header_only`` writes a Qwen3-30B-A3B-shaped Q4_K_M header with a full-size vocabulary
-and no tensor data (or a sparse hole where the data would be), for parser speed and planning
-tests.  ``make_split`` shards a model with the real ``llama-gguf-split``.
+``write_header_only`` writes a Qwen3-MoE header (Qwen3-30B-A3B or Qwen3-235B-A22B shaped, Q4_K_M
+or F16) with a full-size vocabulary and no tensor data (or a sparse hole where the data would
+be), for parser speed, planning and compute tests.  ``make_split`` shards a model with the real
+``llama-gguf-split``.
 """
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import gguf
@@ -404,7 +405,30 @@ def write_model(
     return path
 
 
-# --- header-only Qwen3-30B-A3B-shaped file -------------------------------------------------
+# --- header-only Qwen3-shaped files ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """The shapes of a Qwen3-MoE model, as its config.json gives them."""
+
+    name: str
+    n_layers: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_experts: int
+    n_experts_used: int
+    n_ff_exp: int
+    n_ff: int
+    n_vocab: int = 151936
+    context_length: int = 40960
+
+
+QWEN3_30B_A3B = MoeShape("Qwen3-30B-A3B", 48, 2048, 32, 4, 128, 128, 8, 768, 6144)
+QWEN3_235B_A22B = MoeShape("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 128, 8, 1536, 12288)
+QUANTS: tuple[str, ...] = ("Q4_K_M", "F16")
 
 
 def _use_more_bits(i: int, n: int) -> bool:
@@ -412,32 +436,40 @@ def _use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def _qwen3moe_30b_tensors(
-    n_layers: int, n_experts: int, n_vocab: int
-) -> list[tuple[str, tuple[int, ...], QType]]:
-    """(name, numpy-order shape, type) for a Q4_K_M Qwen3-30B-A3B."""
-    e, q, kv, hd, ff = 2048, 32 * 128, 4 * 128, 128, 768
+def _qwen3moe_tensors(s: MoeShape, quant: str) -> list[tuple[str, tuple[int, ...], QType]]:
+    """(name, numpy-order shape, type) of every tensor; ``quant`` is Q4_K_M or F16 (norms
+    and the router stay F32)."""
+    e, q, kv, hd, ff, x = (
+        s.n_embd,
+        s.n_head * s.head_dim,
+        s.n_head_kv * s.head_dim,
+        s.head_dim,
+        s.n_ff_exp,
+        s.n_experts,
+    )
+    f32 = QType.F32
+    q4, q6 = (QType.Q4_K, QType.Q6_K) if quant == "Q4_K_M" else (QType.F16, QType.F16)
     out: list[tuple[str, tuple[int, ...], QType]] = [
-        ("token_embd.weight", (n_vocab, e), QType.Q4_K),
-        ("output_norm.weight", (e,), QType.F32),
-        ("output.weight", (n_vocab, e), QType.Q6_K),
+        ("token_embd.weight", (s.n_vocab, e), q4),
+        ("output_norm.weight", (e,), f32),
+        ("output.weight", (s.n_vocab, e), q6),
     ]
-    for i in range(n_layers):
-        hi = QType.Q6_K if _use_more_bits(i, n_layers) else QType.Q4_K
+    for i in range(s.n_layers):
+        hi = q6 if _use_more_bits(i, s.n_layers) else q4
         p = f"blk.{i}"
         out += [
-            (f"{p}.attn_norm.weight", (e,), QType.F32),
-            (f"{p}.attn_q.weight", (q, e), QType.Q4_K),
-            (f"{p}.attn_k.weight", (kv, e), QType.Q4_K),
+            (f"{p}.attn_norm.weight", (e,), f32),
+            (f"{p}.attn_q.weight", (q, e), q4),
+            (f"{p}.attn_k.weight", (kv, e), q4),
             (f"{p}.attn_v.weight", (kv, e), hi),
-            (f"{p}.attn_output.weight", (e, q), QType.Q4_K),
-            (f"{p}.attn_q_norm.weight", (hd,), QType.F32),
-            (f"{p}.attn_k_norm.weight", (hd,), QType.F32),
-            (f"{p}.ffn_norm.weight", (e,), QType.F32),
-            (f"{p}.ffn_gate_inp.weight", (n_experts, e), QType.F32),
-            (f"{p}.ffn_gate_exps.weight", (n_experts, ff, e), QType.Q4_K),
-            (f"{p}.ffn_up_exps.weight", (n_experts, ff, e), QType.Q4_K),
-            (f"{p}.ffn_down_exps.weight", (n_experts, e, ff), hi),
+            (f"{p}.attn_output.weight", (e, q), q4),
+            (f"{p}.attn_q_norm.weight", (hd,), f32),
+            (f"{p}.attn_k_norm.weight", (hd,), f32),
+            (f"{p}.ffn_norm.weight", (e,), f32),
+            (f"{p}.ffn_gate_inp.weight", (x, e), f32),
+            (f"{p}.ffn_gate_exps.weight", (x, ff, e), q4),
+            (f"{p}.ffn_up_exps.weight", (x, ff, e), q4),
+            (f"{p}.ffn_down_exps.weight", (x, e, ff), hi),
         ]
     return out
 
@@ -459,48 +491,59 @@ def _add_big_tokenizer(w: gguf.GGUFWriter, n_vocab: int, n_merges: int) -> None:
     w.add_add_bos_token(False)
 
 
-def _add_big_keys(w: gguf.GGUFWriter, n_layers: int, n_experts: int, n_experts_used: int) -> None:
-    w.add_name("Qwen3-30B-A3B header-only")
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+def _add_big_keys(w: gguf.GGUFWriter, s: MoeShape, quant: str) -> None:
+    w.add_name(f"{s.name} header-only")
+    w.add_file_type(
+        gguf.LlamaFileType.MOSTLY_Q4_K_M if quant == "Q4_K_M" else gguf.LlamaFileType.MOSTLY_F16
+    )
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    w.add_context_length(40960)
-    w.add_embedding_length(2048)
-    w.add_feed_forward_length(6144)
-    w.add_block_count(n_layers)
-    w.add_head_count(32)
-    w.add_head_count_kv(4)
-    w.add_key_length(128)
-    w.add_value_length(128)
+    w.add_context_length(s.context_length)
+    w.add_embedding_length(s.n_embd)
+    w.add_feed_forward_length(s.n_ff)
+    w.add_block_count(s.n_layers)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
     w.add_rope_freq_base(1_000_000.0)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_expert_count(n_experts)
-    w.add_expert_used_count(n_experts_used)
-    w.add_expert_feed_forward_length(768)
+    w.add_expert_count(s.n_experts)
+    w.add_expert_used_count(s.n_experts_used)
+    w.add_expert_feed_forward_length(s.n_ff_exp)
 
 
 def write_header_only(
     path: Path,
     *,
-    n_vocab: int = 151936,
+    shape: MoeShape = QWEN3_30B_A3B,
+    quant: str = "Q4_K_M",
+    n_vocab: int | None = None,
     n_merges: int = 151387,
-    n_layers: int = 48,
-    n_experts: int = 128,
-    n_experts_used: int = 8,
+    n_layers: int | None = None,
+    n_experts: int | None = None,
+    n_experts_used: int | None = None,
     sparse: bool = False,
 ) -> Path:
-    """Write a Qwen3-30B-A3B Q4_K_M header (full vocabulary, 3 + 12 * n_layers tensor infos).
+    """Write a Qwen3-MoE header of ``shape`` (default Qwen3-30B-A3B) in ``quant`` (Q4_K_M,
+    or F16 matrices as in the public --fit data point), with a full vocabulary and 3 + 12 *
+    n_layers tensor infos; the keyword sizes override the shape's.
 
     No tensor data is written: the file ends after the tensor infos, or with ``sparse`` it is
     ``truncate``d to its full size (about 17 GiB by default) so the data region is a hole.
     Returns ``path``.
     """
+    if quant not in QUANTS:
+        raise ValueError(f"quant must be one of {QUANTS}, got {quant!r}")
+    overrides = {"n_vocab": n_vocab, "n_layers": n_layers, "n_experts": n_experts,
+                 "n_experts_used": n_experts_used}  # fmt: skip
+    shape = replace(shape, **{k: v for k, v in overrides.items() if v is not None})
     w = gguf.GGUFWriter(path, "qwen3moe")
-    _add_big_keys(w, n_layers, n_experts, n_experts_used)
-    _add_big_tokenizer(w, n_vocab, n_merges)
+    _add_big_keys(w, shape, quant)
+    _add_big_tokenizer(w, shape.n_vocab, n_merges)
     data_bytes = 0
-    for name, shape, qtype in _qwen3moe_30b_tensors(n_layers, n_experts, n_vocab):
-        nbytes = _nbytes(shape, qtype)
-        w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
+    for name, dims, qtype in _qwen3moe_tensors(shape, quant):
+        nbytes = _nbytes(dims, qtype)
+        w.add_tensor_info(name, dims, np.dtype(np.float32), nbytes, raw_dtype=qtype)
         data_bytes += gguf.GGUFWriter.ggml_pad(nbytes, w.data_alignment)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -13,10 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import gguf
-import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as QType
 
 from moetune.compute import ComputeEstimate, estimate_compute
 from moetune.llamalog import PRINTED_MIB_TOLERANCE_BYTES, parse_buffers
@@ -91,54 +88,10 @@ def test_recorded_fit_params_figures(
     assert (estimate.device_bytes // MIB, estimate.host_bytes // MIB) == printed
 
 
-def write_qwen3_30b_f16(path: Path) -> Path:
-    """Header-only Qwen3-30B-A3B with F16 matrices, the model of the public data point."""
-    w = gguf.GGUFWriter(path, "qwen3moe")
-    for add, value in (
-        (w.add_context_length, 40960),
-        (w.add_embedding_length, 2048),
-        (w.add_block_count, 48),
-        (w.add_head_count, 32),
-        (w.add_head_count_kv, 4),
-        (w.add_key_length, 128),
-        (w.add_value_length, 128),
-        (w.add_expert_count, 128),
-        (w.add_expert_used_count, 8),
-        (w.add_expert_feed_forward_length, 768),
-    ):
-        add(value)
-    block = {
-        "attn_norm": (2048,),
-        "attn_q": (4096, 2048),
-        "attn_k": (512, 2048),
-        "attn_v": (512, 2048),
-        "attn_output": (2048, 4096),
-        "attn_q_norm": (128,),
-        "attn_k_norm": (128,),
-        "ffn_norm": (2048,),
-        "ffn_gate_inp": (128, 2048),
-        "ffn_gate_exps": (128, 768, 2048),
-        "ffn_up_exps": (128, 768, 2048),
-        "ffn_down_exps": (128, 2048, 768),
-    }
-    shapes = {"token_embd": (151936, 2048), "output_norm": (2048,), "output": (151936, 2048)}
-    shapes |= {f"blk.{i}.{name}": shape for i in range(48) for name, shape in block.items()}
-    for name, shape in shapes.items():
-        f16 = len(shape) > 1 and "gate_inp" not in name
-        nbytes = int(np.prod(shape)) * (2 if f16 else 4)
-        qtype = QType.F16 if f16 else QType.F32
-        w.add_tensor_info(f"{name}.weight", shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    w.close()
-    return path
-
-
 @pytest.fixture(scope="module")
 def qwen3_30b_f16(tmp_path_factory: pytest.TempPathFactory) -> ModelFacts:
     path = tmp_path_factory.mktemp("f16") / "Qwen3-30B-A3B-F16.gguf"
-    return load_model_facts(write_qwen3_30b_f16(path))
+    return load_model_facts(write_header_only(path, quant="F16"))
 
 
 def test_public_cuda_data_point(qwen3_30b_f16: ModelFacts) -> None:

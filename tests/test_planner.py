@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 
 from moetune.errors import DoesNotFitError
@@ -21,57 +19,11 @@ from moetune.planner import (
 )
 from moetune.units import GIB, MIB
 
-from factory import ARCHS
+from factory import ARCHS, write_header_only
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
 QWEN = EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf"
 GPT_OSS = EXAMPLES / "gpt-oss-120b-MXFP4.header.gguf"
-
-
-def write_qwen3_30b_f16(path: Path) -> Path:
-    """Header-only Qwen3-30B-A3B with F16 matrices (the public --fit data point's model)."""
-    e, q, kv, ff, x, vocab, n_layers = 2048, 4096, 512, 768, 128, 151936, 48
-    writer = gguf.GGUFWriter(path, "qwen3moe")
-    writer.add_block_count(n_layers)
-    writer.add_context_length(40960)
-    writer.add_embedding_length(e)
-    writer.add_expert_count(x)
-    writer.add_expert_used_count(8)
-    writer.add_head_count(32)
-    writer.add_head_count_kv(4)
-    writer.add_key_length(128)
-    writer.add_value_length(128)
-    tensors: list[tuple[str, tuple[int, ...], gguf.GGMLQuantizationType]] = [
-        ("token_embd.weight", (vocab, e), gguf.GGMLQuantizationType.F16),
-        ("output_norm.weight", (e,), gguf.GGMLQuantizationType.F32),
-        ("output.weight", (vocab, e), gguf.GGMLQuantizationType.F16),
-    ]
-    f16, f32 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32
-    for i in range(n_layers):
-        b = f"blk.{i}"
-        tensors += [
-            (f"{b}.attn_norm.weight", (e,), f32),
-            (f"{b}.attn_q.weight", (q, e), f16),
-            (f"{b}.attn_k.weight", (kv, e), f16),
-            (f"{b}.attn_v.weight", (kv, e), f16),
-            (f"{b}.attn_output.weight", (e, q), f16),
-            (f"{b}.attn_q_norm.weight", (128,), f32),
-            (f"{b}.attn_k_norm.weight", (128,), f32),
-            (f"{b}.ffn_norm.weight", (e,), f32),
-            (f"{b}.ffn_gate_inp.weight", (x, e), f32),
-            (f"{b}.ffn_gate_exps.weight", (x, ff, e), f16),
-            (f"{b}.ffn_up_exps.weight", (x, ff, e), f16),
-            (f"{b}.ffn_down_exps.weight", (x, e, ff), f16),
-        ]
-    for name, shape, qtype in tensors:
-        block, size = gguf.GGML_QUANT_SIZES[qtype]
-        nbytes = int(np.prod(shape)) // block * size
-        writer.add_tensor_info(name, shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    writer.close()
-    return path
 
 
 def test_public_fit_data_point(tmp_path: Path) -> None:
@@ -81,7 +33,7 @@ def test_public_fit_data_point(tmp_path: Path) -> None:
     That README was made by an older build where ``-ngl 48`` meant "all 48 blocks, output on
     the CPU"; in build 11434 the same flag keeps block 0 on the CPU and puts the output layer
     on the GPU, so the placement is given here by rules, not by -ngl."""
-    facts = load_model_facts(write_qwen3_30b_f16(tmp_path / "qwen3-30b-f16.gguf"))
+    facts = load_model_facts(write_header_only(tmp_path / "qwen3-30b-f16.gguf", quant="F16"))
     experts = Override(rf"blk\.(1[4-9]|[2-3][0-9]|4[0-7]){EXPS_REGEX}")
     placement = Placement(overrides=(Override(r"^output\."), Override(r"^output_norm\."), experts))
     memory = estimate(facts, placement, Settings(n_ctx=4096, type_k="f16", type_v="f16"))

@@ -1,0 +1,62 @@
+"""What many test modules share: running moetune (as a process or in-process) and the examples.
+
+``moetune(...)`` starts ``python -m moetune`` as a child with SIGINT at its default
+disposition, whatever the shell that started pytest did with it (``bash .ci/run &`` from a
+script ignores SIGINT in background jobs, and a child inherits an ignored signal), so tests
+that interrupt it behave the same everywhere.  ``cli(...)`` runs the typer app in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "models"
+EXAMPLE_QWEN = EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf"
+EXAMPLE_GPT_OSS = EXAMPLES / "gpt-oss-120b-MXFP4.header.gguf"
+MOETUNE = (sys.executable, "-m", "moetune")
+
+
+def default_signals() -> None:
+    """preexec_fn: SIGINT and SIGTERM back at their default disposition in the child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def moetune_env(home: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment for a moetune child: wide columns, optionally its own MOETUNE_HOME."""
+    env = {**os.environ, "COLUMNS": "200", **extra}
+    if home is not None:
+        env["MOETUNE_HOME"] = str(home)
+    return env
+
+
+def moetune(*args: str, home: Path | None = None, timeout: float = 300,
+            prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Run ``moetune ARGS`` to completion; stdout and stderr as text."""
+    return subprocess.run(
+        [*prefix, *MOETUNE, *args], capture_output=True, text=True, timeout=timeout,
+        check=False, env=moetune_env(home), preexec_fn=default_signals,
+    )  # fmt: skip
+
+
+def start_moetune(*args: str, home: Path | None = None) -> subprocess.Popen[str]:
+    """Start ``moetune ARGS`` in the background (stdout and stderr piped)."""
+    return subprocess.Popen(
+        [*MOETUNE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=moetune_env(home), preexec_fn=default_signals,  # noqa: PLW1509
+    )  # fmt: skip
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """Run the app in-process: (exit code, stdout, stderr)."""
+    from moetune.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
