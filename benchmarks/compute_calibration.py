@@ -1,4 +1,4 @@
-"""Calibrate moetune.compute against the compute buffers llama.cpp itself reports.
+"""Calibrate moetune.core.compute against the compute buffers llama.cpp itself reports.
 
 Three sources, each compared with ``estimate_compute`` for the same settings:
 
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from moetune.compute import estimate_compute
-from moetune.llamalog import parse_buffers
-from moetune.model import ModelFacts, load_model_facts
+from moetune.core.compute import estimate_compute
+from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.llamacpp.log import parse_buffers
 from moetune.units import MIB
 
 from factory import ARCHS, write_header_only, write_model

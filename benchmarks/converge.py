@@ -20,12 +20,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from moetune.llamalog import parse_buffers, total_mib
-from moetune.memory import Settings
-from moetune.model import ModelFacts, load_model_facts
-from moetune.planner import plan_n_cpu_moe
-from moetune.runner import predictor
-from moetune.tuner import Attempt, Search, best_attempt, tune
+from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.memory import Settings
+from moetune.core.planner import plan_n_cpu_moe, predictor
+from moetune.core.search import Attempt, Search, best_attempt, tune
+from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import MOE_ARCHS, write_model

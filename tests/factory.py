@@ -534,9 +534,13 @@ def write_header_only(
     """
     if quant not in QUANTS:
         raise ValueError(f"quant must be one of {QUANTS}, got {quant!r}")
-    overrides = {"n_vocab": n_vocab, "n_layers": n_layers, "n_experts": n_experts,
-                 "n_experts_used": n_experts_used}  # fmt: skip
-    shape = replace(shape, **{k: v for k, v in overrides.items() if v is not None})
+    shape = replace(
+        shape,
+        n_vocab=shape.n_vocab if n_vocab is None else n_vocab,
+        n_layers=shape.n_layers if n_layers is None else n_layers,
+        n_experts=shape.n_experts if n_experts is None else n_experts,
+        n_experts_used=shape.n_experts_used if n_experts_used is None else n_experts_used,
+    )
     w = gguf.GGUFWriter(path, "qwen3moe")
     _add_big_keys(w, shape, quant)
     _add_big_tokenizer(w, shape.n_vocab, n_merges)

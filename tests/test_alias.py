@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from moetune.alias import SHELLS, Shell, alias_text, check_name, fish_quote, shell_from_path
 from moetune.cli import app
 from moetune.errors import BadValueError, ExitCode
-from moetune.profiles import (
+from moetune.jobs.alias import SHELLS, Shell, alias_text, check_name, fish_quote, shell_from_path
+from moetune.store.tuned import (
     BuildIdentity,
     DeviceIdentity,
     Measured,

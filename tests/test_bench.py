@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
-from moetune.bench import ServerClient, parse_sse_lines
 from moetune.errors import ExitCode, ServerFailedError
+from moetune.llamacpp.client import ServerClient, parse_sse_lines
 
 from factory import write_model
 from llama import running_server, wait_for_servers

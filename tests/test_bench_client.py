@@ -1,4 +1,4 @@
-"""moetune.bench: SSE parsing, exact-length prompts, and the client against a real tiny model."""
+"""llamacpp.client: SSE parsing, exact-length prompts, and the client against a real tiny model."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from moetune import server as srv
-from moetune.bench import ServerClient, build_prompt, fill_context, parse_sse_lines
 from moetune.errors import BadValueError, ServerFailedError
+from moetune.llamacpp import process as srv
+from moetune.llamacpp.client import ServerClient, build_prompt, fill_context, parse_sse_lines
 
 from llama import bin_path
 from rawhttp import raw_http_server, sse_response

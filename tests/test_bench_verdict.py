@@ -10,20 +10,28 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from moetune import benchrun as br
 from moetune.cli import app
+from moetune.core.facts import load_model_facts
+from moetune.core.memory import Settings
 from moetune.errors import BadValueError, ExitCode, ModelFileError
-from moetune.memory import Settings
-from moetune.model import load_model_facts
+from moetune.jobs import bench as br
+from moetune.jobs import results as res
+from moetune.jobs.launch import DeviceSetup, LaunchSpec
+from moetune.jobs.names import CONFIG_NAMES
+from moetune.llamacpp import log
+from moetune.llamacpp.info import Device, ServerInfo
+from moetune.llamacpp.memprobe import LogProbe
 from moetune.report import SCHEMA_VERSION, to_json
 from moetune.report import bench as rb
+from moetune.store import bench as saved
+from moetune.store import paths
 from moetune.units import MIB
 
 from factory import write_model
 
 
-def sample(decode: float, prefill: float = 1000.0, ttft: float | None = 0.1) -> br.Sample:
-    return br.Sample(
+def sample(decode: float, prefill: float = 1000.0, ttft: float | None = 0.1) -> res.Sample:
+    return res.Sample(
         prompt_n=64, predicted_n=16, ttft_s=ttft, prompt_ms=64 / prefill * 1000,
         predicted_ms=16 / decode * 1000 if decode else 0.0, prefill_tps=prefill, decode_tps=decode,
         client_prefill_tps=64 / ttft if ttft else None, client_decode_tps=decode * 0.98,
@@ -32,35 +40,35 @@ def sample(decode: float, prefill: float = 1000.0, ttft: float | None = 0.1) -> 
 
 
 def row(config: str, depth: int, decodes: list[float],
-        prefills: list[float] | None = None) -> br.DepthResult:  # fmt: skip
+        prefills: list[float] | None = None) -> res.DepthResult:  # fmt: skip
     prefills = prefills or [1000.0] * len(decodes)
     samples = [sample(d, p) for d, p in zip(decodes, prefills, strict=True)]
-    return br.summarize(config, depth, samples, 30 * MIB)
+    return res.summarize(config, depth, samples, 30 * MIB)
 
 
 # --- statistics and the verdict -------------------------------------------------------------
 
 
 def test_stat_median_and_range() -> None:
-    assert br.Stat.of([3.0, 1.0, 2.0]) == br.Stat(median=2.0, min=1.0, max=3.0)
-    assert br.Stat.of([1.0, 4.0]) == br.Stat(median=2.5, min=1.0, max=4.0)
-    assert br.Stat.of([None, 5.0]) == br.Stat(median=5.0, min=5.0, max=5.0)
-    assert br.Stat.of([None]) is None and br.Stat.of([]) is None
+    assert res.Stat.of([3.0, 1.0, 2.0]) == res.Stat(median=2.0, min=1.0, max=3.0)
+    assert res.Stat.of([1.0, 4.0]) == res.Stat(median=2.5, min=1.0, max=4.0)
+    assert res.Stat.of([None, 5.0]) == res.Stat(median=5.0, min=5.0, max=5.0)
+    assert res.Stat.of([None]) is None and res.Stat.of([]) is None
 
 
 def test_summarize_keeps_every_sample() -> None:
-    result = br.summarize("plan", 64, [sample(10.0, ttft=None), sample(20.0, ttft=0.2)], None)
+    result = res.summarize("plan", 64, [sample(10.0, ttft=None), sample(20.0, ttft=0.2)], None)
     assert len(result.samples) == 2
-    assert result.decode_tps == br.Stat(median=15.0, min=10.0, max=20.0)
-    assert result.ttft_s == br.Stat(median=0.2, min=0.2, max=0.2)  # unknown TTFT left out
+    assert result.decode_tps == res.Stat(median=15.0, min=10.0, max=20.0)
+    assert result.ttft_s == res.Stat(median=0.2, min=0.2, max=0.2)  # unknown TTFT left out
     with pytest.raises(ValueError):
-        br.summarize("plan", 64, [], None)
+        res.summarize("plan", 64, [], None)
 
 
 def test_verdict_clear_winner() -> None:
     results = [row("plan", 0, [40.0, 41.0, 42.0]), row("cpu-moe", 0, [20.0, 21.0, 22.0]),
                row("layers", 0, [10.0, 10.0, 10.0])]  # fmt: skip
-    decode = next(v for v in br.verdicts(results) if v.metric == "decode_tps")
+    decode = next(v for v in res.verdicts(results) if v.metric == "decode_tps")
     assert (decode.winner, decode.runner_up, decode.within_noise) == ("plan", "cpu-moe", False)
     assert decode.ratio == pytest.approx(41.0 / 21.0)
     text = rb.verdict_text(decode)
@@ -69,13 +77,13 @@ def test_verdict_clear_winner() -> None:
 
 def test_verdict_within_noise_when_spreads_overlap() -> None:
     results = [row("plan", 64, [30.0, 40.0, 50.0]), row("fit", 64, [35.0, 38.0, 45.0])]
-    decode = br.verdicts(results)[0]
+    decode = res.verdicts(results)[0]
     assert decode.winner == "plan" and decode.within_noise
     assert "within noise" in rb.verdict_text(decode)
     touching = [row("plan", 64, [40.0, 50.0]), row("fit", 64, [30.0, 40.0])]
-    assert br.verdicts(touching)[0].within_noise  # min of the winner == max of the other
+    assert res.verdicts(touching)[0].within_noise  # min of the winner == max of the other
     apart = [row("plan", 64, [40.1, 50.0]), row("fit", 64, [30.0, 40.0])]
-    assert not br.verdicts(apart)[0].within_noise
+    assert not res.verdicts(apart)[0].within_noise
 
 
 def test_verdict_per_depth_and_metric() -> None:
@@ -85,7 +93,7 @@ def test_verdict_per_depth_and_metric() -> None:
         row("plan", 4096, [20.0, 21.0]),
         row("gpu-only", 4096, [40.0, 41.0]),
     ]
-    found = {(v.depth, v.metric): v for v in br.verdicts(results)}
+    found = {(v.depth, v.metric): v for v in res.verdicts(results)}
     assert set(found) == {(0, "decode_tps"), (0, "prefill_tps"), (4096, "decode_tps"),
                           (4096, "prefill_tps")}  # fmt: skip
     assert found[0, "decode_tps"].winner == "plan"
@@ -96,27 +104,27 @@ def test_verdict_per_depth_and_metric() -> None:
 
 
 def test_verdict_single_configuration_and_zero() -> None:
-    alone = br.verdicts([row("server", 128, [12.0])])
+    alone = res.verdicts([row("server", 128, [12.0])])
     assert alone[0].runner_up is None and alone[0].ratio is None and not alone[0].within_noise
     assert rb.verdict_text(alone[0]) == "depth 128, decode: only server measured (12.0 tok/s)"
-    zero = br.verdicts([row("a", 0, [5.0]), row("b", 0, [0.0])])[0]
+    zero = res.verdicts([row("a", 0, [5.0]), row("b", 0, [0.0])])[0]
     assert zero.winner == "a" and zero.ratio is None
-    assert br.verdicts([]) == []
+    assert res.verdicts([]) == []
 
 
 # --- depths and options ---------------------------------------------------------------------
 
 
 def test_capped_depths() -> None:
-    assert br.capped_depths([0, 4096, 16384], 32768, 128, 41) == [41, 4096, 16384]
-    assert br.capped_depths([0, 4096, 16384], 4096, 128, 1) == [1, 3967]  # both capped: one
-    assert br.capped_depths([256, 64, 64], 1024, 16, 1) == [64, 256]
+    assert res.capped_depths([0, 4096, 16384], 32768, 128, 41) == [41, 4096, 16384]
+    assert res.capped_depths([0, 4096, 16384], 4096, 128, 1) == [1, 3967]  # both capped: one
+    assert res.capped_depths([256, 64, 64], 1024, 16, 1) == [64, 256]
     with pytest.raises(BadValueError, match="no room"):
-        br.capped_depths([0], 64, 64, 1)
+        res.capped_depths([0], 64, 64, 1)
     with pytest.raises(BadValueError, match="at least 1"):
-        br.capped_depths([0], 1024, 0, 1)
+        res.capped_depths([0], 1024, 0, 1)
     with pytest.raises(BadValueError, match="depths"):
-        br.capped_depths([-1], 1024, 16, 1)
+        res.capped_depths([-1], 1024, 16, 1)
 
 
 def test_parse_depths_and_configs() -> None:
@@ -158,23 +166,23 @@ load_tensors: offloaded 9/9 layers to GPU
 
 
 def test_parse_fit_log_fitted() -> None:
-    fit = br.parse_fit_log(FIT_FITTED, target_mib=24085)
+    fit = log.parse_fit_log(FIT_FITTED, target_mib=24085)
     assert fit.status == "fitted" and fit.offloaded == "9/9" and fit.target_mib == 24085
-    assert fit.devices == [br.FitDevice(device="RPC0 (127.0.0.1:47211)", layers=9,
+    assert fit.devices == [log.FitDevice(device="RPC0 (127.0.0.1:47211)", layers=9,
                                         overflowing=6, used_mib=20, free_mib=24085)]  # fmt: skip
-    assert br.describe_fit(fit) == "fitted: RPC0 9 layers (6 with CPU experts)"
+    assert log.describe_fit(fit) == "fitted: RPC0 9 layers (6 with CPU experts)"
 
 
 def test_parse_fit_log_unchanged_failed_unknown() -> None:
-    unchanged = br.parse_fit_log(FIT_UNCHANGED)
+    unchanged = log.parse_fit_log(FIT_UNCHANGED)
     assert (unchanged.status, unchanged.devices, unchanged.target_mib) == ("unchanged", [], None)
-    failed = br.parse_fit_log(FIT_FAILED)
+    failed = log.parse_fit_log(FIT_FAILED)
     assert failed.status == "failed"
     assert failed.message == "n_gpu_layers already set by user to 99, abort"
-    unknown = br.parse_fit_log("load_tensors: offloaded 3/9 layers to GPU\n")
+    unknown = log.parse_fit_log("load_tensors: offloaded 3/9 layers to GPU\n")
     assert (unknown.status, unknown.offloaded) == ("unknown", "3/9")
-    assert br.describe_fit(unknown) == "unknown: 3/9 layers offloaded"
-    assert br.describe_fit(failed) == "failed: n_gpu_layers already set by user to 99, abort"
+    assert log.describe_fit(unknown) == "unknown: 3/9 layers offloaded"
+    assert log.describe_fit(failed) == "failed: n_gpu_layers already set by user to 99, abort"
 
 
 # --- the configurations on a tiny model -------------------------------------------------------
@@ -185,16 +193,23 @@ def qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model(tmp_path_factory.mktemp("bench") / "q.gguf", "qwen3moe", n_layers=8)
 
 
-def _setup(model: Path, budget_mib: float) -> br.Setup:
+def _setup(model: Path, budget_mib: float) -> tuple[LaunchSpec, DeviceSetup]:
     settings = Settings(n_ctx=1024, type_k="q8_0", type_v="q8_0", gpu_overhead_bytes=0,
                         device_kind="rpc")  # fmt: skip
-    return br.Setup(str(model), settings, round(budget_mib * MIB), ("--rpc", "h:1"), 2, 100)
+    spec = LaunchSpec(Path("llama-server"), str(model), settings, ("--rpc", "h:1"), threads=2)
+    device = Device(name="RPC0", description="h:1", total_bytes=24 * 1024 * MIB,
+                    free_bytes=24 * 1024 * MIB)  # fmt: skip
+    info = ServerInfo(path=Path("llama-server"), version=None, build_number=None, commit=None,
+                      compiler=None, target=None, devices=(device,))  # fmt: skip
+    setup = DeviceSetup(info=info, device=device, probe=LogProbe("RPC0"),
+                        target_bytes=round(budget_mib * MIB), fit_target_mib=100)  # fmt: skip
+    return spec, setup
 
 
 def test_configurations_for_a_tight_budget(qwen: Path) -> None:
     facts = load_model_facts(qwen)
-    specs = {s.name: s for s in br.build_configs(facts, _setup(qwen, 30), br.CONFIG_NAMES)}
-    plan, fit, cmoe, layers, gpu = (specs[n] for n in br.CONFIG_NAMES)
+    specs = {s.name: s for s in br.build_configs(facts, *_setup(qwen, 30), CONFIG_NAMES)}
+    plan, fit, cmoe, layers, gpu = (specs[n] for n in CONFIG_NAMES)
     assert plan.skip is None and "--n-cpu-moe" in plan.args and "--fit" in plan.args
     assert plan.predicted_bytes is not None and plan.predicted_bytes <= 30 * MIB
     assert plan.args[-2:] == ("--rpc", "h:1")  # pass-through flags last
@@ -208,7 +223,7 @@ def test_configurations_for_a_tight_budget(qwen: Path) -> None:
 
 def test_configurations_when_everything_fits(qwen: Path) -> None:
     facts = load_model_facts(qwen)
-    specs = br.build_configs(facts, _setup(qwen, 1000), ["plan", "layers", "gpu-only", "plan"])
+    specs = br.build_configs(facts, *_setup(qwen, 1000), ["plan", "layers", "gpu-only", "plan"])
     assert [s.name for s in specs] == ["plan", "layers", "gpu-only", "plan"]
     assert specs[0].description == "--n-cpu-moe 0" and specs[0].skip is None
     assert specs[1].skip == "same command as plan" and specs[1].description == "-ngl 99"
@@ -217,7 +232,7 @@ def test_configurations_when_everything_fits(qwen: Path) -> None:
 
 def test_configurations_that_cannot_fit(qwen: Path) -> None:
     facts = load_model_facts(qwen)
-    specs = {s.name: s for s in br.build_configs(facts, _setup(qwen, 1), br.CONFIG_NAMES)}
+    specs = {s.name: s for s in br.build_configs(facts, *_setup(qwen, 1), CONFIG_NAMES)}
     assert specs["plan"].skip and "does not fit" in specs["plan"].skip
     assert specs["layers"].description == "-ngl 1"  # the output layer alone fits
     assert specs["gpu-only"].skip
@@ -228,8 +243,9 @@ def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
     """A "llama-server" that exits at once: the configuration is failed, the bench goes on."""
     spec = br.ConfigSpec("plan", "--n-cpu-moe 1", ("-m", "x.gguf"), 10)
     events: list[str] = []
-    launcher = br.Launcher(Path("/bin/false"), None, br.Workload(), br.Prompts("chat"),
-                           events.append, log_dir=tmp_path)  # fmt: skip
+    settings = Settings(n_ctx=1024)
+    spec_false = LaunchSpec(Path("/bin/false"), "x.gguf", settings, log_dir=tmp_path)
+    launcher = br.Launcher(spec_false, None, br.Workload(), br.Prompts("chat"), events.append)
     run, results = br.run_config(spec, launcher)
     assert (run.status, results) == ("failed", [])
     assert run.message == "llama-server exited with 1"
@@ -241,23 +257,23 @@ def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
 # --- saved results and rendering --------------------------------------------------------------
 
 
-def _result(**changes: object) -> br.BenchResult:
+def _result(**changes: object) -> res.BenchResult:
     results = [row("plan", 64, [40.0, 42.0]), row("cpu-moe", 64, [20.0, 22.0]),
                row("plan", 256, [30.0, 31.0]), row("cpu-moe", 256, [29.0, 30.5])]  # fmt: skip
     runs = [
-        br.ConfigRun(name=n, status="ok", description=d, args=["-m", "m.gguf"],
+        res.ConfigRun(name=n, status="ok", description=d, args=["-m", "m.gguf"],
                      predicted_bytes=29 * MIB, peak_device_bytes=30 * MIB, load_s=1.5)
         for n, d in (("plan", "--n-cpu-moe 2"), ("cpu-moe", "-cmoe"))
     ]  # fmt: skip
-    runs.append(br.ConfigRun(name="gpu-only", status="skipped", description="-ngl 99", args=[],
+    runs.append(res.ConfigRun(name="gpu-only", status="skipped", description="-ngl 99", args=[],
                              predicted_bytes=None, peak_device_bytes=None, load_s=None,
                              message="does not fit"))  # fmt: skip
-    base = br.BenchResult(
+    base = res.BenchResult(
         created="2025-01-02T03:04:05+00:00", moetune_version="0.1.0", model="/m/q.gguf",
         server_url=None, endpoint="chat", n_ctx=1024, n_predict=16, repeats=2, depths=[64, 256],
         device="RPC0[127.0.0.1:5]", device_total_bytes=24 * 1024 * MIB, budget_bytes=30 * MIB,
         probe="llama.cpp log (RPC0 buffers)", probe_includes_overhead=False, shortest_prompt=41,
-        configs=runs, results=results, verdicts=br.verdicts(results),
+        configs=runs, results=results, verdicts=res.verdicts(results),
     )  # fmt: skip
     return base.model_copy(update=changes)
 
@@ -294,35 +310,35 @@ def test_bar_is_proportional() -> None:
 
 
 def test_format_stat() -> None:
-    assert rb.format_stat(br.Stat(median=41.04, min=40.0, max=42.0)) == "41.0 (40.0-42.0)"
-    assert rb.format_stat(br.Stat(median=0.02, min=0.02, max=0.02)) == "0.02"
-    assert rb.format_stat(br.Stat(median=1234.4, min=1200.0, max=1300.0)) == "1234 (1200-1300)"
+    assert rb.format_stat(res.Stat(median=41.04, min=40.0, max=42.0)) == "41.0 (40.0-42.0)"
+    assert rb.format_stat(res.Stat(median=0.02, min=0.02, max=0.02)) == "0.02"
+    assert rb.format_stat(res.Stat(median=1234.4, min=1200.0, max=1300.0)) == "1234 (1200-1300)"
     assert rb.format_stat(None) == "-"
-    ttft = br.Stat(median=0.0258, min=0.0257, max=0.0301)
+    ttft = res.Stat(median=0.0258, min=0.0257, max=0.0301)
     assert rb.format_stat(ttft, rb._secs) == "0.026 (0.026-0.030)"
     assert rb._secs(12.34) == "12.3"
 
 
 def test_result_round_trip_and_default_path(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    monkeypatch.setenv(br.HOME_ENV, str(tmp_path / "home"))
+    monkeypatch.setenv(paths.ENV_HOME, str(tmp_path / "home"))
     result = _result()
-    path = br.default_result_path(result)
+    path = saved.default_result_path(result)
     assert path == tmp_path / "home" / "bench" / "20250102T030405-q.json"
-    br.write_result(path, to_json(rb.bench_payload(result)))
+    saved.write_result(path, to_json(rb.bench_payload(result)))
     data = json.loads(path.read_text())
     assert data["schema_version"] == SCHEMA_VERSION and data["kind"] == "moetune.bench"
     first = data["results"][0]
     assert {"config", "depth", "ttft_s", "prefill_tps", "decode_tps", "samples"} <= set(first)
     assert len(first["samples"]) == 2
-    assert br.load_result(path, SCHEMA_VERSION) == result
-    monkeypatch.delenv(br.HOME_ENV)
-    assert br.bench_dir().parts[-2:] == ("moetune", "bench")
+    assert saved.load_result(path, SCHEMA_VERSION) == result
+    monkeypatch.delenv(paths.ENV_HOME)
+    assert paths.bench_dir().parts[-2:] == ("moetune", "bench")
 
 
 def test_load_result_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match="cannot read"):
-        br.load_result(tmp_path / "missing.json", SCHEMA_VERSION)
+        saved.load_result(tmp_path / "missing.json", SCHEMA_VERSION)
     bad = tmp_path / "bad.json"
     for text, message in (
         ("{", "not JSON"),
@@ -332,18 +348,18 @@ def test_load_result_errors(tmp_path: Path) -> None:
     ):
         bad.write_text(text)
         with pytest.raises(BadValueError, match=message):
-            br.load_result(bad, SCHEMA_VERSION)  # fmt: skip
+            saved.load_result(bad, SCHEMA_VERSION)  # fmt: skip
 
 
 def test_merge_results_renames_clashes() -> None:
     one = _result()
     other = _result(results=[row("plan", 64, [80.0, 81.0])])
-    merged = br.merge_results([one, other], ["a", "b"])
+    merged = res.merge_results([one, other], ["a", "b"])
     names = [c.name for c in merged.configs]
     assert names == ["plan@a", "cpu-moe@a", "gpu-only@a", "plan@b", "cpu-moe@b", "gpu-only@b"]
     assert {r.config for r in merged.results} == {"plan@a", "cpu-moe@a", "plan@b"}
     assert merged.verdicts[0].winner == "plan@b"
-    assert br.merge_results([one], ["a"]) is one
+    assert res.merge_results([one], ["a"]) is one
 
 
 # --- the commands' errors, in-process ---------------------------------------------------------
@@ -353,7 +369,7 @@ runner = CliRunner()
 
 def test_report_command(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    br.write_result(path, to_json(rb.bench_payload(_result())))
+    saved.write_result(path, to_json(rb.bench_payload(_result())))
     shown = runner.invoke(app, ["report", str(path)], terminal_width=160)
     assert shown.exit_code == 0, shown.output
     assert "decode tok/s by depth" in shown.output and "█" in shown.output
@@ -391,7 +407,7 @@ def test_bench_server_url_with_a_model_is_refused(qwen: Path) -> None:
 
 def test_dense_model_has_no_expert_configurations(tmp_path: Path) -> None:
     dense = write_model(tmp_path / "dense.gguf", "qwen3")
-    specs = {s.name: s for s in br.build_configs(load_model_facts(dense), _setup(dense, 1000),
-                                                 br.CONFIG_NAMES)}  # fmt: skip
+    specs = {s.name: s for s in br.build_configs(load_model_facts(dense), *_setup(dense, 1000),
+                                                 CONFIG_NAMES)}  # fmt: skip
     assert specs["plan"].skip == specs["cpu-moe"].skip == "a dense model has no experts"
     assert specs["layers"].skip is None and specs["gpu-only"].skip == "same command as layers"

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from moetune.compute import ComputeEstimate, estimate_compute
-from moetune.llamalog import PRINTED_MIB_TOLERANCE_BYTES, parse_buffers
-from moetune.model import ModelFacts, load_model_facts
+from moetune.core.compute import ComputeEstimate, estimate_compute
+from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.llamacpp.log import PRINTED_MIB_TOLERANCE_BYTES, parse_buffers
 from moetune.units import MIB
 
 from factory import write_header_only, write_model

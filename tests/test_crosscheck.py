@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from moetune.cli import app
+from moetune.core.facts import load_model_facts
 from moetune.errors import ExitCode
 from moetune.gguf import read_model
-from moetune.llamalog import parse_buffers, total_mib
-from moetune.model import load_model_facts
+from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import EXPERT_TYPES, MOE_ARCHS, make_split, write_model

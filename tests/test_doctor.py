@@ -10,22 +10,25 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from moetune import cli_profiles
+from moetune import hardware
 from moetune.cli import app
-from moetune.doctor import (
+from moetune.core.facts import load_model_facts
+from moetune.errors import ServerFailedError, ServerNotFoundError
+from moetune.hardware import GpuInfo, HostInfo
+from moetune.hardware import host as hardware_host
+from moetune.jobs.doctor import (
     DEFAULT_RAM_BANDWIDTH_BYTES_PER_S,
     DoctorInputs,
     DoctorReport,
     Finding,
     diagnose,
 )
-from moetune.errors import ServerFailedError, ServerNotFoundError
-from moetune.hardware import GpuInfo, HostInfo
-from moetune.hardware.fake import FakeGpuProbe, FakeHostProbe, fake_gpu
-from moetune.model import load_model_facts
-from moetune.profiles import find_hardware_profile, load_hardware_profiles
-from moetune.server import Device, ServerInfo
+from moetune.llamacpp import process
+from moetune.llamacpp.info import Device, ServerInfo
+from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
 from moetune.units import GIB, MIB
+
+from fakes import FakeGpuProbe, FakeHostProbe, fake_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 QWEN = ROOT / "examples" / "models" / "Qwen3-30B-A3B-Q4_K_M.header.gguf"
@@ -225,11 +228,12 @@ def test_model_that_cannot_fit(tmp_path: Path, vram: str, words: str) -> None:
 @pytest.fixture
 def fake_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = gpu_4090(pcie_gen_max=3, pcie_gen_current=3)
-    monkeypatch.setattr(cli_profiles, "detect_gpu_probe", lambda: FakeGpuProbe([gpu]))
-    monkeypatch.setattr(cli_profiles, "PsutilHostProbe",
+    # The command imports these when it runs: patch them where it finds them.
+    monkeypatch.setattr(hardware, "detect_gpu_probe", lambda: FakeGpuProbe([gpu]))
+    monkeypatch.setattr(hardware_host, "PsutilHostProbe",
                         lambda: FakeHostProbe(host(is_wsl=True)))  # fmt: skip
-    monkeypatch.setattr(cli_profiles, "find_server", lambda explicit: Path("/x/llama-server"))
-    monkeypatch.setattr(cli_profiles, "server_info", lambda path: cuda_server())
+    monkeypatch.setattr(process, "find_server", lambda explicit: Path("/x/llama-server"))
+    monkeypatch.setattr(process, "server_info", lambda path: cuda_server())
 
 
 @pytest.mark.usefixtures("fake_machine")

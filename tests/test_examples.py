@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from moetune.core.facts import load_model_facts
 from moetune.gguf import SkippedArray, read_model
-from moetune.model import load_model_facts
 from moetune.units import GIB
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from moetune.llamalog import BufferLine, parse_buffers, total_mib
-from moetune.memory import MemoryEstimate, Settings, estimate
-from moetune.model import ModelFacts, load_model_facts
-from moetune.placement import Placement
+from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.memory import MemoryEstimate, Settings, estimate
+from moetune.core.placement import Placement
+from moetune.llamacpp.log import BufferLine, parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import MOE_ARCHS, write_model

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from moetune.core.facts import facts_from_gguf
 from moetune.errors import MoetuneError
 from moetune.gguf.reader import read_header_bytes
 from moetune.gguf.split import GGUFModel
-from moetune.model import facts_from_gguf
 
 from rawgguf import ARR, F32, STR, U32, small_model
 

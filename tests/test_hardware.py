@@ -29,7 +29,6 @@ from moetune.hardware import (
     detect_gpu_probe,
     require_gpus,
 )
-from moetune.hardware.fake import FakeGpuProbe, FakeHostProbe, fake_gpu
 from moetune.hardware.host import cgroup_ram_limit, process_tree
 from moetune.units import GIB
 
@@ -48,6 +47,7 @@ from fake_pynvml import (
     NVMLError,
     Process,
 )
+from fakes import FakeGpuProbe, FakeHostProbe, fake_gpu
 
 HAVE_DRIVER = bool(ctypes.util.find_library("nvidia-ml") or shutil.which("nvidia-smi"))
 no_driver_here = pytest.mark.skipif(HAVE_DRIVER, reason="an NVIDIA driver is installed here")

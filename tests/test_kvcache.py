@@ -1,4 +1,4 @@
-"""KV / RS cache prediction (moetune.kvcache) against llama.cpp build 11434.
+"""KV / RS cache prediction (moetune.core.kvcache) against llama.cpp build 11434.
 
 The ``server`` tests start the real llama-server CPU-only on each tiny fixture over a grid of
 context sizes, cache types, slot settings and SWA options, and compare every printed cache line
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.hparams import HParam
+from moetune.core.kvcache import CACHE_TYPES, CacheEstimate, estimate_cache, parse_cache_type
 from moetune.errors import BadValueError, GGUFFormatError
-from moetune.kvcache import CACHE_TYPES, CacheEstimate, estimate_cache, parse_cache_type
-from moetune.llamalog import parse_buffers
-from moetune.model import HParam, ModelFacts, load_model_facts
+from moetune.llamacpp.log import parse_buffers
 from moetune.units import MIB
 
 from factory import ARCHS, write_model

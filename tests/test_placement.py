@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from moetune.gguf.roles import Role
-from moetune.model import ModelFacts, load_model_facts
-from moetune.placement import (
+from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.placement import (
     ALL_LAYERS,
     Device,
     Override,
@@ -19,7 +18,8 @@ from moetune.placement import (
     split_weights,
     tensor_device,
 )
-from moetune.planner import layer_set_regex, n_cpu_moe_split, ot_rules
+from moetune.core.planner import layer_set_regex, n_cpu_moe_split, ot_rules
+from moetune.gguf.roles import Role
 
 from factory import ARCHS
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from moetune.cli import app
 from moetune.errors import ExitCode
-from moetune.llamalog import parse_buffers, total_mib
+from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import ARCHS, MOE_ARCHS

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from moetune.errors import DoesNotFitError
-from moetune.memory import Settings, estimate
-from moetune.model import ModelFacts, load_model_facts
-from moetune.placement import EXPS_REGEX, Override, Placement, split_weights
-from moetune.planner import (
+from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.memory import Settings, estimate
+from moetune.core.placement import EXPS_REGEX, Override, Placement, split_weights
+from moetune.core.planner import (
     PlanRequest,
     make_plan,
     max_context,
     plan_n_cpu_moe,
     plan_override,
 )
+from moetune.errors import DoesNotFitError
 from moetune.units import GIB, MIB
 
 from factory import ARCHS, write_header_only

@@ -14,24 +14,24 @@ import pytest
 from typer.testing import CliRunner
 
 from moetune.cli import app
-from moetune.errors import ExitCode
-from moetune.profiles import (
-    BuildIdentity,
-    DeviceIdentity,
-    Measured,
-    ProfileError,
-    ProfileNotFoundError,
-    ProfileStore,
-    TuneKey,
-    TuneSettings,
+from moetune.errors import ExitCode, ProfileError, ProfileNotFoundError
+from moetune.store.hardware import (
     find_hardware_profile,
     load_hardware_profiles,
     match_detected,
+    parse_hardware_profile,
+)
+from moetune.store.paths import tuned_dir
+from moetune.store.tuned import (
+    BuildIdentity,
+    DeviceIdentity,
+    Measured,
+    ProfileStore,
+    TuneKey,
+    TuneSettings,
     model_identity,
     new_profile,
-    parse_hardware_profile,
     profile_name,
-    tuned_dir,
 )
 from moetune.units import GIB, MIB
 
@@ -192,7 +192,7 @@ def test_built_package_ships_the_profiles(tmp_path: Path) -> None:
                    cwd=work, check=True, capture_output=True, timeout=120)  # fmt: skip
     assert {p.stem for p in (built / "moetune" / "profiles_data").glob("*.toml")} >= REQUIRED
     shutil.rmtree(work)
-    check = ("import json, moetune, moetune.profiles as p; print(moetune.__file__); "
+    check = ("import json, moetune, moetune.store.hardware as p; print(moetune.__file__); "
              "print(json.dumps([x.id for x in p.load_hardware_profiles()]))")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", check], env={"PYTHONPATH": str(built)},
                           capture_output=True, text=True, check=True, timeout=60)  # fmt: skip

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from moetune.errors import ExitCode
-from moetune.llamalog import parse_buffers, total_mib
+from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import write_model

@@ -1,4 +1,4 @@
-"""moetune.server: finding llama-server, asking it what it is, launching, log parsing, stopping."""
+"""llamacpp.process: finding, asking, launching and stopping llama-server; its log."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from moetune import server as srv
-from moetune.bench import ServerClient
 from moetune.errors import (
     BadValueError,
     ExitCode,
@@ -26,6 +24,10 @@ from moetune.errors import (
     ServerFailedError,
     ServerNotFoundError,
 )
+from moetune.llamacpp import info as srv_info
+from moetune.llamacpp import log as llog
+from moetune.llamacpp import process as srv
+from moetune.llamacpp.client import ServerClient
 from moetune.units import MIB
 
 from llama import bin_path, rpc_server
@@ -133,21 +135,21 @@ def no_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     empty = tmp_path / "empty-path"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.delenv(srv.ENV_SERVER, raising=False)
+    monkeypatch.delenv(srv_info.ENV_SERVER, raising=False)
     return empty
 
 
 def test_find_server_explicit_wins(fake_server: Path, no_search: Path, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     other = _script(tmp_path / "other-server", "")
-    monkeypatch.setenv(srv.ENV_SERVER, str(other))
+    monkeypatch.setenv(srv_info.ENV_SERVER, str(other))
     assert srv.find_server(str(fake_server)) == fake_server
 
 
 def test_find_server_env_beats_path(fake_server: Path, no_search: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     _script(no_search / "llama-server", "")
-    monkeypatch.setenv(srv.ENV_SERVER, str(fake_server))
+    monkeypatch.setenv(srv_info.ENV_SERVER, str(fake_server))
     assert srv.find_server() == fake_server
 
 
@@ -180,12 +182,12 @@ def test_find_server_not_executable(tmp_path: Path, no_search: Path, where: str,
     plain = tmp_path / "llama-server"
     plain.write_text("not a program")
     if where == "env":
-        monkeypatch.setenv(srv.ENV_SERVER, str(plain))
+        monkeypatch.setenv(srv_info.ENV_SERVER, str(plain))
     with pytest.raises(ServerNotFoundError, match="not an executable") as info:
         srv.find_server(str(plain) if where == "explicit" else None)
     assert str(plain) in str(info.value)
     if where == "env":
-        assert srv.ENV_SERVER in str(info.value)
+        assert srv_info.ENV_SERVER in str(info.value)
 
 
 def test_find_server_missing_path(tmp_path: Path, no_search: Path) -> None:
@@ -197,25 +199,25 @@ def test_find_server_missing_path(tmp_path: Path, no_search: Path) -> None:
 
 
 def test_parse_version() -> None:
-    found = srv.parse_version(VERSION_TEXT)
+    found = srv_info.parse_version(VERSION_TEXT)
     assert found == {
         "version": "0.6.0-dev", "build_number": None, "commit": None,
         "compiler": "GNU 12.2.0", "target": "Linux x86_64",
     }  # fmt: skip
-    tagged = srv.parse_version("version: 6123 (build 6123, commit 1a2b3c4)")
+    tagged = srv_info.parse_version("version: 6123 (build 6123, commit 1a2b3c4)")
     assert (tagged["build_number"], tagged["commit"]) == (6123, "1a2b3c4")
 
 
 def test_parse_devices() -> None:
-    cuda, rpc = srv.parse_devices(DEVICES_TEXT)
+    cuda, rpc = srv_info.parse_devices(DEVICES_TEXT)
     assert (cuda.name, cuda.description) == ("CUDA0", "NVIDIA GeForce RTX 4090")
     assert (cuda.total_bytes, cuda.free_bytes) == (24080 * MIB, 23500 * MIB)
     assert (rpc.name, rpc.description) == ("RPC0", "127.0.0.1:50052")
-    assert srv.parse_devices("Available devices:\n  (none)\n") == ()
+    assert srv_info.parse_devices("Available devices:\n  (none)\n") == ()
 
 
 def test_real_load_lines_drop_fit_dry_run() -> None:
-    kept = "\n".join(srv.real_load_lines(DRY_RUN_LOG))
+    kept = "\n".join(llog.real_load_lines(DRY_RUN_LOG))
     assert "no_alloc              = 1" not in kept
     assert "CPU_Mapped model buffer size" in kept
     assert "fitting params to device memory" in kept  # lines before any load are kept
@@ -223,20 +225,20 @@ def test_real_load_lines_drop_fit_dry_run() -> None:
 
 @pytest.mark.parametrize("line", OOM_LINES)
 def test_allocation_failure_recognised(line: str) -> None:
-    assert srv.allocation_failure(f"{DRY_RUN_LOG}{line}\nmore\n") == line
+    assert llog.allocation_failure(f"{DRY_RUN_LOG}{line}\nmore\n") == line
 
 
 @pytest.mark.parametrize("line", BENIGN_LINES)
 def test_allocation_failure_ignores_recoverable(line: str) -> None:
-    assert srv.allocation_failure(f"{DRY_RUN_LOG}{line}\n") is None
+    assert llog.allocation_failure(f"{DRY_RUN_LOG}{line}\n") is None
 
 
 def test_bind_failure() -> None:
     text = "srv         start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080\n"
-    assert srv.bind_failure(text) == (
+    assert llog.bind_failure(text) == (
         "couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080"
     )
-    assert srv.bind_failure(DRY_RUN_LOG) is None
+    assert llog.bind_failure(DRY_RUN_LOG) is None
 
 
 # --- launch with a stand-in server ---------------------------------------------------------------
@@ -424,7 +426,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from moetune.server import find_server, install_signal_handlers, launch
+    from moetune.llamacpp.process import find_server, install_signal_handlers, launch
     install_signal_handlers()
     server = launch(find_server(), ["-m", sys.argv[1], "-c", "256"], log_dir=Path(sys.argv[2]))
     print(server.pid, server.url, flush=True)
@@ -439,7 +441,7 @@ def child_with_server(
     tiny_models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """A Python child that launched llama-server (loaded); yields it and the server's pid."""
-    monkeypatch.setenv(srv.ENV_SERVER, str(bin_path("llama-server")))
+    monkeypatch.setenv(srv_info.ENV_SERVER, str(bin_path("llama-server")))
     model = str(tiny_models["qwen3moe"])
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, model, str(tmp_path)], stdout=subprocess.PIPE,

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
+from moetune.core.search import Attempt, Search, best_attempt, tune
 from moetune.errors import DoesNotFitError
-from moetune.tuner import Attempt, Search, best_attempt, tune
 
 MIB = 1 << 20
 N_LAYERS = 48

@@ -93,3 +93,13 @@ class PortInUseError(MoetuneError):
     """The TCP port asked for llama-server is already taken."""
 
     exit_code = ExitCode.PORT_IN_USE
+
+
+class ProfileError(BadValueError):
+    """A profile file cannot be used: not TOML/JSON, or a field is missing, unknown or wrong."""
+
+
+class ProfileNotFoundError(MoetuneError):
+    """No hardware or tuned profile has the name asked for."""
+
+    exit_code = ExitCode.FILE_NOT_FOUND

@@ -1,7 +1,7 @@
 """Hardware probes: NVIDIA GPUs (NVML, else nvidia-smi) and the host (psutil).
 
 Use ``detect_gpu_probe()`` and ``PsutilHostProbe()``; tests and ``--vram`` runs use the fakes
-in ``moetune.hardware.fake`` through the same ``GpuProbe`` / ``HostProbe`` Protocols.
+in ``fakes`` through the same ``GpuProbe`` / ``HostProbe`` Protocols.
 """
 
 from __future__ import annotations

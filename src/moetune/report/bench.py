@@ -9,7 +9,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from moetune.benchrun import BenchResult, ConfigRun, DepthResult, Stat, Verdict, describe_fit
+from moetune.jobs.results import BenchResult, ConfigRun, DepthResult, Stat, Verdict
+from moetune.llamacpp.log import describe_fit
 from moetune.units import format_bytes
 
 BAR_WIDTH = 40

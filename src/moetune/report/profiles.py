@@ -1,26 +1,21 @@
-"""Rendering of hardware and tuned profiles, `moetune doctor` and a run's profile lines."""
+"""`moetune profiles`: hardware and tuned profiles, as tables, in full, and as JSON."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from moetune.command import shell_join
-from moetune.doctor import DoctorReport, Finding
-from moetune.profiles import HardwareProfile, ProfileError, TunedProfile
-from moetune.runner import RunResult
+from moetune.core.command import shell_join
+from moetune.errors import ProfileError
+from moetune.report.common import fmt
+from moetune.store.hardware import HardwareProfile
+from moetune.store.tuned import TunedProfile
 from moetune.units import format_bytes
 
-STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 Tuned = list[TunedProfile | ProfileError]
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def _placement(profile: TunedProfile) -> str:
@@ -55,14 +50,14 @@ def tuned_table(entries: Tuned, root: str) -> Table:
             continue
         table.add_row(entry.name, entry.gpu.name, _placement(entry),
                       format_bytes(entry.measured.vram_bytes),
-                      _fmt(entry.measured.decode_tps, ".1f"),
+                      fmt(entry.measured.decode_tps, ".1f"),
                       (entry.confirmed_at or entry.tuned_at)[:16].replace("T", " "))  # fmt: skip
     return table
 
 
 def render_profiles_list(hardware: list[HardwareProfile], tuned: Tuned,
                          root: str) -> RenderableType:  # fmt: skip
-    users = {p.source for p in hardware if not p.source.startswith("profiles/")}
+    users = {p.source for p in hardware if not p.shipped}
     note = "yours: " + ", ".join(sorted(users)) if users else "add yours in $MOETUNE_HOME/hardware/"
     parts: list[RenderableType] = [hardware_table(hardware), Text(note, style="dim")]
     if tuned:
@@ -106,9 +101,9 @@ def render_tuned(profile: TunedProfile, path: str) -> RenderableType:
         ("context", f"{s.n_ctx}, cache {s.type_k}/{s.type_v}"),
         ("target", format_bytes(s.target_bytes)), ("after --", extra),
         ("placement", _placement(profile)),
-        ("measured", f"peak {format_bytes(m.vram_bytes)}, TTFT {_fmt(m.ttft_s, '.2f')} s, "
-                     f"decode {_fmt(m.decode_tps, '.1f')} tok/s, "
-                     f"prompt {_fmt(m.prompt_tps, '.1f')} tok/s"),
+        ("measured", f"peak {format_bytes(m.vram_bytes)}, TTFT {fmt(m.ttft_s, '.2f')} s, "
+                     f"decode {fmt(m.decode_tps, '.1f')} tok/s, "
+                     f"prompt {fmt(m.prompt_tps, '.1f')} tok/s"),
         ("tuned", profile.tuned_at + (f", confirmed {profile.confirmed_at}"
                                       if profile.confirmed_at else "")),
     ]  # fmt: skip
@@ -128,52 +123,3 @@ def render_hardware(profile: HardwareProfile) -> RenderableType:
     if profile.notes:
         rows.append(("notes", profile.notes))
     return _grid(rows)
-
-
-# --- doctor ------------------------------------------------------------------------------------
-
-
-def _finding_cell(finding: Finding) -> Text:
-    text = Text(finding.message)
-    if finding.fix and finding.status != "ok":
-        text.append(f"\nfix: {finding.fix}", style="dim")
-    return text
-
-
-def render_doctor(report: DoctorReport) -> RenderableType:
-    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
-    table.add_column("status", no_wrap=True)
-    table.add_column("check", no_wrap=True, style="bold")
-    table.add_column("finding")
-    for finding in report.findings:
-        style = STATUS_STYLE[finding.status]
-        table.add_row(Text(finding.status, style=style), finding.check, _finding_cell(finding))
-    counts = {s: sum(f.status == s for f in report.findings) for s in ("ok", "warn", "fail")}
-    summary = Text(f"{counts['ok']} ok, {counts['warn']} warnings, {counts['fail']} failures",
-                   style=STATUS_STYLE[report.worst])  # fmt: skip
-    head = Text(f"moetune doctor{f': {report.model}' if report.model else ''}", style="bold")
-    return Group(head, table, summary)
-
-
-def doctor_payload(report: DoctorReport) -> dict[str, Any]:
-    return {"worst": report.worst, **report.model_dump(mode="json")}
-
-
-# --- a run's profile ---------------------------------------------------------------------------
-
-
-def render_run_profile(result: RunResult, model: str) -> RenderableType | None:
-    """What `moetune run` did with tuned profiles: reused one, or saved one (and what next)."""
-    if result.profile_name is None:
-        return None
-    how = "confirmed" if result.reused_profile else "saved"
-    return Group(
-        Text(f"tuned profile {result.profile_name} {how} ({result.profile_path})", style="green"),
-        Text(f"daily use: moetune alias NAME {shell_join([model])}  (prints a shell function)",
-             style="dim"),
-    )  # fmt: skip
-
-
-def run_profile_payload(result: RunResult) -> dict[str, Any]:
-    return {"name": result.profile_name, "path": result.profile_path,
-            "reused": result.reused_profile}  # fmt: skip

@@ -1,0 +1,109 @@
+"""The typer app, the consoles, and the one place where errors become a line and an exit code.
+
+Command modules register themselves on ``app``; each imports what its command needs inside
+the command, so that starting moetune costs only typer and the command that runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
+
+import typer
+
+from moetune import __version__
+from moetune.errors import ExitCode, MoetuneError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+app = typer.Typer(
+    name="moetune",
+    help="Tune llama.cpp Mixture-of-Experts expert offload for your GPU.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _State:
+    debug: bool = False
+
+
+@functools.lru_cache(maxsize=1)
+def out() -> Console:
+    """The console for results (stdout)."""
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+@functools.lru_cache(maxsize=1)
+def err() -> Console:
+    """The console for progress, warnings and errors (stderr)."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+def write_json(text: str) -> None:
+    """One JSON document on stdout."""
+    sys.stdout.write(text + "\n")
+
+
+def _fail(exc: BaseException, code: ExitCode, message: str, hint: str | None) -> typer.Exit:
+    from moetune.report.common import render_error
+
+    if _State.debug:
+        err().print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
+    err().print(render_error(message, hint))
+    return typer.Exit(int(code))
+
+
+def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn every error into one line on stderr and a named exit code (traceback: --debug)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except MoetuneError as exc:
+            raise _fail(exc, exc.exit_code, exc.message, exc.hint) from None
+        except KeyboardInterrupt as exc:
+            raise _fail(exc, ExitCode.INTERRUPTED, "interrupted", None) from None
+        except Exception as exc:
+            message = f"internal error: {type(exc).__name__}: {exc}"
+            raise _fail(
+                exc, ExitCode.INTERNAL, message, "run with --debug for the traceback"
+            ) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"moetune {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    _State.debug = debug
+
+
+def write_text(text: str) -> None:
+    """Text on stdout, as it is."""
+    sys.stdout.write(text)

@@ -1,0 +1,35 @@
+"""`moetune inspect`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from moetune.cli.app import app, handle_errors, out, write_json
+from moetune.cli.options import JsonOpt, ModelArg
+
+
+@app.command()
+@handle_errors
+def inspect(
+    model: ModelArg,
+    as_json: JsonOpt = False,
+    layers: Annotated[bool, typer.Option("--layers", help="Show the per-block table.")] = False,
+    tensors: Annotated[
+        bool, typer.Option("--tensors", help="Include every tensor in --json.")
+    ] = False,
+) -> None:
+    """Architecture, blocks, experts, and bytes per block by tensor role."""
+    from moetune.core.facts import load_model_facts
+
+    facts = load_model_facts(model)
+    if as_json:
+        from moetune.report import to_json
+        from moetune.report.inspect import inspect_payload
+
+        write_json(to_json(inspect_payload(facts, with_tensors=tensors)))
+        return
+    from moetune.report.inspect import render_inspect
+
+    out().print(render_inspect(facts, show_layers=layers))

@@ -1,0 +1,95 @@
+"""`moetune profiles list|show|rm`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from moetune.cli.app import app, err, handle_errors, out, write_json
+from moetune.cli.options import JsonOpt
+
+if TYPE_CHECKING:
+    from moetune.store.hardware import HardwareProfile
+
+profiles_app = typer.Typer(
+    help="Hardware profiles (for plan --gpu) and tuned profiles (saved by run).",
+    no_args_is_help=True,
+)
+app.add_typer(profiles_app, name="profiles")
+
+
+@profiles_app.command("list")
+@handle_errors
+def list_profiles(as_json: JsonOpt = False) -> None:
+    """Hardware profiles shipped with moetune (and yours), and tuned profiles saved by run."""
+    from moetune.report import profiles as render
+    from moetune.report import to_json
+    from moetune.store.hardware import load_hardware_profiles
+    from moetune.store.tuned import ProfileStore
+
+    hardware = load_hardware_profiles()
+    store = ProfileStore()
+    tuned = store.scan()
+    if as_json:
+        write_json(to_json(render.profiles_payload(hardware, tuned, str(store.root))))
+        return
+    out().print(render.render_profiles_list(hardware, tuned, str(store.root)))
+
+
+def _hardware_or_none(name: str) -> HardwareProfile | None:
+    from moetune.errors import BadValueError, ProfileNotFoundError
+    from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
+
+    try:
+        return find_hardware_profile(name, load_hardware_profiles())
+    except (ProfileNotFoundError, BadValueError):
+        return None
+
+
+@profiles_app.command("show")
+@handle_errors
+def show(
+    name: Annotated[str, typer.Argument(help="A tuned profile's name or a hardware profile id.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """One profile in full: a tuned one (with its llama-server command) or a hardware one."""
+    from moetune.errors import ProfileNotFoundError
+    from moetune.report import profiles as render
+    from moetune.report import to_json
+    from moetune.store.tuned import ProfileStore
+
+    store = ProfileStore()
+    try:
+        tuned = store.load(name)
+    except ProfileNotFoundError:
+        if (hardware := _hardware_or_none(name)) is None:
+            raise ProfileNotFoundError(
+                f"no tuned or hardware profile {name!r}", hint="`moetune profiles list` shows them"
+            ) from None
+        if as_json:
+            write_json(to_json(hardware.model_dump(mode="json")))
+        else:
+            out().print(render.render_hardware(hardware))
+        return
+    if as_json:
+        write_json(to_json(tuned.model_dump(mode="json")))
+    else:
+        out().print(render.render_tuned(tuned, str(store.path_for(name))), soft_wrap=True)
+
+
+@profiles_app.command("rm")
+@handle_errors
+def rm(names: Annotated[list[str], typer.Argument(help="Tuned profile names.")]) -> None:
+    """Delete tuned profiles (the next `moetune run` tunes again)."""
+    from moetune.errors import BadValueError
+    from moetune.store.tuned import ProfileStore
+
+    store = ProfileStore()
+    for name in names:
+        if name not in store.names() and _hardware_or_none(name) is not None:
+            raise BadValueError(
+                f"{name!r} is a hardware profile: only tuned profiles can be removed",
+                hint="a hardware profile of your own lives in $MOETUNE_HOME/hardware/",
+            )
+        err().print(f"removed {store.remove(name)}", highlight=False)

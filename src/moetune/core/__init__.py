@@ -1,0 +1,6 @@
+"""The pure core: model facts, per-layer dimensions, placement, KV cache, compute buffers,
+memory, the planner, the command builder and the tuning search.
+
+Nothing here starts a process, reads hardware, touches the network or prints; it imports only
+``moetune.gguf``, ``moetune.units``, ``moetune.errors`` and itself (tests/test_layers.py checks).
+"""

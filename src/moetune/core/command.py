@@ -1,0 +1,146 @@
+"""Pure: settings and a placement -> the llama-server argv (and its shell form); the
+pass-through arguments after ``--``: which ones moetune owns, and the values it reads."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from moetune.core.memory import Settings
+from moetune.core.placement import ALL_LAYERS, Override, Placement
+
+# Flags whose value moetune decides for the configurations it launches.
+OWNED_FLAGS = frozenset({
+    "-ngl", "--gpu-layers", "--n-gpu-layers", "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe",
+    "-ot", "--override-tensor", "-fit", "--fit", "-c", "--ctx-size", "-ctk", "--cache-type-k",
+    "-ctv", "--cache-type-v", "-fa", "--flash-attn", "-m", "--model", "-np", "--parallel",
+    "-ts", "--tensor-split", "-sm", "--split-mode",
+})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FitMode:
+    """llama.cpp places the tensors itself: ``--fit on`` (with a margin of free memory)."""
+
+    target_mib: int | None = None  # --fit-target; None: llama.cpp's default margin
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """What moetune passes to llama-server; everything else is left at llama.cpp's default."""
+
+    model: str
+    n_ctx: int
+    type_k: str = "q8_0"
+    type_v: str = "q8_0"
+    n_gpu_layers: int = ALL_LAYERS
+    n_cpu_moe: int | None = None
+    overrides: tuple[Override, ...] = ()
+    threads: int | None = None
+    n_ubatch: int | None = None
+    n_batch: int | None = None
+    flash_attn: bool = True
+    n_parallel: int | None = None  # -np; None = llama-server's auto (4 slots, unified KV)
+    extra: tuple[str, ...] = ()
+    fit: FitMode | None = None  # set: no placement flags, llama.cpp's --fit decides
+
+
+def args_for(
+    model: str,
+    settings: Settings,
+    placement: Placement | None,
+    *,
+    threads: int | None = None,
+    extra: tuple[str, ...] = (),
+    with_ubatch: bool = True,
+    fit: FitMode | None = None,
+) -> ServerArgs:
+    """The arguments for ``placement`` at ``settings`` (``--n-cpu-moe N`` when the placement
+    came from it, else its ``-ot`` rules), or for llama.cpp's own ``fit`` when ``placement``
+    is None. ``with_ubatch=False`` when ``extra`` carries -ub."""
+    place = placement if placement is not None else Placement()
+    by_n = place.n_cpu_moe is not None
+    return ServerArgs(
+        model=model,
+        n_ctx=settings.n_ctx,
+        type_k=settings.type_k,
+        type_v=settings.type_v,
+        n_gpu_layers=place.n_gpu_layers,
+        n_cpu_moe=place.n_cpu_moe,
+        overrides=() if by_n else place.overrides,
+        threads=threads,
+        n_ubatch=settings.n_ubatch if with_ubatch and settings.n_ubatch != 512 else None,
+        flash_attn=settings.flash_attn,
+        n_parallel=settings.n_seq if settings.explicit_parallel else None,
+        extra=extra,
+        fit=fit if placement is None else None,
+    )
+
+
+def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
+    """``llama-server -m MODEL -ngl 99 -fa on -ctk q8_0 -ctv q8_0 -c CTX ... --fit off``.
+
+    ``--fit off``: moetune places tensors itself, and llama.cpp's own fit would otherwise
+    only warn that it gives up because placement flags are set (common/fit.cpp).  With
+    ``args.fit`` the placement flags are left out and ``--fit on`` decides instead.
+    """
+    argv = [binary, "-m", args.model]
+    if args.fit is None:
+        argv += ["-ngl", "99" if args.n_gpu_layers >= ALL_LAYERS else str(args.n_gpu_layers)]
+    argv += ["-fa", "on" if args.flash_attn else "off"]
+    argv += ["-ctk", args.type_k, "-ctv", args.type_v, "-c", str(args.n_ctx)]
+    if args.overrides and args.fit is None:
+        argv += ["-ot", ",".join(rule.arg for rule in args.overrides)]
+    if args.n_cpu_moe and args.fit is None:
+        argv += ["--n-cpu-moe", str(args.n_cpu_moe)]
+    if args.threads:
+        argv += ["-t", str(args.threads)]
+    if args.n_ubatch:
+        argv += ["-ub", str(args.n_ubatch)]
+    if args.n_batch:
+        argv += ["-b", str(args.n_batch)]
+    if args.n_parallel:
+        argv += ["-np", str(args.n_parallel)]
+    return [*argv, *_fit_flags(args.fit), *args.extra]
+
+
+def _fit_flags(fit: FitMode | None) -> list[str]:
+    if fit is None:
+        return ["--fit", "off"]
+    target = ["--fit-target", str(fit.target_mib)] if fit.target_mib is not None else []
+    return ["--fit", "on", *target]
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """The argv as one line a POSIX shell runs unchanged (regexes and paths quoted)."""
+    return shlex.join(argv)
+
+
+# --- the pass-through arguments after -- ------------------------------------------------------
+
+
+def conflicting_args(extra: Sequence[str]) -> list[str]:
+    """Arguments after ``--`` that would fight moetune's own placement or measurement."""
+    return [arg for arg in extra if arg.split("=", 1)[0] in OWNED_FLAGS]
+
+
+def extra_int(extra: Sequence[str], *names: str) -> int | None:
+    """The integer value of one of ``names`` among pass-through arguments (``-ub 2048``)."""
+    for index, arg in enumerate(extra):
+        key, _, value = arg.partition("=")
+        if key in names:
+            text = value or (extra[index + 1] if index + 1 < len(extra) else "")
+            return int(text) if text.isdigit() else None
+    return None
+
+
+def rpc_endpoints(extra: Sequence[str]) -> list[str]:
+    """The ``--rpc host:port,...`` servers among the pass-through arguments."""
+    found: list[str] = []
+    for index, arg in enumerate(extra):
+        if arg == "--rpc" and index + 1 < len(extra):
+            found += extra[index + 1].split(",")
+        elif arg.startswith("--rpc="):
+            found += arg.split("=", 1)[1].split(",")
+    return found

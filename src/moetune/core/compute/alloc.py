@@ -1,0 +1,150 @@
+"""ggml-alloc (ggml_gallocr_alloc_graph_impl and ggml_dyn_tallocr, ggml-alloc.c), and the
+driver that builds, schedules and allocates the reserve graph."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from moetune.core.compute.graph import build_graph
+from moetune.core.compute.ir import Graph, State, Tensor
+from moetune.core.compute.params import CPU, DEV, Options, Placement, Run
+from moetune.core.compute.sched import assign_backends, split_graph
+from moetune.core.facts import ModelFacts
+
+# ggml_op_can_inplace() in ggml-alloc.c, in the op names used below.
+_INPLACE_OPS = frozenset(
+    {"add", "add_id", "mul", "div", "scale", "unary", "rope", "rms_norm", "clamp", "soft_max"}
+)
+
+
+class _DynAlloc:
+    """ggml_dyn_tallocr with one chunk: best fit among the free blocks, else the end block
+    (which grows the buffer); freed blocks merge with their neighbours."""
+
+    def __init__(self, alignment: int) -> None:
+        self.alignment = alignment
+        self.free: list[list[int]] = [[0, 1 << 62]]  # [offset, size], sorted by offset
+        self.max_size = 0
+
+    def pad(self, size: int) -> int:
+        return -(-size // self.alignment) * self.alignment
+
+    def alloc(self, size: int) -> int:
+        """Offset for ``size`` bytes (aligned)."""
+        size = self.pad(size)
+        best, best_size = len(self.free) - 1, -1
+        for i, (_, block_size) in enumerate(self.free[:-1]):
+            if block_size >= size and (best_size == -1 or block_size <= best_size):
+                best, best_size = i, block_size
+        block = self.free[best]
+        offset = block[0]
+        block[0] += size
+        block[1] -= size
+        if block[1] == 0:
+            del self.free[best]
+        self.max_size = max(self.max_size, offset + size)
+        return offset
+
+    def release(self, offset: int, size: int) -> None:
+        """Return a block, merging it with adjacent free blocks."""
+        size = self.pad(size)
+        for i, block in enumerate(self.free):
+            if block[0] + block[1] == offset:
+                block[1] += size
+                if i + 1 < len(self.free) and block[0] + block[1] == self.free[i + 1][0]:
+                    block[1] += self.free.pop(i + 1)[1]
+                return
+            if offset + size == block[0]:
+                block[0], block[1] = offset, block[1] + size
+                if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == offset:
+                    self.free[i - 1][1] += self.free.pop(i)[1]
+                return
+        i = next((j for j, b in enumerate(self.free) if b[0] > offset), len(self.free))
+        self.free.insert(i, [offset, size])
+
+
+class _GAlloc:
+    """ggml_gallocr: allocate each node before its use, in place over a dying parent when
+    the op allows it, and free every tensor (but outputs) after its last consumer."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.allocs = {DEV: _DynAlloc(128 if opts.cuda else 32), CPU: _DynAlloc(32)}
+
+    def size(self, t: Tensor, backend: int) -> int:
+        """ggml_backend_buft_get_alloc_size: CUDA adds row padding and FA's F16 K/V."""
+        size = t.nbytes
+        if backend == DEV and self.opts.cuda:
+            size += t.quant_pad + t.cuda_extra
+        return size
+
+    def allocate(self, t: Tensor, backend: int) -> None:
+        """ggml_gallocr_allocate_node: once, not for views or pre-allocated tensors."""
+        hn = t.alloc
+        if t.buffer is not None or t.view_src is not None or hn.visited:
+            return
+        hn.visited = hn.allocated = True
+        hn.backend = backend
+        if t.op in _INPLACE_OPS and self._reuse_parent(t, hn):
+            return
+        hn.offset = self.allocs[backend].alloc(self.size(t, backend))
+
+    def _reuse_parent(self, t: Tensor, hn: State) -> bool:
+        """In place: a parent of the same layout that this node is the last user of."""
+        for parent in t.srcs:
+            ph = parent.alloc
+            if not ph.allocated or parent.is_output or parent.layout != t.layout:
+                continue
+            if ph.children == 1 and ph.views == 0 and ph.backend == hn.backend:
+                hn.offset, ph.allocated = ph.offset, False
+                return True
+        return False
+
+    def free(self, t: Tensor) -> None:
+        """ggml_gallocr_free_node: outputs are never freed."""
+        hn = t.alloc
+        if t.is_output:
+            return
+        self.allocs[hn.backend].release(hn.offset, self.size(t, hn.backend))
+        hn.allocated = False
+
+    def run(self, leafs: Sequence[Tensor], order: Sequence[Tensor]) -> dict[int, int]:
+        """ggml_gallocr_alloc_graph_impl; returns each backend's buffer size."""
+        for leaf in leafs:
+            self.allocate(leaf, leaf.backend)
+        for node in order:
+            if node.view_src is not None and node.op != "none":
+                node.view_src.alloc.views += 1
+            for src in node.srcs:
+                src.alloc.children += 1
+        for node in order:
+            for src in node.srcs:
+                self.allocate(src, node.backend)
+            self.allocate(node, node.backend)
+            for src in node.srcs:
+                self._release_parent(src)
+        return {b: a.max_size for b, a in self.allocs.items()}
+
+    def _release_parent(self, parent: Tensor) -> None:
+        """One user of ``parent`` is done; free it (or its view source) after the last."""
+        ph = parent.alloc
+        ph.children -= 1
+        if ph.children or ph.views:
+            return
+        base = parent.view_src
+        if base is not None:
+            bh = base.alloc
+            bh.views -= 1
+            if bh.views == 0 and bh.children == 0 and bh.allocated:
+                self.free(base)
+        elif ph.allocated:
+            self.free(parent)
+
+
+def simulate(facts: ModelFacts, run: Run, place: Placement, opts: Options) -> dict[int, int]:
+    """Build the reserve graph, schedule it, allocate it: the peak bytes per backend."""
+    graph = Graph(facts, run, place, opts)
+    build_graph(graph)
+    assign_backends(graph)
+    order = split_graph(graph)
+    return _GAlloc(opts).run(graph.leafs, order)

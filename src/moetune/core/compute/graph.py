@@ -1,0 +1,70 @@
+"""The reserve graph, after llama.cpp's graph builders (src/llama-graph.cpp, src/models/)."""
+
+from __future__ import annotations
+
+from moetune.core.compute.attention import attention, attention_mla
+from moetune.core.compute.ffn import ffn, moe
+from moetune.core.compute.gdn import gated_delta_net
+from moetune.core.compute.inputs import Inputs, build_inputs
+from moetune.core.compute.ir import Graph, Tensor
+
+_OUT_IDS_LATE = {"gpt-oss": "l_out", "qwen35moe": "norm", "qwen35": "norm", "qwen3next": "norm"}
+
+
+def build_graph(g: Graph) -> None:
+    """Inputs, embeddings, every (non-NextN) block, the output head."""
+    inp = build_inputs(g)
+    res = _embeddings(g, inp)
+    for il in g.d.layers:
+        res = _layer(g, inp, il, res, il == g.d.layers[-1])
+    _output(g, inp, res)
+
+
+def _embeddings(g: Graph, inp: Inputs) -> Tensor:
+    """build_inp_embd: the token path, plus the mixed-batch path whose DUP is never freed."""
+    ne = (g.d.n_embd, g.run.n_tokens)
+    tok = g.w("token_embd.weight")
+    embd = g.op("get_rows", "embd", ne, tok, inp.tokens)
+    tokens, slots, mixed_embd = inp.mixed
+    if tokens is not None and mixed_embd is not None:
+        rows = g.op("get_rows", "mixed_rows", ne, tok, tokens)
+        dup = g.op("dup", "mixed_dup", ne, mixed_embd)  # only its set_rows view uses it
+        g.into("set_rows", "mixed", dup, rows, slots, dup)
+    return embd
+
+
+def _layer(g: Graph, inp: Inputs, il: int, res: Tensor, last: bool) -> Tensor:
+    """One block: norm, mixer (attention, MLA or delta net), residual, norm, FFN, residual."""
+    p = f"blk.{il}."
+    x = g.norm(res, g.w(p + "attn_norm.weight"), "attn_norm")
+    if g.d.recurrent[il]:
+        cur = gated_delta_net(g, inp, il, x)
+    elif g.has(p + "attn_kv_a_mqa.weight"):
+        cur = attention_mla(g, inp, il, x)
+    else:
+        cur = attention(g, inp, il, x)
+    if last and g.d.arch not in _OUT_IDS_LATE:
+        n_out = (g.d.n_embd, g.run.n_outputs)
+        cur = g.op("get_rows", "attn_out_rows", n_out, cur, inp.out_ids)
+        res = g.op("get_rows", "res_rows", n_out, res, inp.out_ids)
+    ffn_inp = g.op("add", "ffn_inp", cur.ne, cur, res)
+    norm_w = g.w(p + "ffn_norm.weight") or g.w(p + "post_attention_norm.weight")
+    x = g.norm(ffn_inp, norm_w, "ffn_norm")
+    out = moe(g, il, x) if g.has(p + "ffn_gate_inp.weight") else ffn(g, il, x, "")
+    return g.op("add", "l_out", out.ne, out, ffn_inp)
+
+
+def _output(g: Graph, inp: Inputs, res: Tensor) -> None:
+    """Output norm and logits for the output rows (t_embd and t_logits are outputs)."""
+    n_out = (g.d.n_embd, g.run.n_outputs)
+    late = _OUT_IDS_LATE.get(g.d.arch)
+    if late == "l_out":
+        res.is_output = True  # t_h_nextn
+        res = g.op("get_rows", "rows", n_out, res, inp.out_ids)
+    cur = g.norm(res, g.w("output_norm.weight"), "result_norm")
+    if late == "norm":
+        cur.is_output = True  # t_h_nextn
+        cur = g.op("get_rows", "result_norm", n_out, cur, inp.out_ids)
+    cur.is_output = True
+    logits = g.mm(g.output_weight(), cur, g.d.n_vocab, "result_output")
+    logits.is_output = True

@@ -1,0 +1,163 @@
+"""The graph IR: ggml tensors, the reserve graph being built, and the model's shapes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from moetune.core.compute.params import CPU, CUDA_ROW_PADDING, DEV, F32, Options, Placement, Run
+from moetune.core.facts import ModelFacts, TensorFacts
+
+_UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
+
+
+@dataclass
+class State:
+    """ggml-alloc's hash_node for one tensor: users left, views left, where it lives."""
+
+    children: int = 0
+    views: int = 0
+    allocated: bool = False
+    visited: bool = False
+    offset: int = 0
+    backend: int = DEV
+
+
+@dataclass(eq=False)
+class Tensor:
+    """One ggml tensor of the reserve graph: a node, an input leaf, a weight or a cache."""
+
+    name: str
+    op: str
+    ne: tuple[int, ...]
+    esize: float = F32
+    srcs: list[Tensor] = field(default_factory=list)
+    view_src: Tensor | None = None  # the base tensor of a view (never itself a view)
+    buffer: int | None = None  # pre-allocated in this backend's buffer (weights, caches)
+    weight: bool = False
+    is_input: bool = False
+    is_output: bool = False
+    backend: int = -1
+    quant_pad: int = 0  # CUDA pads quantized rows: extra bytes when copied to a CUDA buffer
+    cuda_extra: int = 0  # CUDA flash attention also converts quantized K/V to F16 in place
+    fixed_bytes: int | None = None  # weights: bytes from the file; strided views: their span
+    alloc: State = field(default_factory=State)
+
+    @property
+    def nbytes(self) -> int:
+        if self.fixed_bytes is not None:
+            return self.fixed_bytes
+        return math.ceil(math.prod(self.ne) * self.esize)
+
+    @property
+    def layout(self) -> tuple[float, tuple[int, ...]]:
+        return self.esize, self.ne
+
+
+class Graph:
+    """The reserve graph of one ubatch, built in ggml's node order."""
+
+    def __init__(self, facts: ModelFacts, run: Run, place: Placement, opts: Options) -> None:
+        self.d = facts.dims
+        self.hparams = facts.hparams
+        self.run, self.place, self.opts = run, place, opts
+        self.nodes: list[Tensor] = []
+        self.leafs: list[Tensor] = []
+        # CUDA alloc deps: keep tensors until a node
+        self.deps: list[tuple[Tensor, list[Tensor]]] = []
+        self._tensors = {t.name: t for t in facts.tensors}
+        self._weights: dict[str, Tensor] = {}
+
+    def has(self, name: str) -> bool:
+        return name in self._tensors
+
+    def shape(self, name: str) -> list[int]:
+        return self._tensors[name].shape
+
+    def w(self, name: str) -> Tensor | None:
+        """A weight by full tensor name (None if the model has no such tensor)."""
+        found = self._weights.get(name)
+        if found is None and name in self._tensors:
+            found = _weight_tensor(self._tensors[name], self.place.weight(self._tensors[name]))
+            self._weights[name] = found
+        return found
+
+    def output_weight(self) -> Tensor | None:
+        """output.weight, or for tied embeddings the copy of token_embd that llama.cpp loads
+        into the output layer's buffer (TENSOR_DUPLICATED)."""
+        found = self.w("output.weight")
+        if found is None and "token_embd.weight" in self._tensors:
+            backend = DEV if self.place.output_on_device else CPU
+            found = _weight_tensor(self._tensors["token_embd.weight"], backend)
+        return found
+
+    def input(self, name: str, ne: tuple[int, ...], esize: float) -> Tensor:
+        leaf = Tensor(name, "none", ne, esize, is_input=True)
+        self.leafs.append(leaf)
+        return leaf
+
+    def cache(self, name: str, il: int, ne: tuple[int, ...], esize: float) -> Tensor:
+        return Tensor(name, "none", ne, esize, buffer=self.place.block(il))
+
+    def op(
+        self, op: str, name: str, ne: tuple[int, ...], *srcs: Tensor | None, esize: float = F32
+    ) -> Tensor:
+        node = Tensor(name, op, ne, esize, srcs=[s for s in srcs if s is not None])
+        self.nodes.append(node)
+        return node
+
+    def view(
+        self,
+        src: Tensor,
+        ne: tuple[int, ...] | None = None,
+        op: str = "view",
+        span: int | None = None,
+    ) -> Tensor:
+        """A view (or reshape/permute/transpose) of ``src``: no memory of its own.  ``span``:
+        ggml_nbytes of a strided view (what a copy of it to another backend takes)."""
+        base = src.view_src if src.view_src is not None else src
+        node = Tensor(
+            f"{src.name} ({op})",
+            op,
+            src.ne if ne is None else ne,
+            src.esize,
+            [src],
+            base,
+            fixed_bytes=span,
+        )
+        self.nodes.append(node)
+        return node
+
+    def into(self, op: str, name: str, dst: Tensor, *srcs: Tensor | None) -> Tensor:
+        """An op whose result is a view of ``dst`` (set_rows, cpy into a cache)."""
+        node = self.op(op, name, dst.ne, *srcs, esize=dst.esize)
+        node.view_src = dst.view_src if dst.view_src is not None else dst
+        return node
+
+    def mm(self, w: Tensor | None, x: Tensor, rows: int, name: str) -> Tensor:
+        """mul_mat: [rows, x.ne[1:]] (F32)."""
+        return self.op("mul_mat", name, (rows, *x.ne[1:]), w, x)
+
+    def norm(self, x: Tensor, w: Tensor | None, name: str) -> Tensor:
+        """build_norm (RMS): rms_norm, then mul by the weight."""
+        cur = self.op("rms_norm", "norm", x.ne, x)
+        return self.op("mul", name, x.ne, cur, w) if w is not None else cur
+
+
+def _weight_tensor(tensor: TensorFacts, backend: int) -> Tensor:
+    """A pre-allocated weight; ``quant_pad`` is the row padding a CUDA copy of it adds."""
+    nbytes = tensor.nbytes or 0
+    ne0 = tensor.shape[0] if tensor.shape else 0
+    pad = 0
+    if tensor.type.upper() not in _UNQUANTIZED and ne0 % CUDA_ROW_PADDING:
+        elements = math.prod(tensor.shape) or 1
+        pad = (CUDA_ROW_PADDING - ne0 % CUDA_ROW_PADDING) * nbytes // elements
+    ne = tuple(tensor.shape) or (0,)
+    return Tensor(
+        tensor.name, "none", ne, 0, buffer=backend, weight=True, quant_pad=pad, fixed_bytes=nbytes
+    )
+
+
+def weight_rows(g: Graph, name: str, default: int) -> int:
+    """Output width of a weight matrix (ggml ne[1]), or ``default`` if the model lacks it."""
+    return g.shape(name)[1] if g.has(name) and len(g.shape(name)) > 1 else default

@@ -1,0 +1,102 @@
+"""Shell functions for dotfiles that start a tuned llama-server (bash, zsh, fish).
+
+A function rather than an ``alias``: it quotes each argument once (regexes of ``-ot`` rules,
+paths with spaces) and passes the caller's own arguments through (``qwen --port 8081``).
+Pure: returns text, never prints.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from typing import Literal
+
+from moetune.errors import BadValueError
+from moetune.store.tuned import TunedProfile
+from moetune.units import format_bytes
+
+Shell = Literal["bash", "zsh", "fish"]
+SHELLS: tuple[Shell, ...] = ("bash", "zsh", "fish")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# Words a function must not be called (shell keywords and builtins people rely on).
+_RESERVED = frozenset({
+    "if", "then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do", "done",
+    "in", "function", "select", "time", "coproc", "end", "begin", "switch", "not", "and", "or",
+    "return", "exit", "set", "cd", "test", "alias", "source", "builtin", "command", "eval",
+    "exec", "export", "unset",
+})  # fmt: skip
+_FISH_SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can be a function name in every shell; BadValueError otherwise."""
+    if not _NAME_RE.match(name) or name in _RESERVED:
+        raise BadValueError(
+            f"not a usable alias name: {name!r}",
+            hint="use letters, digits, _ and -, starting with a letter, e.g. qwen or qwen30b",
+        )
+    return name
+
+
+def shell_from_path(path: str | None) -> Shell:
+    """The shell named by ``$SHELL`` (``/usr/bin/zsh`` -> zsh), else bash."""
+    base = (path or "").rsplit("/", 1)[-1]
+    for shell in SHELLS:
+        if base == shell:
+            return shell
+    return "bash"
+
+
+def parse_shell(text: str) -> Shell:
+    """``bash``, ``zsh`` or ``fish``; BadValueError otherwise."""
+    for shell in SHELLS:
+        if text.strip().lower() == shell:
+            return shell
+    raise BadValueError(f"unknown shell {text!r}", hint="use bash, zsh or fish")
+
+
+def fish_quote(word: str) -> str:
+    """One fish word: inside fish's single quotes only ``\\`` and ``'`` are special."""
+    if word and _FISH_SAFE_RE.match(word):
+        return word
+    return "'" + word.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _comments(name: str, profile: TunedProfile) -> list[str]:
+    m, s = profile.measured, profile.settings
+    placement = f"--n-cpu-moe {profile.placement.n_cpu_moe or 0}"
+    if profile.placement.override_tensor:
+        placement = "-ot " + ",".join(profile.placement.override_tensor)
+    speed = f", {m.decode_tps:.1f} tok/s" if m.decode_tps is not None else ""
+    return [
+        f"# moetune: {profile.model.file_name} on {profile.gpu.name} "
+        f"({format_bytes(profile.gpu.vram_total_bytes)}), llama.cpp "
+        f"{profile.llama_cpp.describe()}",
+        f"# tuned {profile.tuned_at}: {placement}, ctx {s.n_ctx} {s.type_k}/{s.type_v}, "
+        f"peak {format_bytes(m.vram_bytes)}{speed}",
+        f"# after a new GPU, model file or llama.cpp: moetune run {shlex.quote(profile.model.path)}"
+        f" --retune, then moetune alias {name} again",
+    ]
+
+
+def render_function(name: str, argv: Sequence[str], shell: Shell,
+                    comments: Sequence[str] = ()) -> str:  # fmt: skip
+    """A function ``name`` that runs ``argv`` plus its own arguments, for ``shell``."""
+    check_name(name)
+    if not argv:
+        raise BadValueError("nothing to run: the profile has no command")
+    head = ["# " + " ".join(line.lstrip("# ").split()) for line in comments]
+    if shell == "fish":
+        words = " ".join(fish_quote(word) for word in argv)
+        body = [f"function {name} --description 'llama-server tuned by moetune'",
+                f"    {words} $argv", "end"]  # fmt: skip
+    else:
+        words = " ".join(shlex.quote(word) for word in argv)
+        body = [f"{name}() {{", f'    {words} "$@"', "}"]
+    return "\n".join([*head, *body]) + "\n"
+
+
+def alias_text(name: str, profile: TunedProfile, shell: Shell) -> str:
+    """The dotfile snippet that starts the tuned server of ``profile`` as ``name``."""
+    return render_function(name, profile.command, shell, _comments(name, profile))

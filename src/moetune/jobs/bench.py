@@ -1,0 +1,383 @@
+"""`moetune bench` without the terminal: the configurations to compare, launching each, measuring
+depths x repeats, and the verdict.  Returns data; report/bench.py renders it.
+
+Configurations (each launched alone, with the same context, cache type and pass-through flags):
+
+- ``plan``: moetune's ``--n-cpu-moe N`` for the device budget (planner.plan_n_cpu_moe);
+- ``fit``: no placement flags and ``--fit on``: llama.cpp places tensors itself.  With
+  ``--target-vram`` it gets ``--fit-target`` = the device's free memory minus that budget (fit
+  aims at a margin of *free* memory, common/fit.cpp); otherwise llama.cpp's default margin.
+  What it chose is read from its log (``parse_fit_log``);
+- ``cpu-moe``: ``-cmoe``, every routed expert on the CPU;
+- ``layers``: classic ``-ngl K``, K the most layers that fit the same budget (planner.plan_layers);
+- ``gpu-only``: everything on the device, run only where the estimate fits the budget.
+
+A configuration that cannot be placed is recorded as ``skipped`` with the reason; one whose
+llama-server fails (out of memory, exits) as ``failed``, and the bench goes on with the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Literal
+
+from moetune import __version__
+from moetune.core.facts import ModelFacts
+from moetune.core.memory import estimate
+from moetune.core.placement import ALL_LAYERS, Placement
+from moetune.core.planner import plan_layers, plan_n_cpu_moe
+from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
+from moetune.hardware.base import GpuProbe
+from moetune.jobs.launch import DeviceSetup, LaunchSpec, prepare_device
+from moetune.jobs.names import CONFIG_NAMES, DEFAULT_DEPTHS, DEFAULT_N_PREDICT, DEFAULT_REPEATS
+from moetune.jobs.results import (
+    BenchResult,
+    ConfigRun,
+    DepthResult,
+    Sample,
+    capped_depths,
+    summarize,
+    verdicts,
+)
+from moetune.llamacpp.client import CompletionResult, ServerClient
+from moetune.llamacpp.log import parse_fit_log
+from moetune.llamacpp.memprobe import MemoryProbe
+from moetune.llamacpp.process import RunningServer
+from moetune.units import MIB, format_bytes
+
+WARM_UP_TOKENS = 4
+
+Event = Callable[[str], None]
+
+
+def sample_of(result: CompletionResult) -> Sample:
+    """The raw sample of one timed request."""
+    ttft = result.ttft_s
+    return Sample(
+        prompt_n=result.prompt_n, predicted_n=result.predicted_n, ttft_s=ttft,
+        prompt_ms=result.prompt_ms, predicted_ms=result.predicted_ms,
+        prefill_tps=result.prompt_per_second, decode_tps=result.predicted_per_second,
+        client_prefill_tps=result.prompt_n / ttft if ttft else None,
+        client_decode_tps=result.client_decode_tps, wall_s=result.wall_s,
+        stop_type=result.stop_type,
+    )  # fmt: skip
+
+
+def parse_depths(text: str) -> list[int]:
+    """``--depths 0,4096,16k``: token counts (``k`` = 1024)."""
+    depths: list[int] = []
+    for part in filter(None, (p.strip().lower() for p in text.split(","))):
+        scale = 1024 if part.endswith("k") else 1
+        try:
+            depths.append(int(part.removesuffix("k").replace("_", "")) * scale)
+        except ValueError:
+            raise BadValueError(f"not a depth: {part!r}", hint="e.g. --depths 0,4096,16k") from None
+    return depths
+
+
+def parse_configs(text: str) -> list[str]:
+    """``--configs plan,fit``: known names, in the order given, without repeats."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [n for n in names if n not in CONFIG_NAMES]
+    if unknown or not names:
+        raise BadValueError(
+            f"unknown configuration {', '.join(unknown) or '(none)'}",
+            hint=f"choose from {','.join(CONFIG_NAMES)}",
+        )
+    return list(dict.fromkeys(names))
+
+
+# --- the configurations ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """One configuration to launch (``skip``: why it is not launched)."""
+
+    name: str
+    description: str
+    args: tuple[str, ...] = ()
+    predicted_bytes: int | None = None
+    skip: str | None = None
+    fit_target_mib: int | None = None
+
+
+Builder = Callable[[ModelFacts, LaunchSpec, DeviceSetup], ConfigSpec]
+
+
+def _plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    if not facts.is_moe:
+        return ConfigSpec("plan", "--n-cpu-moe", skip="a dense model has no experts")
+    try:
+        plan = plan_n_cpu_moe(facts, setup.target_bytes, spec.settings)
+    except DoesNotFitError as exc:
+        return ConfigSpec("plan", "--n-cpu-moe", skip=exc.message)
+    n = plan.placement.n_cpu_moe or 0
+    args = spec.args(Placement.with_n_cpu_moe(n))
+    return ConfigSpec("plan", f"--n-cpu-moe {n}", tuple(args), plan.memory.gpu_bytes)
+
+
+def _fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    target = setup.fit_target_mib
+    about = "--fit on" + (f" -fitt {target}" if target is not None else "")
+    return ConfigSpec("fit", about, tuple(spec.fit_args(target)), fit_target_mib=target)
+
+
+def _cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    if not facts.is_moe:
+        return ConfigSpec("cpu-moe", "-cmoe", skip="a dense model has no experts")
+    memory = estimate(facts, Placement.all_experts_on_cpu(), spec.settings)
+    args = spec.args(Placement(), ("-cmoe",))
+    return ConfigSpec("cpu-moe", "-cmoe", tuple(args), memory.gpu_bytes)
+
+
+def _layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    try:
+        ngl, memory = plan_layers(facts, setup.target_bytes, spec.settings)
+    except DoesNotFitError as exc:
+        return ConfigSpec("layers", "-ngl", skip=exc.message)
+    if ngl > facts.n_layers:  # every layer and the output: what -ngl 99 does
+        ngl = ALL_LAYERS
+    about = "-ngl 99" if ngl == ALL_LAYERS else f"-ngl {ngl}"
+    args = spec.args(Placement(n_gpu_layers=ngl))
+    return ConfigSpec("layers", about, tuple(args), memory.gpu_bytes)
+
+
+def _gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    memory = estimate(facts, Placement(), spec.settings)
+    if memory.gpu_bytes > setup.target_bytes:
+        why = (f"does not fit: needs {format_bytes(memory.gpu_bytes)}, budget "
+               f"{format_bytes(setup.target_bytes)}")  # fmt: skip
+        return ConfigSpec("gpu-only", "-ngl 99", skip=why)
+    return ConfigSpec("gpu-only", "-ngl 99", tuple(spec.args(Placement())), memory.gpu_bytes)
+
+
+_BUILDERS: dict[str, Builder] = {
+    "plan": _plan_spec, "fit": _fit_spec, "cpu-moe": _cpu_moe_spec, "layers": _layers_spec,
+    "gpu-only": _gpu_only_spec,
+}  # fmt: skip
+
+
+def build_configs(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup,
+                  names: Sequence[str]) -> list[ConfigSpec]:  # fmt: skip
+    """The configurations asked for; one whose command repeats an earlier one is skipped."""
+    specs: list[ConfigSpec] = []
+    seen: dict[tuple[str, ...], str] = {}
+    for name in names:
+        config = _BUILDERS[name](facts, spec, setup)
+        if config.skip is None and config.args in seen:
+            config = ConfigSpec(name, config.description, config.args, config.predicted_bytes,
+                                skip=f"same command as {seen[config.args]}")  # fmt: skip
+        elif config.skip is None:
+            seen[config.args] = name
+        specs.append(config)
+    return specs
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is asked of every configuration."""
+
+    depths: tuple[int, ...] = DEFAULT_DEPTHS
+    repeats: int = DEFAULT_REPEATS
+    n_predict: int = DEFAULT_N_PREDICT
+    endpoint: str = "chat"
+
+
+@dataclass
+class Prompts:
+    """Prompt texts by depth, built once with the server's tokenizer (same model: reused)."""
+
+    endpoint: str
+    texts: dict[int, str] = field(default_factory=dict)
+    shortest: int | None = None
+
+    def minimum(self, client: ServerClient) -> int:
+        """The shortest prompt: the chat template's own tokens, or one token."""
+        if self.shortest is None:
+            chat = self.endpoint == "chat"
+            self.shortest = max(client.chat_tokens(""), 1) if chat else 1
+        return self.shortest
+
+    def text(self, client: ServerClient, depth: int) -> str:
+        if depth not in self.texts:
+            build = (client.chat_prompt_of_tokens if self.endpoint == "chat"
+                     else client.prompt_of_tokens)  # fmt: skip
+            self.texts[depth] = build(depth)
+        return self.texts[depth]
+
+
+def request(client: ServerClient, endpoint: str, text: str, n_predict: int) -> CompletionResult:
+    """One timed, streamed, uncached request on ``endpoint``."""
+    if endpoint == "chat":
+        return client.chat(text, n_predict)
+    return client.complete(text, n_predict, stream=True)
+
+
+def measure_depths(client: ServerClient, workload: Workload, prompts: Prompts, *, config: str,
+                   probe: Callable[[], int | None], on_event: Event,
+                   into: list[DepthResult]) -> None:  # fmt: skip
+    """A warm-up, then ``repeats`` requests per depth; a DepthResult per depth into ``into``.
+
+    Depths are capped by the server's context and raised to the shortest prompt (the chat
+    template's own tokens), so each prompt is exactly its depth.
+    """
+    shortest = prompts.minimum(client)
+    depths = capped_depths(workload.depths, client.n_ctx(), workload.n_predict, shortest)
+    request(client, workload.endpoint, prompts.text(client, shortest), WARM_UP_TOKENS)
+    for depth in depths:
+        samples: list[Sample] = []
+        text = prompts.text(client, depth)
+        for index in range(workload.repeats):
+            on_event(f"{config}: depth {depth}, run {index + 1} of {workload.repeats}")
+            samples.append(sample_of(request(client, workload.endpoint, text,
+                                             workload.n_predict)))  # fmt: skip
+        into.append(summarize(config, depth, samples, probe()))
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How configurations are launched and measured."""
+
+    spec: LaunchSpec
+    probe: MemoryProbe | None
+    workload: Workload
+    prompts: Prompts
+    on_event: Event
+
+
+def _ended(spec: ConfigSpec, status: Literal["ok", "failed"], *, server: RunningServer | None,
+           load_s: float | None, results: Sequence[DepthResult],
+           message: str | None = None) -> ConfigRun:  # fmt: skip
+    peaks = [r.device_bytes for r in results if r.device_bytes is not None]
+    fit = None
+    if spec.name == "fit" and server is not None:
+        fit = parse_fit_log(server.log_text(), spec.fit_target_mib)
+    return ConfigRun(
+        name=spec.name, status=status, description=spec.description, args=list(spec.args),
+        predicted_bytes=spec.predicted_bytes, peak_device_bytes=max(peaks, default=None),
+        load_s=load_s, fit=fit, message=message,
+        log_path=str(server.log_path) if server is not None else None,
+    )  # fmt: skip
+
+
+def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[DepthResult]]:
+    """Launch one configuration, measure it, stop it; a failure of llama-server is recorded."""
+    if spec.skip is not None:
+        run = ConfigRun(name=spec.name, status="skipped", description=spec.description,
+                        args=list(spec.args), predicted_bytes=spec.predicted_bytes,
+                        peak_device_bytes=None, load_s=None, message=spec.skip)  # fmt: skip
+        return run, []
+    results: list[DepthResult] = []
+    server: RunningServer | None = None
+    load_s: float | None = None
+    events = launcher.on_event
+    try:
+        events(f"{spec.name}: starting llama-server ({spec.description})")
+        server = launcher.spec.start(list(spec.args))
+        timeout = launcher.spec.ready_timeout_s
+        with server, ServerClient(server.url, timeout=timeout) as client:
+            load_s = client.wait_ready(
+                timeout, server.check_alive,
+                lambda s: events(f"{spec.name}: loading ({s:.0f} s)"),
+            )  # fmt: skip
+            measure_depths(client, launcher.workload, launcher.prompts, config=spec.name,
+                           probe=_probe_of(launcher.probe, server), on_event=events,
+                           into=results)  # fmt: skip
+    except ServerFailedError as exc:
+        line = (server.failure() if server is not None else None) or exc.message.splitlines()[0]
+        failed = _ended(spec, "failed", server=server, load_s=load_s, results=results,
+                        message=line.rstrip(":"))  # fmt: skip
+        if failed.log_path is None and exc.hint and exc.hint.startswith(_LOG_HINT):
+            failed = failed.model_copy(update={"log_path": exc.hint.removeprefix(_LOG_HINT)})
+        return failed, results
+    return _ended(spec, "ok", server=server, load_s=load_s, results=results), results
+
+
+_LOG_HINT = "full log: "  # server.RunningServer.exit_error's hint
+
+
+def _probe_of(probe: MemoryProbe | None, server: RunningServer) -> Callable[[], int | None]:
+    return (lambda: None) if probe is None else (lambda: probe.device_bytes(server))
+
+
+# --- the whole bench ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """``moetune bench MODEL``: the launch spec, and what to compare and measure."""
+
+    spec: LaunchSpec
+    names: tuple[str, ...] = CONFIG_NAMES
+    workload: Workload = Workload()
+    target_bytes: int | None = None  # device budget; default: device total - headroom
+    headroom_bytes: int = 1536 * MIB
+    gpus: GpuProbe | None = None
+
+
+def _depths(results: Sequence[DepthResult], workload: Workload) -> list[int]:
+    """The depths measured (after capping), else those asked for."""
+    return sorted({r.depth for r in results}) or list(workload.depths)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event) -> BenchResult:
+    """Launch and measure each configuration in turn; the results and the verdict."""
+    spec, setup = prepare_device(req.spec, target_bytes=req.target_bytes,
+                                 headroom_bytes=req.headroom_bytes, gpus=req.gpus)  # fmt: skip
+    specs = build_configs(facts, spec, setup, req.names)
+    workload = req.workload
+    prompts = Prompts(workload.endpoint)
+    launcher = Launcher(spec, setup.probe, workload, prompts, on_event)
+    runs: list[ConfigRun] = []
+    results: list[DepthResult] = []
+    for config in specs:
+        run, measured = run_config(config, launcher)
+        runs.append(run)
+        results += measured
+    device, probe = setup.device, setup.probe
+    return BenchResult(
+        created=_now(), moetune_version=__version__, model=spec.model, server_url=None,
+        endpoint=workload.endpoint, n_ctx=spec.settings.n_ctx, n_predict=workload.n_predict,
+        repeats=workload.repeats, depths=_depths(results, workload), device=device.name,
+        device_total_bytes=device.total_bytes, budget_bytes=setup.target_bytes,
+        probe=probe.name, probe_includes_overhead=probe.includes_overhead,
+        shortest_prompt=prompts.shortest, configs=runs, results=results,
+        verdicts=verdicts(results),
+    )  # fmt: skip
+
+
+def bench_url(url: str, workload: Workload, name: str, on_event: Event,
+              ready_timeout_s: float = 60.0) -> BenchResult:  # fmt: skip
+    """Measure an already running llama-server at ``url``; nothing is launched or stopped."""
+    prompts = Prompts(workload.endpoint)
+    results: list[DepthResult] = []
+    with ServerClient(url, timeout=max(ready_timeout_s, 600.0)) as client:
+        if not client.reachable():
+            raise ServerFailedError(
+                f"nothing answers at {url}", hint="start llama-server first, or check --server-url"
+            )
+        load_s = client.wait_ready(ready_timeout_s, client.reachable)
+        props = client.props()
+        n_ctx = int(props["default_generation_settings"]["n_ctx"])
+        measure_depths(client, workload, prompts, config=name, probe=lambda: None,
+                       on_event=on_event, into=results)  # fmt: skip
+    run = ConfigRun(name=name, status="ok", description=f"running server at {url}", args=[],
+                    predicted_bytes=None, peak_device_bytes=None, load_s=load_s)  # fmt: skip
+    return BenchResult(
+        created=_now(), moetune_version=__version__, model=props.get("model_path"),
+        server_url=url, endpoint=workload.endpoint, n_ctx=n_ctx, n_predict=workload.n_predict,
+        repeats=workload.repeats, depths=_depths(results, workload), device=None,
+        device_total_bytes=None, budget_bytes=None, probe=None, probe_includes_overhead=False,
+        shortest_prompt=prompts.shortest, configs=[run], results=results,
+        verdicts=verdicts(results),
+    )  # fmt: skip

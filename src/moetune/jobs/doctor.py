@@ -1,0 +1,450 @@
+"""`moetune doctor`: what on this machine helps or hurts expert offload, each with its fix.
+
+Findings are ok / warn / fail. Without a model: GPUs and their memory, the PCIe link (current
+and maximum generation and width), the driver, CPU cores, RAM, swap, WSL2, llama-server. With
+a model: the RAM its CPU-resident experts need against the RAM available, and a decode-speed
+ceiling from bandwidths: every token reads the dense weights and the active experts' share of
+the experts on each side, so
+
+    seconds per token >= GPU bytes per token / GPU bandwidth + CPU bytes per token / RAM bandwidth
+
+and the larger term names the bottleneck. Prompt processing has a third limit: with experts
+on the CPU, llama.cpp copies them to the GPU for every micro-batch of 32 tokens or more
+(``offload_op`` in ggml-cuda.cu, ``GGML_OP_OFFLOAD_MIN_BATCH``), so the PCIe link caps it.
+
+Pure apart from the probes it is given; returns data (report/profiles.py renders it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel
+
+from moetune.core.facts import ModelFacts
+from moetune.core.memory import MemoryEstimate, Settings, default_n_ctx, estimate
+from moetune.core.placement import Placement
+from moetune.core.planner import DEFAULT_HEADROOM_BYTES, PlanRequest, RamCheck, check_ram, make_plan
+from moetune.errors import BadValueError, DoesNotFitError, MoetuneError, ServerNotFoundError
+from moetune.gguf.roles import Role
+from moetune.hardware.base import VRAM_HINT, GpuInfo, GpuProbe, HostInfo, HostProbe
+from moetune.llamacpp.info import INSTALL_HINT, ServerInfo
+from moetune.store.hardware import HardwareProfile, match_detected, pcie_bandwidth_bytes_per_s
+from moetune.units import GIB, format_bytes
+
+Status = Literal["ok", "warn", "fail"]
+# Assumed when not given: a dual-channel desktop (DDR4-3200 is 51 GB/s, DDR5-6000 96 GB/s in
+# theory; CPU inference reaches a good part of that, not all of it).
+DEFAULT_RAM_BANDWIDTH_BYTES_PER_S = 60 * 10**9
+MIN_DRIVER = 525  # CUDA 12 (llama.cpp's CUDA releases) needs driver 525.60 or newer on Linux
+SLOW_DECODE_TPS = 10.0
+WSLCONFIG_FIX = (
+    "give WSL more memory in %UserProfile%\\.wslconfig ([wsl2] then memory=48GB, say), run "
+    "`wsl --shutdown`, and keep models on the Linux disk (~/), not /mnt/c"
+)
+
+
+class Finding(BaseModel):
+    check: str  # gpu pcie driver cpu ram swap wsl llama-server; model-fit model-ram decode prefill
+    status: Status
+    message: str
+    fix: str | None = None
+
+
+class SpeedCeiling(BaseModel):
+    """Upper bounds on decode and prompt speed from bandwidths (nothing runs faster)."""
+
+    n_cpu_moe: int | None
+    gpu_bytes_per_token: int
+    cpu_bytes_per_token: int
+    gpu_bandwidth_bytes_per_s: int | None  # None: unknown, its term left out
+    ram_bandwidth_bytes_per_s: int
+    ram_bandwidth_assumed: bool
+    decode_tps: float | None  # None: no bandwidth known for what each token reads
+    bottleneck: str  # "RAM bandwidth" or "GPU memory bandwidth"
+    cpu_expert_bytes: int
+    pcie_bytes_per_s: int | None
+    n_ubatch: int
+    prefill_tps: float | None  # the PCIe limit on prompt processing; None: no copies or unknown
+
+
+class DoctorReport(BaseModel):
+    findings: list[Finding]
+    gpus: list[GpuInfo]
+    host: HostInfo
+    server: ServerInfo | None
+    model: str | None = None
+    ceiling: SpeedCeiling | None = None
+
+    @property
+    def worst(self) -> Status:
+        statuses = {f.status for f in self.findings}
+        return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
+
+
+@dataclass(frozen=True)
+class DoctorInputs:
+    """The probes and options a diagnosis uses (fakes in tests)."""
+
+    gpus: GpuProbe
+    host: HostProbe
+    server: Callable[[], ServerInfo]  # raises a MoetuneError when missing or broken
+    hardware: Sequence[HardwareProfile] = ()
+    gpu_profile: HardwareProfile | None = None  # --gpu: for the model checks, not detection
+    ram_bandwidth_bytes_per_s: int | None = None
+    n_ctx: int | None = None
+    cache_type: str = "q8_0"
+    headroom_bytes: int = DEFAULT_HEADROOM_BYTES
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """The GPU the model checks plan for."""
+
+    name: str
+    vram_bytes: int
+    bandwidth_bytes_per_s: int | None
+    pcie_bytes_per_s: int | None
+    pcie_label: str | None
+
+
+def _gbps(rate: float) -> str:
+    return f"{rate / 1e9:.0f} GB/s" if rate >= 1e10 else f"{rate / 1e9:.1f} GB/s"
+
+
+# --- GPUs ----------------------------------------------------------------------------------------
+
+
+def gpu_findings(gpus: list[GpuInfo], why: str | None) -> list[Finding]:
+    if not gpus:
+        reason = (
+            (why or "none found").removesuffix(f", or {VRAM_HINT}").removesuffix(f": {VRAM_HINT}")
+        )
+        return [Finding(
+            check="gpu", status="fail", message=f"no NVIDIA GPU detected: {reason}",
+            fix="install the NVIDIA driver (nvidia-smi must list the GPU); to plan for a card "
+            "elsewhere use `moetune plan MODEL --gpu rtx4090` or --vram",
+        )]  # fmt: skip
+    return [_memory_finding(gpu) for gpu in gpus]
+
+
+def _memory_finding(gpu: GpuInfo) -> Finding:
+    label = f"GPU {gpu.index}: {gpu.name}"
+    total, free = gpu.vram_total_bytes, gpu.vram_free_bytes
+    if total is None:
+        return Finding(check="gpu", status="warn",
+                       message=f"{label} does not report its memory (unified memory?)",
+                       fix="pass --vram to plan and --target-vram to run")  # fmt: skip
+    message = f"{label}, {format_bytes(total)}"
+    if free is not None and total - free > GIB:
+        return Finding(
+            check="gpu", status="warn",
+            message=f"{message}, only {format_bytes(free)} free: other processes hold "
+            f"{format_bytes(total - free)}",
+            fix="close them (`nvidia-smi` lists them), or plan with --target-vram for what is "
+            "left",
+        )  # fmt: skip
+    return Finding(check="gpu", status="ok", message=f"{message} ({format_bytes(free)} free)")
+
+
+def _link(gen: int | None, width: int | None) -> str:
+    return f"PCIe {gen or '?'}.0 x{width or '?'}"
+
+
+def pcie_finding(gpu: GpuInfo, profile: HardwareProfile | None) -> Finding:
+    """The slot's maximum link against the card's, and the link now."""
+    gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
+    now = _link(gpu.pcie_gen_current, gpu.pcie_width_current)
+    if gen is None or width is None:
+        return Finding(check="pcie", status="warn", message=f"GPU {gpu.index}: PCIe link unknown",
+                       fix="check it with `nvidia-smi -q -d PCIE`")  # fmt: skip
+    bandwidth = _gbps(pcie_bandwidth_bytes_per_s(gen, width))
+    link = f"GPU {gpu.index}: {_link(gen, width)} max ({bandwidth}), {now} now"
+    slow_fix = ("prompt processing with experts on the CPU copies them over this link: use a "
+                "CPU-attached slot with the card's full link (check the BIOS link speed); "
+                "-ub 2048 -b 2048 makes fewer copies")  # fmt: skip
+    if profile is not None and (gen < profile.pcie_gen or width < profile.pcie_lanes):
+        card = _link(profile.pcie_gen, profile.pcie_lanes)
+        return Finding(check="pcie", status="warn",
+                       message=f"{link}: the card supports {card}", fix=slow_fix)  # fmt: skip
+    if gen <= 3:
+        return Finding(check="pcie", status="warn", message=f"{link}: PCIe 3.0 or older",
+                       fix=slow_fix)  # fmt: skip
+    if (gpu.pcie_width_current or width) < width:
+        return Finding(check="pcie", status="warn", message=f"{link}: running with fewer lanes",
+                       fix="reseat it; check the slot's lane sharing (M.2 drives)")  # fmt: skip
+    idle = (
+        " (a lower generation at idle is power saving)"
+        if (gpu.pcie_gen_current or gen) < gen
+        else ""
+    )
+    return Finding(check="pcie", status="ok", message=link + idle)
+
+
+def driver_finding(gpus: list[GpuInfo]) -> Finding | None:
+    if not gpus:
+        return None
+    version = gpus[0].driver_version
+    if version is None:
+        return Finding(check="driver", status="warn", message="driver version unknown",
+                       fix="check `nvidia-smi`")  # fmt: skip
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
+    if major < MIN_DRIVER:
+        return Finding(check="driver", status="warn",
+                       message=f"NVIDIA driver {version}: older than {MIN_DRIVER}",
+                       fix=f"CUDA 12 builds of llama.cpp need driver {MIN_DRIVER} or newer: "
+                       "update the driver")  # fmt: skip
+    return Finding(check="driver", status="ok", message=f"NVIDIA driver {version}")
+
+
+# --- the host ------------------------------------------------------------------------------------
+
+
+def cpu_finding(host: HostInfo) -> Finding:
+    physical, logical = host.physical_cores, host.logical_cores
+    if physical is None:
+        return Finding(check="cpu", status="warn", message=f"{logical} logical cores, physical "
+                       "count unknown", fix="pass -t with your physical core count")  # fmt: skip
+    message = f"{physical} physical cores, {logical} logical"
+    if logical > physical:
+        message += f": use -t {physical} (hyper-threads only fight over memory bandwidth)"
+    return Finding(check="cpu", status="ok", message=message)
+
+
+def ram_finding(host: HostInfo) -> Finding:
+    total, available = host.ram_total_bytes, host.ram_available_bytes
+    message = f"RAM {format_bytes(total)}, {format_bytes(available)} available"
+    if host.ram_limit_bytes is not None:
+        return Finding(
+            check="ram", status="warn",
+            message=f"{message}, but this container/cgroup may use only "
+            f"{format_bytes(host.ram_limit_bytes)}",
+            fix="raise the memory limit (docker run --memory, systemd MemoryMax)",
+        )  # fmt: skip
+    if total < 16 * GIB or available < 8 * GIB:
+        return Finding(
+            check="ram", status="warn", message=f"{message}: little room for CPU-resident experts",
+            fix="close programs, add RAM, or pick a smaller quant; "
+            "`moetune doctor MODEL` says what a model needs",
+        )  # fmt: skip
+    return Finding(check="ram", status="ok", message=message)
+
+
+def swap_finding(host: HostInfo) -> Finding:
+    used, total = host.swap_used_bytes, host.swap_total_bytes
+    if used > GIB:
+        return Finding(
+            check="swap", status="warn",
+            message=f"{format_bytes(used)} of swap in use: RAM has been short",
+            fix="free RAM before serving: experts paged to swap or re-read from disk drop "
+            "decoding under 1 tok/s",
+        )  # fmt: skip
+    return Finding(check="swap", status="ok",
+                   message=f"swap {format_bytes(total)}, {format_bytes(used)} used")  # fmt: skip
+
+
+def wsl_finding(host: HostInfo) -> Finding | None:
+    if not host.is_wsl:
+        return None
+    return Finding(
+        check="wsl", status="warn",
+        message=f"WSL2: Linux sees {format_bytes(host.ram_total_bytes)}, what WSL is given "
+        "(by default half of Windows' RAM)",
+        fix=WSLCONFIG_FIX,
+    )  # fmt: skip
+
+
+def server_finding(lookup: Callable[[], ServerInfo]) -> tuple[Finding, ServerInfo | None]:
+    try:
+        info = lookup()
+    except MoetuneError as exc:
+        status: Status = "fail" if isinstance(exc, ServerNotFoundError) else "warn"
+        first = exc.message.splitlines()[0]
+        return Finding(check="llama-server", status=status, message=first,
+                       fix=exc.hint or INSTALL_HINT), None  # fmt: skip
+    build = f"build {info.build_number}" if info.build_number else "build not recorded"
+    about = f"llama-server {info.version or '?'} ({build}) at {info.path}"
+    if not info.devices:
+        no_gpu = Finding(check="llama-server", status="warn",
+                         message=f"{about} sees no GPU (a CPU-only build?)",
+                         fix="install a CUDA build of llama.cpp")  # fmt: skip
+        return no_gpu, info
+    devices = ", ".join(f"{d.name} {d.description} ({format_bytes(d.total_bytes)})"
+                        for d in info.devices)  # fmt: skip
+    return Finding(check="llama-server", status="ok", message=f"{about}; devices: {devices}"), info
+
+
+# --- a model on this machine ---------------------------------------------------------------------
+
+
+def gpu_target(inputs: DoctorInputs, gpus: list[GpuInfo]) -> GpuTarget | None:
+    """The GPU to plan for: ``--gpu``, else the first detected (its profile for bandwidth)."""
+    if (p := inputs.gpu_profile) is not None:
+        return GpuTarget(p.name, p.vram_bytes, p.memory_bandwidth_bytes_per_s,
+                         p.pcie_bytes_per_s, _link(p.pcie_gen, p.pcie_lanes))  # fmt: skip
+    gpu = next((g for g in gpus if g.vram_total_bytes is not None), None)
+    if gpu is None or gpu.vram_total_bytes is None:
+        return None
+    profile = match_detected(gpu.name, gpu.vram_total_bytes, list(inputs.hardware))
+    bandwidth = gpu.memory_bandwidth_bytes_per_s or (
+        profile.memory_bandwidth_bytes_per_s if profile else None
+    )
+    gen = gpu.pcie_gen_max or (profile.pcie_gen if profile else None)
+    width = gpu.pcie_width_max or (profile.pcie_lanes if profile else None)
+    pcie = pcie_bandwidth_bytes_per_s(gen, width) if gen and width else None
+    return GpuTarget(gpu.name, gpu.vram_total_bytes, bandwidth, pcie,
+                     _link(gen, width) if pcie else None)  # fmt: skip
+
+
+def _placement_memory(
+    facts: ModelFacts, inputs: DoctorInputs, target: GpuTarget | None, host: HostInfo
+) -> tuple[MemoryEstimate, RamCheck, int | None, Settings]:
+    """The planned placement's memory (all on the CPU without a GPU) and its RAM check."""
+    n_ctx = inputs.n_ctx or default_n_ctx(facts.context_length)
+    settings = Settings(n_ctx=n_ctx, type_k=inputs.cache_type, type_v=inputs.cache_type)
+    limit = host.ram_limit_bytes
+    total = min(host.ram_total_bytes, limit) if limit else host.ram_total_bytes
+    available = min(host.ram_available_bytes, total)
+    if target is None:
+        memory = estimate(facts, Placement(n_gpu_layers=0), settings)
+        return memory, check_ram(memory, total, available), None, settings
+    request = PlanRequest(model_path=facts.paths[0], target_bytes=target.vram_bytes,
+                          headroom_bytes=inputs.headroom_bytes, settings=settings,
+                          ram_total_bytes=total, ram_available_bytes=available)  # fmt: skip
+    plan = make_plan(facts, request)
+    rec = plan.recommended
+    return rec.memory, plan.ram, rec.n_cpu_moe, plan.settings
+
+
+def ram_model_finding(memory: MemoryEstimate, ram: RamCheck, n_cpu_moe: int | None) -> Finding:
+    where = f"--n-cpu-moe {n_cpu_moe}" if n_cpu_moe is not None else "CPU only"
+    message = (f"RAM for the CPU side ({where}: {format_bytes(memory.cpu_expert_bytes)} of "
+               f"experts, {format_bytes(memory.host_bytes)} in all): {ram.message}")  # fmt: skip
+    if ram.status == "ok":
+        return Finding(check="model-ram", status="ok", message=message)
+    status: Status = "fail" if ram.status == "fail" else "warn"
+    return Finding(check="model-ram", status=status, message=message,
+                   fix="free RAM, add RAM, use a smaller quant, or a shorter context")  # fmt: skip
+
+
+def speed_ceiling(facts: ModelFacts, memory: MemoryEstimate, n_cpu_moe: int | None, *,
+                  target: GpuTarget | None, inputs: DoctorInputs,
+                  n_ubatch: int) -> SpeedCeiling:  # fmt: skip
+    """Decode and prompt ceilings for the planned placement."""
+    share = facts.n_experts_used / facts.n_experts if facts.n_experts else 0.0
+    embedding = facts.global_bytes_by_role.get(Role.TOKEN_EMBD, 0)  # one row per token
+    gpu_dense = memory.gpu_weights_bytes - memory.gpu_expert_bytes
+    cpu_dense = max(memory.cpu_weights_bytes - memory.cpu_expert_bytes - embedding, 0)
+    gpu_bytes = round(gpu_dense + memory.gpu_expert_bytes * share)
+    cpu_bytes = round(cpu_dense + memory.cpu_expert_bytes * share)
+    ram_bw = inputs.ram_bandwidth_bytes_per_s or DEFAULT_RAM_BANDWIDTH_BYTES_PER_S
+    gpu_bw = target.bandwidth_bytes_per_s if target else None
+    gpu_s = gpu_bytes / gpu_bw if gpu_bw else 0.0
+    cpu_s = cpu_bytes / ram_bw
+    pcie = target.pcie_bytes_per_s if target else None
+    copies = memory.cpu_expert_bytes
+    prefill = n_ubatch * pcie / copies if pcie and copies else None
+    return SpeedCeiling(
+        n_cpu_moe=n_cpu_moe, gpu_bytes_per_token=gpu_bytes, cpu_bytes_per_token=cpu_bytes,
+        gpu_bandwidth_bytes_per_s=gpu_bw, ram_bandwidth_bytes_per_s=ram_bw,
+        ram_bandwidth_assumed=inputs.ram_bandwidth_bytes_per_s is None,
+        decode_tps=1 / (gpu_s + cpu_s) if gpu_s + cpu_s > 0 else None,
+        bottleneck="RAM bandwidth" if cpu_s > 0 and cpu_s >= gpu_s else "GPU memory bandwidth",
+        cpu_expert_bytes=copies, pcie_bytes_per_s=pcie, n_ubatch=n_ubatch, prefill_tps=prefill,
+    )  # fmt: skip
+
+
+def _per_token(c: SpeedCeiling, target: GpuTarget | None) -> str:
+    """What each token reads from RAM and from VRAM, and how long that takes."""
+    parts = []
+    if c.cpu_bytes_per_token:
+        assumed = " (assumed: pass --ram-bandwidth with yours)" if c.ram_bandwidth_assumed else ""
+        ms = 1000 * c.cpu_bytes_per_token / c.ram_bandwidth_bytes_per_s
+        parts.append(f"{format_bytes(c.cpu_bytes_per_token)} from RAM at "
+                     f"{_gbps(c.ram_bandwidth_bytes_per_s)}{assumed} = {ms:.1f} ms")  # fmt: skip
+    if c.gpu_bytes_per_token and c.gpu_bandwidth_bytes_per_s:
+        ms = 1000 * c.gpu_bytes_per_token / c.gpu_bandwidth_bytes_per_s
+        parts.append(f"{format_bytes(c.gpu_bytes_per_token)} from VRAM at "
+                     f"{_gbps(c.gpu_bandwidth_bytes_per_s)} = {ms:.1f} ms")  # fmt: skip
+    elif c.gpu_bytes_per_token and target is not None:
+        parts.append(f"{format_bytes(c.gpu_bytes_per_token)} from VRAM, bandwidth unknown (no "
+                     f"hardware profile for {target.name}: pass --gpu NAME)")  # fmt: skip
+    return "; ".join(parts)
+
+
+def decode_finding(ceiling: SpeedCeiling, target: GpuTarget | None, ram: RamCheck) -> Finding:
+    c = ceiling
+    if c.decode_tps is None:
+        return Finding(check="decode", status="warn",
+                       message=f"decode ceiling unknown: {_per_token(c, target)}",
+                       fix="pass --gpu with a hardware profile for this card")  # fmt: skip
+    where = "CPU only" if target is None else "this placement"
+    if c.n_cpu_moe is not None:
+        where = f"--n-cpu-moe {c.n_cpu_moe}"
+    message = (f"decode ceiling ~{c.decode_tps:.1f} tok/s at {where}, bottleneck: "
+               f"{c.bottleneck}; per token {_per_token(c, target)}")  # fmt: skip
+    if ram.status in ("warn", "fail"):
+        return Finding(check="decode", status="warn",
+                       message=message + "; but RAM is short, so pages come from disk: far slower",
+                       fix="make the CPU-resident weights fit in free RAM first")  # fmt: skip
+    if c.decode_tps >= SLOW_DECODE_TPS:
+        return Finding(check="decode", status="ok", message=message)
+    fix = ("keep more experts on the GPU (shorter context or q4_0 cache frees VRAM), populate "
+           "every memory channel, use -t = physical cores, or a smaller quant")  # fmt: skip
+    if c.bottleneck != "RAM bandwidth":
+        fix = "a smaller quant: the GPU's own memory bandwidth is the limit"
+    return Finding(check="decode", status="warn", message=message, fix=fix)
+
+
+def prefill_finding(ceiling: SpeedCeiling, target: GpuTarget | None) -> Finding | None:
+    c = ceiling
+    if c.prefill_tps is None or c.pcie_bytes_per_s is None or target is None:
+        return None
+    message = (f"prompt ceiling ~{c.prefill_tps:.0f} tok/s at -ub {c.n_ubatch}: each micro-batch "
+               f"copies {format_bytes(c.cpu_expert_bytes)} of CPU experts to the GPU over "
+               f"{target.pcie_label} ({_gbps(c.pcie_bytes_per_s)})")  # fmt: skip
+    if c.n_ubatch < 2048:
+        message += f"; ~{c.prefill_tps * 2048 / c.n_ubatch:.0f} tok/s with -ub 2048 -b 2048"
+    if c.pcie_bytes_per_s >= 20 * 10**9:
+        return Finding(check="prefill", status="ok", message=message)
+    return Finding(check="prefill", status="warn", message=message + ": a slow link",
+                   fix="-ub 2048 -b 2048 copies four times less often; a PCIe 4.0 x16 slot "
+                   "doubles the link")  # fmt: skip
+
+
+def model_findings(facts: ModelFacts, inputs: DoctorInputs, gpus: list[GpuInfo],
+                   host: HostInfo) -> tuple[list[Finding], SpeedCeiling | None]:  # fmt: skip
+    target = gpu_target(inputs, gpus)
+    try:
+        memory, ram, n_cpu_moe, settings = _placement_memory(facts, inputs, target, host)
+    except (DoesNotFitError, BadValueError) as exc:
+        return [Finding(check="model-fit", status="fail", message=exc.message, fix=exc.hint)], None
+    ceiling = speed_ceiling(facts, memory, n_cpu_moe, target=target, inputs=inputs,
+                            n_ubatch=settings.n_ubatch)  # fmt: skip
+    found = [ram_model_finding(memory, ram, n_cpu_moe), decode_finding(ceiling, target, ram)]
+    if (prefill := prefill_finding(ceiling, target)) is not None:
+        found.append(prefill)
+    return found, ceiling
+
+
+def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorReport:
+    """Every finding for this machine, and for ``facts`` on it when given."""
+    gpus, host = inputs.gpus.gpus(), inputs.host.host()
+    hardware = list(inputs.hardware)
+    findings = gpu_findings(gpus, inputs.gpus.why)
+    for gpu in gpus:
+        findings.append(pcie_finding(gpu, match_detected(gpu.name, gpu.vram_total_bytes, hardware)))
+    optional = [driver_finding(gpus), cpu_finding(host), ram_finding(host), swap_finding(host),
+                wsl_finding(host)]  # fmt: skip
+    findings += [f for f in optional if f is not None]
+    server, info = server_finding(inputs.server)
+    findings.append(server)
+    ceiling = None
+    if facts is not None:
+        more, ceiling = model_findings(facts, inputs, gpus, host)
+        findings += more
+    model = facts.paths[0] if facts is not None else None
+    return DoctorReport(findings=findings, gpus=gpus, host=host, server=info, model=model,
+                        ceiling=ceiling)  # fmt: skip

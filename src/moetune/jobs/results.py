@@ -1,0 +1,222 @@
+"""The results of `moetune run` and `moetune bench`, and the pure statistics on them.
+
+Starts nothing and imports no process, HTTP or terminal code: report/ and the store read these.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from moetune.core.memory import Settings
+from moetune.core.search import Attempt
+from moetune.errors import BadValueError
+from moetune.llamacpp.log import FitChoice
+
+RESULT_KIND = "moetune.bench"
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+class RunResult(BaseModel):
+    model: str
+    device: str
+    probe: str
+    target_bytes: int
+    settings: Settings
+    planned_n_cpu_moe: int
+    attempts: list[Attempt]
+    best: Attempt | None
+    command: list[str]
+    profile_name: str | None = None  # the tuned profile saved (or confirmed) by this run
+    profile_path: str | None = None
+    reused_profile: bool = False  # launched from a saved profile instead of tuning
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stat(_Frozen):
+    """Median and range of the repeats of one figure."""
+
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Stat | None:
+        """None when no value is known."""
+        known = [v for v in values if v is not None]
+        if not known:
+            return None
+        return cls(median=statistics.median(known), min=min(known), max=max(known))
+
+
+class Sample(_Frozen):
+    """One request, raw: the server's timings and what the client measured."""
+
+    prompt_n: int
+    predicted_n: int
+    ttft_s: float | None  # client: request sent -> first token
+    prompt_ms: float  # server
+    predicted_ms: float  # server
+    prefill_tps: float  # server: prompt_n / prompt_ms
+    decode_tps: float  # server: predicted_n / predicted_ms
+    client_prefill_tps: float | None  # prompt_n / ttft_s
+    client_decode_tps: float | None  # (predicted_n - 1) / (last chunk - first token)
+    wall_s: float
+    stop_type: str | None
+
+
+class DepthResult(_Frozen):
+    """One configuration at one depth: medians and ranges over the repeats, and the samples."""
+
+    config: str
+    depth: int
+    ttft_s: Stat | None
+    prefill_tps: Stat
+    decode_tps: Stat
+    client_decode_tps: Stat | None
+    device_bytes: int | None  # device memory after this depth's requests (probe)
+    samples: list[Sample]
+
+
+class ConfigRun(_Frozen):
+    """One configuration: how it was launched and how that went."""
+
+    name: str
+    status: Literal["ok", "skipped", "failed"]
+    description: str
+    args: list[str]  # llama-server arguments, without the binary
+    predicted_bytes: int | None
+    peak_device_bytes: int | None
+    load_s: float | None
+    fit: FitChoice | None = None
+    message: str | None = None
+    log_path: str | None = None
+
+
+class Verdict(_Frozen):
+    """The fastest configuration at one depth by one figure, and by how much."""
+
+    depth: int
+    metric: Literal["decode_tps", "prefill_tps"]
+    winner: str
+    runner_up: str | None
+    winner_median: float
+    runner_up_median: float | None
+    ratio: float | None  # winner's median / runner-up's
+    within_noise: bool  # the min-max spreads of winner and runner-up overlap
+
+
+class BenchResult(_Frozen):
+    kind: Literal["moetune.bench"] = "moetune.bench"
+    created: str
+    moetune_version: str
+    model: str | None
+    server_url: str | None
+    endpoint: str
+    n_ctx: int
+    n_predict: int
+    repeats: int
+    depths: list[int]
+    device: str | None
+    device_total_bytes: int | None
+    budget_bytes: int | None
+    probe: str | None
+    probe_includes_overhead: bool
+    shortest_prompt: int | None = None  # tokens of the shortest prompt (chat: the template's)
+    configs: list[ConfigRun]
+    results: list[DepthResult]
+    verdicts: list[Verdict]
+
+
+def summarize(config: str, depth: int, samples: Sequence[Sample],
+              device_bytes: int | None) -> DepthResult:  # fmt: skip
+    """Medians and ranges of ``samples`` (at least one)."""
+    if not samples:
+        raise ValueError("summarize needs at least one sample")
+    prefill = Stat.of([s.prefill_tps for s in samples])
+    decode = Stat.of([s.decode_tps for s in samples])
+    assert prefill is not None and decode is not None  # every sample has them
+    return DepthResult(
+        config=config, depth=depth, ttft_s=Stat.of([s.ttft_s for s in samples]),
+        prefill_tps=prefill, decode_tps=decode,
+        client_decode_tps=Stat.of([s.client_decode_tps for s in samples]),
+        device_bytes=device_bytes, samples=list(samples),
+    )  # fmt: skip
+
+
+def _verdict(depth: int, metric: Literal["decode_tps", "prefill_tps"],
+             rows: Sequence[DepthResult]) -> Verdict:  # fmt: skip
+    ranked = sorted(rows, key=lambda r: getattr(r, metric).median, reverse=True)
+    best: Stat = getattr(ranked[0], metric)
+    if len(ranked) == 1:
+        return Verdict(depth=depth, metric=metric, winner=ranked[0].config, runner_up=None,
+                       winner_median=best.median, runner_up_median=None, ratio=None,
+                       within_noise=False)  # fmt: skip
+    second: Stat = getattr(ranked[1], metric)
+    ratio = best.median / second.median if second.median > 0 else None
+    return Verdict(
+        depth=depth, metric=metric, winner=ranked[0].config, runner_up=ranked[1].config,
+        winner_median=best.median, runner_up_median=second.median, ratio=ratio,
+        within_noise=best.min <= second.max,
+    )  # fmt: skip
+
+
+def verdicts(results: Sequence[DepthResult]) -> list[Verdict]:
+    """Per depth, the fastest configuration in decode and in prefill tok/s (higher wins).
+
+    "Within noise" when the winner's slowest repeat is no faster than the runner-up's fastest.
+    """
+    found: list[Verdict] = []
+    for depth in sorted({r.depth for r in results}):
+        rows = [r for r in results if r.depth == depth]
+        found += [_verdict(depth, "decode_tps", rows), _verdict(depth, "prefill_tps", rows)]
+    return found
+
+
+def capped_depths(depths: Sequence[int], n_ctx: int, n_predict: int, minimum: int) -> list[int]:
+    """Depths that fit one request in ``n_ctx`` (prompt + n_predict + 1 < n_ctx), ascending.
+
+    A depth beyond the context becomes the deepest that fits; one below ``minimum`` (the
+    chat template's own tokens, or 1) becomes ``minimum``.
+    """
+    if n_predict < 1:
+        raise BadValueError(f"--n-predict must be at least 1, got {n_predict}")
+    if any(d < 0 for d in depths) or not depths:
+        raise BadValueError("--depths needs one or more depths of 0 tokens or more")
+    cap = n_ctx - n_predict - 1
+    if cap < minimum:
+        raise BadValueError(
+            f"context {n_ctx} has no room for a prompt and {n_predict} generated tokens",
+            hint="raise --ctx or lower --n-predict",
+        )
+    return sorted({max(minimum, min(d, cap)) for d in depths})
+
+
+def merge_results(results: Sequence[BenchResult], labels: Sequence[str]) -> BenchResult:
+    """Several saved results as one (configurations renamed ``name@label`` where names clash)."""
+    if len(results) == 1:
+        return results[0]
+    names = [c.name for r in results for c in r.configs]
+    runs: list[ConfigRun] = []
+    rows: list[DepthResult] = []
+    for result, label in zip(results, labels, strict=True):
+        rename = {c.name: f"{c.name}@{label}" if names.count(c.name) > 1 else c.name
+                  for c in result.configs}  # fmt: skip
+        runs += [c.model_copy(update={"name": rename[c.name]}) for c in result.configs]
+        rows += [r.model_copy(update={"config": rename.get(r.config, r.config)})
+                 for r in result.results]  # fmt: skip
+    depths = sorted({d for r in results for d in r.depths})
+    return results[0].model_copy(
+        update={"configs": runs, "results": rows, "verdicts": verdicts(rows), "depths": depths}
+    )

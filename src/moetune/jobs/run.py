@@ -1,0 +1,232 @@
+"""`moetune run` without the terminal: plan, then tune N with real launches, each one filling
+the context and measuring the device; reuse or save tuned profiles. Returns data.
+
+One launch (a trial): start llama-server at N, wait, warm up, fill the context, measure, stop.
+Out of memory at load or during the fill counts as "too big" (status ``oom``); any other
+failure of llama-server ends the run with its last log lines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from moetune.core.facts import ModelFacts
+from moetune.core.placement import Placement
+from moetune.core.planner import plan_n_cpu_moe, predictor
+from moetune.core.search import Attempt, Search, best_attempt, tune
+from moetune.errors import BadValueError, DoesNotFitError, OutOfMemoryError, ServerFailedError
+from moetune.jobs.launch import DeviceSetup, LaunchSpec
+from moetune.jobs.results import RunResult
+from moetune.llamacpp.client import ServerClient, fill_context
+from moetune.llamacpp.memprobe import MemoryProbe
+from moetune.llamacpp.process import RunningServer
+from moetune.store.tuned import (
+    Measured,
+    ProfileStore,
+    TunedProfile,
+    TuneKey,
+    TuneSettings,
+    build_identity,
+    device_identity,
+    model_identity,
+    new_profile,
+)
+from moetune.units import MIB
+
+MAX_LAUNCHES = 12
+Event = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Fill:
+    """What each trial asks of the server before measuring."""
+
+    tokens: int | None = None  # default: the whole context
+    n_predict: int = 32
+
+
+def command_for(spec: LaunchSpec, n_cpu_moe: int) -> list[str]:
+    """The llama-server command of a tuned ``--n-cpu-moe n``, as a user would type it."""
+    return ["llama-server", *spec.args(Placement.with_n_cpu_moe(n_cpu_moe))]
+
+
+# --- one trial ---------------------------------------------------------------------------------
+
+
+def _measure(server: RunningServer, probe: MemoryProbe, spec: LaunchSpec) -> int | None:
+    figure = probe.device_bytes(server)
+    if figure is None or probe.includes_overhead:
+        return figure
+    return figure + spec.settings.gpu_overhead_bytes
+
+
+def _oom(n: int, predicted: int, server: RunningServer, message: str) -> Attempt:
+    return Attempt(n_cpu_moe=n, predicted_bytes=predicted, measured_bytes=None, status="oom",
+                   log_path=str(server.log_path), message=message)  # fmt: skip
+
+
+def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int, fill: Fill,
+              on_event: Event) -> Attempt:  # fmt: skip
+    """Launch at ``--n-cpu-moe n``, fill the context, measure the device, stop the server."""
+    on_event(f"N={n}: starting llama-server")
+    server = spec.start(spec.args(Placement.with_n_cpu_moe(n)))
+    with server:
+        try:
+            with ServerClient(server.url) as client:
+                client.wait_ready(spec.ready_timeout_s, server.check_alive,
+                                  lambda s: on_event(f"N={n}: loading ({s:.0f} s)"))  # fmt: skip
+                client.complete("Hello", 4, stream=False)  # warm-up: first-call costs
+                on_event(f"N={n}: filling the context")
+                done = fill_context(client, fill.tokens or spec.settings.n_ctx, fill.n_predict)
+        except OutOfMemoryError as exc:
+            return _oom(n, predicted, server, exc.message.splitlines()[0])
+        except ServerFailedError:
+            if (line := server.failure()) is not None:
+                return _oom(n, predicted, server, line)
+            raise
+        measured = _measure(server, setup.probe, spec)
+    status = "ok" if measured is not None and measured <= setup.target_bytes else "over"
+    return Attempt(
+        n_cpu_moe=n, predicted_bytes=predicted, measured_bytes=measured, status=status,
+        ttft_s=done.ttft_s, prompt_tps=done.prompt_per_second,
+        decode_tps=done.client_decode_tps or done.predicted_per_second,
+        log_path=str(server.log_path),
+    )  # fmt: skip
+
+
+# --- tuning ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run reports what it does."""
+
+    on_event: Event = lambda text: None
+    on_attempt: Callable[[Attempt], None] = lambda attempt: None
+    on_note: Event = lambda text: None
+
+
+def _result(spec: LaunchSpec, setup: DeviceSetup, planned: int, attempts: list[Attempt],
+            reused: bool = False) -> RunResult:  # fmt: skip
+    best = best_attempt(attempts)
+    return RunResult(
+        model=spec.model, device=setup.device.name, probe=setup.probe.name,
+        target_bytes=setup.target_bytes, settings=spec.settings, planned_n_cpu_moe=planned,
+        attempts=attempts, best=best, reused_profile=reused and best is not None,
+        command=command_for(spec, best.n_cpu_moe) if best else [],
+    )  # fmt: skip
+
+
+def tune_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill: Fill,
+               progress: Progress) -> RunResult:  # fmt: skip
+    """Plan, then launch llama-server until the smallest N within the target is confirmed."""
+    if not facts.is_moe:
+        raise BadValueError("a dense model has no experts to tune: use `moetune plan`")
+    target = setup.target_bytes
+    try:
+        planned = plan_n_cpu_moe(facts, target, spec.settings).placement.n_cpu_moe or 0
+    except DoesNotFitError:  # the prediction may be pessimistic: let a measurement decide
+        planned = facts.n_layers
+    predict = predictor(facts, spec.settings)
+    search = Search(n_max=facts.n_layers, target_bytes=target, predict=predict)
+    progress.on_event(f"device {setup.device.name}, memory probe: {setup.probe.name}, "
+                      f"plan: --n-cpu-moe {planned}")  # fmt: skip
+
+    def measure(n: int) -> Attempt:
+        attempt = run_trial(spec, setup, n, predicted=predict(n), fill=fill,
+                            on_event=progress.on_event)  # fmt: skip
+        progress.on_attempt(attempt)
+        return attempt
+
+    return _result(spec, setup, planned, tune(search, planned, measure, MAX_LAUNCHES))
+
+
+def describe(attempt: Attempt) -> str:
+    """One line per attempt, for progress output."""
+    measured = "-" if attempt.measured_bytes is None else f"{attempt.measured_bytes / MIB:.1f}"
+    return (
+        f"N={attempt.n_cpu_moe}: {attempt.status}, measured {measured} MiB, "
+        f"predicted {attempt.predicted_bytes / MIB:.1f} MiB"
+    )
+
+
+# --- tuned profiles: reuse a saved winner, save a new one --------------------------------------
+
+
+def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
+    """What this run's result depends on: model file, device, llama.cpp build, settings."""
+    s = spec.settings
+    settings = TuneSettings(n_ctx=s.n_ctx, type_k=s.type_k, type_v=s.type_v,
+                            target_bytes=setup.target_bytes,
+                            extra_args=list(spec.extra))  # fmt: skip
+    return TuneKey(model=model_identity(spec.model), gpu=device_identity(setup.device),
+                   llama_cpp=build_identity(setup.info), settings=settings)  # fmt: skip
+
+
+def confirm_n(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, n: int, *, fill: Fill,
+              progress: Progress) -> RunResult:  # fmt: skip
+    """One launch at ``--n-cpu-moe n`` (a saved profile's), measured like a tuning attempt."""
+    predicted = predictor(facts, spec.settings)(n)
+    attempt = run_trial(spec, setup, n, predicted=predicted, fill=fill,
+                        on_event=progress.on_event)  # fmt: skip
+    progress.on_attempt(attempt)
+    return _result(spec, setup, n, [attempt], reused=True)
+
+
+def save_winner(store: ProfileStore, key: TuneKey, result: RunResult,
+                previous: TunedProfile | None) -> RunResult:  # fmt: skip
+    """Save the best attempt as a tuned profile; the result, naming it."""
+    best = result.best
+    if best is None:
+        return result
+    measured = Measured(vram_bytes=best.measured_bytes, ttft_s=best.ttft_s,
+                        decode_tps=best.decode_tps, prompt_tps=best.prompt_tps)  # fmt: skip
+    command = [key.llama_cpp.binary, *result.command[1:]]
+    profile = new_profile(key, best.n_cpu_moe, measured, command, previous)
+    path = store.save(profile)
+    return result.model_copy(update={"profile_name": profile.name, "profile_path": str(path)})
+
+
+def tune_with_profiles(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *,
+                       store: ProfileStore, retune: bool, save: bool, fill: Fill,
+                       progress: Progress) -> RunResult:  # fmt: skip
+    """Launch a matching saved profile once to confirm it, else tune; save the winner."""
+    key = run_key(spec, setup)
+    match = store.match(key)
+    for note in match.notes:
+        progress.on_note(note)
+    result: RunResult | None = None
+    if match.profile is not None and retune:
+        progress.on_note(f"--retune: tuning again (replaces tuned profile {match.name})")
+    elif match.profile is not None:
+        n = match.profile.placement.n_cpu_moe or 0
+        progress.on_note(f"tuned profile {match.name} matches: --n-cpu-moe {n}, "
+                         "one launch to confirm")  # fmt: skip
+        result = confirm_n(facts, spec, setup, n, fill=fill, progress=progress)
+        if result.best is None:
+            progress.on_note(f"--n-cpu-moe {n} no longer fits ({result.attempts[0].status}): "
+                             "tuning again")  # fmt: skip
+            result = None
+    if result is None:
+        result = tune_model(facts, spec, setup, fill=fill, progress=progress)
+    if not save:
+        return result
+    return save_winner(store, key, result, match.profile if result.reused_profile else None)
+
+
+def keep_serving(spec: LaunchSpec, n_cpu_moe: int, *,
+                 loading: Callable[[], AbstractContextManager[object]], on_ready: Event,
+                 on_stop: Event) -> None:  # fmt: skip
+    """``run --keep``: the best configuration, in the foreground until Ctrl-C."""
+    with spec.start(spec.args(Placement.with_n_cpu_moe(n_cpu_moe))) as running:
+        with ServerClient(running.url) as client, loading():
+            client.wait_ready(spec.ready_timeout_s, running.check_alive)
+        on_ready(f"serving at {running.url} (--n-cpu-moe {n_cpu_moe}); Ctrl-C to stop")
+        try:
+            while running.check_alive():
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            on_stop("stopping llama-server")

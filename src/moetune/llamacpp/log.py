@@ -1,0 +1,167 @@
+"""Reading llama-server's log: buffer sizes, the ``--fit`` dry run, allocation and bind failures.
+
+Memory lines are printed at ``-lv 4``; match the text, not the prefix:
+
+load_tensors:   CPU_Mapped model buffer size =    15.34 MiB
+llama_kv_cache:        CPU KV buffer size =     8.50 MiB
+llama_memory_recurrent:        CPU RS buffer size =     0.22 MiB
+sched_reserve:        CPU compute buffer size =     7.55 MiB
+llama_context:        CPU  output buffer size =     0.00 MiB
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from moetune.units import MIB
+
+BUFFER_KINDS = ("model", "KV", "RS", "compute", "output")
+_BUFFER_RE = re.compile(
+    r"(?P<device>\S+)\s+(?P<kind>model|KV|RS|compute|output) buffer size\s*=\s*"
+    r"(?P<mib>\d+(?:\.\d+)?) MiB"
+)
+_BIND_RE = re.compile(r"couldn't bind HTTP server socket.*|couldn't start HTTP listener.*")
+_SECTION_START = "llama_model_loader: loaded meta data"
+_DRY_RUN_RE = re.compile(r"no_alloc\s*=\s*1\b")
+# Allocation failures, as ggml/src and src/ print them (ggml-backend.cpp, ggml-alloc.c, ggml.c,
+# ggml-cuda.cu "cudaMalloc failed: out of memory", llama-model.cpp "unable to allocate X buffer",
+# llama-context.cpp "failed to allocate compute pp buffers", Metal, Vulkan; std::bad_alloc from
+# host-side vectors, e.g. KV cell bookkeeping for a huge -c).
+_OOM_RE = re.compile(
+    r"out of memory|cudaMalloc failed|failed to allocate|unable to allocate|insufficient memory"
+    r"|failed to reserve|OutOfDeviceMemory|ErrorOutOfHostMemory|bad_alloc",
+    re.IGNORECASE,
+)
+# Debug-level allocation misses that llama.cpp recovers from.
+_OOM_BENIGN_RE = re.compile(r"pinned memory|async uploads|reserving \(")
+# llama.cpp prints MiB with two decimals: a printed figure is exact to +-0.005 MiB.
+PRINTED_MIB_TOLERANCE_BYTES = round(0.005 * MIB)
+
+
+@dataclass(frozen=True)
+class BufferLine:
+    device: str  # CPU, CPU_Mapped, CPU_REPACK, CUDA0, CUDA_Host, RPC0[127.0.0.1:50052], ...
+    kind: str  # one of BUFFER_KINDS
+    mib: float
+
+    @property
+    def bytes(self) -> int:
+        return round(self.mib * MIB)
+
+
+def parse_buffers(text: str) -> list[BufferLine]:
+    """Every buffer-size line in a llama.cpp log, in order."""
+    return [BufferLine(m["device"], m["kind"], float(m["mib"])) for m in _BUFFER_RE.finditer(text)]
+
+
+def total_mib(lines: Iterable[BufferLine], kind: str, device_prefix: str = "") -> float:
+    """Sum of the printed sizes of one kind, on devices whose name starts with the prefix."""
+    return sum(b.mib for b in lines if b.kind == kind and b.device.startswith(device_prefix))
+
+
+def real_load_lines(text: str) -> list[str]:
+    """The log's lines without the ``--fit`` dry-run loads (sections that print ``no_alloc = 1``).
+
+    A section starts at each ``llama_model_loader: loaded meta data`` line.
+    """
+    sections: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if _SECTION_START in line:
+            sections.append([])
+        sections[-1].append(line)
+    kept = [s for s in sections if not any(_DRY_RUN_RE.search(line) for line in s)]
+    return [line for section in kept for line in section]
+
+
+def allocation_failure(text: str) -> str | None:
+    """The first line of a llama.cpp log that reports a failed memory allocation, if any."""
+    for line in real_load_lines(text):
+        if _OOM_RE.search(line) and not _OOM_BENIGN_RE.search(line):
+            return line.strip()
+    return None
+
+
+def bind_failure(text: str) -> str | None:
+    """llama-server's own message when it could not bind its HTTP port, if present."""
+    m = _BIND_RE.search(text)
+    return m[0].strip() if m else None
+
+
+# --- what --fit chose ---------------------------------------------------------------------------
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FitDevice(_Frozen):
+    """One device as ``--fit`` left it (the last summary line it printed for it)."""
+
+    device: str
+    layers: int
+    overflowing: int
+    used_mib: int
+    free_mib: int
+
+
+class FitChoice(_Frozen):
+    """What llama.cpp's ``--fit`` decided, from its log."""
+
+    status: str  # unchanged | fitted | failed | error | unknown
+    message: str | None
+    devices: list[FitDevice]
+    offloaded: str | None  # "9/9" from "offloaded 9/9 layers to GPU"
+    target_mib: int | None  # the --fit-target moetune passed (None: llama.cpp's default)
+
+
+_FIT_DEVICE_RE = re.compile(
+    r"common_params_fit_impl:\s+- (?P<dev>.+?):\s+(?P<layers>\d+) layers"
+    r"(?: \(\s*(?P<over>\d+) overflowing\))?,\s+(?P<used>-?\d+) MiB used,"
+    r"\s+(?P<free>-?\d+) MiB free"
+)
+_FIT_STATUS = (  # the first that matches wins ("no changes needed" also ends "successfully")
+    (re.compile(r"failed to fit params to free device memory: (?P<msg>.*)"), "failed"),
+    (re.compile(r"encountered an error while trying to fit params.*?: (?P<msg>.*)"), "error"),
+    (re.compile(r"no changes needed"), "unchanged"),
+    (re.compile(r"successfully fit params"), "fitted"),
+)
+_OFFLOADED_RE = re.compile(r"offloaded (\d+/\d+) layers to GPU")
+
+
+def parse_fit_log(text: str, target_mib: int | None = None) -> FitChoice:
+    """What ``--fit`` chose, from a llama-server log at ``-lv 4`` (common/fit.cpp's lines).
+
+    ``unchanged``: the defaults fit; ``fitted``: it moved tensors (the per-device lines say
+    how many layers went to each device and how many of them have experts on the CPU,
+    "overflowing"); ``failed``/``error``: it gave up, load continued with the defaults.
+    """
+    status, message = "unknown", None
+    for pattern, name in _FIT_STATUS:
+        if m := pattern.search(text):
+            status, message = name, (m.groupdict().get("msg") or "").strip() or None
+            break
+    devices: dict[str, FitDevice] = {}
+    for m in _FIT_DEVICE_RE.finditer(text):  # a later line for a device replaces an earlier one
+        name = m["dev"].strip()
+        devices[name] = FitDevice(device=name, layers=int(m["layers"]),
+                                  overflowing=int(m["over"] or 0), used_mib=int(m["used"]),
+                                  free_mib=int(m["free"]))  # fmt: skip
+    offloaded = _OFFLOADED_RE.findall(text)
+    return FitChoice(status=status, message=message, devices=list(devices.values()),
+                     offloaded=offloaded[-1] if offloaded else None,
+                     target_mib=target_mib)  # fmt: skip
+
+
+def describe_fit(fit: FitChoice) -> str:
+    """One line: ``fitted: RPC0 9 layers (6 with CPU experts)``."""
+    parts = [f"{d.device.split(' (', 1)[0]} {d.layers} layers ({d.overflowing} with CPU experts)"
+             for d in fit.devices]  # fmt: skip
+    if fit.message:
+        parts.append(fit.message)
+    if not parts and fit.offloaded:
+        parts.append(f"{fit.offloaded} layers offloaded")
+    return f"{fit.status}" + (f": {'; '.join(parts)}" if parts else "")

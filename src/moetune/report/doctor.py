@@ -1,0 +1,40 @@
+"""`moetune doctor`: one line per finding, ok / warn / fail, with its fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from moetune.jobs.doctor import DoctorReport, Finding
+
+STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def _finding_cell(finding: Finding) -> Text:
+    text = Text(finding.message)
+    if finding.fix and finding.status != "ok":
+        text.append(f"\nfix: {finding.fix}", style="dim")
+    return text
+
+
+def render_doctor(report: DoctorReport) -> RenderableType:
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column("status", no_wrap=True)
+    table.add_column("check", no_wrap=True, style="bold")
+    table.add_column("finding")
+    for finding in report.findings:
+        style = STATUS_STYLE[finding.status]
+        table.add_row(Text(finding.status, style=style), finding.check, _finding_cell(finding))
+    counts = {s: sum(f.status == s for f in report.findings) for s in ("ok", "warn", "fail")}
+    summary = Text(f"{counts['ok']} ok, {counts['warn']} warnings, {counts['fail']} failures",
+                   style=STATUS_STYLE[report.worst])  # fmt: skip
+    head = Text(f"moetune doctor{f': {report.model}' if report.model else ''}", style="bold")
+    return Group(head, table, summary)
+
+
+def doctor_payload(report: DoctorReport) -> dict[str, Any]:
+    return {"worst": report.worst, **report.model_dump(mode="json")}

@@ -1,0 +1,55 @@
+"""Saved bench results: JSON files under ``$MOETUNE_HOME/bench`` (or the user data dir)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from moetune.errors import BadValueError, ModelFileError
+from moetune.jobs.results import RESULT_KIND, BenchResult
+from moetune.store.paths import bench_dir
+
+
+def default_result_path(result: BenchResult) -> Path:
+    """``<bench dir>/<UTC time>-<model or "server">.json``."""
+    stem = Path(result.model).stem if result.model else "server"
+    stamp = re.sub(r"[^0-9T]", "", result.created.split("+")[0])
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", stem)[:80] or "model"
+    return bench_dir() / f"{stamp}-{slug}.json"
+
+
+def write_result(path: Path, text: str) -> Path:
+    """Write ``text`` (the JSON report) to ``path``, creating folders; the path."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise BadValueError(f"cannot write {path}: {exc.strerror}") from exc
+    return path
+
+
+def load_result(path: Path, schema_version: int) -> BenchResult:
+    """A saved bench result; ModelFileError when unreadable, BadValueError when not one."""
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {path}: {exc.strerror}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadValueError(f"{path} is not JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("kind") != RESULT_KIND:
+        raise BadValueError(f"{path} is not a moetune bench result",
+                            hint="pass a file written by `moetune bench`")  # fmt: skip
+    version = data.pop("schema_version", None)
+    if version != schema_version:
+        raise BadValueError(f"{path} has schema version {version}; this moetune reads "
+                            f"{schema_version}")  # fmt: skip
+    try:
+        return BenchResult.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise BadValueError(f"{path} is not a valid bench result: {where}: {first['msg']}") from exc

@@ -1,0 +1,174 @@
+"""Hardware profiles: what a GPU model offers (VRAM, memory bandwidth, PCIe link).
+
+TOML files, one GPU each: the ones shipped in ``moetune/profiles_data/`` (documented in the
+repository's ``profiles/``), then the user's own in ``$MOETUNE_HOME/hardware/``, which override
+a shipped one of the same id (the file stem). Everything here returns data.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
+from moetune.store.paths import user_hardware_dir
+from moetune.store.validate import validated
+from moetune.units import parse_size
+
+if sys.version_info >= (3, 11):
+    from importlib.resources.abc import Traversable
+
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    from importlib.abc import Traversable
+
+    import tomli as tomllib
+
+# Usable bandwidth of one PCIe lane per direction, GB/s (after 8b/10b or 128b/130b encoding).
+PCIE_LANE_GB_S = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+SHIPPED_LABEL = "moetune/profiles_data/"  # where shipped profiles are, when not plain files
+
+
+def shipped_hardware_dir() -> Traversable:
+    """The hardware profiles installed with moetune (package data)."""
+    return resources.files("moetune").joinpath("profiles_data")
+
+
+class HardwareSpec(BaseModel):
+    """What a hardware profile file holds (extra fields are an error)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)  # as NVML / nvidia-smi report it
+    aliases: list[str] = []
+    vram: str  # a size as units.parse_size reads it: "24564MiB", "24G"
+    memory_bandwidth_gb_s: float = Field(gt=0, le=100_000)
+    pcie_gen: int = Field(ge=1, le=6)
+    pcie_lanes: int
+    notes: str | None = None
+
+    @field_validator("vram")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        try:
+            parse_size(value)
+        except BadValueError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+    @field_validator("pcie_lanes")
+    @classmethod
+    def _lanes(cls, value: int) -> int:
+        if value not in (1, 2, 4, 8, 16):
+            raise ValueError("PCIe lanes are 1, 2, 4, 8 or 16")
+        return value
+
+
+class HardwareProfile(HardwareSpec):
+    """A hardware profile with its id (the file stem) and where it was read from."""
+
+    id: str
+    source: str  # the file it was read from
+    shipped: bool = False  # installed with moetune (not one of the user's own)
+
+    @property
+    def vram_bytes(self) -> int:
+        return parse_size(self.vram)
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> int:
+        return round(self.memory_bandwidth_gb_s * 1e9)
+
+    @property
+    def pcie_bytes_per_s(self) -> int:
+        return pcie_bandwidth_bytes_per_s(self.pcie_gen, self.pcie_lanes)
+
+
+PROFILES_HINT = "fields: " + ", ".join(HardwareSpec.model_fields) + "; see profiles/README.md"
+
+
+def pcie_bandwidth_bytes_per_s(gen: int, lanes: int) -> int:
+    """One direction of a PCIe link (gen 1-6, lanes) in bytes per second."""
+    return round(PCIE_LANE_GB_S.get(gen, PCIE_LANE_GB_S[6]) * 1e9 * lanes)
+
+
+def parse_hardware_profile(text: str, id: str, source: str) -> HardwareProfile:
+    """One hardware profile from its TOML text; ProfileError names the file and the field."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{source}: not valid TOML: {exc}", hint=PROFILES_HINT) from None
+    spec: HardwareSpec = validated(HardwareSpec, data, source, PROFILES_HINT)
+    return HardwareProfile(**spec.model_dump(), id=id, source=source)
+
+
+def _read_dir(entries: Iterable[Traversable], shipped: bool) -> list[HardwareProfile]:
+    """Every ``*.toml`` profile among ``entries``; each names the file it was read from."""
+    found = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.name.endswith(".toml") and entry.is_file():
+            stem = entry.name.removesuffix(".toml")
+            source = str(entry) if isinstance(entry, Path) else f"{SHIPPED_LABEL}{entry.name}"
+            profile = parse_hardware_profile(entry.read_text("utf-8"), stem, source)
+            found.append(profile.model_copy(update={"shipped": shipped}))
+    return found
+
+
+def load_hardware_profiles(user_dir: Path | None = None) -> list[HardwareProfile]:
+    """The shipped profiles, then the user's (``$MOETUNE_HOME/hardware``), by id."""
+    user_dir = user_hardware_dir() if user_dir is None else user_dir
+    by_id = {p.id: p for p in _read_dir(shipped_hardware_dir().iterdir(), shipped=True)}
+    if user_dir.is_dir():
+        by_id.update({p.id: p for p in _read_dir(user_dir.iterdir(), shipped=False)})
+    return sorted(by_id.values(), key=lambda p: p.id)
+
+
+def _norm(text: str) -> str:
+    """``NVIDIA GeForce RTX 4090`` -> ``rtx4090``; ``rtx-4090`` -> ``rtx4090``."""
+    text = re.sub(r"\b(nvidia|geforce)\b", "", text.lower())
+    return re.sub(r"[^a-z0-9]", "", text)
+
+
+def _names(profile: HardwareProfile) -> set[str]:
+    return {_norm(n) for n in (profile.id, profile.name, *profile.aliases)}
+
+
+def find_hardware_profile(query: str, profiles: list[HardwareProfile]) -> HardwareProfile:
+    """The profile called ``query`` (id, name or alias, loosely), or a ``.toml`` file path."""
+    if query.endswith(".toml"):
+        path = Path(query).expanduser()
+        if not path.is_file():
+            raise ProfileNotFoundError(f"no hardware profile file {path}")
+        return parse_hardware_profile(path.read_text("utf-8"), path.stem, str(path))
+    wanted = _norm(query)
+    exact = [p for p in profiles if wanted in _names(p)]
+    if len(exact) == 1:
+        return exact[0]
+    known = ", ".join(p.id for p in profiles)
+    if len(exact) > 1:
+        which = ", ".join(p.id for p in exact)
+        raise BadValueError(f"GPU profile {query!r} is ambiguous ({which})")
+    raise ProfileNotFoundError(
+        f"no hardware profile {query!r}",
+        hint=f"known: {known}; add yours as {user_hardware_dir() / 'NAME.toml'}",
+    )
+
+
+def match_detected(
+    gpu_name: str, vram_bytes: int | None, profiles: list[HardwareProfile]
+) -> HardwareProfile | None:
+    """The profile for a detected GPU: same name, and memory within 10 % when known."""
+    wanted = _norm(gpu_name)
+    for profile in profiles:
+        if _norm(profile.name) != wanted:
+            continue
+        if vram_bytes is None or abs(profile.vram_bytes - vram_bytes) <= 0.1 * vram_bytes:
+            return profile
+    return None

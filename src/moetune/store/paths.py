@@ -1,0 +1,57 @@
+"""Where moetune keeps its files: the one module that reads ``MOETUNE_HOME`` or platformdirs.
+
+- config (hardware profiles of your own, tuned profiles): ``$MOETUNE_HOME``, else the user
+  config dir (``$XDG_CONFIG_HOME/moetune``, usually ``~/.config/moetune``);
+- data (saved bench results): ``$MOETUNE_HOME/bench``, else ``<user data dir>/moetune/bench``;
+- cache (llama-server logs): ``<user cache dir>/moetune``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_HOME = "MOETUNE_HOME"
+APP = "moetune"
+
+
+def home_override() -> Path | None:
+    """``$MOETUNE_HOME`` when set."""
+    if home := os.environ.get(ENV_HOME):
+        return Path(home).expanduser()
+    return None
+
+
+def config_dir() -> Path:
+    """``$MOETUNE_HOME``, else the user config dir (XDG on Linux)."""
+    if (home := home_override()) is not None:
+        return home
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir(APP, appauthor=False))
+
+
+def tuned_dir() -> Path:
+    """Tuned profiles saved by `moetune run`."""
+    return config_dir() / "profiles"
+
+
+def user_hardware_dir() -> Path:
+    """Hardware profiles of the user's own (they override shipped ones of the same id)."""
+    return config_dir() / "hardware"
+
+
+def bench_dir() -> Path:
+    """Saved bench results: ``$MOETUNE_HOME/bench``, else ``<user data dir>/moetune/bench``."""
+    if (home := home_override()) is not None:
+        return home / "bench"
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP)) / "bench"
+
+
+def log_dir() -> Path:
+    """llama-server logs: ``<user cache dir>/moetune/logs`` (never the model's folder)."""
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir(APP)) / "logs"

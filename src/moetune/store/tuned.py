@@ -1,0 +1,351 @@
+"""Tuned profiles: what `moetune run` found, as JSON files in ``$MOETUNE_HOME/profiles/``.
+
+One per model file, context and cache types. A saved profile matches a later run only when the
+model file (name, size, a hash of its header), the offload device (name, memory), the llama.cpp
+build, the target and the pass-through arguments are all the same; anything else makes it out
+of date. Everything here returns data; report/profiles.py renders it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
+from moetune.gguf.split import SPLIT_NAME_RE, read_model
+from moetune.llamacpp.info import Device, ServerInfo
+from moetune.store.paths import tuned_dir
+from moetune.store.validate import validated
+from moetune.units import format_bytes
+
+# --- tuned profiles: identities ----------------------------------------------------------------
+
+
+class ModelIdentity(BaseModel):
+    """Which model file: name, size and a hash of the header (metadata and tensor table)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file_name: str
+    file_bytes: int = Field(ge=0)
+    header_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    path: str  # where it was when tuned: informative, not compared
+
+
+class DeviceIdentity(BaseModel):
+    """The offload device as llama-server lists it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str  # "NVIDIA GeForce RTX 4090", or "127.0.0.1:50052" for an RPC server
+    device: str  # CUDA0, RPC0, Vulkan0, ...
+    vram_total_bytes: int = Field(ge=0)
+
+
+class BuildIdentity(BaseModel):
+    """The llama.cpp build; when it recorded neither build number nor commit, its binary."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    build_number: int | None
+    commit: str | None
+    version: str | None
+    binary: str
+    binary_fingerprint: str  # "size:mtime_ns" of the llama-server file
+
+    def same_as(self, other: BuildIdentity) -> bool:
+        if self.build_number or self.commit or other.build_number or other.commit:
+            return (self.build_number, self.commit) == (other.build_number, other.commit)
+        return (self.version, self.binary, self.binary_fingerprint) == (
+            other.version,
+            other.binary,
+            other.binary_fingerprint,
+        )
+
+    def describe(self) -> str:
+        if self.build_number or self.commit:
+            return f"build {self.build_number or '?'} ({self.commit or 'commit unknown'})"
+        return f"{self.version or 'unknown version'} (unrecorded build, {self.binary})"
+
+
+class TuneSettings(BaseModel):
+    """What the tuning was asked for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_ctx: int = Field(gt=0)
+    type_k: str
+    type_v: str
+    target_bytes: int = Field(gt=0)
+    extra_args: list[str] = []
+
+
+class TuneKey(BaseModel):
+    """Everything a tuned result depends on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelIdentity
+    gpu: DeviceIdentity
+    llama_cpp: BuildIdentity
+    settings: TuneSettings
+
+
+def _hash_header(path: Path, n_bytes: int, digest: Any) -> None:
+    with path.open("rb") as file:
+        while n_bytes > 0 and (chunk := file.read(min(n_bytes, 1 << 20))):
+            digest.update(chunk)
+            n_bytes -= len(chunk)
+
+
+def model_identity(path: str | os.PathLike[str]) -> ModelIdentity:
+    """Name, total size and SHA-256 of the header bytes of every shard."""
+    model = read_model(path)
+    digest = hashlib.sha256()
+    for shard in model.shards:
+        _hash_header(shard.path, min(shard.data_offset, shard.file_bytes), digest)
+    first = model.paths[0]
+    return ModelIdentity(
+        file_name=first.name, file_bytes=model.file_bytes, header_sha256=digest.hexdigest(),
+        path=str(first.resolve()),
+    )  # fmt: skip
+
+
+def device_identity(device: Device) -> DeviceIdentity:
+    return DeviceIdentity(
+        name=device.description, device=device.name, vram_total_bytes=device.total_bytes
+    )
+
+
+def build_identity(info: ServerInfo) -> BuildIdentity:
+    try:
+        stat = info.path.stat()
+        fingerprint = f"{stat.st_size}:{stat.st_mtime_ns}"
+    except OSError:
+        fingerprint = "unknown"
+    return BuildIdentity(
+        build_number=info.build_number, commit=info.commit, version=info.version,
+        binary=str(info.path), binary_fingerprint=fingerprint,
+    )  # fmt: skip
+
+
+# --- tuned profiles: the files -----------------------------------------------------------------
+
+
+class TunedPlacement(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n_cpu_moe: int | None = Field(default=None, ge=0)
+    override_tensor: list[str] = []
+
+
+class Measured(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vram_bytes: int | None = None
+    ttft_s: float | None = None
+    decode_tps: float | None = None
+    prompt_tps: float | None = None
+
+
+class TunedProfile(BaseModel):
+    """One saved tuning result (a JSON file in ``$MOETUNE_HOME/profiles``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = 1
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    tuned_at: str
+    confirmed_at: str | None = None
+    model: ModelIdentity
+    gpu: DeviceIdentity
+    llama_cpp: BuildIdentity
+    settings: TuneSettings
+    placement: TunedPlacement
+    measured: Measured
+    command: list[str]  # llama-server's argv, argv[0] the binary that was tuned with
+
+    @property
+    def key(self) -> TuneKey:
+        return TuneKey(model=self.model, gpu=self.gpu, llama_cpp=self.llama_cpp,
+                       settings=self.settings)  # fmt: skip
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "model"
+
+
+def profile_name(file_name: str, n_ctx: int, type_k: str, type_v: str) -> str:
+    """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0``: the model file's stem, context and cache types."""
+    split = SPLIT_NAME_RE.match(file_name)
+    stem = split["prefix"] if split else file_name.removesuffix(".gguf")
+    ctx = f"{n_ctx // 1024}k" if n_ctx % 1024 == 0 else str(n_ctx)
+    cache = type_k if type_k == type_v else f"{type_k}-{type_v}"
+    return f"{_slug(stem)}-{ctx}-{_slug(cache)}"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def mismatches(saved: TuneKey, wanted: TuneKey) -> list[str]:
+    """Why a saved profile does not apply to this run (empty: it matches)."""
+    reasons = []
+    if saved.model.model_dump(exclude={"path"}) != wanted.model.model_dump(exclude={"path"}):
+        reasons.append(f"the model file changed ({wanted.model.file_name}: size or header)")
+    if saved.gpu != wanted.gpu:
+        reasons.append(
+            f"the GPU changed (was {saved.gpu.name}, {format_bytes(saved.gpu.vram_total_bytes)}; "
+            f"now {wanted.gpu.name}, {format_bytes(wanted.gpu.vram_total_bytes)})"
+        )
+    if not saved.llama_cpp.same_as(wanted.llama_cpp):
+        reasons.append(
+            f"llama.cpp changed (was {saved.llama_cpp.describe()}, "
+            f"now {wanted.llama_cpp.describe()})"
+        )
+    if saved.settings != wanted.settings:
+        reasons.append("it was tuned for another target or other arguments after --")
+    return reasons
+
+
+class Match(BaseModel):
+    """A saved profile that applies to this run, or why none does."""
+
+    name: str
+    profile: TunedProfile | None
+    notes: list[str]
+
+
+class ProfileStore:
+    """Tuned profiles as JSON files in one directory."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = tuned_dir() if root is None else root
+
+    def path_for(self, name: str) -> Path:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", name) or name.startswith("."):
+            raise BadValueError(f"not a profile name: {name!r}")
+        return self.root / f"{name}.json"
+
+    def load(self, name: str) -> TunedProfile:
+        path = self.path_for(name)
+        try:
+            text = path.read_text("utf-8")
+        except FileNotFoundError:
+            raise ProfileNotFoundError(
+                f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
+            ) from None
+        return parse_tuned_profile(text, str(path))
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("*.json") if not p.name.startswith("."))
+
+    def scan(self) -> list[TunedProfile | ProfileError]:
+        """Every tuned profile; a broken file is returned as its error."""
+        found: list[TunedProfile | ProfileError] = []
+        for name in self.names():
+            try:
+                found.append(self.load(name))
+            except ProfileError as exc:
+                found.append(exc)
+        return found
+
+    def save(self, profile: TunedProfile) -> Path:
+        """Write atomically (a crash never leaves half a file)."""
+        path = self.path_for(profile.name)
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(profile.model_dump_json(indent=2) + "\n")
+        Path(tmp).replace(path)
+        return path
+
+    def remove(self, name: str) -> Path:
+        path = self.path_for(name)
+        if not path.exists():
+            raise ProfileNotFoundError(
+                f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
+            )
+        path.unlink()
+        return path
+
+    def match(self, key: TuneKey) -> Match:
+        """The saved profile for this model, context and cache types, if it still applies."""
+        s = key.settings
+        name = profile_name(key.model.file_name, s.n_ctx, s.type_k, s.type_v)
+        try:
+            saved = self.load(name)
+        except ProfileNotFoundError:
+            return Match(name=name, profile=None, notes=[])
+        except ProfileError as exc:
+            return Match(name=name, profile=None, notes=[f"ignoring a broken profile: {exc}"])
+        if reasons := mismatches(saved.key, key):
+            note = f"tuned profile {name} is out of date: {'; '.join(reasons)}"
+            return Match(name=name, profile=None, notes=[note])
+        return Match(name=name, profile=saved, notes=[])
+
+    def for_model(self, identity: ModelIdentity) -> list[TunedProfile]:
+        """Profiles of this model file name, newest first (they may be out of date)."""
+        found = [p for p in self.scan() if isinstance(p, TunedProfile)]
+        same = [p for p in found if p.model.file_name == identity.file_name]
+        return sorted(same, key=lambda p: p.confirmed_at or p.tuned_at, reverse=True)
+
+
+def parse_tuned_profile(text: str, source: str) -> TunedProfile:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(
+            f"{source}: not valid JSON: {exc}", hint="remove it and run `moetune run` again"
+        ) from None
+    hint = "fix it, or remove it with `moetune profiles rm` and tune again"
+    profile: TunedProfile = validated(TunedProfile, data, source, hint)
+    return profile
+
+
+def new_profile(key: TuneKey, n_cpu_moe: int, measured: Measured, command: list[str],
+                previous: TunedProfile | None = None) -> TunedProfile:  # fmt: skip
+    """The profile to save for a run's winner (``previous``: the one it confirmed)."""
+    s = key.settings
+    stamp = now()
+    return TunedProfile(
+        name=profile_name(key.model.file_name, s.n_ctx, s.type_k, s.type_v),
+        tuned_at=previous.tuned_at if previous else stamp,
+        confirmed_at=stamp if previous else None,
+        model=key.model, gpu=key.gpu, llama_cpp=key.llama_cpp, settings=s,
+        placement=TunedPlacement(n_cpu_moe=n_cpu_moe), measured=measured, command=command,
+    )  # fmt: skip
+
+
+def model_profile(
+    store: ProfileStore, identity: ModelIdentity, n_ctx: int | None = None,
+    cache_type: str | None = None,
+) -> TunedProfile:  # fmt: skip
+    """The newest tuned profile for this model file (at ``n_ctx``/``cache_type`` if given)."""
+    found = [
+        p for p in store.for_model(identity)
+        if (n_ctx is None or p.settings.n_ctx == n_ctx)
+        and (cache_type is None or cache_type in (p.settings.type_k, p.settings.type_v))
+    ]  # fmt: skip
+    if not found:
+        raise ProfileNotFoundError(
+            f"no tuned profile for {identity.file_name}" + (f" at ctx {n_ctx}" if n_ctx else ""),
+            hint=f"run `moetune run {identity.path}` first",
+        )
+    profile = found[0]
+    if reasons := mismatches(profile.key, profile.key.model_copy(update={"model": identity})):
+        raise ProfileError(
+            f"tuned profile {profile.name} is out of date: {'; '.join(reasons)}",
+            hint=f"tune again: moetune run {identity.path} --retune",
+        )
+    return profile
