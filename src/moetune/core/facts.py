@@ -8,12 +8,12 @@ from collections.abc import Iterable, Mapping
 from functools import cached_property
 from typing import Any
 
-from gguf import Keys
 from pydantic import BaseModel, ConfigDict
 
 from moetune.core.dims import Dims, dims_of
 from moetune.core.hparams import HParams, Scalar, largest
 from moetune.errors import GGUFFormatError
+from moetune.gguf import keys
 from moetune.gguf.reader import MetaValue, SkippedArray, TensorInfo
 from moetune.gguf.roles import NameParts, Role, classify, expert_part, split_name
 from moetune.gguf.split import GGUFModel, read_model
@@ -126,24 +126,17 @@ def _hparams(metadata: dict[str, MetaValue], arch: str) -> HParams:
     return out
 
 
-def _k(template: str) -> str:
-    """A ``gguf.Keys.LLM`` key without its ``{arch}.`` prefix, as ``hparams`` holds it."""
-    return template.removeprefix("{arch}.")
-
-
 def facts_from_gguf(model: GGUFModel) -> ModelFacts:
     metadata = model.metadata
-    arch_value = metadata.get(Keys.General.ARCHITECTURE)
+    arch_value = metadata.get(keys.ARCHITECTURE)
     arch = arch_value if isinstance(arch_value, str) else "unknown"
     hparams = _hparams(metadata, arch)
     names = [split_name(t.name) for t in model.tensors]
     max_index = max((p.layer for p in names if p.layer is not None), default=-1)
-    n_layers = max(largest(hparams, _k(Keys.LLM.BLOCK_COUNT), 0), max_index + 1)
+    n_layers = max(largest(hparams, keys.BLOCK_COUNT, 0), max_index + 1)
     if n_layers > MAX_BLOCKS:
         raise GGUFFormatError(f"implausible block count {n_layers} (more than {MAX_BLOCKS})")
-    nextn_layers = _nextn_layers(
-        names, n_layers, largest(hparams, _k(Keys.LLM.NEXTN_PREDICT_LAYERS), 0)
-    )
+    nextn_layers = _nextn_layers(names, n_layers, largest(hparams, keys.NEXTN_PREDICT_LAYERS, 0))
     tensors = [_tensor_facts(t, nextn_layers) for t in model.tensors]
     layers = _layer_facts(tensors, n_layers, nextn_layers)
     has_shexp = any(t.role is Role.SHARED_EXPERTS for t in tensors)
@@ -153,7 +146,7 @@ def facts_from_gguf(model: GGUFModel) -> ModelFacts:
             global_roles[tensor.role] += tensor.nbytes or 0
     known = [t.nbytes for t in tensors if t.nbytes is not None]
     expert_bytes = sum(t.nbytes or 0 for t in tensors if t.role is Role.EXPERTS)
-    name = metadata.get(Keys.General.NAME)
+    name = metadata.get(keys.NAME)
     return ModelFacts(
         paths=[str(p) for p in model.paths],
         file_bytes=model.file_bytes,
@@ -163,11 +156,11 @@ def facts_from_gguf(model: GGUFModel) -> ModelFacts:
         name=name if isinstance(name, str) else None,
         n_layers=n_layers,
         n_nextn_layers=sum(layer.is_nextn for layer in layers),
-        n_experts=largest(hparams, _k(Keys.LLM.EXPERT_COUNT), 0),
-        n_experts_used=largest(hparams, _k(Keys.LLM.EXPERT_USED_COUNT), 0),
-        n_experts_shared=largest(hparams, _k(Keys.LLM.EXPERT_SHARED_COUNT), 1 if has_shexp else 0),
+        n_experts=largest(hparams, keys.EXPERT_COUNT, 0),
+        n_experts_used=largest(hparams, keys.EXPERT_USED_COUNT, 0),
+        n_experts_shared=largest(hparams, keys.EXPERT_SHARED_COUNT, 1 if has_shexp else 0),
         n_leading_dense=_leading_dense(layers),
-        context_length=largest(hparams, _k(Keys.LLM.CONTEXT_LENGTH), 0) or None,
+        context_length=largest(hparams, keys.CONTEXT_LENGTH, 0) or None,
         total_bytes=sum(known),
         expert_bytes=expert_bytes,
         non_expert_bytes=sum(known) - expert_bytes,

@@ -21,11 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from moetune.core.dims import Dims
 from moetune.core.facts import ModelFacts
 from moetune.errors import BadValueError
+from moetune.gguf.types import ggml_type_named
 
 # common/arg.cpp ``kv_cache_types``: what -ctk/-ctv accept (ggml type names).
 CACHE_TYPES: tuple[str, ...] = (
@@ -194,7 +193,8 @@ def _layer(layout: Dims, sizing: _Sizing, il: int) -> LayerCache:
 
 def row_bytes(type_name: str, n_elements: int) -> int:
     """``ggml_row_size``: bytes of a row of ``n_elements`` values of a ggml type."""
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
+    kind = ggml_type_named(type_name)
+    block, size = kind.block_size or 1, kind.type_size or 0
     if n_elements % block:
         raise BadValueError(
             f"a {type_name} cache row needs a multiple of {block} values, got {n_elements}",
@@ -256,7 +256,7 @@ def _check_types(layout: Dims, type_k: str, type_v: str, flash_attn: bool) -> No
         return
     n_layer = layout.kv_end if layout.kv_end > 0 else layout.n_layer_all
     for type_name, heads in ((type_k, layout.head_k), (type_v, layout.head_v)):
-        block = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]][0]
+        block = ggml_type_named(type_name).block_size or 1
         for il in range(n_layer):
             head = heads[layout.swa[il]]
             if head % block:

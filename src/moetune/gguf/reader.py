@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-from gguf import Keys
-
 from moetune.errors import GGUFFormatError, ModelFileError, UnsupportedModelError
+from moetune.gguf import keys
 from moetune.gguf.types import (
     ARRAY,
     SCALAR_FORMATS,
@@ -290,7 +289,7 @@ def _skip_items(cur: _Cursor, item_type: int, n: int, key: str, depth: int) -> N
 
 
 def _alignment(metadata: dict[str, MetaValue]) -> int:
-    value = metadata.get(Keys.General.ALIGNMENT, DEFAULT_ALIGNMENT)
+    value = metadata.get(keys.ALIGNMENT, DEFAULT_ALIGNMENT)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value & (value - 1):
         raise GGUFFormatError(f"general.alignment must be a power of two, got {value!r}")
     return value

@@ -8,9 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import Keys
-
 from moetune.errors import GGUFFormatError, ModelFileError
+from moetune.gguf import keys
 from moetune.gguf.reader import GGUFHeader, MetaValue, TensorInfo, read_header
 
 # llama.cpp's llama_split_path(): "%s-%05d-of-%05d.gguf"
@@ -63,7 +62,7 @@ def _int_key(header: GGUFHeader, key: str, default: int) -> int:
 def read_model(path: str | os.PathLike[str]) -> GGUFModel:
     """Read the header of a model file, and of every other shard if it is split."""
     first = read_header(path)
-    count = _int_key(first, Keys.Split.LLM_KV_SPLIT_COUNT, 1)
+    count = _int_key(first, keys.SPLIT_COUNT, 1)
     if count <= 1:
         return GGUFModel((first,), first.tensors)
     headers: list[GGUFHeader] = []
@@ -76,7 +75,7 @@ def read_model(path: str | os.PathLike[str]) -> GGUFModel:
         for index, header in enumerate(headers)
         for tensor in header.tensors
     )
-    expected = _int_key(headers[0], Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, len(tensors))
+    expected = _int_key(headers[0], keys.SPLIT_TENSORS_COUNT, len(tensors))
     if expected != len(tensors):
         raise GGUFFormatError(
             f"split model declares {expected} tensors but its shards hold {len(tensors)}"
@@ -94,8 +93,8 @@ def _read_shard(path: Path, index: int, count: int) -> GGUFHeader:
 
 
 def _check_shard(header: GGUFHeader, index: int, count: int) -> None:
-    number = _int_key(header, Keys.Split.LLM_KV_SPLIT_NO, index)
-    shard_count = _int_key(header, Keys.Split.LLM_KV_SPLIT_COUNT, count)
+    number = _int_key(header, keys.SPLIT_NO, index)
+    shard_count = _int_key(header, keys.SPLIT_COUNT, count)
     if number != index or shard_count != count:
         raise GGUFFormatError(
             f"{header.path.name} says it is shard {number + 1} of {shard_count}, "

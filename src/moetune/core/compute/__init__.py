@@ -102,8 +102,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from moetune.core.compute.alloc import simulate
 from moetune.core.compute.params import CPU, DEV, DEVICE_KINDS, Options, Placement, run_params
+from moetune.core.compute.replay import replay_for
 from moetune.core.facts import ModelFacts
 
 __all__ = ["ComputeEstimate", "estimate_compute"]
@@ -159,5 +159,5 @@ def estimate_compute(
         cuda=device_kind == "cuda",
         op_offload=op_offload and device_kind == "cuda",
     )
-    peaks = simulate(facts, run, placement, options)
+    peaks = replay_for(facts, run, options).peaks(placement)
     return ComputeEstimate(device_bytes=peaks[DEV], host_bytes=peaks[CPU])

@@ -17,14 +17,22 @@ _INPLACE_OPS = frozenset(
 )
 
 
-class _DynAlloc:
+FreeBlocks = tuple[tuple[int, int], ...]
+END = 1 << 62  # the end block: as large as any buffer can grow
+
+
+class DynAlloc:
     """ggml_dyn_tallocr with one chunk: best fit among the free blocks, else the end block
     (which grows the buffer); freed blocks merge with their neighbours."""
 
-    def __init__(self, alignment: int) -> None:
+    def __init__(self, alignment: int, free: FreeBlocks = ((0, END),)) -> None:
         self.alignment = alignment
-        self.free: list[list[int]] = [[0, 1 << 62]]  # [offset, size], sorted by offset
+        self.free: list[list[int]] = [list(block) for block in free]  # sorted by offset
         self.max_size = 0
+
+    def blocks(self) -> FreeBlocks:
+        """The free blocks, as (offset, size) pairs: the allocator's whole state."""
+        return tuple((offset, size) for offset, size in self.free)
 
     def pad(self, size: int) -> int:
         return -(-size // self.alignment) * self.alignment
@@ -63,13 +71,20 @@ class _DynAlloc:
         self.free.insert(i, [offset, size])
 
 
-class _GAlloc:
+def alignment(backend: int, opts: Options) -> int:
+    """Buffer alignment: 128 bytes on CUDA devices, 32 on the CPU and RPC."""
+    return 128 if backend == DEV and opts.cuda else 32
+
+
+class GAlloc:
     """ggml_gallocr: allocate each node before its use, in place over a dying parent when
     the op allows it, and free every tensor (but outputs) after its last consumer."""
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, free: dict[int, FreeBlocks] | None = None) -> None:
         self.opts = opts
-        self.allocs = {DEV: _DynAlloc(128 if opts.cuda else 32), CPU: _DynAlloc(32)}
+        self.allocs = {
+            b: DynAlloc(alignment(b, opts), *((free[b],) if free else ())) for b in (DEV, CPU)
+        }
 
     def size(self, t: Tensor, backend: int) -> int:
         """ggml_backend_buft_get_alloc_size: CUDA adds row padding and FA's F16 K/V."""
@@ -112,18 +127,24 @@ class _GAlloc:
         """ggml_gallocr_alloc_graph_impl; returns each backend's buffer size."""
         for leaf in leafs:
             self.allocate(leaf, leaf.backend)
-        for node in order:
-            if node.view_src is not None and node.op != "none":
-                node.view_src.alloc.views += 1
-            for src in node.srcs:
-                src.alloc.children += 1
+        count_uses(order)
+        self.walk(order)
+        return self.peaks()
+
+    def walk(self, order: Sequence[Tensor]) -> None:
+        """Allocate each node (and its sources, if not yet) and free what it used last."""
         for node in order:
             for src in node.srcs:
                 self.allocate(src, node.backend)
             self.allocate(node, node.backend)
             for src in node.srcs:
                 self._release_parent(src)
+
+    def peaks(self) -> dict[int, int]:
         return {b: a.max_size for b, a in self.allocs.items()}
+
+    def blocks(self) -> dict[int, FreeBlocks]:
+        return {b: a.blocks() for b, a in self.allocs.items()}
 
     def _release_parent(self, parent: Tensor) -> None:
         """One user of ``parent`` is done; free it (or its view source) after the last."""
@@ -141,10 +162,22 @@ class _GAlloc:
             self.free(parent)
 
 
+def count_uses(order: Sequence[Tensor]) -> None:
+    """The users and views of every tensor, counted over the allocation order."""
+    for node in order:
+        if node.view_src is not None and node.op != "none":
+            node.view_src.alloc.views += 1
+        for src in node.srcs:
+            src.alloc.children += 1
+
+
 def simulate(facts: ModelFacts, run: Run, place: Placement, opts: Options) -> dict[int, int]:
-    """Build the reserve graph, schedule it, allocate it: the peak bytes per backend."""
+    """Build the whole reserve graph, schedule it, allocate it: the peak bytes per backend.
+
+    The reference replay; ``estimate_compute`` gets the same figures from replay.py, which
+    replays each block once per situation and reuses it."""
     graph = Graph(facts, run, place, opts)
     build_graph(graph)
     assign_backends(graph)
     order = split_graph(graph)
-    return _GAlloc(opts).run(graph.leafs, order)
+    return GAlloc(opts).run(graph.leafs, order)

@@ -14,13 +14,13 @@ _OUT_IDS_LATE = {"gpt-oss": "l_out", "qwen35moe": "norm", "qwen35": "norm", "qwe
 def build_graph(g: Graph) -> None:
     """Inputs, embeddings, every (non-NextN) block, the output head."""
     inp = build_inputs(g)
-    res = _embeddings(g, inp)
+    res = embeddings(g, inp)
     for il in g.d.layers:
-        res = _layer(g, inp, il, res, il == g.d.layers[-1])
-    _output(g, inp, res)
+        res = layer(g, inp, il, res, il == g.d.layers[-1])
+    output(g, inp, res)
 
 
-def _embeddings(g: Graph, inp: Inputs) -> Tensor:
+def embeddings(g: Graph, inp: Inputs) -> Tensor:
     """build_inp_embd: the token path, plus the mixed-batch path whose DUP is never freed."""
     ne = (g.d.n_embd, g.run.n_tokens)
     tok = g.w("token_embd.weight")
@@ -33,7 +33,7 @@ def _embeddings(g: Graph, inp: Inputs) -> Tensor:
     return embd
 
 
-def _layer(g: Graph, inp: Inputs, il: int, res: Tensor, last: bool) -> Tensor:
+def layer(g: Graph, inp: Inputs, il: int, res: Tensor, last: bool) -> Tensor:
     """One block: norm, mixer (attention, MLA or delta net), residual, norm, FFN, residual."""
     p = f"blk.{il}."
     x = g.norm(res, g.w(p + "attn_norm.weight"), "attn_norm")
@@ -54,7 +54,7 @@ def _layer(g: Graph, inp: Inputs, il: int, res: Tensor, last: bool) -> Tensor:
     return g.op("add", "l_out", out.ne, out, ffn_inp)
 
 
-def _output(g: Graph, inp: Inputs, res: Tensor) -> None:
+def output(g: Graph, inp: Inputs, res: Tensor) -> None:
     """Output norm and logits for the output rows (t_embd and t_logits are outputs)."""
     n_out = (g.d.n_embd, g.run.n_outputs)
     late = _OUT_IDS_LATE.get(g.d.arch)

@@ -41,6 +41,7 @@ class Tensor:
     quant_pad: int = 0  # CUDA pads quantized rows: extra bytes when copied to a CUDA buffer
     cuda_extra: int = 0  # CUDA flash attention also converts quantized K/V to F16 in place
     fixed_bytes: int | None = None  # weights: bytes from the file; strided views: their span
+    port: tuple[str, int, int] | None = None  # a tensor crossing segments (replay.py)
     alloc: State = field(default_factory=State)
 
     @property
@@ -57,7 +58,8 @@ class Tensor:
 class Graph:
     """The reserve graph of one ubatch, built in ggml's node order."""
 
-    def __init__(self, facts: ModelFacts, run: Run, place: Placement, opts: Options) -> None:
+    def __init__(self, facts: ModelFacts, run: Run, place: Placement, opts: Options,
+                 tensors: dict[str, TensorFacts] | None = None) -> None:  # fmt: skip
         self.d = facts.dims
         self.hparams = facts.hparams
         self.run, self.place, self.opts = run, place, opts
@@ -65,7 +67,7 @@ class Graph:
         self.leafs: list[Tensor] = []
         # CUDA alloc deps: keep tensors until a node
         self.deps: list[tuple[Tensor, list[Tensor]]] = []
-        self._tensors = {t.name: t for t in facts.tensors}
+        self._tensors = {t.name: t for t in facts.tensors} if tensors is None else tensors
         self._weights: dict[str, Tensor] = {}
 
     def has(self, name: str) -> bool:

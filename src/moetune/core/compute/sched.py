@@ -1,15 +1,22 @@
-"""The ggml-backend scheduler (ggml_backend_sched_split_graph, ggml-backend.cpp)."""
+"""The ggml-backend scheduler (ggml_backend_sched_split_graph, ggml-backend.cpp).
+
+Written as primitives over a list of nodes, so that the whole graph (``assign_backends`` and
+``split_graph``) and one segment of it (replay.py) run the same code: pass 1 pins nodes to a
+backend, the four expansion passes carry one backend id from node to node (and so from one
+segment to the next), pass 4 settles the rest, and the splitter carries the current split.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from moetune.core.compute.ir import Graph, Tensor
 from moetune.core.compute.params import CPU, DEV, F32, OP_OFFLOAD_MIN_BATCH, Options
 
-_VIEW_OPS = frozenset({"view", "reshape", "permute", "transpose"})  # ggml_is_view_op()
+VIEW_OPS = frozenset({"view", "reshape", "permute", "transpose"})  # ggml_is_view_op()
+PASSES = ((True, False), (True, True), (False, False), (False, True))  # (skip_cpu, backward)
 
 
 def _batch_size(node: Tensor) -> int:
@@ -43,28 +50,36 @@ def _backend_from_cur(node: Tensor, opts: Options) -> int:
     return -1
 
 
-def _expand(nodes: Iterable[Tensor], skip_cpu: bool) -> None:
-    """Pass 2: give unassigned nodes the backend of the previous assigned node."""
-    cur = -1
-    for node in nodes:
-        if node.op in _VIEW_OPS:
+def pin(nodes: Sequence[Tensor], opts: Options) -> list[int]:
+    """Pass 1: each node's backend from its own buffer, view source, or weights (-1: none)."""
+    return [_backend_from_cur(node, opts) for node in nodes]
+
+
+def expand(backends: list[int], views: Sequence[bool], cur: int, skip_cpu: bool,
+           backward: bool) -> int:  # fmt: skip
+    """One of passes 2-3: unassigned nodes take the backend of the previous assigned node
+    (views are skipped; with ``skip_cpu`` a CPU node breaks the chain). Returns the carry."""
+    order: Iterable[int] = range(len(backends) - 1, -1, -1) if backward else range(len(backends))
+    for i in order:
+        if views[i]:
             continue
-        if node.backend != -1:
-            cur = -1 if skip_cpu and node.backend == CPU else node.backend
+        if backends[i] != -1:
+            cur = -1 if skip_cpu and backends[i] == CPU else backends[i]
         elif cur != -1:
-            node.backend = cur
+            backends[i] = cur
+    return cur
 
 
-def assign_backends(g: Graph) -> None:
-    """Passes 1-4 of ggml_backend_sched_split_graph (all ops are taken as supported)."""
-    for leaf in g.leafs:
-        leaf.backend = CPU
-    for node in g.nodes:
-        node.backend = _backend_from_cur(node, g.opts)
-    for skip_cpu in (True, False):
-        _expand(g.nodes, skip_cpu)
-        _expand(reversed(g.nodes), skip_cpu)
-    for node in g.nodes:  # pass 4
+def _tensor_backend(t: Tensor) -> int:
+    return t.buffer if t.buffer is not None else t.backend
+
+
+def finish(nodes: Sequence[Tensor], backends: Sequence[int]) -> None:
+    """Pass 4 (in node order): views take their source's backend, unassigned sources their
+    consumer's, and whatever is left goes to the device."""
+    for node, backend in zip(nodes, backends, strict=True):
+        node.backend = backend
+    for node in nodes:
         if node.backend == -1 and node.view_src is not None:
             node.backend = _tensor_backend(node.view_src)
         for src in node.srcs:
@@ -74,79 +89,109 @@ def assign_backends(g: Graph) -> None:
             node.backend = DEV
 
 
-def _tensor_backend(t: Tensor) -> int:
-    return t.buffer if t.buffer is not None else t.backend
+def is_view(nodes: Sequence[Tensor]) -> list[bool]:
+    return [node.op in VIEW_OPS for node in nodes]
+
+
+def assign_backends(g: Graph) -> None:
+    """Passes 1-4 of ggml_backend_sched_split_graph over the whole graph."""
+    for leaf in g.leafs:
+        leaf.backend = CPU
+    backends, views = pin(g.nodes, g.opts), is_view(g.nodes)
+    for skip_cpu, backward in PASSES:
+        expand(backends, views, -1, skip_cpu, backward)
+    finish(g.nodes, backends)
 
 
 @dataclass
-class _Split:
+class Split:
+    """Consecutive nodes on one backend, with the copies of foreign sources they need."""
+
     backend: int
     inputs: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (source, its copy)
     nodes: list[Tensor] = field(default_factory=list)
+    carried: bool = False  # begun before these nodes: its inputs are emitted where it began
+    had_inputs: bool = False  # a carried split already had inputs when these nodes began
 
 
-def split_graph(g: Graph) -> list[Tensor]:
-    """Pass 5 and the graph copy: consecutive nodes of one backend form a split; a source
-    from another backend is copied (once per backend) at the start of the first split that
-    needs it; a weight from another backend starts a new split so its copy can be reused."""
-    first = next((n.backend for n in g.nodes if n.op not in _VIEW_OPS), DEV)
-    splits = [_Split(first)]
-    copies: dict[tuple[int, int], Tensor] = {}
-    for node in g.nodes:
-        split = splits[-1]
-        if node.op in _VIEW_OPS:
+CopyKey = Callable[[Tensor], Hashable]
+CopyMaker = Callable[[Tensor, int], Tensor]
+
+
+def new_copy(src: Tensor, backend: int) -> Tensor:
+    """A backend's copy of ``src`` (ggml_dup_tensor_layout: a strided view's span)."""
+    return Tensor(f"copy of {src.name}", "none", src.ne, src.esize, backend=backend,
+                  quant_pad=src.quant_pad, fixed_bytes=src.fixed_bytes)  # fmt: skip
+
+
+@dataclass
+class Splitter:
+    """Pass 5: consecutive nodes of one backend form a split; a source from another backend is
+    copied (once per backend) into the first split that needs it; a weight from another
+    backend starts a new split when the current one already has inputs."""
+
+    splits: list[Split]
+    copies: dict[tuple[Hashable, int], Tensor]
+    key: CopyKey = id
+    make: CopyMaker = new_copy
+
+    def add(self, node: Tensor) -> None:
+        split = self.splits[-1]
+        if node.op in VIEW_OPS:
             split.nodes.append(node)
-            continue
-        new_weight = split.inputs and any(
+            return
+        has_inputs = bool(split.inputs) or split.had_inputs
+        new_weight = has_inputs and any(
             s.weight and _tensor_backend(s) != split.backend for s in node.srcs
         )
         if node.backend != split.backend or new_weight:
-            split = _Split(node.backend)
-            splits.append(split)
+            split = Split(node.backend)
+            self.splits.append(split)
         for i, src in enumerate(node.srcs):
             if _tensor_backend(src) != split.backend:
-                node.srcs[i] = _copy_of(src, split, copies)
+                node.srcs[i] = self._copy_of(src, split)
         split.nodes.append(node)
-    return _graph_copy(g, splits)
+
+    def _copy_of(self, src: Tensor, split: Split) -> Tensor:
+        key = (self.key(src), split.backend)
+        copy = self.copies.get(key)
+        if copy is None:
+            copy = self.make(src, split.backend)
+            self.copies[key] = copy
+            split.inputs.append((src, copy))
+        return copy
 
 
-def _copy_of(src: Tensor, split: _Split, copies: dict[tuple[int, int], Tensor]) -> Tensor:
-    """The split's backend copy of ``src`` (ggml_dup_tensor_layout: a strided view's span)."""
-    key = (id(src), split.backend)
-    copy = copies.get(key)
-    if copy is None:
-        ne, esize = src.ne, src.esize
-        copy = Tensor(
-            f"copy of {src.name}",
-            "none",
-            ne,
-            esize,
-            backend=split.backend,
-            quant_pad=src.quant_pad,
-            fixed_bytes=src.fixed_bytes,
-        )
-        copies[key] = copy
-        split.inputs.append((src, copy))
-    return copy
+def first_backend(nodes: Iterable[Tensor]) -> int:
+    """The first split's backend: the first non-view node's (the device when there is none)."""
+    return next((n.backend for n in nodes if n.op not in VIEW_OPS), DEV)
 
 
-def _graph_copy(g: Graph, splits: list[_Split]) -> list[Tensor]:
-    """Each split's inputs first (a dependency on the source, then the copy), then its nodes;
-    on CUDA, the alloc-dependency nodes that ggml-cuda's graph_optimize adds."""
-    deps = {id(until): kept for until, kept in g.deps} if g.opts.cuda else {}
+def emit(splits: Sequence[Split], deps: dict[int, list[Tensor]], cuda: bool) -> list[Tensor]:
+    """The graph copy: each split's inputs first (a dependency on the source, then the copy),
+    then its nodes; on CUDA, the alloc-dependency nodes that ggml-cuda's graph_optimize adds.
+    A carried split's inputs are emitted where it began."""
     order: list[Tensor] = []
     for split in splits:
-        for src, copy in split.inputs:
-            base = src.view_src if src.view_src is not None else src
-            dep = Tensor(
-                f"dep {src.name}", "none", src.ne, src.esize, [src], base, backend=src.backend
-            )
-            order += [dep, copy]
+        if not split.carried:
+            for src, copy in split.inputs:
+                base = src.view_src if src.view_src is not None else src
+                dep = Tensor(f"dep {src.name}", "none", src.ne, src.esize, [src], base,
+                             backend=src.backend)  # fmt: skip
+                order += [dep, copy]
         for node in split.nodes:
             order.append(node)
-            kept = deps.get(id(node))
+            kept = deps.get(id(node)) if cuda else None
             if kept is not None and node.backend == DEV:
                 order.append(
                     Tensor("alloc dep", "none", (0,), F32, list(kept), kept[0], backend=DEV)
                 )
     return order
+
+
+def split_graph(g: Graph) -> list[Tensor]:
+    """Pass 5 and the graph copy over the whole graph: the allocation order."""
+    splitter = Splitter([Split(first_backend(g.nodes))], {})
+    for node in g.nodes:
+        splitter.add(node)
+    return emit(splitter.splits, {id(until): kept for until, kept in g.deps}, g.opts.cuda)

@@ -1,0 +1,573 @@
+"""The reserve-graph replay, one segment at a time, each segment replayed once per situation.
+
+``alloc.simulate`` builds, schedules and allocates the whole graph for every placement a
+planner tries, so a plan's cost grows with blocks x candidates.  But the graph is a sequence
+of segments (the inputs and embeddings, one per block, the output head), most blocks look
+alike, and each stage of the replay passes only a little state from one segment to the next:
+
+- the scheduler's four expansion passes carry one backend id (two of them backwards);
+- the splitter carries the current split (its backend, whether it has inputs) and the copies
+  of graph inputs made so far; a segment may add copies to a split that began in an earlier
+  segment, and those are emitted where that split began;
+- the allocator carries its free blocks and the places of the tensors that cross segments:
+  the graph inputs, their copies, the residual stream and its copies.
+
+So each stage of each segment is a function of (what the segment is, the state it gets), and
+is memoised on exactly that: a block with its experts on the CPU is replayed once for a given
+allocator state and reused by every later block, candidate placement and plan that reaches
+the same state.  The figures are identical to ``simulate``'s (tests/test_compute.py compares
+them over many placements); a situation this module does not cover falls back to it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from moetune.core.compute.alloc import FreeBlocks, GAlloc, count_uses, simulate
+from moetune.core.compute.graph import embeddings, layer, output
+from moetune.core.compute.inputs import Inputs, build_inputs
+from moetune.core.compute.ir import Graph, State, Tensor
+from moetune.core.compute.params import CPU, DEV, Options, Placement, Run
+from moetune.core.compute.sched import (
+    PASSES,
+    VIEW_OPS,
+    Split,
+    Splitter,
+    emit,
+    expand,
+    finish,
+    is_view,
+    new_copy,
+    pin,
+)
+from moetune.core.facts import ModelFacts
+
+UNUSED = 1 << 40  # users of a tensor that remain after this segment (never reached)
+# A tensor that crosses segments: ("res", 0, 0) the residual coming in, ("leaf", i, 0) graph
+# input i, ("copy", i, backend) its copy, ("rescopy", 0, backend) a copy of the residual.
+Slot = tuple[str, int, int]
+RES: Slot = ("res", 0, 0)
+PortState = tuple[bool, int, int]  # allocated, offset, backend
+SlotState = tuple[bool, int, int, bool, bool]  # + no later user, no later view
+ResShape = tuple[tuple[int, ...], float] | None  # the residual's ne and element size
+Carries = tuple[int, ...]
+SplitEntry = tuple[int, bool]  # the current split: backend, has inputs
+
+
+class NotSegmentable(Exception):
+    """A situation the segment replay does not cover (the whole graph is replayed instead)."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a segment is, wherever it sits: the head, a block (its tensors, dimensions and
+    placement), or the output head (where the output layer is)."""
+
+    what: str
+    sig: Hashable = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    kind: Kind
+    il: int = -1  # the block a block segment is built for
+
+
+@dataclass(frozen=True)
+class Situation:
+    """A segment's assignment: its kind, the residual's shape and final backend, the carries
+    of the expansion passes; the segment's final backends are a function of it."""
+
+    kind: Kind
+    res: ResShape
+    carries: Carries
+    res_backend: int
+
+
+@dataclass(frozen=True)
+class EmissionKey:
+    """What a segment's allocation order depends on."""
+
+    situation: Situation
+    entry: SplitEntry
+    existing: frozenset[Slot]  # copies of graph inputs made by earlier segments
+    carried: bool  # the segment begins inside a split (every segment but the head)
+    insertions: tuple[Slot, ...]  # copies later segments added to its last split
+
+
+@dataclass
+class _Built:
+    """One segment's nodes, built for a situation."""
+
+    nodes: list[Tensor]
+    deps: dict[int, list[Tensor]]
+    res_in: Tensor | None
+    res_out: Tensor | None
+
+
+@dataclass
+class _Profile:
+    """Pass 1 of one segment (its pinned backends), the carries it passes on, and the shape of
+    the residual it hands to the next segment."""
+
+    pinned: tuple[int, ...]
+    views: tuple[bool, ...]
+    res_out: ResShape
+    carries: dict[tuple[int, Carries, int], int] = field(default_factory=dict)
+
+    def carry(self, index: int, prior: Carries, cur: int) -> int:
+        """The carry out of pass ``index``, given the carries into the earlier passes."""
+        key = (index, prior, cur)
+        found = self.carries.get(key)
+        if found is None:
+            found = expand(self.after(prior), self.views, cur, *PASSES[index])
+            self.carries[key] = found
+        return found
+
+    def after(self, carries: Carries) -> list[int]:
+        """The backends after the first ``len(carries)`` expansion passes."""
+        backends = list(self.pinned)
+        for (skip_cpu, backward), cur in zip(PASSES, carries, strict=False):
+            expand(backends, self.views, cur, skip_cpu, backward)
+        return backends
+
+
+@dataclass(frozen=True)
+class _SplitOut:
+    """What the splitter did in one segment (its nodes replayed with a given entry state)."""
+
+    exit: SplitEntry
+    started: bool  # a split began in this segment
+    additions: tuple[Slot, ...]  # copies added to the split the segment began in
+    new_copies: frozenset[Slot]  # copies of graph inputs made here
+    uses: tuple[tuple[Slot, int, int], ...]  # (slot, users, views), insertions aside
+
+
+@dataclass
+class _Plan:
+    """One segment in the split sweep, and the copies later segments attribute to it."""
+
+    situation: Situation
+    entry: SplitEntry
+    existing: frozenset[Slot]
+    carried: bool
+    out: _SplitOut
+    insertions: tuple[Slot, ...] = ()
+
+    def key(self) -> EmissionKey:
+        return EmissionKey(self.situation, self.entry, self.existing, self.carried,
+                           self.insertions)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Emission:
+    slots: tuple[Slot, ...]  # crossing tensors, in the order the emission touches them
+    created: frozenset[Slot]  # those allocated here (copies emitted by this segment)
+
+
+@dataclass(frozen=True)
+class _AllocOut:
+    blocks: dict[int, FreeBlocks]
+    peaks: dict[int, int]
+    slots: tuple[PortState, ...]  # after the segment, per slot of the emission
+    res_out: PortState | None
+
+
+class Replay:
+    """The memoised replay for one model, run and options (see the module's docstring)."""
+
+    def __init__(self, facts: ModelFacts, run: Run, opts: Options) -> None:
+        self.facts, self.run, self.opts = facts, run, opts
+        self.tensors = {t.name: t for t in facts.tensors}
+        base = self._graph(Placement(0, frozenset(), True))
+        self.inp: Inputs = build_inputs(base)
+        self.leafs = base.leafs
+        for leaf in self.leafs:
+            leaf.backend = CPU
+        self.leaf_slot: dict[int, Slot] = {id(t): ("leaf", i, 0) for i, t in enumerate(self.leafs)}
+        self.ports: dict[Slot, Tensor] = {}  # the one copy tensor of each copy slot
+        interned: dict[Hashable, int] = {}
+        self.block_sigs = {
+            il: interned.setdefault(self._block_sig(il), len(interned)) for il in facts.dims.layers
+        }
+        self._profiles: dict[tuple[Kind, ResShape], _Profile] = {}
+        self._finals: dict[Situation, tuple[int, int | None]] = {}
+        self._splits: dict[tuple[Situation, SplitEntry, frozenset[Slot], bool], _SplitOut] = {}
+        self._emissions: dict[EmissionKey, _Emission] = {}
+        self._allocs: dict[Hashable, _AllocOut] = {}
+
+    # --- building segments ----------------------------------------------------------------
+
+    def _graph(self, place: Placement) -> Graph:
+        return Graph(self.facts, self.run, place, self.opts, tensors=self.tensors)
+
+    def _block_sig(self, il: int) -> Hashable:
+        d = self.facts.dims
+        tensors = tuple(
+            (t.name.split(".", 2)[-1], tuple(t.shape), t.type, t.nbytes)
+            for t in self.facts.tensors
+            if t.layer == il
+        )
+        return (tensors, d.swa[il], d.recurrent[il], d.n_head[il], d.n_head_kv[il])
+
+    def segments(self, place: Placement) -> list[Segment]:
+        layers = self.facts.dims.layers
+        segments = [Segment(Kind("head"))]
+        for il in layers:
+            sig = (self.block_sigs[il], il >= place.dev_start, il in place.cpu_experts,
+                   il == layers[-1])  # fmt: skip
+            segments.append(Segment(Kind("block", sig), il))
+        segments.append(Segment(Kind("tail", place.output_on_device)))
+        return segments
+
+    def _build(self, seg: Segment, res: ResShape, res_backend: int) -> _Built:
+        """Fresh nodes for ``seg``, the residual coming in as a stand-in tensor."""
+        res_in = None if res is None else Tensor("res", "add", res[0], res[1], backend=res_backend)
+        kind = seg.kind
+        res_out: Tensor | None = None
+        if kind.what == "head":
+            g = self._graph(Placement(0, frozenset(), True))
+            res_out = embeddings(g, self.inp)
+        elif kind.what == "block" and res_in is not None and isinstance(kind.sig, tuple):
+            _, on_dev, cpu_experts, last = kind.sig
+            il = seg.il
+            place = Placement(il if on_dev else il + 1, frozenset({il} if cpu_experts else ()),
+                              False)  # fmt: skip
+            g = self._graph(place)
+            res_out = layer(g, self.inp, il, res_in, last)
+        elif kind.what == "tail" and res_in is not None:
+            g = self._graph(Placement(self.facts.n_layers, frozenset(), bool(kind.sig)))
+            output(g, self.inp, res_in)
+        else:
+            raise NotSegmentable(f"cannot build a {kind.what} segment here")
+        deps = {id(until): kept for until, kept in g.deps}
+        return _Built(g.nodes, deps, res_in, res_out)
+
+    def _profile(self, seg: Segment, res: ResShape) -> _Profile:
+        key = (seg.kind, res)
+        found = self._profiles.get(key)
+        if found is None:
+            built = self._build(seg, res, DEV)
+            out = built.res_out
+            found = _Profile(
+                pinned=tuple(pin(built.nodes, self.opts)),
+                views=tuple(is_view(built.nodes)),
+                res_out=None if out is None else (out.ne, out.esize),
+            )
+            self._profiles[key] = found
+        return found
+
+    def _assigned(self, seg: Segment, situation: Situation) -> _Built:
+        """The segment's nodes with their final backends (passes 2-4)."""
+        built = self._build(seg, situation.res, situation.res_backend)
+        finish(built.nodes, self._profile(seg, situation.res).after(situation.carries))
+        return built
+
+    # --- one estimate ---------------------------------------------------------------------
+
+    def peaks(self, place: Placement) -> dict[int, int]:
+        """The compute buffer of each backend for ``place`` (as ``simulate`` gives it)."""
+        try:
+            return self._peaks(place)
+        except NotSegmentable:
+            return simulate(self.facts, self.run, place, self.opts)
+
+    def _peaks(self, place: Placement) -> dict[int, int]:
+        segments = self.segments(place)
+        situations = self._situations(segments)
+        plans = self._split_sweep(segments, situations)
+        return self._alloc_sweep(segments, plans, self._last_uses(plans))
+
+    def _situations(self, segments: Sequence[Segment]) -> list[Situation]:
+        """Each segment's residual, carries and residual backend: passes 1-4 at segment level."""
+        shapes: list[ResShape] = []
+        profiles: list[_Profile] = []
+        res: ResShape = None
+        for seg in segments:
+            shapes.append(res)
+            profiles.append(self._profile(seg, res))
+            res = profiles[-1].res_out
+        carries = _carries(profiles)
+        situations: list[Situation] = []
+        res_backend = -1
+        for seg, shape, into in zip(segments, shapes, carries, strict=True):
+            situation = Situation(seg.kind, shape, into, res_backend)
+            situations.append(situation)
+            res_backend = self._final(seg, situation)[0]
+        if self._final(segments[0], situations[0])[1] is None:
+            raise NotSegmentable("the head has no node to begin the first split")
+        return situations
+
+    def _final(self, seg: Segment, situation: Situation) -> tuple[int, int | None]:
+        """(the residual's backend out, the first non-view node's backend)."""
+        found = self._finals.get(situation)
+        if found is None:
+            built = self._assigned(seg, situation)
+            out = built.res_out
+            first = next((n.backend for n in built.nodes if n.op not in VIEW_OPS), None)
+            found = (out.backend if out is not None else -1, first)
+            self._finals[situation] = found
+        return found
+
+    # --- splits ---------------------------------------------------------------------------
+
+    def _slot_of(self, t: Tensor, res_in: Tensor | None) -> Slot | None:
+        if t is res_in:
+            return RES
+        if (slot := self.leaf_slot.get(id(t))) is not None:
+            return slot
+        return t.port
+
+    def _port(self, slot: Slot, src: Tensor) -> Tensor:
+        """The one tensor of a copy slot (made from ``src`` the first time)."""
+        found = self.ports.get(slot)
+        if found is None:
+            found = new_copy(src, slot[2])
+            found.port = slot
+            self.ports[slot] = found
+        return found
+
+    def _splitter(self, built: _Built, entry: SplitEntry, existing: frozenset[Slot],
+                  carried: bool) -> Splitter:  # fmt: skip
+        """Run pass 5 over the segment's nodes, from the given current split."""
+        copies: dict[tuple[Hashable, int], Tensor] = {}
+        for slot in existing:
+            copies[(("leaf", slot[1], 0), slot[2])] = self.ports[slot]
+
+        def key_of(t: Tensor) -> Hashable:
+            return self.leaf_slot.get(id(t), id(t))
+
+        def make(t: Tensor, backend: int) -> Tensor:
+            if t is built.res_in:
+                return self._port(("rescopy", 0, backend), t)
+            if (slot := self.leaf_slot.get(id(t))) is not None:
+                return self._port(("copy", slot[1], backend), t)
+            return new_copy(t, backend)
+
+        first = Split(entry[0], carried=carried, had_inputs=entry[1])
+        splitter = Splitter([first], copies, key_of, make)
+        for node in built.nodes:
+            splitter.add(node)
+        return splitter
+
+    def _split_sweep(self, segments: Sequence[Segment],
+                     situations: Sequence[Situation]) -> list[_Plan]:  # fmt: skip
+        """Pass 5 segment by segment; copies added to a split that began in an earlier
+        segment are attributed to that segment (they are emitted at the split's start)."""
+        first = self._final(segments[0], situations[0])[1]
+        entry: SplitEntry = (DEV if first is None else first, False)
+        existing: frozenset[Slot] = frozenset()
+        plans: list[_Plan] = []
+        origin = 0
+        for i, (seg, situation) in enumerate(zip(segments, situations, strict=True)):
+            out = self._split(seg, situation, entry, existing, carried=i > 0)
+            plans.append(_Plan(situation, entry, existing, i > 0, out))
+            if out.additions:
+                if any(s[0] == "rescopy" for s in out.additions) and origin != i - 1:
+                    raise NotSegmentable("a copy of the residual joins a split of two blocks ago")
+                plans[origin].insertions += out.additions
+            if out.started:
+                origin = i
+            existing |= out.new_copies
+            entry = out.exit
+        return plans
+
+    def _split(self, seg: Segment, situation: Situation, entry: SplitEntry,
+               existing: frozenset[Slot], carried: bool) -> _SplitOut:  # fmt: skip
+        key = (situation, entry, existing, carried)
+        found = self._splits.get(key)
+        if found is not None:
+            return found
+        built = self._assigned(seg, situation)
+        splits = self._splitter(built, entry, existing, carried).splits
+        additions: list[Slot] = []
+        if carried:
+            for src, copy in splits[0].inputs:
+                if copy.port is None:
+                    raise NotSegmentable(f"a copy of {src.name} joins an earlier segment's split")
+                additions.append(copy.port)
+        new = frozenset(
+            copy.port
+            for split in splits
+            for _, copy in split.inputs
+            if copy.port is not None and copy.port[0] == "copy"
+        )
+        last = splits[-1]
+        found = _SplitOut(
+            exit=(last.backend, bool(last.inputs) or last.had_inputs),
+            started=len(splits) > 1 or not carried,
+            additions=tuple(additions),
+            new_copies=new,
+            uses=self._uses(emit(splits, built.deps, self.opts.cuda), built.res_in),
+        )
+        self._splits[key] = found
+        return found
+
+    def _uses(self, order: Sequence[Tensor],
+              res_in: Tensor | None) -> tuple[tuple[Slot, int, int], ...]:  # fmt: skip
+        """Users and views of each crossing tensor in an emission."""
+        users: dict[Slot, list[int]] = {}
+        for node in order:
+            if node.view_src is not None and node.op != "none":
+                slot = self._slot_of(node.view_src, res_in)
+                if slot is not None:
+                    users.setdefault(slot, [0, 0])[1] += 1
+            for src in node.srcs:
+                slot = self._slot_of(src, res_in)
+                if slot is not None:
+                    users.setdefault(slot, [0, 0])[0] += 1
+        return tuple((slot, c, v) for slot, (c, v) in users.items())
+
+    @staticmethod
+    def _last_uses(plans: Sequence[_Plan]) -> dict[Slot, tuple[int, int]]:
+        """The last segment that uses each graph input and copy (as a source, as a view)."""
+        last: dict[Slot, list[int]] = {}
+        for i, plan in enumerate(plans):
+            uses = list(plan.out.uses)
+            # an input copied by a later segment: the copy's dependency node uses it here
+            uses += [(("leaf", s[1], 0), 1, 0) for s in plan.insertions if s[0] == "copy"]
+            for slot, children, views in uses:
+                if slot[0] in ("leaf", "copy"):
+                    entry = last.setdefault(slot, [-1, -1])
+                    entry[0] = i if children else entry[0]
+                    entry[1] = i if views else entry[1]
+        return {slot: (c, v) for slot, (c, v) in last.items()}
+
+    # --- allocation -----------------------------------------------------------------------
+
+    def _alloc_sweep(self, segments: Sequence[Segment], plans: Sequence[_Plan],
+                     last: dict[Slot, tuple[int, int]]) -> dict[int, int]:  # fmt: skip
+        """The allocator, segment by segment, memoised on each segment's state."""
+        blocks = GAlloc(self.opts).blocks()
+        ports: dict[Slot, PortState] = {}
+        peaks = {DEV: 0, CPU: 0}
+        for i, (seg, plan) in enumerate(zip(segments, plans, strict=True)):
+            ekey = plan.key()
+            emission = self._emission_of(seg, ekey)
+            states = tuple(_slot_state(slot, emission, ports, last, i) for slot in emission.slots)
+            key = (ekey, tuple(sorted(blocks.items())), states)
+            found = self._allocs.get(key)
+            if found is None:
+                found = self._allocate(seg, ekey, blocks, states)
+                self._allocs[key] = found
+            blocks = found.blocks
+            for backend, peak in found.peaks.items():
+                peaks[backend] = max(peaks[backend], peak)
+            ports.update(zip(emission.slots, found.slots, strict=True))
+            if found.res_out is not None:
+                ports[RES] = found.res_out
+        return peaks
+
+    def _emission_of(self, seg: Segment, ekey: EmissionKey) -> _Emission:
+        found = self._emissions.get(ekey)
+        if found is None:
+            found = self._emit(seg, ekey)[2]
+            self._emissions[ekey] = found
+        return found
+
+    def _emit(self, seg: Segment, ekey: EmissionKey) -> tuple[_Built, list[Tensor], _Emission]:
+        """The segment's allocation order (its own splits' inputs, copies attributed to it by
+        later segments, its nodes), and the crossing tensors it touches, in order."""
+        built = self._assigned(seg, ekey.situation)
+        splitter = self._splitter(built, ekey.entry, ekey.existing, ekey.carried)
+        target = splitter.splits[-1]
+        for slot in ekey.insertions:
+            src = built.res_out if slot[0] == "rescopy" else self.leafs[slot[1]]
+            assert src is not None
+            target.inputs.append((src, self.ports[slot]))
+        order = emit(splitter.splits, built.deps, self.opts.cuda)
+        seen: dict[Slot, None] = {}
+        if seg.kind.what == "head":
+            seen.update({self.leaf_slot[id(t)]: None for t in self.leafs})
+        created: set[Slot] = set()
+        for node in order:
+            for t in (node, node.view_src, *node.srcs):
+                found = None if t is None else self._slot_of(t, built.res_in)
+                if found is not None:
+                    seen.setdefault(found, None)
+                    if t is node:
+                        created.add(found)
+        return built, order, _Emission(tuple(seen), frozenset(created))
+
+    def _allocate(self, seg: Segment, ekey: EmissionKey, blocks: dict[int, FreeBlocks],
+                  states: tuple[SlotState, ...]) -> _AllocOut:  # fmt: skip
+        """Run ggml-alloc over one segment from the given free blocks and crossing tensors."""
+        built, order, emission = self._emit(seg, ekey)
+        tensors = [self._tensor(slot, built) for slot in emission.slots]
+        for t, (allocated, offset, backend, _, _) in zip(tensors, states, strict=True):
+            t.alloc = State(allocated=allocated, visited=allocated, offset=offset,
+                            backend=backend if backend >= 0 else DEV)  # fmt: skip
+        galloc = GAlloc(self.opts, blocks)
+        if seg.kind.what == "head":
+            for leaf in self.leafs:
+                galloc.allocate(leaf, leaf.backend)
+        count_uses(order)
+        for t, (_, _, _, no_user, no_view) in zip(tensors, states, strict=True):
+            t.alloc.children += 0 if no_user else UNUSED
+            t.alloc.views += 0 if no_view else UNUSED
+        galloc.walk(order)
+        out = built.res_out
+        return _AllocOut(
+            blocks=galloc.blocks(),
+            peaks=galloc.peaks(),
+            slots=tuple(_port_state(t) for t in tensors),
+            res_out=None if out is None else _port_state(out),
+        )
+
+    def _tensor(self, slot: Slot, built: _Built) -> Tensor:
+        if slot == RES:
+            assert built.res_in is not None
+            return built.res_in
+        if slot[0] == "leaf":
+            return self.leafs[slot[1]]
+        return self.ports[slot]
+
+
+def _carries(profiles: Sequence[_Profile]) -> list[Carries]:
+    """The carries into each segment of each expansion pass, forwards or backwards."""
+    into: list[list[int]] = [[] for _ in profiles]
+    for index, (_, backward) in enumerate(PASSES):
+        cur = -1
+        order = range(len(profiles) - 1, -1, -1) if backward else range(len(profiles))
+        for i in order:
+            prior = tuple(into[i])
+            into[i].append(cur)
+            cur = profiles[i].carry(index, prior, cur)
+    return [tuple(c) for c in into]
+
+
+def _slot_state(slot: Slot, emission: _Emission, ports: dict[Slot, PortState],
+                last: dict[Slot, tuple[int, int]], i: int) -> SlotState:  # fmt: skip
+    """A crossing tensor's place before segment ``i``, and whether segment ``i`` is its last
+    user. The residual and its copies have one consumer segment; a tensor emitted here is
+    allocated here."""
+    state = (False, 0, -1) if slot in emission.created else ports.get(slot, (False, 0, -1))
+    if slot[0] in ("res", "rescopy"):
+        return (*state, True, True)
+    children, views = last.get(slot, (-1, -1))
+    return (*state, children <= i, views <= i)
+
+
+def _port_state(t: Tensor) -> PortState:
+    hn = t.alloc
+    return (hn.allocated, hn.offset, hn.backend)
+
+
+_REPLAYS: OrderedDict[tuple[int, Run, Options], tuple[ModelFacts, Replay]] = OrderedDict()
+_KEEP = 8
+
+
+def replay_for(facts: ModelFacts, run: Run, opts: Options) -> Replay:
+    """The replay for this model, run and options (the last few are kept)."""
+    key = (id(facts), run, opts)
+    found = _REPLAYS.get(key)
+    if found is not None and found[0] is facts:
+        _REPLAYS.move_to_end(key)
+        return found[1]
+    replay = Replay(facts, run, opts)
+    _REPLAYS[key] = (facts, replay)
+    while len(_REPLAYS) > _KEEP:
+        _REPLAYS.popitem(last=False)
+    return replay
