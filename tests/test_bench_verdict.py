@@ -21,7 +21,7 @@ from moetune.jobs.names import CONFIG_NAMES
 from moetune.llamacpp import log
 from moetune.llamacpp.info import Device, ServerInfo
 from moetune.llamacpp.memprobe import LogProbe
-from moetune.report import SCHEMA_VERSION, to_json
+from moetune.report import SCHEMA_VERSION, payloads, to_json
 from moetune.report import bench as rb
 from moetune.store import bench as saved
 from moetune.store import paths
@@ -325,7 +325,7 @@ def test_result_round_trip_and_default_path(tmp_path: Path,
     result = _result()
     path = saved.default_result_path(result)
     assert path == tmp_path / "home" / "bench" / "20250102T030405-q.json"
-    saved.write_result(path, to_json(rb.bench_payload(result)))
+    saved.write_result(path, to_json(payloads.bench_payload(result)))
     data = json.loads(path.read_text())
     assert data["schema_version"] == SCHEMA_VERSION and data["kind"] == "moetune.bench"
     first = data["results"][0]
@@ -369,7 +369,7 @@ runner = CliRunner()
 
 def test_report_command(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    saved.write_result(path, to_json(rb.bench_payload(_result())))
+    saved.write_result(path, to_json(payloads.bench_payload(_result())))
     shown = runner.invoke(app, ["report", str(path)], terminal_width=160)
     assert shown.exit_code == 0, shown.output
     assert "decode tok/s by depth" in shown.output and "█" in shown.output

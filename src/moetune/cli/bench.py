@@ -39,7 +39,8 @@ def _workload(depths: str, repeats: int, n_predict: int, endpoint: str) -> Workl
 def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool) -> None:
     """Print (table and verdict, or JSON), then keep the JSON in the data dir and --out."""
     from moetune.report import to_json
-    from moetune.report.bench import bench_payload, render_bench
+    from moetune.report.bench import render_bench
+    from moetune.report.payloads import bench_payload
     from moetune.store.bench import default_result_path, write_result
 
     text = to_json(bench_payload(result))
@@ -129,8 +130,8 @@ def _bench_model(model: Path, extra: tuple[str, ...], ctx: int | None, workload:
     from moetune.cli.machine import physical_cores
     from moetune.core.facts import load_model_facts
     from moetune.core.kvcache import parse_cache_type
-    from moetune.core.memory import Settings, default_n_ctx
     from moetune.core.planner import check_context
+    from moetune.core.settings import Settings, default_n_ctx
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
     from moetune.jobs.launch import LaunchSpec, settings_from_extra
@@ -173,7 +174,8 @@ def report_command(
     """
     from moetune.jobs.results import merge_results
     from moetune.report import SCHEMA_VERSION, to_json
-    from moetune.report.bench import bench_payload, render_report
+    from moetune.report.bench import render_report
+    from moetune.report.payloads import bench_payload
     from moetune.store.bench import load_result
 
     results = [load_result(path, SCHEMA_VERSION) for path in files]

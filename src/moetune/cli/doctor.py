@@ -44,7 +44,8 @@ def doctor(
     from moetune.jobs.doctor import DoctorInputs, diagnose
     from moetune.llamacpp.process import find_server, server_info
     from moetune.report import to_json
-    from moetune.report.doctor import doctor_payload, render_doctor
+    from moetune.report.doctor import render_doctor
+    from moetune.report.payloads import doctor_payload
     from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
 
     if ram_bandwidth is not None and ram_bandwidth <= 0:

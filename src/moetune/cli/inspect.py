@@ -26,7 +26,7 @@ def inspect(
     facts = load_model_facts(model)
     if as_json:
         from moetune.report import to_json
-        from moetune.report.inspect import inspect_payload
+        from moetune.report.payloads import inspect_payload
 
         write_json(to_json(inspect_payload(facts, with_tensors=tensors)))
         return

@@ -73,8 +73,8 @@ def plan(
     from moetune.cli.machine import gpu_target, host_ram
     from moetune.core.facts import load_model_facts
     from moetune.core.kvcache import parse_cache_type
-    from moetune.core.memory import Settings, default_n_ctx
     from moetune.core.planner import PlanRequest, make_plan
+    from moetune.core.settings import Settings, default_n_ctx
     from moetune.units import parse_size
 
     facts = load_model_facts(model)
@@ -101,7 +101,7 @@ def plan(
     result = make_plan(facts, request)
     if as_json:
         from moetune.report import to_json
-        from moetune.report.plan import plan_payload
+        from moetune.report.payloads import plan_payload
 
         write_json(to_json(plan_payload(result)))
     else:

@@ -32,7 +32,9 @@ def list_profiles(as_json: JsonOpt = False) -> None:
     store = ProfileStore()
     tuned = store.scan()
     if as_json:
-        write_json(to_json(render.profiles_payload(hardware, tuned, str(store.root))))
+        from moetune.report.payloads import profiles_payload
+
+        write_json(to_json(profiles_payload(hardware, tuned, str(store.root))))
         return
     out().print(render.render_profiles_list(hardware, tuned, str(store.root)))
 

@@ -57,8 +57,8 @@ def run(
     from moetune.cli.machine import physical_cores
     from moetune.core.facts import load_model_facts
     from moetune.core.kvcache import parse_cache_type
-    from moetune.core.memory import Settings, default_n_ctx
     from moetune.core.planner import check_context
+    from moetune.core.settings import Settings, default_n_ctx
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.launch import LaunchSpec, prepare_device, settings_from_extra
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
@@ -96,9 +96,10 @@ def run(
 
     if as_json:
         from moetune.report import to_json
+        from moetune.report.payloads import run_payload, run_profile_payload
 
-        payload = rendered.run_payload(result)
-        payload["profile"] = rendered.run_profile_payload(result)
+        payload = run_payload(result)
+        payload["profile"] = run_profile_payload(result)
         write_json(to_json(payload))
     else:
         out().print(rendered.render_run(result), soft_wrap=True)

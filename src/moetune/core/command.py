@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from moetune.core.memory import Settings
 from moetune.core.placement import ALL_LAYERS, Override, Placement
+from moetune.core.settings import Settings
 
 # Flags whose value moetune decides for the configurations it launches.
 OWNED_FLAGS = frozenset({
@@ -19,15 +19,13 @@ OWNED_FLAGS = frozenset({
 })  # fmt: skip
 
 
-@dataclass(frozen=True)
-class FitMode:
+class FitMode(NamedTuple):
     """llama.cpp places the tensors itself: ``--fit on`` (with a margin of free memory)."""
 
     target_mib: int | None = None  # --fit-target; None: llama.cpp's default margin
 
 
-@dataclass(frozen=True)
-class ServerArgs:
+class ServerArgs(NamedTuple):
     """What moetune passes to llama-server; everything else is left at llama.cpp's default."""
 
     model: str

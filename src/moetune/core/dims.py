@@ -8,8 +8,7 @@ their dimensions from ``dims_of(facts)``. Architecture knowledge lives here, in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from moetune.core.hparams import HParams, first, largest, per_layer, scalar
 from moetune.errors import GGUFFormatError
@@ -38,8 +37,7 @@ HYBRID_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
 KNOWN_ARCHS = PLAIN_ARCHS | MLA_ARCHS | HYBRID_ARCHS | frozenset(SWA_ARCHS)
 
 
-@dataclass(frozen=True)
-class SsmDims:
+class SsmDims(NamedTuple):
     """The ``ssm.*`` keys (0 when absent) of Mamba-style and gated-delta-net layers."""
 
     conv_kernel: int
@@ -60,8 +58,7 @@ class SsmDims:
         return self.state_size * self.inner_size
 
 
-@dataclass(frozen=True)
-class Dims:
+class Dims(NamedTuple):
     """What llama.cpp's ``llama_hparams`` holds for one model, per layer where it varies."""
 
     arch: str

@@ -18,11 +18,13 @@ figures here are unpadded ``ggml_nbytes``, which is also what the ``size =`` lin
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from moetune.core.dims import Dims
 from moetune.core.facts import ModelFacts
+from moetune.core.settings import Settings
 from moetune.errors import BadValueError
 from moetune.gguf.types import ggml_type_named
 
@@ -57,8 +59,7 @@ def parse_cache_type(name: str) -> str:
     return canonical
 
 
-@dataclass(frozen=True)
-class LayerCache:
+class LayerCache(NamedTuple):
     """The cache one block holds: K+V bytes, recurrent R+S bytes, and its KV cells."""
 
     layer: int
@@ -73,8 +74,7 @@ class LayerCache:
         return self.kv_bytes - self.k_bytes
 
 
-@dataclass(frozen=True)
-class CacheEstimate:
+class CacheEstimate(NamedTuple):
     """Per-layer cache sizes and the context llama.cpp really uses."""
 
     layers: tuple[LayerCache, ...]
@@ -160,8 +160,7 @@ def estimate_cache(
     )
 
 
-@dataclass(frozen=True)
-class _Sizing:
+class _Sizing(NamedTuple):
     """The context-dependent inputs of one estimate."""
 
     cells: tuple[int, int]  # (full, SWA) cells per stream
@@ -265,3 +264,25 @@ def _check_types(layout: Dims, type_k: str, type_v: str, flash_attn: bool) -> No
                     f"size {head} of layer {il}",
                     hint="use an f16 or f32 cache for this model",
                 )
+
+
+_CACHES: OrderedDict[tuple[int, Settings], tuple[ModelFacts, CacheEstimate]] = OrderedDict()
+
+
+def cache_for(facts: ModelFacts, settings: Settings) -> CacheEstimate:
+    """``estimate_cache`` at ``settings`` (the last few estimates are kept: a plan asks for
+    the same one for every placement it tries)."""
+    key = (id(facts), settings)
+    found = _CACHES.get(key)
+    if found is not None and found[0] is facts:
+        _CACHES.move_to_end(key)
+        return found[1]
+    cache = estimate_cache(
+        facts, n_ctx=settings.n_ctx, type_k=settings.type_k, type_v=settings.type_v,
+        n_seq=settings.n_seq, kv_unified=settings.kv_unified, flash_attn=settings.flash_attn,
+        n_ubatch=settings.n_ubatch, n_batch=settings.n_batch,
+    )  # fmt: skip
+    _CACHES[key] = (facts, cache)
+    while len(_CACHES) > 16:
+        _CACHES.popitem(last=False)
+    return cache

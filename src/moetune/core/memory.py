@@ -7,44 +7,28 @@ not report. The overhead default is documented in ``DEFAULT_GPU_OVERHEAD_BYTES``
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from moetune.core.compute import estimate_compute
+from moetune.core.compute import compute_for
 from moetune.core.facts import ModelFacts
-from moetune.core.kvcache import estimate_cache
+from moetune.core.kvcache import cache_for
 from moetune.core.placement import Placement, WeightSplit, split_weights
-from moetune.units import MIB
+from moetune.core.settings import (
+    DEFAULT_CTX,
+    DEFAULT_GPU_OVERHEAD_BYTES,
+    Settings,
+    default_n_ctx,
+)
 
-# What a CUDA process costs beyond llama.cpp's own buffers: the context (~300 MiB on recent
-# drivers, more with lazy loading off), cuBLAS workspaces and the memory pool's slack.
-# Users override it with --overhead; `moetune run` measures the real figure.
-DEFAULT_GPU_OVERHEAD_BYTES = 512 * MIB
-DEFAULT_CTX = 32768  # what moetune plans and tunes for when no --ctx is given
-
-
-def default_n_ctx(training_context: int | None) -> int:
-    """The context used when none is given: 32768, or the training context if shorter."""
-    return min(DEFAULT_CTX, training_context or DEFAULT_CTX)
-
-
-class Settings(BaseModel):
-    """The llama-server settings that change memory (defaults: llama-server's, FA on)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    n_ctx: int = Field(gt=0)
-    type_k: str = "f16"
-    type_v: str = "f16"
-    n_seq: int = 4  # -np auto: 4 slots sharing one unified cache
-    kv_unified: bool = True  # an explicit -np N turns it off (tools/server/server.cpp)
-    explicit_parallel: bool = False  # pass -np n_seq to llama-server
-    flash_attn: bool = True
-    n_ubatch: int = 512
-    n_batch: int = 2048
-    gpu_overhead_bytes: int = DEFAULT_GPU_OVERHEAD_BYTES
-    device_kind: str = "cuda"  # "cuda", or "rpc" for a ggml-rpc-server device (tests)
-    # llama-server reserves logits for n_seq rows; llama-fit-params and llama-bench for all.
-    all_outputs: bool = False
+__all__ = [
+    "DEFAULT_CTX",
+    "DEFAULT_GPU_OVERHEAD_BYTES",
+    "MemoryEstimate",
+    "Settings",
+    "default_n_ctx",
+    "estimate",
+    "estimate_from_split",
+]
 
 
 class MemoryEstimate(BaseModel):
@@ -80,37 +64,14 @@ def estimate_from_split(
     facts: ModelFacts, weights: WeightSplit, settings: Settings
 ) -> MemoryEstimate:
     """The estimate for an already computed weight split (lets the planner skip regexes)."""
-    cache = estimate_cache(
-        facts,
-        n_ctx=settings.n_ctx,
-        type_k=settings.type_k,
-        type_v=settings.type_v,
-        n_seq=settings.n_seq,
-        kv_unified=settings.kv_unified,
-        flash_attn=settings.flash_attn,
-        n_ubatch=settings.n_ubatch,
-        n_batch=settings.n_batch,
-    )
+    cache = cache_for(facts, settings)
     gpu_layers = set(weights.gpu_layers)
-    all_layers = [layer.index for layer in facts.layers]
     gpu_cache = cache.kv_bytes_for(gpu_layers) + cache.rs_bytes_for(gpu_layers)
-    host_layers = [i for i in all_layers if i not in gpu_layers]
+    host_layers = [layer.index for layer in facts.layers if layer.index not in gpu_layers]
     host_cache = cache.kv_bytes_for(host_layers) + cache.rs_bytes_for(host_layers)
-    compute = estimate_compute(
-        facts,
-        n_ctx=settings.n_ctx,
-        n_ubatch=settings.n_ubatch,
-        flash_attn=settings.flash_attn,
-        type_k=settings.type_k,
-        type_v=settings.type_v,
-        output_on_device=weights.output_on_gpu,
-        layers_on_device=len(gpu_layers),
-        cpu_expert_blocks=weights.cpu_expert_layers,
-        device_kind=settings.device_kind,
-        n_batch=settings.n_batch,
-        n_seq=settings.n_seq,
-        n_outputs=None if settings.all_outputs else settings.n_seq,
-    )
+    compute = compute_for(facts, settings, output_on_device=weights.output_on_gpu,
+                          layers_on_device=len(gpu_layers),
+                          cpu_expert_blocks=weights.cpu_expert_layers)  # fmt: skip
     any_gpu = bool(gpu_layers) or weights.output_on_gpu
     return MemoryEstimate(
         gpu_weights_bytes=weights.gpu_bytes,

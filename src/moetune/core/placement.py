@@ -14,9 +14,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
+from typing import NamedTuple
 
 from moetune.core.facts import ModelFacts, TensorFacts
 from moetune.gguf.roles import Role
@@ -31,8 +31,7 @@ class Device(str, Enum):
     NONE = "none"  # not loaded (NextN/MTP blocks)
 
 
-@dataclass(frozen=True)
-class Override:
+class Override(NamedTuple):
     """One ``-ot PATTERN=BUFT`` rule; moetune only ever overrides to the CPU."""
 
     pattern: str
@@ -43,12 +42,11 @@ class Override:
         return f"{self.pattern}={'CPU' if self.device is Device.CPU else 'CUDA0'}"
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):
     """``-ngl`` plus override rules in the order llama.cpp will see them."""
 
     n_gpu_layers: int = ALL_LAYERS
-    overrides: tuple[Override, ...] = field(default_factory=tuple)
+    overrides: tuple[Override, ...] = ()
     n_cpu_moe: int | None = None  # set when the rules came from --n-cpu-moe N
 
     @classmethod
@@ -88,8 +86,7 @@ def tensor_device(tensor: TensorFacts, n_layer_all: int, placement: Placement) -
     return Device.GPU if on_gpu else Device.CPU
 
 
-@dataclass(frozen=True)
-class WeightSplit:
+class WeightSplit(NamedTuple):
     """Weight bytes per device, experts and everything else apart."""
 
     gpu_expert_bytes: int

@@ -14,10 +14,9 @@ Routers, shared experts, norms and attention always stay on the GPU.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pydantic import BaseModel
 
@@ -34,8 +33,7 @@ MIN_USEFUL_CTX = 2048
 CTX_STEP = 256  # llama.cpp pads n_ctx to 256 cells
 
 
-@dataclass(frozen=True)
-class OffloadPlan:
+class OffloadPlan(NamedTuple):
     """One way to place the model, with its estimate."""
 
     placement: Placement
@@ -55,8 +53,7 @@ def _expert_parts(facts: ModelFacts) -> dict[int, dict[str, int]]:
 
 
 def _moved(base: WeightSplit, moved_bytes: int, cpu_layers: Sequence[int]) -> WeightSplit:
-    return dataclasses.replace(
-        base,
+    return base._replace(
         gpu_expert_bytes=base.gpu_expert_bytes - moved_bytes,
         cpu_expert_bytes=base.cpu_expert_bytes + moved_bytes,
         cpu_expert_layers=tuple(sorted(set(base.cpu_expert_layers) | set(cpu_layers))),
@@ -132,8 +129,7 @@ def _partial_options(parts: dict[str, int]) -> list[tuple[str, ...]]:
     return [("down",), ("gate", "down")]
 
 
-@dataclass(frozen=True)
-class _OverrideSearch:
+class _OverrideSearch(NamedTuple):
     facts: ModelFacts
     base: WeightSplit
     parts: dict[int, dict[str, int]]

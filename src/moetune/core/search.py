@@ -13,7 +13,7 @@ the target or out of memory (or N is 0).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pydantic import BaseModel
 
@@ -39,8 +39,7 @@ class Attempt(BaseModel):
         return self.status == "ok"
 
 
-@dataclass(frozen=True)
-class Search:
+class Search(NamedTuple):
     """The state of the search between launches."""
 
     n_max: int  # --n-cpu-moe value that puts every expert on the CPU

@@ -17,9 +17,8 @@ import os
 import stat
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import NamedTuple, Union
 
 from moetune.errors import GGUFFormatError, ModelFileError, UnsupportedModelError
 from moetune.gguf import keys
@@ -48,8 +47,7 @@ _U64 = struct.Struct("<Q")
 _UNPACK_U64 = _U64.unpack_from
 
 
-@dataclass(frozen=True)
-class SkippedArray:
+class SkippedArray(NamedTuple):
     """An array the reader walked past: its element type name and length."""
 
     item_type: str
@@ -59,8 +57,7 @@ class SkippedArray:
 MetaValue = Union[int, float, bool, str, list["MetaValue"], SkippedArray]  # noqa: UP007
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
     """One tensor as the header describes it; ``nbytes`` is None for an unknown ggml type."""
 
     name: str
@@ -75,8 +72,7 @@ class TensorInfo:
         return self.ggml_type.name
 
 
-@dataclass(frozen=True)
-class GGUFHeader:
+class GGUFHeader(NamedTuple):
     """What one GGUF file says about itself."""
 
     path: Path

@@ -8,8 +8,8 @@ architectures work unchanged: every llama.cpp architecture names its routed expe
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Role(str, Enum):
@@ -47,8 +47,7 @@ _GLOBAL = {
 }
 
 
-@dataclass(frozen=True)
-class NameParts:
+class NameParts(NamedTuple):
     """A tensor name split into its block index (None for global tensors) and role stem."""
 
     layer: int | None

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from moetune.errors import GGUFFormatError, ModelFileError
 from moetune.gguf import keys
@@ -16,8 +15,7 @@ from moetune.gguf.reader import GGUFHeader, MetaValue, TensorInfo, read_header
 SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
-@dataclass(frozen=True)
-class GGUFModel:
+class GGUFModel(NamedTuple):
     """All shards of one model: the first shard's metadata and every shard's tensors."""
 
     shards: tuple[GGUFHeader, ...]
@@ -71,7 +69,7 @@ def read_model(path: str | os.PathLike[str]) -> GGUFModel:
         _check_shard(header, index, count)
         headers.append(header)
     tensors = tuple(
-        dataclasses.replace(tensor, shard=index)
+        tensor._replace(shard=index)
         for index, header in enumerate(headers)
         for tensor in header.tensors
     )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class ValueType(IntEnum):
@@ -67,8 +67,7 @@ def value_type_name(type_id: int) -> str:
         return f"type{type_id}"
 
 
-@dataclass(frozen=True)
-class GgmlType:
+class GgmlType(NamedTuple):
     """A ggml tensor type: id, name, and block geometry (None when moetune does not know it)."""
 
     type_id: int

@@ -6,7 +6,7 @@ in ``fakes`` through the same ``GpuProbe`` / ``HostProbe`` Protocols.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moetune.errors import NoGpuError
 from moetune.hardware.base import (
@@ -20,9 +20,23 @@ from moetune.hardware.base import (
     NoGpuProbe,
     require_gpus,
 )
-from moetune.hardware.host import PsutilHostProbe
-from moetune.hardware.nvml import NvmlProbe
-from moetune.hardware.smi import SmiProbe
+
+if TYPE_CHECKING:
+    from moetune.hardware.host import PsutilHostProbe
+    from moetune.hardware.nvml import NvmlProbe
+    from moetune.hardware.smi import SmiProbe
+
+_LAZY = {"PsutilHostProbe": "host", "NvmlProbe": "nvml", "SmiProbe": "smi"}
+
+
+def __getattr__(name: str) -> Any:
+    """The probes load on first use (``moetune plan --vram`` needs neither NVML nor nvidia-smi)."""
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f"moetune.hardware.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'moetune.hardware' has no attribute {name!r}")
+
 
 __all__ = [
     "VRAM_HINT",
@@ -49,6 +63,9 @@ def detect_gpu_probe(nvml: Any = None, smi_executable: str | None = None) -> Gpu
     (for tests). When NVML starts but sees no GPU, the NVML probe is returned all the same:
     its ``gpus()`` is ``[]`` and its ``why`` says so.
     """
+    from moetune.hardware.nvml import NvmlProbe
+    from moetune.hardware.smi import SmiProbe
+
     nvml_probe = NvmlProbe(nvml)
     if nvml_probe.available():
         return nvml_probe

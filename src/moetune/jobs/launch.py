@@ -19,8 +19,8 @@ from moetune.core.command import (
     rpc_endpoints,
     server_argv,
 )
-from moetune.core.memory import Settings
 from moetune.core.placement import Placement
+from moetune.core.settings import Settings
 from moetune.errors import BadValueError, NoGpuError
 from moetune.hardware.base import GpuProbe
 from moetune.llamacpp.info import Device, ServerInfo

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from moetune.core.memory import Settings
 from moetune.core.search import Attempt
+from moetune.core.settings import Settings
 from moetune.errors import BadValueError
 from moetune.llamacpp.log import FitChoice
 

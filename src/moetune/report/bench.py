@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -18,11 +17,6 @@ _EIGHTHS = " ▏▎▍▌▋▊▉"
 _COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 _STATUS_STYLE = {"ok": "green", "skipped": "yellow", "failed": "red"}
 _METRIC_WORD = {"decode_tps": "decode", "prefill_tps": "prefill"}
-
-
-def bench_payload(result: BenchResult) -> dict[str, Any]:
-    """The JSON form (report.to_json adds the schema version)."""
-    return result.model_dump(mode="json")
 
 
 def _num(value: float) -> str:

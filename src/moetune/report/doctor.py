@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -34,7 +32,3 @@ def render_doctor(report: DoctorReport) -> RenderableType:
                    style=STATUS_STYLE[report.worst])  # fmt: skip
     head = Text(f"moetune doctor{f': {report.model}' if report.model else ''}", style="bold")
     return Group(head, table, summary)
-
-
-def doctor_payload(report: DoctorReport) -> dict[str, Any]:
-    return {"worst": report.worst, **report.model_dump(mode="json")}

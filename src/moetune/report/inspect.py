@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -38,11 +36,6 @@ _ROLE_LABEL = {
     Role.NEXTN: "NextN/MTP (not loaded)",
     Role.OTHER: "other",
 }
-
-
-def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, Any]:
-    exclude = None if with_tensors else {"tensors"}
-    return facts.model_dump(mode="json", exclude=exclude)
 
 
 def _pct(part: int, whole: int) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -13,30 +11,6 @@ from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate
 from moetune.core.planner import PlanResult
 from moetune.units import format_bytes
-
-
-def plan_payload(result: PlanResult) -> dict[str, Any]:
-    """The recommended placement's figures at the top level, everything else nested."""
-    rec = result.recommended
-    mem = rec.memory
-    top: dict[str, Any] = {
-        "n_cpu_moe": rec.n_cpu_moe,
-        "n_gpu_layers": rec.n_gpu_layers,
-        "override_tensor": result.alternative.override_tensor if result.alternative else [],
-        "command": rec.command,
-        "override_command": result.alternative.command if result.alternative else None,
-        "n_ctx": result.settings.n_ctx,
-        "gpu_bytes": mem.gpu_bytes,
-        "gpu_weights_bytes": mem.gpu_weights_bytes,
-        "gpu_kv_bytes": mem.gpu_kv_bytes,
-        "gpu_compute_bytes": mem.gpu_compute_bytes,
-        "gpu_overhead_bytes": mem.gpu_overhead_bytes,
-        "cpu_weights_bytes": mem.cpu_weights_bytes,
-        "host_bytes": mem.host_bytes,
-        "budget_bytes": result.budget_bytes,
-        "fits": result.fits,
-    }
-    return {**top, "plan": result.model_dump(mode="json")}
 
 
 def _memory_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -66,16 +64,6 @@ def render_profiles_list(hardware: list[HardwareProfile], tuned: Tuned,
         parts.append(Text(f"no tuned profiles yet in {root}: `moetune run MODEL` saves one",
                           style="dim"))  # fmt: skip
     return Group(*parts)
-
-
-def profiles_payload(hardware: list[HardwareProfile], tuned: Tuned,
-                     root: str) -> dict[str, Any]:  # fmt: skip
-    return {
-        "hardware": [p.model_dump(mode="json") | {"vram_bytes": p.vram_bytes} for p in hardware],
-        "tuned_dir": root,
-        "tuned": [e.model_dump(mode="json") for e in tuned if isinstance(e, TunedProfile)],
-        "broken": [e.message for e in tuned if isinstance(e, ProfileError)],
-    }
 
 
 def _grid(rows: list[tuple[str, str]]) -> Table:

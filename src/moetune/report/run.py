@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -12,22 +10,6 @@ from moetune.core.command import shell_join
 from moetune.jobs.results import RunResult
 from moetune.report.common import fmt
 from moetune.units import format_bytes
-
-
-def run_payload(result: RunResult) -> dict[str, Any]:
-    best = result.best
-    return {
-        "device": result.device,
-        "probe": result.probe,
-        "target_bytes": result.target_bytes,
-        "planned_n_cpu_moe": result.planned_n_cpu_moe,
-        "launches": len(result.attempts),
-        "attempts": [a.model_dump(mode="json") for a in result.attempts],
-        "best": None
-        if best is None
-        else {**best.model_dump(mode="json"), "command": result.command},
-        "n_ctx": result.settings.n_ctx,
-    }
 
 
 def render_run(result: RunResult) -> RenderableType:
@@ -80,8 +62,3 @@ def render_run_profile(result: RunResult, model: str) -> RenderableType | None:
         Text(f"daily use: moetune alias NAME {shell_join([model])}  (prints a shell function)",
              style="dim"),
     )  # fmt: skip
-
-
-def run_profile_payload(result: RunResult) -> dict[str, Any]:
-    return {"name": result.profile_name, "path": result.profile_path,
-            "reused": result.reused_profile}  # fmt: skip

@@ -100,17 +100,17 @@ get the generic block).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from moetune.core.compute.params import CPU, DEV, DEVICE_KINDS, Options, Placement, run_params
 from moetune.core.compute.replay import replay_for
 from moetune.core.facts import ModelFacts
+from moetune.core.settings import Settings
 
-__all__ = ["ComputeEstimate", "estimate_compute"]
+__all__ = ["ComputeEstimate", "compute_for", "estimate_compute"]
 
 
-@dataclass(frozen=True)
-class ComputeEstimate:
+class ComputeEstimate(NamedTuple):
     """Predicted compute buffers: the offload device's, and the host's (CPU or CUDA_Host)."""
 
     device_bytes: int
@@ -161,3 +161,18 @@ def estimate_compute(
     )
     peaks = replay_for(facts, run, options).peaks(placement)
     return ComputeEstimate(device_bytes=peaks[DEV], host_bytes=peaks[CPU])
+
+
+def compute_for(
+    facts: ModelFacts, settings: Settings, *, output_on_device: bool, layers_on_device: int,
+    cpu_expert_blocks: Iterable[int],
+) -> ComputeEstimate:  # fmt: skip
+    """``estimate_compute`` for llama-server at ``settings`` and a placement."""
+    return estimate_compute(
+        facts, n_ctx=settings.n_ctx, n_ubatch=settings.n_ubatch,
+        flash_attn=settings.flash_attn, type_k=settings.type_k, type_v=settings.type_v,
+        output_on_device=output_on_device, layers_on_device=layers_on_device,
+        cpu_expert_blocks=cpu_expert_blocks, device_kind=settings.device_kind,
+        n_batch=settings.n_batch, n_seq=settings.n_seq,
+        n_outputs=None if settings.all_outputs else settings.n_seq,
+    )  # fmt: skip

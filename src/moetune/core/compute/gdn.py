@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from moetune.core.compute.inputs import Inputs
 from moetune.core.compute.ir import Graph, Tensor
@@ -10,8 +10,7 @@ from moetune.core.compute.params import F32
 from moetune.core.dims import SsmDims
 
 
-@dataclass(frozen=True)
-class _Ssm:
+class _Ssm(NamedTuple):
     """Gated delta net shapes (Qwen3-Next / Qwen3.5 linear-attention layers)."""
 
     d_conv: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from moetune.core.compute.ir import Graph, Tensor
 from moetune.core.compute.params import F32, I32, I64, KQ_MASK_TYPES
@@ -14,8 +14,7 @@ _NO_MIXED_BATCH = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Inputs:
+class Inputs(NamedTuple):
     """The graph inputs (allocated first, in the CPU's compute buffer)."""
 
     tokens: Tensor
@@ -27,8 +26,7 @@ class Inputs:
     out_ids: Tensor
 
 
-@dataclass(frozen=True)
-class _AttnInputs:
+class _AttnInputs(NamedTuple):
     """Per attention kind (full or sliding window): cache row indices, the KQ mask and the
     Hadamard rotations that a quantized cache gets (llama-kv-cache.cpp, n_rot_k/n_rot_v)."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from moetune.core.compute.params import CPU, CUDA_ROW_PADDING, DEV, F32, Options, Placement, Run
 from moetune.core.facts import ModelFacts, TensorFacts
@@ -11,38 +10,53 @@ from moetune.core.facts import ModelFacts, TensorFacts
 _UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
 
 
-@dataclass
 class State:
     """ggml-alloc's hash_node for one tensor: users left, views left, where it lives."""
 
-    children: int = 0
-    views: int = 0
-    allocated: bool = False
-    visited: bool = False
-    offset: int = 0
-    backend: int = DEV
+    __slots__ = ("allocated", "backend", "children", "offset", "views", "visited")
+
+    def __init__(self, *, allocated: bool = False, visited: bool = False, offset: int = 0,
+                 backend: int = DEV) -> None:  # fmt: skip
+        self.children = self.views = 0
+        self.allocated, self.visited = allocated, visited
+        self.offset, self.backend = offset, backend
+
+    def __repr__(self) -> str:
+        where = f"{self.offset} on {self.backend}" if self.allocated else "unallocated"
+        return f"State({self.children} users, {self.views} views, {where})"
 
 
-@dataclass(eq=False)
 class Tensor:
-    """One ggml tensor of the reserve graph: a node, an input leaf, a weight or a cache."""
+    """One ggml tensor of the reserve graph: a node, an input leaf, a weight or a cache.
 
-    name: str
-    op: str
-    ne: tuple[int, ...]
-    esize: float = F32
-    srcs: list[Tensor] = field(default_factory=list)
-    view_src: Tensor | None = None  # the base tensor of a view (never itself a view)
-    buffer: int | None = None  # pre-allocated in this backend's buffer (weights, caches)
-    weight: bool = False
-    is_input: bool = False
-    is_output: bool = False
-    backend: int = -1
-    quant_pad: int = 0  # CUDA pads quantized rows: extra bytes when copied to a CUDA buffer
-    cuda_extra: int = 0  # CUDA flash attention also converts quantized K/V to F16 in place
-    fixed_bytes: int | None = None  # weights: bytes from the file; strided views: their span
-    port: tuple[str, int, int] | None = None  # a tensor crossing segments (replay.py)
-    alloc: State = field(default_factory=State)
+    ``view_src``: the base tensor of a view (never itself a view); ``buffer``: pre-allocated
+    in this backend's buffer (weights, caches); ``quant_pad``: the row padding CUDA adds to a
+    quantized tensor copied to it; ``cuda_extra``: what CUDA flash attention adds to convert a
+    quantized K/V to F16 in place; ``fixed_bytes``: a weight's bytes from the file, or a
+    strided view's span; ``port``: a tensor that crosses segments (replay.py).
+    """
+
+    __slots__ = ("alloc", "backend", "buffer", "cuda_extra", "esize", "fixed_bytes", "is_input",
+                 "is_output", "name", "ne", "op", "port", "quant_pad", "srcs", "view_src",
+                 "weight")  # fmt: skip
+
+    def __init__(  # noqa: PLR0917 - ggml's own order: name, op, shape, type, sources, view
+        self, name: str, op: str, ne: tuple[int, ...], esize: float = F32,
+        srcs: list[Tensor] | None = None, view_src: Tensor | None = None, *,
+        buffer: int | None = None, weight: bool = False, is_input: bool = False,
+        backend: int = -1, quant_pad: int = 0, fixed_bytes: int | None = None,
+    ) -> None:  # fmt: skip
+        self.name, self.op, self.ne, self.esize = name, op, ne, esize
+        self.srcs: list[Tensor] = [] if srcs is None else srcs
+        self.view_src = view_src
+        self.buffer, self.weight, self.is_input, self.is_output = buffer, weight, is_input, False
+        self.backend, self.quant_pad, self.cuda_extra = backend, quant_pad, 0
+        self.fixed_bytes = fixed_bytes
+        self.port: tuple[str, int, int] | None = None
+        self.alloc = State()
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r}, {self.op!r}, {self.ne}, backend={self.backend})"
 
     @property
     def nbytes(self) -> int:

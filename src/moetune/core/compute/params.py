@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from moetune.core.facts import TensorFacts
 from moetune.core.kvcache import pad
@@ -28,8 +28,7 @@ _QUANT_BYTES = {
 }
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(NamedTuple):
     """The shape of the worst-case (prompt-processing) ubatch that sched_reserve builds."""
 
     n_tokens: int
@@ -53,8 +52,7 @@ def run_params(n_ctx: int, n_ubatch: int, n_batch: int, n_seq: int, n_outputs: i
     return Run(n_tokens, n_seq, min(n_tokens, outputs_max), ctx, ubatch)
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):
     """Where weights live: blocks >= ``dev_start`` on the device, minus CPU experts."""
 
     dev_start: int
@@ -73,8 +71,7 @@ class Placement:
         return self.block(tensor.layer)
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
     """Context settings that change the graph or the allocator."""
 
     flash_attn: bool

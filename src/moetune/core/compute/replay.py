@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from moetune.core.compute.alloc import FreeBlocks, GAlloc, count_uses, simulate
 from moetune.core.compute.graph import embeddings, layer, output
@@ -54,14 +54,15 @@ SlotState = tuple[bool, int, int, bool, bool]  # + no later user, no later view
 ResShape = tuple[tuple[int, ...], float] | None  # the residual's ne and element size
 Carries = tuple[int, ...]
 SplitEntry = tuple[int, bool]  # the current split: backend, has inputs
+# The allocator's whole state between two segments: free blocks, crossing tensors.
+Snapshot = tuple[tuple[tuple[int, FreeBlocks], ...], tuple[tuple[Slot, PortState], ...]]
 
 
 class NotSegmentable(Exception):
     """A situation the segment replay does not cover (the whole graph is replayed instead)."""
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(NamedTuple):
     """What a segment is, wherever it sits: the head, a block (its tensors, dimensions and
     placement), or the output head (where the output layer is)."""
 
@@ -69,14 +70,12 @@ class Kind:
     sig: Hashable = None
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     kind: Kind
     il: int = -1  # the block a block segment is built for
 
 
-@dataclass(frozen=True)
-class Situation:
+class Situation(NamedTuple):
     """A segment's assignment: its kind, the residual's shape and final backend, the carries
     of the expansion passes; the segment's final backends are a function of it."""
 
@@ -86,8 +85,7 @@ class Situation:
     res_backend: int
 
 
-@dataclass(frozen=True)
-class EmissionKey:
+class EmissionKey(NamedTuple):
     """What a segment's allocation order depends on."""
 
     situation: Situation
@@ -97,8 +95,7 @@ class EmissionKey:
     insertions: tuple[Slot, ...]  # copies later segments added to its last split
 
 
-@dataclass
-class _Built:
+class _Built(NamedTuple):
     """One segment's nodes, built for a situation."""
 
     nodes: list[Tensor]
@@ -107,15 +104,15 @@ class _Built:
     res_out: Tensor | None
 
 
-@dataclass
 class _Profile:
     """Pass 1 of one segment (its pinned backends), the carries it passes on, and the shape of
     the residual it hands to the next segment."""
 
-    pinned: tuple[int, ...]
-    views: tuple[bool, ...]
-    res_out: ResShape
-    carries: dict[tuple[int, Carries, int], int] = field(default_factory=dict)
+    __slots__ = ("carries", "pinned", "res_out", "views")
+
+    def __init__(self, pinned: tuple[int, ...], views: tuple[bool, ...], res_out: ResShape) -> None:
+        self.pinned, self.views, self.res_out = pinned, views, res_out
+        self.carries: dict[tuple[int, Carries, int], int] = {}
 
     def carry(self, index: int, prior: Carries, cur: int) -> int:
         """The carry out of pass ``index``, given the carries into the earlier passes."""
@@ -134,8 +131,7 @@ class _Profile:
         return backends
 
 
-@dataclass(frozen=True)
-class _SplitOut:
+class _SplitOut(NamedTuple):
     """What the splitter did in one segment (its nodes replayed with a given entry state)."""
 
     exit: SplitEntry
@@ -145,30 +141,28 @@ class _SplitOut:
     uses: tuple[tuple[Slot, int, int], ...]  # (slot, users, views), insertions aside
 
 
-@dataclass
 class _Plan:
     """One segment in the split sweep, and the copies later segments attribute to it."""
 
-    situation: Situation
-    entry: SplitEntry
-    existing: frozenset[Slot]
-    carried: bool
-    out: _SplitOut
-    insertions: tuple[Slot, ...] = ()
+    __slots__ = ("carried", "entry", "existing", "insertions", "out", "situation")
+
+    def __init__(self, situation: Situation, entry: SplitEntry, existing: frozenset[Slot],
+                 carried: bool, out: _SplitOut) -> None:  # fmt: skip
+        self.situation, self.entry, self.existing = situation, entry, existing
+        self.carried, self.out = carried, out
+        self.insertions: tuple[Slot, ...] = ()
 
     def key(self) -> EmissionKey:
         return EmissionKey(self.situation, self.entry, self.existing, self.carried,
                            self.insertions)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _Emission:
+class _Emission(NamedTuple):
     slots: tuple[Slot, ...]  # crossing tensors, in the order the emission touches them
     created: frozenset[Slot]  # those allocated here (copies emitted by this segment)
 
 
-@dataclass(frozen=True)
-class _AllocOut:
+class _AllocOut(NamedTuple):
     blocks: dict[int, FreeBlocks]
     peaks: dict[int, int]
     slots: tuple[PortState, ...]  # after the segment, per slot of the emission
@@ -197,6 +191,11 @@ class Replay:
         self._splits: dict[tuple[Situation, SplitEntry, frozenset[Slot], bool], _SplitOut] = {}
         self._emissions: dict[EmissionKey, _Emission] = {}
         self._allocs: dict[Hashable, _AllocOut] = {}
+        self._segs: dict[tuple[str, Hashable, int], Segment] = {}
+        self._results: dict[tuple[Kind, ...], dict[int, int]] = {}
+        self._snapshots: list[Snapshot] = []
+        self._state_ids: dict[Snapshot, int] = {}
+        self._steps: dict[Hashable, tuple[int, int, int]] = {}
 
     # --- building segments ----------------------------------------------------------------
 
@@ -212,15 +211,24 @@ class Replay:
         )
         return (tensors, d.swa[il], d.recurrent[il], d.n_head[il], d.n_head_kv[il])
 
-    def segments(self, place: Placement) -> list[Segment]:
-        layers = self.facts.dims.layers
-        segments = [Segment(Kind("head"))]
-        for il in layers:
-            sig = (self.block_sigs[il], il >= place.dev_start, il in place.cpu_experts,
-                   il == layers[-1])  # fmt: skip
-            segments.append(Segment(Kind("block", sig), il))
-        segments.append(Segment(Kind("tail", place.output_on_device)))
-        return segments
+    def segments(self, place: Placement) -> tuple[Segment, ...]:
+        """The graph's segments for ``place`` (the same objects for the same situations)."""
+        last = self.facts.dims.layers[-1]
+        found = [self._segment("head", None, -1)]
+        for il in self.facts.dims.layers:
+            on_dev, cpu_experts = il >= place.dev_start, il in place.cpu_experts
+            found.append(self._segment("block", (on_dev, cpu_experts, il == last), il))
+        found.append(self._segment("tail", place.output_on_device, -1))
+        return tuple(found)
+
+    def _segment(self, what: str, how: Hashable, il: int) -> Segment:
+        key = (what, how, il)
+        seg = self._segs.get(key)
+        if seg is None:
+            sig = (self.block_sigs[il], *how) if isinstance(how, tuple) else how
+            seg = Segment(Kind(what, sig), il)
+            self._segs[key] = seg
+        return seg
 
     def _build(self, seg: Segment, res: ResShape, res_backend: int) -> _Built:
         """Fresh nodes for ``seg``, the residual coming in as a stand-in tensor."""
@@ -276,9 +284,14 @@ class Replay:
 
     def _peaks(self, place: Placement) -> dict[int, int]:
         segments = self.segments(place)
-        situations = self._situations(segments)
-        plans = self._split_sweep(segments, situations)
-        return self._alloc_sweep(segments, plans, self._last_uses(plans))
+        kinds = tuple(seg.kind for seg in segments)
+        found = self._results.get(kinds)
+        if found is None:
+            situations = self._situations(segments)
+            plans = self._split_sweep(segments, situations)
+            found = self._alloc_sweep(segments, plans, self._last_uses(plans))
+            self._results[kinds] = found
+        return dict(found)
 
     def _situations(self, segments: Sequence[Segment]) -> list[Situation]:
         """Each segment's residual, carries and residual backend: passes 1-4 at segment level."""
@@ -347,7 +360,7 @@ class Replay:
             return new_copy(t, backend)
 
         first = Split(entry[0], carried=carried, had_inputs=entry[1])
-        splitter = Splitter([first], copies, key_of, make)
+        splitter = Splitter(first, copies, key_of, make)
         for node in built.nodes:
             splitter.add(node)
         return splitter
@@ -439,26 +452,52 @@ class Replay:
 
     def _alloc_sweep(self, segments: Sequence[Segment], plans: Sequence[_Plan],
                      last: dict[Slot, tuple[int, int]]) -> dict[int, int]:  # fmt: skip
-        """The allocator, segment by segment, memoised on each segment's state."""
-        blocks = GAlloc(self.opts).blocks()
-        ports: dict[Slot, PortState] = {}
+        """The allocator, segment by segment: each step memoised on (the segment's allocation
+        order, the whole allocator state before it, which crossing tensors are done)."""
+        state = self._state_id(GAlloc(self.opts).blocks(), {})
         peaks = {DEV: 0, CPU: 0}
+        breaks = {i for pair in last.values() for i in pair}
+        done: frozenset[tuple[Slot, bool, bool]] = frozenset()
         for i, (seg, plan) in enumerate(zip(segments, plans, strict=True)):
-            ekey = plan.key()
-            emission = self._emission_of(seg, ekey)
-            states = tuple(_slot_state(slot, emission, ports, last, i) for slot in emission.slots)
-            key = (ekey, tuple(sorted(blocks.items())), states)
-            found = self._allocs.get(key)
-            if found is None:
-                found = self._allocate(seg, ekey, blocks, states)
-                self._allocs[key] = found
-            blocks = found.blocks
-            for backend, peak in found.peaks.items():
-                peaks[backend] = max(peaks[backend], peak)
-            ports.update(zip(emission.slots, found.slots, strict=True))
-            if found.res_out is not None:
-                ports[RES] = found.res_out
+            if i in breaks or i == 0:
+                done = frozenset((slot, c <= i, v <= i) for slot, (c, v) in last.items())
+            key = (id(plan.out), plan.insertions, state, done)
+            step = self._steps.get(key)
+            if step is None:
+                step = self._step(seg, plan, state, last, i)
+                self._steps[key] = step
+            state = step[0]
+            peaks[DEV] = max(peaks[DEV], step[1])
+            peaks[CPU] = max(peaks[CPU], step[2])
         return peaks
+
+    def _state_id(self, blocks: dict[int, FreeBlocks], ports: dict[Slot, PortState]) -> int:
+        """The interned id of a whole allocator state: free blocks and crossing tensors."""
+        snapshot = (tuple(sorted(blocks.items())), tuple(sorted(ports.items())))
+        found = self._state_ids.get(snapshot)
+        if found is None:
+            found = len(self._snapshots)
+            self._state_ids[snapshot] = found
+            self._snapshots.append(snapshot)
+        return found
+
+    def _step(self, seg: Segment, plan: _Plan, state: int, last: dict[Slot, tuple[int, int]],
+              i: int) -> tuple[int, int, int]:  # fmt: skip
+        """One segment's allocation from an interned state: (the next state, its peaks)."""
+        blocks_items, port_items = self._snapshots[state]
+        blocks, ports = dict(blocks_items), dict(port_items)
+        ekey = plan.key()
+        emission = self._emission_of(seg, ekey)
+        states = tuple(_slot_state(slot, emission, ports, last, i) for slot in emission.slots)
+        key = (ekey, blocks_items, states)
+        found = self._allocs.get(key)
+        if found is None:
+            found = self._allocate(seg, ekey, blocks, states)
+            self._allocs[key] = found
+        ports.update(zip(emission.slots, found.slots, strict=True))
+        if found.res_out is not None:
+            ports[RES] = found.res_out
+        return self._state_id(found.blocks, ports), found.peaks[DEV], found.peaks[CPU]
 
     def _emission_of(self, seg: Segment, ekey: EmissionKey) -> _Emission:
         found = self._emissions.get(ekey)

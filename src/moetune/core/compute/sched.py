@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 from moetune.core.compute.ir import Graph, Tensor
 from moetune.core.compute.params import CPU, DEV, F32, OP_OFFLOAD_MIN_BATCH, Options
@@ -103,15 +102,17 @@ def assign_backends(g: Graph) -> None:
     finish(g.nodes, backends)
 
 
-@dataclass
 class Split:
-    """Consecutive nodes on one backend, with the copies of foreign sources they need."""
+    """Consecutive nodes on one backend, with the copies of foreign sources they need
+    (``inputs``: source and copy). A ``carried`` split began before these nodes: its inputs
+    are emitted where it began, and ``had_inputs`` says whether it had some already."""
 
-    backend: int
-    inputs: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (source, its copy)
-    nodes: list[Tensor] = field(default_factory=list)
-    carried: bool = False  # begun before these nodes: its inputs are emitted where it began
-    had_inputs: bool = False  # a carried split already had inputs when these nodes began
+    __slots__ = ("backend", "carried", "had_inputs", "inputs", "nodes")
+
+    def __init__(self, backend: int, *, carried: bool = False, had_inputs: bool = False) -> None:
+        self.backend, self.carried, self.had_inputs = backend, carried, had_inputs
+        self.inputs: list[tuple[Tensor, Tensor]] = []
+        self.nodes: list[Tensor] = []
 
 
 CopyKey = Callable[[Tensor], Hashable]
@@ -124,16 +125,16 @@ def new_copy(src: Tensor, backend: int) -> Tensor:
                   quant_pad=src.quant_pad, fixed_bytes=src.fixed_bytes)  # fmt: skip
 
 
-@dataclass
 class Splitter:
     """Pass 5: consecutive nodes of one backend form a split; a source from another backend is
     copied (once per backend) into the first split that needs it; a weight from another
-    backend starts a new split when the current one already has inputs."""
+    backend starts a new split when the current one already has inputs. ``key`` names a
+    source in ``copies``; ``make`` makes its copy."""
 
-    splits: list[Split]
-    copies: dict[tuple[Hashable, int], Tensor]
-    key: CopyKey = id
-    make: CopyMaker = new_copy
+    def __init__(self, first: Split, copies: dict[tuple[Hashable, int], Tensor],
+                 key: CopyKey = id, make: CopyMaker = new_copy) -> None:  # fmt: skip
+        self.splits = [first]
+        self.copies, self.key, self.make = copies, key, make
 
     def add(self, node: Tensor) -> None:
         split = self.splits[-1]
@@ -191,7 +192,7 @@ def emit(splits: Sequence[Split], deps: dict[int, list[Tensor]], cuda: bool) -> 
 
 def split_graph(g: Graph) -> list[Tensor]:
     """Pass 5 and the graph copy over the whole graph: the allocation order."""
-    splitter = Splitter([Split(first_backend(g.nodes))], {})
+    splitter = Splitter(Split(first_backend(g.nodes)), {})
     for node in g.nodes:
         splitter.add(node)
     return emit(splitter.splits, {id(until): kept for until, kept in g.deps}, g.opts.cuda)

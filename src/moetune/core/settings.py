@@ -1,0 +1,38 @@
+"""The llama-server settings that change memory, and the defaults moetune plans with."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moetune.units import MIB
+
+# What a CUDA process costs beyond llama.cpp's own buffers: the context (~300 MiB on recent
+# drivers, more with lazy loading off), cuBLAS workspaces and the memory pool's slack.
+# Users override it with --overhead; `moetune run` measures the real figure.
+DEFAULT_GPU_OVERHEAD_BYTES = 512 * MIB
+DEFAULT_CTX = 32768  # what moetune plans and tunes for when no --ctx is given
+
+
+def default_n_ctx(training_context: int | None) -> int:
+    """The context used when none is given: 32768, or the training context if shorter."""
+    return min(DEFAULT_CTX, training_context or DEFAULT_CTX)
+
+
+class Settings(BaseModel):
+    """The llama-server settings that change memory (defaults: llama-server's, FA on)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    n_ctx: int = Field(gt=0)
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_seq: int = 4  # -np auto: 4 slots sharing one unified cache
+    kv_unified: bool = True  # an explicit -np N turns it off (tools/server/server.cpp)
+    explicit_parallel: bool = False  # pass -np n_seq to llama-server
+    flash_attn: bool = True
+    n_ubatch: int = 512
+    n_batch: int = 2048
+    gpu_overhead_bytes: int = DEFAULT_GPU_OVERHEAD_BYTES
+    device_kind: str = "cuda"  # "cuda", or "rpc" for a ggml-rpc-server device (tests)
+    # llama-server reserves logits for n_seq rows; llama-fit-params and llama-bench for all.
+    all_outputs: bool = False

@@ -1,0 +1,87 @@
+"""The JSON payloads of every command (``to_json`` adds the schema version). No rich here:
+``--json`` output imports only this and the result types."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from moetune.core.facts import ModelFacts
+    from moetune.core.planner import PlanResult
+    from moetune.errors import ProfileError
+    from moetune.jobs.doctor import DoctorReport
+    from moetune.jobs.results import BenchResult, RunResult
+    from moetune.store.hardware import HardwareProfile
+    from moetune.store.tuned import TunedProfile
+
+
+def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, Any]:
+    exclude = None if with_tensors else {"tensors"}
+    return facts.model_dump(mode="json", exclude=exclude)
+
+
+def plan_payload(result: PlanResult) -> dict[str, Any]:
+    """The recommended placement's figures at the top level, everything else nested."""
+    rec = result.recommended
+    mem = rec.memory
+    top: dict[str, Any] = {
+        "n_cpu_moe": rec.n_cpu_moe,
+        "n_gpu_layers": rec.n_gpu_layers,
+        "override_tensor": result.alternative.override_tensor if result.alternative else [],
+        "command": rec.command,
+        "override_command": result.alternative.command if result.alternative else None,
+        "n_ctx": result.settings.n_ctx,
+        "gpu_bytes": mem.gpu_bytes,
+        "gpu_weights_bytes": mem.gpu_weights_bytes,
+        "gpu_kv_bytes": mem.gpu_kv_bytes,
+        "gpu_compute_bytes": mem.gpu_compute_bytes,
+        "gpu_overhead_bytes": mem.gpu_overhead_bytes,
+        "cpu_weights_bytes": mem.cpu_weights_bytes,
+        "host_bytes": mem.host_bytes,
+        "budget_bytes": result.budget_bytes,
+        "fits": result.fits,
+    }
+    return {**top, "plan": result.model_dump(mode="json")}
+
+
+def run_payload(result: RunResult) -> dict[str, Any]:
+    best = result.best
+    return {
+        "device": result.device,
+        "probe": result.probe,
+        "target_bytes": result.target_bytes,
+        "planned_n_cpu_moe": result.planned_n_cpu_moe,
+        "launches": len(result.attempts),
+        "attempts": [a.model_dump(mode="json") for a in result.attempts],
+        "best": None
+        if best is None
+        else {**best.model_dump(mode="json"), "command": result.command},
+        "n_ctx": result.settings.n_ctx,
+    }
+
+
+def run_profile_payload(result: RunResult) -> dict[str, Any]:
+    return {"name": result.profile_name, "path": result.profile_path,
+            "reused": result.reused_profile}  # fmt: skip
+
+
+def bench_payload(result: BenchResult) -> dict[str, Any]:
+    """The JSON form (report.to_json adds the schema version)."""
+    return result.model_dump(mode="json")
+
+
+def profiles_payload(hardware: list[HardwareProfile], tuned: list[TunedProfile | ProfileError],
+                     root: str) -> dict[str, Any]:  # fmt: skip
+    from moetune.errors import ProfileError
+    from moetune.store.tuned import TunedProfile
+
+    return {
+        "hardware": [p.model_dump(mode="json") | {"vram_bytes": p.vram_bytes} for p in hardware],
+        "tuned_dir": root,
+        "tuned": [e.model_dump(mode="json") for e in tuned if isinstance(e, TunedProfile)],
+        "broken": [e.message for e in tuned if isinstance(e, ProfileError)],
+    }
+
+
+def doctor_payload(report: DoctorReport) -> dict[str, Any]:
+    return {"worst": report.worst, **report.model_dump(mode="json")}
