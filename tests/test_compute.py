@@ -9,6 +9,7 @@ grid of ubatch x context on several architectures and read its ``compute buffer 
 from __future__ import annotations
 
 import itertools
+import random
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,14 @@ from typing import Any
 import pytest
 
 from moetune.core.compute import ComputeEstimate, estimate_compute
+from moetune.core.compute.alloc import simulate
+from moetune.core.compute.params import Options, Placement, run_params
+from moetune.core.compute.replay import Replay
 from moetune.core.facts import ModelFacts, load_model_facts
 from moetune.llamacpp.log import PRINTED_MIB_TOLERANCE_BYTES, parse_buffers
 from moetune.units import MIB
 
-from factory import write_header_only, write_model
+from factory import ARCHS, write_header_only, write_model
 from llama import bin_path, running_server
 
 UBATCHES = (128, 512, 2048)
@@ -231,3 +235,48 @@ def test_fit_params_dry_run_of_a_real_size_model(tmp_path: Path, rpc: str) -> No
         )
         assert estimate.device_bytes // MIB == device
         assert estimate.host_bytes // MIB == int(rows["Host"][3])
+
+
+# --- the segment replay gives the whole-graph replay's figures ---------------------------------
+
+
+def _placements(n: int, rng: random.Random) -> list[Placement]:
+    """Every kind of placement a planner tries (first or last blocks' experts on the CPU, -ngl,
+    scattered blocks), and some at random."""
+    found = [Placement(0, frozenset(), True), Placement(0, frozenset(range(n)), True)]
+    found += [Placement(0, frozenset(range(k)), True) for k in (1, n // 2)]
+    found += [Placement(0, frozenset(range(n - k, n)), k % 2 == 0) for k in (1, n // 2)]
+    found += [Placement(k, frozenset(), k < n) for k in (1, n // 2, n)]
+    for _ in range(4):
+        blocks = frozenset(i for i in range(n) if rng.random() < 0.5)
+        found.append(Placement(rng.randrange(n), blocks, rng.random() < 0.5))
+    return found
+
+
+REPLAY_SETTINGS = [  # (n_ctx, n_ubatch, flash attention, cache type, device kind, n_seq, outputs)
+    (4096, 512, True, "q8_0", "cuda", 4, 4),
+    (1024, 128, False, "f16", "rpc", 4, 4),
+    (16384, 2048, True, "q4_0", "rpc", 1, None),
+    (2048, 256, True, "f16", "cuda", 1, None),
+]
+
+
+@pytest.mark.parametrize("arch", [*ARCHS, "qwen3moe-q4k-mixed"])
+@pytest.mark.parametrize("setting", REPLAY_SETTINGS, ids=lambda s: f"{s[4]}-ctx{s[0]}-ub{s[1]}")
+def test_segment_replay_equals_the_whole_graph(
+    tmp_path_factory: pytest.TempPathFactory, arch: str, setting: tuple[Any, ...]
+) -> None:
+    """The memoised segment replay (what estimate_compute uses) reproduces simulate() exactly,
+    for every placement kind, on every fixture architecture; one replay serves them all."""
+    root = tmp_path_factory.mktemp("replay")
+    if arch == "qwen3moe-q4k-mixed":  # blocks of two signatures, as real Q4_K_M files have
+        facts = load_model_facts(write_header_only(root / "mixed.gguf", n_layers=10,
+                                                   n_vocab=4096, n_merges=10))  # fmt: skip
+    else:
+        facts = load_model_facts(write_model(root / f"{arch}.gguf", arch, n_layers=6))
+    n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
+    run = run_params(n_ctx, ubatch, 2048, n_seq, outputs)
+    opts = Options(fa, cache, cache if fa else "f16", kind == "cuda", kind == "cuda")
+    replay = Replay(facts, run, opts)
+    for placement in _placements(facts.n_layers, random.Random(arch)):
+        assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement

@@ -278,11 +278,12 @@ class Replay:
     def peaks(self, place: Placement) -> dict[int, int]:
         """The compute buffer of each backend for ``place`` (as ``simulate`` gives it)."""
         try:
-            return self._peaks(place)
+            return self.segmented_peaks(place)
         except NotSegmentable:
             return simulate(self.facts, self.run, place, self.opts)
 
-    def _peaks(self, place: Placement) -> dict[int, int]:
+    def segmented_peaks(self, place: Placement) -> dict[int, int]:
+        """``peaks`` by the segment replay alone (NotSegmentable where it does not apply)."""
         segments = self.segments(place)
         kinds = tuple(seg.kind for seg in segments)
         found = self._results.get(kinds)
