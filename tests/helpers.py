@@ -47,9 +47,9 @@ def moetune(*args: str, home: Path | None = None, timeout: float = 300,
 
 
 def start_moetune(*args: str, home: Path | None = None) -> subprocess.Popen[str]:
-    """Start ``moetune ARGS`` in the background (stdout and stderr piped)."""
+    """Start ``moetune ARGS`` in the background: stdout discarded, stderr piped."""
     return subprocess.Popen(
-        [*MOETUNE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [*MOETUNE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=moetune_env(home), preexec_fn=default_signals,  # noqa: PLW1509
     )  # fmt: skip
 

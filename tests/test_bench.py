@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from moetune.errors import ExitCode, ServerFailedError
 from moetune.llamacpp.client import ServerClient, parse_sse_lines
 
 from factory import write_model
+from helpers import moetune, start_moetune
 from llama import running_server, wait_for_servers
 from rawhttp import raw_http_server, sse_response
 
@@ -94,15 +94,6 @@ CTX = 1024
 N_PREDICT = 8
 REPEATS = 2
 TARGET_MIB = 30  # on this model: --n-cpu-moe 2 fits, everything on the device does not
-
-
-def moetune(*args: str, home: Path | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    env = {**os.environ, "COLUMNS": "200"}
-    if home is not None:
-        env["MOETUNE_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "moetune", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False, env=env)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -238,10 +229,9 @@ def test_server_url_unreachable() -> None:
 
 @pytest.mark.server
 def test_sigterm_mid_bench_leaves_no_server(model: Path, rpc: str, tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "moetune", "bench", str(model), "--ctx", str(CTX),
-            "--depths", "0,700", "--repeats", "50", "--n-predict", "16", "--no-save",
-            "--", "--rpc", rpc]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_moetune("bench", str(model), "--ctx", str(CTX), "--depths", "0,700",
+                         "--repeats", "50", "--n-predict", "16", "--no-save", "--",
+                         "--rpc", rpc)  # fmt: skip
     servers = wait_for_servers(proc.pid)
     time.sleep(1.5)
     os.kill(proc.pid, signal.SIGTERM)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from moetune.errors import BadValueError, ServerFailedError
@@ -204,7 +205,9 @@ def live(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
     log_dir = tmp_path_factory.mktemp("bench-logs")
     server = srv.launch(bin_path("llama-server"), args, log_dir=log_dir)
     with server, ServerClient(server.url, timeout=120) as client:
-        assert client.wait_ready(60, server.check_alive) >= 0
+        waited = client.wait_ready(60, server.check_alive)
+        assert 0 < waited < 60  # it polled until the model was loaded, within the timeout
+        assert httpx.get(f"{server.url}/health", timeout=5).json() == {"status": "ok"}
         yield client
 
 

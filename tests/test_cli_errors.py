@@ -5,28 +5,18 @@ from __future__ import annotations
 import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from moetune.errors import ExitCode
 
+from helpers import moetune
 from rawgguf import RawGGUF, small_model
 
 # Root reads any file; without these two capabilities it is refused like anyone else.
 NO_DAC = "-dac_override,-dac_read_search"
 AS_ORDINARY_ROOT = ("setpriv", "--bounding-set", NO_DAC, "--inh-caps", NO_DAC, "--")
-
-
-def moetune(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "moetune", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], code: ExitCode) -> str:

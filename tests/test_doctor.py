@@ -29,9 +29,10 @@ from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
 from moetune.units import GIB, MIB
 
 from fakes import FakeGpuProbe, FakeHostProbe, fake_gpu
+from helpers import EXAMPLE_QWEN
 
 ROOT = Path(__file__).resolve().parent.parent
-QWEN = ROOT / "examples" / "models" / "Qwen3-30B-A3B-Q4_K_M.header.gguf"
+QWEN = EXAMPLE_QWEN
 RTX_4090 = "NVIDIA GeForce RTX 4090"
 HARDWARE = load_hardware_profiles()
 

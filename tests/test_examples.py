@@ -12,7 +12,7 @@ from moetune.core.facts import load_model_facts
 from moetune.gguf import SkippedArray, read_model
 from moetune.units import GIB
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
+from helpers import EXAMPLES
 
 
 def test_script_reproduces_the_committed_files(tmp_path: Path) -> None:

@@ -417,8 +417,9 @@ def test_psutil_host_is_sane() -> None:
     host = PsutilHostProbe().host()
     assert host.ram_total_bytes > 0
     assert 0 < host.ram_available_bytes <= host.ram_total_bytes
-    assert host.swap_total_bytes >= 0
-    assert 0 <= host.swap_used_bytes <= max(host.swap_total_bytes, host.swap_used_bytes)
+    assert 0 <= host.swap_used_bytes <= host.swap_total_bytes
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    assert host.swap_total_bytes == int(meminfo["SwapTotal"].split()[0]) * 1024
     assert host.logical_cores >= 1
     assert host.physical_cores is None or 1 <= host.physical_cores <= host.logical_cores
     assert host.ram_limit_bytes is None or 0 < host.ram_limit_bytes < host.ram_total_bytes
@@ -467,16 +468,25 @@ def test_process_tree_includes_children() -> None:
 # --- fakes, protocols, detection ----------------------------------------------------------
 
 
-def test_every_probe_implements_its_protocol() -> None:
-    gpu_probes: list[object] = [
+def test_every_probe_implements_its_protocol(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Typed as the Protocols (mypy checks the signatures), and each answers like one."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi: the probe says so, empty
+    gpu_probes: list[GpuProbe] = [
         NvmlProbe(FakeNvml()),
         SmiProbe(),
         NoGpuProbe("none"),
         FakeGpuProbe.single(),
     ]
-    assert all(isinstance(probe, GpuProbe) for probe in gpu_probes)
-    assert isinstance(PsutilHostProbe(), HostProbe)
-    assert isinstance(FakeHostProbe.typical(), HostProbe)
+    for probe in gpu_probes:
+        assert isinstance(probe.name, str) and probe.name
+        gpus = probe.gpus()
+        assert all(isinstance(gpu, GpuInfo) for gpu in gpus)
+        assert (probe.why is None) == bool(gpus) or isinstance(probe, FakeGpuProbe)
+        used = probe.process_used_bytes(os.getpid())
+        assert all(isinstance(k, int) and isinstance(v, int) for k, v in used.items())
+    host_probes: list[HostProbe] = [PsutilHostProbe(), FakeHostProbe.typical()]
+    assert all(isinstance(probe.host(), HostInfo) for probe in host_probes)
 
 
 def test_fake_gpu_probe() -> None:

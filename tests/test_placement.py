@@ -22,8 +22,7 @@ from moetune.core.planner import layer_set_regex, n_cpu_moe_split, ot_rules
 from moetune.gguf.roles import Role
 
 from factory import ARCHS
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
+from helpers import EXAMPLES
 
 
 @pytest.fixture(scope="module")

@@ -3,36 +3,25 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from moetune.cli import app
 from moetune.errors import ExitCode
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import ARCHS, MOE_ARCHS
+from helpers import EXAMPLE_QWEN, cli, moetune
 from llama import running_server
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
-QWEN = str(EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf")
+QWEN = str(EXAMPLE_QWEN)
 TINY = ["--ram", "1G", "--headroom", "0", "--overhead", "0", "--ctx", "4096"]
 
 
 def plan(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["plan", *args])
-    return result.exit_code, result.stdout
-
-
-def moetune(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "moetune", *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    code, out, _ = cli("plan", *args)
+    return code, out
 
 
 def test_main_job_example_prints_the_plan() -> None:

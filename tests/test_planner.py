@@ -20,10 +20,10 @@ from moetune.errors import DoesNotFitError
 from moetune.units import GIB, MIB
 
 from factory import ARCHS, write_header_only
+from helpers import EXAMPLE_GPT_OSS, EXAMPLE_QWEN
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
-QWEN = EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf"
-GPT_OSS = EXAMPLES / "gpt-oss-120b-MXFP4.header.gguf"
+QWEN = EXAMPLE_QWEN
+GPT_OSS = EXAMPLE_GPT_OSS
 
 
 def test_public_fit_data_point(tmp_path: Path) -> None:

@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from moetune.cli import app
 from moetune.errors import ExitCode, ProfileError, ProfileNotFoundError
 from moetune.store.hardware import (
     find_hardware_profile,
@@ -36,10 +34,11 @@ from moetune.store.tuned import (
 from moetune.units import GIB, MIB
 
 from factory import write_model
+from helpers import EXAMPLE_QWEN, cli, moetune
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "src" / "moetune" / "profiles_data"
-QWEN = str(ROOT / "examples" / "models" / "Qwen3-30B-A3B-Q4_K_M.header.gguf")
+QWEN = str(EXAMPLE_QWEN)
 REQUIRED = {"rtx4090", "rtx4090-laptop", "rtx3090", "rtx4060ti-16g", "rtx5090"}
 GOOD = """name = "Test GPU"
 vram = "12G"
@@ -47,11 +46,6 @@ memory_bandwidth_gb_s = 360
 pcie_gen = 4
 pcie_lanes = 16
 """
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.stdout, result.stderr
 
 
 # --- hardware profiles -------------------------------------------------------------------------
@@ -336,11 +330,6 @@ def test_profiles_commands(tiny: Path) -> None:
 
 
 # --- moetune run saves, then reuses (real llama-server, RPC device) -----------------------------
-
-
-def moetune(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "moetune", *args], capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
 
 
 @pytest.mark.server

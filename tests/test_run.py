@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import write_model
+from helpers import moetune, start_moetune
 from llama import running_server, wait_for_servers
 
 pytestmark = pytest.mark.server
@@ -32,11 +32,6 @@ COMMON = ["--ctx", CTX, "--overhead", "0", "--cache-type", "q8_0"]
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("run")
     return {a: write_model(root / f"{a}.gguf", a, n_layers=8) for a in ("qwen3moe", "glm4moe")}
-
-
-def moetune(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "moetune", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)  # fmt: skip
 
 
 def device_mib(model: Path, rpc: str, *args: str) -> float:
@@ -111,9 +106,8 @@ def test_server_dying_at_load_is_reported(tmp_path: Path, rpc: str,
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_mid_run_leaves_no_server(models: dict[str, Path], rpc: str,
                                          sig: signal.Signals) -> None:  # fmt: skip
-    argv = [sys.executable, "-m", "moetune", "run", str(models["glm4moe"]), "--target-vram",
-            "40M", "--ctx", "8192", "--overhead", "0", "--", "--rpc", rpc]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_moetune("run", str(models["glm4moe"]), "--target-vram", "40M", "--ctx", "8192",
+                         "--overhead", "0", "--", "--rpc", rpc)  # fmt: skip
     servers = wait_for_servers(proc.pid)
     time.sleep(1.0)
     os.kill(proc.pid, sig)
@@ -124,9 +118,8 @@ def test_signal_mid_run_leaves_no_server(models: dict[str, Path], rpc: str,
 
 
 def test_keep_serves_the_best_until_ctrl_c(models: dict[str, Path], rpc: str) -> None:
-    argv = [sys.executable, "-m", "moetune", "run", str(models["qwen3moe"]), "--target-vram",
-            "40M", *COMMON, "--keep", "--", "--rpc", rpc]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON,
+                         "--keep", "--", "--rpc", rpc)  # fmt: skip
     try:
         _serves_then_stops(proc)
     finally:

@@ -30,6 +30,7 @@ from moetune.llamacpp import process as srv
 from moetune.llamacpp.client import ServerClient
 from moetune.units import MIB
 
+from helpers import default_signals
 from llama import bin_path, rpc_server
 
 # --- recorded log excerpts (llama.cpp build 11434) ---------------------------------------------
@@ -445,7 +446,7 @@ def child_with_server(
     model = str(tiny_models["qwen3moe"])
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, model, str(tmp_path)], stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True,
+        stderr=subprocess.DEVNULL, text=True, preexec_fn=default_signals,  # noqa: PLW1509
     )  # fmt: skip
     try:
         assert child.stdout is not None

@@ -1,4 +1,4 @@
-"""One error hierarchy; cli.py turns each into one line on stderr and a named exit code."""
+"""One error hierarchy; cli/app.py turns each into one line on stderr and a named exit code."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Hardware probes: NVIDIA GPUs (NVML, else nvidia-smi) and the host (psutil).
 
-Use ``detect_gpu_probe()`` and ``PsutilHostProbe()``; tests and ``--vram`` runs use the fakes
-in ``fakes`` through the same ``GpuProbe`` / ``HostProbe`` Protocols.
+Use ``detect_gpu_probe()`` and ``PsutilHostProbe()``. Both implement the ``GpuProbe`` /
+``HostProbe`` Protocols of ``hardware.base``; the tests' fakes (tests/fakes.py) implement the
+same Protocols. ``--vram`` and ``--gpu`` plans use no probe at all.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """GPUs through the ``nvidia-smi`` command, for when NVML cannot be loaded from Python.
 
-This is the one module besides server.py that runs a subprocess: nvidia-smi has no other
-interface. It runs in its own session so a timeout kills it and anything it started; a
+This is the one module besides llamacpp/process.py that runs a subprocess: nvidia-smi has
+no other interface. It runs in its own session so a timeout kills it and anything it started; a
 process stuck inside the driver may ignore even that, and is then left behind, not waited on.
 """
 

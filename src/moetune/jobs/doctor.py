@@ -12,7 +12,7 @@ and the larger term names the bottleneck. Prompt processing has a third limit: w
 on the CPU, llama.cpp copies them to the GPU for every micro-batch of 32 tokens or more
 (``offload_op`` in ggml-cuda.cu, ``GGML_OP_OFFLOAD_MIN_BATCH``), so the PCIe link caps it.
 
-Pure apart from the probes it is given; returns data (report/profiles.py renders it).
+Pure apart from the probes it is given; returns data (report/doctor.py renders it).
 """
 
 from __future__ import annotations
