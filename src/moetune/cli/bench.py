@@ -15,8 +15,10 @@ from moetune.cli.options import (
     PASS_THROUGH,
     CacheTypeOpt,
     CtxIntOpt,
+    DeviceHeadroomOpt,
     JsonOpt,
     ServerOpt,
+    TargetVramOpt,
 )
 from moetune.errors import BadValueError, ExitCode
 from moetune.jobs.names import CONFIG_NAMES, DEFAULT_N_PREDICT, DEFAULT_REPEATS, ENDPOINTS
@@ -79,12 +81,8 @@ def bench(
     ),
     ctx: CtxIntOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
-    target_vram: Annotated[
-        str | None, typer.Option(help="Device memory budget (default: total - headroom).")
-    ] = None,
-    headroom: Annotated[
-        str, typer.Option(help="Left free when no --target-vram.")
-    ] = DEFAULT_HEADROOM,
+    target_vram: TargetVramOpt = None,
+    headroom: DeviceHeadroomOpt = DEFAULT_HEADROOM,
     overhead: Annotated[
         str, typer.Option(help="Runtime overhead the plans count.")
     ] = DEFAULT_OVERHEAD,

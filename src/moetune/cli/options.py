@@ -25,6 +25,11 @@ OverheadOpt = Annotated[
     str, typer.Option(help="Runtime overhead per GPU (CUDA context), added to llama.cpp's buffers.")
 ]
 ServerOpt = Annotated[str | None, typer.Option(help="llama-server to use.")]
+TargetVramOpt = Annotated[
+    str | None,
+    typer.Option(help="Device memory the server may use at its peak (default: total - headroom)."),
+]
+DeviceHeadroomOpt = Annotated[str, typer.Option(help="Left free when no --target-vram.")]
 GpuProfileOpt = Annotated[
     str | None,
     typer.Option(help="Plan for a hardware profile instead of detecting, e.g. rtx4090."),

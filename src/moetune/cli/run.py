@@ -14,9 +14,11 @@ from moetune.cli.options import (
     PASS_THROUGH,
     CacheTypeOpt,
     CtxIntOpt,
+    DeviceHeadroomOpt,
     JsonOpt,
     ModelArg,
     ServerOpt,
+    TargetVramOpt,
 )
 
 
@@ -25,15 +27,11 @@ from moetune.cli.options import (
 def run(
     context: typer.Context,
     model: ModelArg,
-    target_vram: Annotated[
-        str | None, typer.Option(help="Peak device memory allowed (default: total - headroom).")
-    ] = None,
+    target_vram: TargetVramOpt = None,
     ctx: CtxIntOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     server: ServerOpt = None,
-    headroom: Annotated[
-        str, typer.Option(help="Left free when no --target-vram.")
-    ] = DEFAULT_HEADROOM,
+    headroom: DeviceHeadroomOpt = DEFAULT_HEADROOM,
     overhead: Annotated[
         str, typer.Option(help="Runtime overhead added when memory is read from the log.")
     ] = DEFAULT_OVERHEAD,
