@@ -189,3 +189,31 @@ def test_large_vocabulary_is_skipped_not_decoded(tmp_path: Path) -> None:
     header = read_header_bytes(raw.build())
     assert header.metadata["tokenizer.ggml.merges"] == SkippedArray("STRING", 50_000)
     assert header.tensors[1].name == "blk.0.ffn_up_exps.weight"
+
+
+def test_ggml_type_table_matches_gguf_py() -> None:
+    """moetune's own table of ggml types (so the reader needs no numpy) is gguf-py's."""
+    from moetune.gguf.types import GGML_TYPES, ggml_type
+
+    expected = {int(t): (t.name, *gguf.GGML_QUANT_SIZES[t]) for t in gguf.GGML_QUANT_SIZES}
+    assert expected == GGML_TYPES
+    assert ggml_type(999).known is False and ggml_type(999).name == "TYPE_999"
+
+
+def test_metadata_keys_match_gguf_py() -> None:
+    from moetune.gguf import keys
+
+    assert (keys.ALIGNMENT, keys.ARCHITECTURE, keys.NAME) == (
+        gguf.Keys.General.ALIGNMENT, gguf.Keys.General.ARCHITECTURE, gguf.Keys.General.NAME,
+    )  # fmt: skip
+    split = gguf.Keys.Split
+    assert (keys.SPLIT_NO, keys.SPLIT_COUNT, keys.SPLIT_TENSORS_COUNT) == (
+        split.LLM_KV_SPLIT_NO, split.LLM_KV_SPLIT_COUNT, split.LLM_KV_SPLIT_TENSORS_COUNT,
+    )  # fmt: skip
+    llm = gguf.Keys.LLM
+    for ours, theirs in ((keys.BLOCK_COUNT, llm.BLOCK_COUNT), (keys.EXPERT_COUNT, llm.EXPERT_COUNT),
+                         (keys.EXPERT_USED_COUNT, llm.EXPERT_USED_COUNT),
+                         (keys.EXPERT_SHARED_COUNT, llm.EXPERT_SHARED_COUNT),
+                         (keys.CONTEXT_LENGTH, llm.CONTEXT_LENGTH),
+                         (keys.NEXTN_PREDICT_LAYERS, llm.NEXTN_PREDICT_LAYERS)):  # fmt: skip
+        assert theirs == "{arch}." + ours
