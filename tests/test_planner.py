@@ -9,13 +9,8 @@ import pytest
 from moetune.core.facts import ModelFacts, load_model_facts
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import EXPS_REGEX, Override, Placement, split_weights
-from moetune.core.planner import (
-    PlanRequest,
-    make_plan,
-    max_context,
-    plan_n_cpu_moe,
-    plan_override,
-)
+from moetune.core.plan import PlanRequest, make_plan
+from moetune.core.planner import max_context, plan_n_cpu_moe, plan_override
 from moetune.errors import DoesNotFitError
 from moetune.units import GIB, MIB
 
@@ -113,7 +108,7 @@ def test_max_context_is_the_largest_that_fits(all_facts: dict[str, ModelFacts]) 
 def test_make_plan_for_a_24g_card(all_facts: dict[str, ModelFacts]) -> None:
     facts = all_facts["qwen3-30b"]
     request = PlanRequest(
-        model_path=str(QWEN), target_bytes=24 * GIB, settings=_settings(facts),
+        model_path=str(QWEN), device_bytes=24 * GIB, settings=_settings(facts),
         ram_total_bytes=64 * GIB, ram_available_bytes=48 * GIB, physical_cores=8,
     )  # fmt: skip
     result = make_plan(facts, request)
@@ -132,7 +127,7 @@ def test_dense_model_gets_a_layer_plan(all_facts: dict[str, ModelFacts]) -> None
     full = estimate(facts, Placement(), settings)
     target = full.gpu_bytes - full.gpu_weights_bytes // 2
     request = PlanRequest(
-        model_path="m.gguf", target_bytes=target, headroom_bytes=0, settings=settings
+        model_path="m.gguf", device_bytes=target, headroom_bytes=0, settings=settings
     )
     result = make_plan(facts, request)
     assert not result.is_moe and result.alternative is None
@@ -143,7 +138,7 @@ def test_dense_model_gets_a_layer_plan(all_facts: dict[str, ModelFacts]) -> None
 
 def test_ram_is_checked(all_facts: dict[str, ModelFacts]) -> None:
     facts = all_facts["gpt-oss-120b"]
-    base = PlanRequest(model_path="m", target_bytes=24 * GIB, settings=_settings(facts))
+    base = PlanRequest(model_path="m", device_bytes=24 * GIB, settings=_settings(facts))
     tight = make_plan(
         facts,
         base.model_copy(update={"ram_total_bytes": 64 * GIB, "ram_available_bytes": 30 * GIB}),

@@ -18,9 +18,6 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from pydantic import BaseModel
-
-from moetune.core.command import args_for, server_argv
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate, estimate_from_split
 from moetune.core.placement import EXPS_REGEX, Override, Placement, WeightSplit, split_weights
@@ -29,7 +26,6 @@ from moetune.gguf.roles import Role
 from moetune.units import format_bytes
 
 DEFAULT_HEADROOM_BYTES = 1536 * 1024**2  # 1.5 GiB: the seeds' "1-2 GB under the card's size"
-MIN_USEFUL_CTX = 2048
 CTX_STEP = 256  # llama.cpp pads n_ctx to 256 cells
 
 
@@ -89,7 +85,7 @@ def plan_n_cpu_moe(facts: ModelFacts, budget_bytes: int, settings: Settings) -> 
         if memory.gpu_bytes <= budget_bytes:
             moved = tuple(layer.index for layer in facts.layers[:n] if layer.has_experts)
             return OffloadPlan(Placement.with_n_cpu_moe(n), memory, moved)
-    raise _does_not_fit(facts, budget_bytes, settings)
+    raise does_not_fit(facts, budget_bytes, settings)
 
 
 def layer_set_regex(layers: Sequence[int]) -> str:
@@ -150,7 +146,7 @@ class _OverrideSearch(NamedTuple):
                 return self.refine(moved, moved_bytes) or OffloadPlan(
                     Placement(overrides=ot_rules(moved, None, ())), memory, tuple(moved)
                 )
-        raise _does_not_fit(self.facts, self.budget_bytes, self.settings)
+        raise does_not_fit(self.facts, self.budget_bytes, self.settings)
 
     def refine(self, moved: list[int], moved_bytes: int) -> OffloadPlan | None:
         """Bring back part of the last block moved, if that still fits."""
@@ -207,252 +203,54 @@ def plan_layers(
         memory = estimate(facts, Placement(n_gpu_layers=ngl), settings)
         if memory.gpu_bytes <= budget_bytes:
             return ngl, memory
-    raise _does_not_fit(facts, budget_bytes, settings)
+    raise does_not_fit(facts, budget_bytes, settings)
 
 
-def _does_not_fit(facts: ModelFacts, budget_bytes: int, settings: Settings) -> DoesNotFitError:
-    floor = estimate(facts, Placement.all_experts_on_cpu(), settings)
-    small = settings.model_copy(update={"n_ctx": min(MIN_USEFUL_CTX, settings.n_ctx)})
-    small_q4 = small.model_copy(update={"type_k": "q4_0", "type_v": "q4_0"})
-    floor_small = estimate(facts, Placement.all_experts_on_cpu(), small_q4)
+def does_not_fit(facts: ModelFacts, budget_bytes: int, settings: Settings) -> DoesNotFitError:
+    """The error for a budget no placement fits, with what would fit instead (computed)."""
+    floor = estimate(facts, floor_placement(facts), settings)
     hints = [f"even with every expert on the CPU the GPU needs {format_bytes(floor.gpu_bytes)}"]
-    if floor_small.gpu_bytes <= budget_bytes:
-        hints.append(f"it fits at -c {small.n_ctx} with q4_0 KV cache")
-    else:
-        hints.append("a smaller quant of the model (or a bigger GPU) is needed")
+    hints += [fit.text for fit in context_fits(facts, budget_bytes, settings)] or [
+        "a smaller quant of the model (or a bigger GPU) is needed"
+    ]
     return DoesNotFitError(
         f"does not fit in {format_bytes(budget_bytes)} of GPU memory at -c {settings.n_ctx}",
         hint="; ".join(hints),
     )
 
 
+def floor_placement(facts: ModelFacts) -> Placement:
+    """What needs the least GPU memory: every expert on the CPU (a dense model: -ngl 0)."""
+    return Placement.all_experts_on_cpu() if facts.is_moe else Placement(n_gpu_layers=0)
+
+
+class ContextFit(NamedTuple):
+    """The largest context that fits the budget with every expert on the CPU, at a cache type."""
+
+    n_ctx: int
+    cache_type: str
+
+    @property
+    def text(self) -> str:
+        return f"the largest context that fits at {self.cache_type} is -c {self.n_ctx}"
+
+
+def context_fits(facts: ModelFacts, budget_bytes: int, settings: Settings) -> list[ContextFit]:
+    """The largest contexts that fit at the settings' cache type, and at q4_0 (when that is
+    another type and gives more)."""
+    found: list[ContextFit] = []
+    for cache in dict.fromkeys((settings.type_k, "q4_0")):
+        trial = settings.model_copy(update={"type_k": cache, "type_v": cache})
+        try:
+            best = max_context(facts, floor_placement(facts), budget_bytes, trial)
+        except BadValueError:  # e.g. a head size q4_0 blocks do not divide
+            best = None
+        if best is not None and (not found or best > found[-1].n_ctx):
+            found.append(ContextFit(best, cache))
+    return found
+
+
 def check_context(value: int) -> int:
     if value <= 0:
         raise BadValueError(f"context must be positive, got {value}")
     return value
-
-
-class RamCheck(BaseModel):
-    """CPU-resident weights and host buffers against the host's RAM."""
-
-    needed_bytes: int
-    available_bytes: int | None
-    total_bytes: int | None
-    status: str  # ok | warn | fail | unknown
-    message: str
-
-
-def check_ram(memory: MemoryEstimate, ram_total: int | None, ram_available: int | None) -> RamCheck:
-    """Warn when the CPU side would page (the under-1-tok/s cliff), refuse when impossible."""
-    needed = memory.host_bytes
-    if ram_total is None:
-        return RamCheck(
-            needed_bytes=needed,
-            available_bytes=None,
-            total_bytes=None,
-            status="unknown",
-            message="host RAM unknown: pass --ram to check it",
-        )
-    available = ram_available if ram_available is not None else ram_total
-    if needed > ram_total:
-        status, message = (
-            "fail",
-            (
-                f"needs {format_bytes(needed)} of RAM but the host has {format_bytes(ram_total)}: "
-                "experts would be read from disk on every token (far under 1 tok/s); "
-                "use a smaller quant or more RAM"
-            ),
-        )
-    elif needed > available:
-        status, message = (
-            "warn",
-            (
-                f"needs {format_bytes(needed)} of RAM, {format_bytes(available)} available: "
-                "it will page (mmap re-reading experts from disk); close other programs "
-                "or use a smaller quant"
-            ),
-        )
-    else:
-        status, message = "ok", f"{format_bytes(needed)} of {format_bytes(available)} available"
-    return RamCheck(
-        needed_bytes=needed,
-        available_bytes=available,
-        total_bytes=ram_total,
-        status=status,
-        message=message,
-    )
-
-
-class PlanRequest(BaseModel):
-    """Everything a plan depends on besides the model; sizes in bytes."""
-
-    model_path: str
-    target_bytes: int  # GPU memory moetune may fill (total VRAM or --target-vram)
-    headroom_bytes: int = DEFAULT_HEADROOM_BYTES
-    settings: Settings
-    ctx_max: bool = False  # --ctx max: the largest context that fits
-    n_cpu_moe: int | None = None  # fixed N (with --ctx max: the context for this N)
-    ram_total_bytes: int | None = None
-    ram_available_bytes: int | None = None
-    physical_cores: int | None = None
-    gpu_free_bytes: int | None = None  # detected free VRAM (other processes use the rest)
-
-
-class PlacementResult(BaseModel):
-    """One placement: its llama-server flags, predicted memory and command."""
-
-    n_cpu_moe: int | None
-    override_tensor: list[str]
-    n_gpu_layers: int
-    memory: MemoryEstimate
-    command: list[str]
-    moved_layers: list[int]
-    partial_layer: int | None = None
-    partial_parts: list[str] = []
-
-
-class PlanResult(BaseModel):
-    model: str
-    architecture: str
-    is_moe: bool
-    target_bytes: int
-    headroom_bytes: int
-    budget_bytes: int
-    settings: Settings
-    training_context: int | None
-    recommended: PlacementResult  # --n-cpu-moe N (or -ngl K for a dense model)
-    alternative: PlacementResult | None  # the -ot plan
-    override_gain_bytes: int  # weights the -ot plan keeps on the GPU beyond the N plan
-    ram: RamCheck
-    threads: int | None
-    ubatch_hint: str | None
-    warnings: list[str]
-    fits: bool
-
-
-def _placement_result(
-    req: PlanRequest, plan: OffloadPlan, settings: Settings, threads: int | None
-) -> PlacementResult:
-    placement = plan.placement
-    args = args_for(req.model_path, settings, placement, threads=threads)
-    return PlacementResult(
-        n_cpu_moe=placement.n_cpu_moe,
-        override_tensor=[]
-        if placement.n_cpu_moe is not None
-        else [o.arg for o in placement.overrides],
-        n_gpu_layers=placement.n_gpu_layers,
-        memory=plan.memory,
-        command=server_argv(args),
-        moved_layers=list(plan.moved_layers),
-        partial_layer=plan.partial_layer,
-        partial_parts=list(plan.partial_parts),
-    )
-
-
-def _context_for(facts: ModelFacts, req: PlanRequest, budget: int) -> Settings:
-    """--ctx max: the largest context that fits at the given N, or at the training context
-    with the smallest N, or (if even that is impossible) with every expert on the CPU."""
-    settings = req.settings
-    if not req.ctx_max:
-        return settings
-    if req.n_cpu_moe is not None:
-        placement = Placement.with_n_cpu_moe(req.n_cpu_moe)
-    else:
-        placement = Placement.all_experts_on_cpu() if facts.is_moe else Placement(n_gpu_layers=0)
-    best = max_context(facts, placement, budget, settings)
-    if best is None:
-        raise _does_not_fit(facts, budget, settings.model_copy(update={"n_ctx": CTX_STEP}))
-    return settings.model_copy(update={"n_ctx": best})
-
-
-def _fixed_or_planned(
-    facts: ModelFacts, req: PlanRequest, budget: int, settings: Settings
-) -> OffloadPlan:
-    if req.n_cpu_moe is None:
-        return plan_n_cpu_moe(facts, budget, settings)
-    placement = Placement.with_n_cpu_moe(req.n_cpu_moe)
-    moved = tuple(layer.index for layer in facts.layers[: req.n_cpu_moe] if layer.has_experts)
-    return OffloadPlan(placement, estimate(facts, placement, settings), moved)
-
-
-def _warnings(facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan]) -> list[str]:
-    warnings = []
-    if facts.context_length and settings.n_ctx > facts.context_length:
-        warnings.append(
-            f"context {settings.n_ctx} is beyond the training context {facts.context_length}: "
-            "quality may drop unless the model uses RoPE scaling"
-        )
-    if not plans[0].memory.cache_exact:
-        warnings.append(f"KV cache of architecture {facts.architecture!r} is estimated, not exact")
-    return warnings
-
-
-def _ubatch_hint(
-    facts: ModelFacts, plan: OffloadPlan, budget: int, settings: Settings
-) -> str | None:
-    """Seed finding: with experts on the CPU, -ub 2048 speeds up prefill of long prompts."""
-    if not plan.moved_layers or settings.n_ubatch >= 2048:
-        return None
-    bigger = settings.model_copy(update={"n_ubatch": 2048, "n_batch": 2048})
-    memory = estimate(facts, plan.placement, bigger)
-    advice = "for long prompts add -ub 2048 -b 2048 (faster prefill with experts on the CPU"
-    if memory.gpu_bytes <= budget:
-        return f"{advice}; GPU peak {format_bytes(memory.gpu_bytes)}, still fits)"
-    try:
-        wider = plan_n_cpu_moe(facts, budget, bigger)
-    except DoesNotFitError:
-        return None
-    return f"{advice}; it needs --n-cpu-moe {wider.placement.n_cpu_moe} to fit)"
-
-
-def _free_warning(req: PlanRequest, memory: MemoryEstimate) -> list[str]:
-    free = req.gpu_free_bytes
-    if free is None or free >= memory.gpu_bytes:
-        return []
-    return [
-        f"the GPU has only {format_bytes(free)} free now (other processes hold "
-        f"{format_bytes(req.target_bytes - free)}); close them or pass a lower --target-vram"
-    ]
-
-
-def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
-    """The placement(s) that fit ``req.target_bytes - req.headroom_bytes``, with checks."""
-    budget = req.target_bytes - req.headroom_bytes
-    if budget <= 0:
-        raise BadValueError(
-            f"the target {format_bytes(req.target_bytes)} leaves nothing after the "
-            f"{format_bytes(req.headroom_bytes)} headroom"
-        )
-    settings = _context_for(facts, req, budget)
-    threads = req.physical_cores
-    if facts.is_moe:
-        main = _fixed_or_planned(facts, req, budget, settings)
-        alt = plan_override(facts, budget, settings)
-        if alt.memory.gpu_weights_bytes < main.memory.gpu_weights_bytes:
-            rules = ot_rules(main.moved_layers, None, ())
-            alt = OffloadPlan(Placement(overrides=rules), main.memory, main.moved_layers)
-    else:
-        ngl, memory = plan_layers(facts, budget, settings)
-        main, alt = OffloadPlan(Placement(n_gpu_layers=ngl), memory, ()), None
-    ram = check_ram(main.memory, req.ram_total_bytes, req.ram_available_bytes)
-    recommended = _placement_result(req, main, settings, threads)
-    alternative = _placement_result(req, alt, settings, threads) if alt else None
-    gain = alt.memory.gpu_weights_bytes - main.memory.gpu_weights_bytes if alt else 0
-    return PlanResult(
-        model=req.model_path,
-        architecture=facts.architecture,
-        is_moe=facts.is_moe,
-        target_bytes=req.target_bytes,
-        headroom_bytes=req.headroom_bytes,
-        budget_bytes=budget,
-        settings=settings,
-        training_context=facts.context_length,
-        recommended=recommended,
-        alternative=alternative,
-        override_gain_bytes=gain,
-        ram=ram,
-        threads=threads,
-        ubatch_hint=_ubatch_hint(facts, main, budget, settings) if facts.is_moe else None,
-        warnings=_warnings(facts, settings, [main]) + _free_warning(req, main.memory),
-        fits=main.memory.gpu_bytes <= budget and ram.status != "fail",
-    )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
-    from moetune.core.planner import PlanResult
+    from moetune.core.plan import PlanResult
     from moetune.errors import ProfileError
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.results import BenchResult, RunResult
@@ -40,6 +40,11 @@ def plan_payload(result: PlanResult) -> dict[str, Any]:
         "host_bytes": mem.host_bytes,
         "budget_bytes": result.budget_bytes,
         "fits": result.fits,
+        # when it does not fit: which resource, why, what would, and the nearest that does
+        "fails": result.fails,
+        "reason": result.reason,
+        "suggestions": result.suggestions,
+        "nearest_command": result.nearest.command if result.nearest else None,
     }
     return {**top, "plan": result.model_dump(mode="json")}
 

@@ -6,10 +6,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from moetune.core.command import shell_join
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate
-from moetune.core.planner import PlanResult
+from moetune.core.plan import PlanResult
+from moetune.report.common import ShellLine, new_table, plural, shell_line
 from moetune.units import format_bytes
 
 
@@ -36,10 +36,7 @@ def _memory_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
 
 def _memory_table(result: PlanResult) -> Table:
     mem = result.recommended.memory
-    table = Table(title="memory", title_justify="left")
-    table.add_column("component")
-    table.add_column("size", justify="right")
-    table.add_column("where")
+    table = new_table("memory", ("component", "size", "where"), right=("size",))
     for label, n_bytes, where in _memory_rows(mem):
         table.add_row(label, format_bytes(n_bytes), where)
     gpu_style = "green" if mem.gpu_bytes <= result.budget_bytes else "red"
@@ -59,9 +56,9 @@ def _memory_table(result: PlanResult) -> Table:
     return table
 
 
-def _placement_lines(result: PlanResult) -> list[Text]:
+def _placement_lines(result: PlanResult) -> list[RenderableType]:
     rec, alt = result.recommended, result.alternative
-    lines: list[Text] = []
+    lines: list[RenderableType] = []
     if not result.is_moe:
         lines.append(Text(f"dense model: expert offload does not apply; -ngl {rec.n_gpu_layers}"))
         return lines
@@ -74,21 +71,45 @@ def _placement_lines(result: PlanResult) -> list[Text]:
             else "  (every expert on the GPU)",
         )
     )
-    if alt is not None and not alt.override_tensor:
+    if not rec.moved_layers and rec.fits:
         lines.append(Text("-ot not needed: every expert fits on the GPU"))
     elif alt is not None:
-        detail = f"{len(alt.moved_layers)} whole blocks"
+        detail = f"{plural(len(alt.moved_layers), 'whole block')}"
         if alt.partial_layer is not None:
             detail += f" + {'/'.join(alt.partial_parts)} of block {alt.partial_layer}"
         gain = result.override_gain_bytes
-        lines.append(
-            Text.assemble(
-                ("-ot ", "bold"),
-                (",".join(alt.override_tensor) or "(none)", "cyan"),
-                f"\n    experts on the CPU: {detail}; keeps {format_bytes(gain)} more on the GPU",
-            )
-        )
+        rule = ShellLine("-ot ", style="bold")
+        rule.append(",".join(alt.override_tensor), style="cyan")
+        lines += [rule, Text(f"    experts on the CPU: {detail}; keeps {format_bytes(gain)} "
+                             "more on the GPU")]  # fmt: skip
     return lines
+
+
+def _budget_line(result: PlanResult) -> str:
+    if result.target_bytes is not None:
+        return f"budget = --target-vram {format_bytes(result.budget_bytes)}"
+    device, headroom = format_bytes(result.device_bytes), format_bytes(result.headroom_bytes)
+    return f"budget = GPU {device} - headroom {headroom} = {format_bytes(result.budget_bytes)}"
+
+
+def _commands(result: PlanResult) -> list[RenderableType]:
+    """The ready commands; when the plan does not fit, the nearest one that does instead,
+    and the planned ones only as comments."""
+    rec, alt = result.recommended, result.alternative
+    if result.fits:
+        parts: list[RenderableType] = [Text("command:", style="bold")]
+        parts.append(shell_line(rec.command))
+        if alt is not None:
+            parts += [Text("-ot form:", style="bold"), shell_line(alt.command)]
+        return parts
+    parts = [Text(f"does NOT fit: {result.reason}", style="bold red")]
+    parts += [Text(f"  - {s}", style="yellow") for s in result.suggestions]
+    if result.nearest is not None:
+        parts += [Text("nearest command that fits:", style="bold"),
+                  shell_line(result.nearest.command)]  # fmt: skip
+    parts += [Text("the planned command (does not fit, not runnable as is):", style="dim"),
+              shell_line(rec.command, prefix="# ", style="dim")]  # fmt: skip
+    return parts
 
 
 def render_plan(result: PlanResult, facts: ModelFacts, gpu_source: str) -> RenderableType:
@@ -99,26 +120,11 @@ def render_plan(result: PlanResult, facts: ModelFacts, gpu_source: str) -> Rende
     )
     parts: list[RenderableType] = [header, Text(""), *_placement_lines(result), Text("")]
     parts.append(_memory_table(result))
-    parts.append(
-        Text(
-            f"budget = target {format_bytes(result.target_bytes)} - headroom "
-            f"{format_bytes(result.headroom_bytes)}; RAM check: {result.ram.status}",
-            style="dim",
-        )
-    )
-    if result.ram.status != "ok":
+    parts.append(Text(f"{_budget_line(result)}; RAM check: {result.ram.status}", style="dim"))
+    if result.ram.status not in ("ok", "fail"):
         parts.append(Text(f"RAM: {result.ram.message}", style="yellow"))
     for warning in result.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     if result.ubatch_hint:
         parts.append(Text(f"hint: {result.ubatch_hint}", style="dim"))
-    parts += [
-        Text(""),
-        Text("command:", style="bold"),
-        Text(shell_join(result.recommended.command)),
-    ]
-    if result.alternative and result.alternative.override_tensor:
-        parts += [Text("-ot form:", style="bold"), Text(shell_join(result.alternative.command))]
-    if not result.fits:
-        parts.append(Text("does NOT fit: see the table above", style="bold red"))
-    return Group(*parts)
+    return Group(*parts, Text(""), *_commands(result))
