@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from moetune import hardware
 from moetune.cli import app
 from moetune.core.facts import load_model_facts
-from moetune.errors import ServerFailedError, ServerNotFoundError
+from moetune.errors import ExitCode, ServerFailedError, ServerNotFoundError
 from moetune.hardware import GpuInfo, HostInfo
 from moetune.hardware import host as hardware_host
 from moetune.jobs.doctor import (
@@ -22,6 +22,7 @@ from moetune.jobs.doctor import (
     DoctorReport,
     Finding,
     diagnose,
+    gpu_findings,
 )
 from moetune.llamacpp import process
 from moetune.llamacpp.info import Device, ServerInfo
@@ -212,7 +213,7 @@ def test_unknown_card_without_profile() -> None:
     assert report.ceiling is not None and report.ceiling.decode_tps is None
 
 
-@pytest.mark.parametrize(("vram", "words"), [("2G", "does not fit"), ("512M", "headroom")])
+@pytest.mark.parametrize(("vram", "words"), [("2G", "the GPU needs"), ("512M", "headroom")])
 def test_model_that_cannot_fit(tmp_path: Path, vram: str, words: str) -> None:
     tiny = tmp_path / "tiny.toml"
     tiny.write_text(f'name = "Tiny"\nvram = "{vram}"\nmemory_bandwidth_gb_s = 100\n'
@@ -263,4 +264,45 @@ def test_cli_doctor_bad_options() -> None:
     bad = CliRunner().invoke(app, ["doctor", "--ram-bandwidth", "0"])
     assert bad.exit_code == 5
     unknown = CliRunner().invoke(app, ["doctor", str(QWEN), "--gpu", "rtx9999"])
-    assert unknown.exit_code == 4 and "no hardware profile" in unknown.stderr
+    assert unknown.exit_code == 5 and "no hardware profile" in unknown.stderr
+
+
+@pytest.mark.usefixtures("fake_machine")
+def test_cli_doctor_fails_with_a_named_code() -> None:
+    """A failing finding (RAM short for the model's CPU side) exits CHECK_FAILED, with the
+    report printed first and one line naming what failed."""
+    result = CliRunner().invoke(app, ["doctor", str(QWEN), "--ctx", "32k", "--vram", "8G"],
+                                env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == ExitCode.OK, result.output  # 64 GB of RAM: all is well
+    tight = CliRunner().invoke(app, ["doctor", str(QWEN), "--vram", "8G", "--ram", "8G"])
+    assert tight.exit_code == ExitCode.CHECK_FAILED, tight.output
+    assert "model-ram" in tight.stdout and "fail" in tight.stdout
+    assert tight.stderr.strip() == ("moetune: error: 1 check failed: model-ram (each with its "
+                                    "fix above) [CHECK_FAILED, exit 12]")  # fmt: skip
+    as_json = CliRunner().invoke(app, ["doctor", str(QWEN), "--vram", "8G", "--ram", "8G",
+                                       "--json"])  # fmt: skip
+    assert as_json.exit_code == ExitCode.CHECK_FAILED
+    assert json.loads(as_json.stdout)["worst"] == "fail"
+
+
+@pytest.mark.usefixtures("fake_machine")
+def test_cli_doctor_takes_the_planning_options() -> None:
+    """--vram, --target-vram, --headroom, --ctx 32k: as plan reads them."""
+    base = ["doctor", str(QWEN), "--json", "--ram", "64G"]
+
+    def n_cpu_moe(*args: str) -> int:
+        result = CliRunner().invoke(app, [*base, "--ctx", "32k", *args])
+        assert result.exit_code == 0, result.output
+        return int(json.loads(result.stdout)["ceiling"]["n_cpu_moe"])
+
+    roomy = n_cpu_moe("--vram", "16G")  # budget 16 - 1.5 GiB
+    assert n_cpu_moe("--vram", "16G", "--target-vram", "12G") > roomy
+    assert n_cpu_moe("--vram", "16G", "--headroom", "0") < roomy
+    refused = CliRunner().invoke(app, [*base, "--ctx", "max"])
+    assert refused.exit_code == ExitCode.BAD_VALUE and "one context" in refused.stderr
+
+
+def test_no_gpu_with_a_described_one_is_a_warning() -> None:
+    found = gpu_findings([], "no NVIDIA driver found", "--vram 24.00 GiB")
+    assert [f.status for f in found] == ["warn"] and "--vram 24.00 GiB" in found[0].message
+    assert [f.status for f in gpu_findings([], "no NVIDIA driver found")] == ["fail"]

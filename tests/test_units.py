@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from moetune.errors import BadValueError
-from moetune.units import GIB, MIB, format_bytes, format_mib, parse_size
+from moetune.units import (
+    GIB,
+    MIB,
+    format_bytes,
+    format_mib,
+    parse_size,
+    parse_tokens,
+    size_arg,
+    tokens_arg,
+)
 
 
 @pytest.mark.parametrize(
@@ -18,7 +27,7 @@ from moetune.units import GIB, MIB, format_bytes, format_mib, parse_size
         ("800M", 800 * MIB),
         ("24000MiB", 24000 * MIB),
         (" 1.5 GiB ", round(1.5 * GIB)),
-        ("1048576", 1048576),
+        ("1048576B", 1048576),
         ("512K", 512 * 1024),
         ("1T", 1024 * GIB),
     ],
@@ -27,7 +36,9 @@ def test_parse_size(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "G", "24Q", "-1G", "0", "24 G B", "1e3G", "twenty"])
+@pytest.mark.parametrize(
+    "text", ["", "G", "24Q", "-1G", "0", "24 G B", "1e3G", "twenty", "16", "1048576"]
+)
 def test_bad_sizes(text: str) -> None:
     with pytest.raises(BadValueError):
         parse_size(text)
@@ -45,3 +56,28 @@ def test_format() -> None:
 def test_zero_allowed_where_asked() -> None:
     assert parse_size("0", allow_zero=True) == 0
     assert parse_size("0G", allow_zero=True) == 0
+
+
+def test_a_size_needs_a_unit() -> None:
+    with pytest.raises(BadValueError) as info:
+        parse_size("16")
+    assert info.value.hint == "did you mean 16G?"
+
+
+@pytest.mark.parametrize("n", [24 * GIB, 1536 * MIB, 512, 3 * 1024, 0, GIB + 1])
+def test_size_arg_parses_back(n: int) -> None:
+    assert parse_size(size_arg(n), allow_zero=True) == n
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"), [("32768", 32768), ("32k", 32768), ("128K", 131072), ("1_024", 1024)]
+)
+def test_parse_tokens(text: str, tokens: int) -> None:
+    assert parse_tokens(text) == tokens
+    assert parse_tokens(tokens_arg(tokens)) == tokens
+
+
+@pytest.mark.parametrize("text", ["", "32m", "1.5k", "-1", "max"])
+def test_bad_tokens(text: str) -> None:
+    with pytest.raises(BadValueError):
+        parse_tokens(text)

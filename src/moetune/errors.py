@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     SERVER_FAILED = 9
     OUT_OF_MEMORY = 10
     PORT_IN_USE = 11
+    CHECK_FAILED = 12
     INTERRUPTED = 130
 
 
@@ -93,6 +94,12 @@ class PortInUseError(MoetuneError):
     """The TCP port asked for llama-server is already taken."""
 
     exit_code = ExitCode.PORT_IN_USE
+
+
+class CheckFailedError(MoetuneError):
+    """`moetune doctor` found a check that fails (its report is printed first)."""
+
+    exit_code = ExitCode.CHECK_FAILED
 
 
 class ProfileError(BadValueError):

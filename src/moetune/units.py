@@ -9,6 +9,7 @@ still binary; this is deliberate and documented in the README.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from moetune.errors import BadValueError
 
@@ -17,25 +18,49 @@ MIB = 1024**2
 GIB = 1024**3
 TIB = 1024**4
 
-_SUFFIX = {"": 1, "B": 1, "K": KIB, "M": MIB, "G": GIB, "T": TIB}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_SUFFIX = {"": 1, "K": KIB, "M": MIB, "G": GIB, "T": TIB}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
+_TOKENS_RE = re.compile(r"^\s*(\d+)\s*(k?)\s*$", re.IGNORECASE)
+SIZE_HINT = "use a number with a unit, e.g. 24G, 22.5GiB, 800M or 24000MiB"
 
 
 def parse_size(text: str, allow_zero: bool = False) -> int:
-    """Parse ``"22G"``, ``"1.5GiB"``, ``"800M"``, ``"24000MiB"`` or plain bytes into bytes.
+    """Parse ``"22G"``, ``"1.5GiB"``, ``"800M"``, ``"24000MiB"`` or ``"512B"`` into bytes.
 
+    A number without a unit is refused (nobody means 16 bytes by ``--vram 16``), but for 0.
     Sizes must be positive, except where ``allow_zero`` (a headroom or overhead of 0)."""
     match = _SIZE_RE.match(text)
     if match is None:
-        raise BadValueError(
-            f"not a size: {text!r}",
-            hint="use a number with a unit, e.g. 24G, 22.5GiB, 800M or 24000MiB",
-        )
-    number, unit = match.groups()
+        raise BadValueError(f"not a size: {text!r}", hint=SIZE_HINT)
+    number, unit, byte = match.groups()
     value = float(number) * _SUFFIX[unit.upper()]
+    if not unit and not byte and value != 0:
+        raise BadValueError(f"{text.strip()!r} has no unit", hint=f"did you mean {number}G?")
     if value < 0 or (value == 0 and not allow_zero):
         raise BadValueError(f"size must be positive: {text!r}")
     return round(value)
+
+
+def size_arg(n_bytes: int) -> str:
+    """The exact size as an argument moetune parses back: ``24G``, ``1536M``, ``512B``."""
+    for unit, scale in (("T", TIB), ("G", GIB), ("M", MIB), ("K", KIB)):
+        if n_bytes and n_bytes % scale == 0:
+            return f"{n_bytes // scale}{unit}"
+    return f"{n_bytes}B" if n_bytes else "0"
+
+
+def parse_tokens(text: str) -> int:
+    """A token count: ``32768``, ``32k`` or ``128K`` (k = 1024, as context sizes go)."""
+    match = _TOKENS_RE.match(text.replace("_", ""))
+    if match is None:
+        raise BadValueError(f"not a token count: {text!r}", hint="e.g. 32768, 32k or 128K")
+    number, k = match.groups()
+    return int(number) * (1024 if k else 1)
+
+
+def tokens_arg(n_tokens: int) -> str:
+    """A token count as it is best typed: ``32k`` for 32768, else the number."""
+    return f"{n_tokens // 1024}k" if n_tokens and n_tokens % 1024 == 0 else str(n_tokens)
 
 
 def format_bytes(n_bytes: int | None, precision: int = 2) -> str:
@@ -53,3 +78,47 @@ def format_bytes(n_bytes: int | None, precision: int = 2) -> str:
 def format_mib(n_bytes: int) -> str:
     """Format as llama.cpp prints buffer sizes: MiB with two decimals."""
     return f"{n_bytes / MIB:.2f} MiB"
+
+
+class Ctx(NamedTuple):
+    """A ``--ctx`` value: a number of tokens, or the largest context that fits (``max``)."""
+
+    tokens: int | None  # None: max
+
+    @property
+    def is_max(self) -> bool:
+        return self.tokens is None
+
+
+def parse_ctx(text: str) -> Ctx:
+    """``32768``, ``32k``, ``128K`` or ``max``."""
+    if text.strip().lower() == "max":
+        return Ctx(None)
+    tokens = parse_tokens(text)
+    if tokens <= 0:
+        raise BadValueError(f"context must be positive, got {text!r}")
+    return Ctx(tokens)
+
+
+# A measured speed: the median of repeated requests, with their range.
+NOISY_SPREAD = 0.20
+
+
+def is_noisy(median: float | None, low: float | None, high: float | None) -> bool:
+    """A spread (max - min) wider than ``NOISY_SPREAD`` (20 %) of the median."""
+    if median is None or low is None or high is None or median <= 0:
+        return False
+    return (high - low) / median > NOISY_SPREAD
+
+
+def format_speed(median: float | None, low: float | None = None, high: float | None = None,
+                 repeats: int = 0) -> str:  # fmt: skip
+    """``41.5 tok/s (40.2-42.0 over 3, noisy)``; the median alone when there is no range."""
+    if median is None:
+        return "?"
+    text = f"{median:.1f} tok/s"
+    if low is None or high is None:
+        return text
+    over = f" over {repeats}" if repeats else ""
+    noisy = ", noisy" if is_noisy(median, low, high) else ""
+    return f"{text} ({low:.1f}-{high:.1f}{over}{noisy})"

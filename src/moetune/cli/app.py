@@ -18,7 +18,7 @@ from moetune import __version__
 from moetune.errors import ExitCode, MoetuneError
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
 
 app = typer.Typer(
     name="moetune",
@@ -26,6 +26,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help and usage errors, the value names of cli/options.py
 )
 
 P = ParamSpec("P")
@@ -52,9 +53,34 @@ def err() -> Console:
     return Console(stderr=True, soft_wrap=True)
 
 
+def print_report(report: RenderableType, console: Console | None = None) -> None:
+    """Print a report (on stdout): prose and tables fitted to the terminal, each ShellLine
+    whole on its line (a command to copy, never broken by rich)."""
+    from rich.console import Group
+
+    from moetune.report.common import ShellLine
+
+    def items(part: RenderableType) -> list[RenderableType]:
+        if isinstance(part, Group):
+            return [leaf for inner in part.renderables for leaf in items(inner)]
+        return [part]
+
+    console = console or out()
+    for item in items(report):
+        console.print(item, soft_wrap=isinstance(item, ShellLine))
+
+
 def write_json(text: str) -> None:
     """One JSON document on stdout."""
     sys.stdout.write(text + "\n")
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C, SIGTERM and SIGHUP unwind (servers stop); the first says so at once."""
+    from moetune.llamacpp.process import install_signal_handlers
+
+    clear = "\r\x1b[2K" if sys.stderr.isatty() else ""  # over a progress spinner's line
+    install_signal_handlers(f"{clear}moetune: interrupted, stopping llama-server...\n".encode())
 
 
 def _fail(exc: BaseException, code: ExitCode, message: str, hint: str | None) -> typer.Exit:
@@ -62,7 +88,7 @@ def _fail(exc: BaseException, code: ExitCode, message: str, hint: str | None) ->
 
     if _State.debug:
         err().print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
-    err().print(render_error(message, hint))
+    err().print(render_error(message, hint, code))
     return typer.Exit(int(code))
 
 

@@ -7,37 +7,54 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from moetune.cli.app import app, handle_errors, out, write_json
-from moetune.cli.options import DEFAULT_CACHE_TYPE, CacheTypeOpt, CtxIntOpt, JsonOpt, ServerOpt
+from moetune.cli.app import app, handle_errors, print_report, write_json
+from moetune.cli.options import (
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_HEADROOM,
+    CacheTypeOpt,
+    Command,
+    CtxOpt,
+    GpuProfileOpt,
+    HeadroomOpt,
+    JsonOpt,
+    RamOpt,
+    ServerOpt,
+    TargetVramOpt,
+    VramOpt,
+)
+from moetune.errors import CheckFailedError
 
 if TYPE_CHECKING:
     from moetune.llamacpp.info import ServerInfo
 
 
-@app.command()
+@app.command(cls=Command)
 @handle_errors
 def doctor(
     model: Annotated[
-        Path | None, typer.Argument(help="Also check this GGUF model on this machine.")
+        Path | None,
+        typer.Argument(help="Also check this GGUF model on this machine.", metavar="MODEL"),
     ] = None,
-    gpu: Annotated[
-        str | None, typer.Option(help="Check the model for this hardware profile, e.g. rtx4090.")
-    ] = None,
+    vram: VramOpt = None,
+    gpu: GpuProfileOpt = None,
+    ram: RamOpt = None,
     ram_bandwidth: Annotated[
         float | None, typer.Option(help="Your RAM bandwidth in GB/s (default: assume 60).")
     ] = None,
-    ctx: CtxIntOpt = None,
+    ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
+    target_vram: TargetVramOpt = None,
+    headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check this machine for expert offload; with a MODEL, its RAM needs and speed ceiling.
 
     GPUs, PCIe link, driver, CPU cores, RAM, swap, WSL2 and llama-server; each finding is
-    ok / warn / fail with its fix.
+    ok / warn / fail with its fix. Exits CHECK_FAILED (12) when a finding fails.
     """
+    from moetune.cli.machine import one_gpu
     from moetune.core.facts import load_model_facts
-    from moetune.core.kvcache import parse_cache_type
     from moetune.errors import BadValueError
     from moetune.hardware import detect_gpu_probe
     from moetune.hardware.host import PsutilHostProbe
@@ -50,6 +67,9 @@ def doctor(
 
     if ram_bandwidth is not None and ram_bandwidth <= 0:
         raise BadValueError(f"--ram-bandwidth must be positive GB/s, got {ram_bandwidth}")
+    one_gpu(vram, gpu)
+    if ctx is not None and ctx.is_max:
+        raise BadValueError("doctor checks one context: give --ctx N, e.g. --ctx 32k")
     hardware = load_hardware_profiles()
 
     def lookup() -> ServerInfo:
@@ -57,12 +77,18 @@ def doctor(
 
     inputs = DoctorInputs(
         gpus=detect_gpu_probe(), host=PsutilHostProbe(), server=lookup, hardware=hardware,
-        gpu_profile=find_hardware_profile(gpu, hardware) if gpu else None,
-        ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth else None,
-        n_ctx=ctx, cache_type=parse_cache_type(cache_type),
+        gpu_profile=find_hardware_profile(gpu, hardware) if gpu else None, vram_bytes=vram,
+        ram_bytes=ram, ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth
+        else None, n_ctx=ctx.tokens if ctx is not None else None, cache_type=cache_type,
+        target_bytes=target_vram, headroom_bytes=headroom,
     )  # fmt: skip
     found = diagnose(inputs, load_model_facts(model) if model is not None else None)
     if as_json:
         write_json(to_json(doctor_payload(found)))
-        return
-    out().print(render_doctor(found))
+    else:
+        print_report(render_doctor(found))
+    if failed := [f.check for f in found.findings if f.status == "fail"]:
+        from moetune.report.common import plural
+
+        raise CheckFailedError(f"{plural(len(failed), 'check')} failed: {', '.join(failed)}",
+                               hint=None if as_json else "each with its fix above")  # fmt: skip

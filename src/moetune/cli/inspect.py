@@ -6,11 +6,11 @@ from typing import Annotated
 
 import typer
 
-from moetune.cli.app import app, handle_errors, out, write_json
-from moetune.cli.options import JsonOpt, ModelArg
+from moetune.cli.app import app, handle_errors, print_report, write_json
+from moetune.cli.options import Command, JsonOpt, ModelArg
 
 
-@app.command()
+@app.command(cls=Command)
 @handle_errors
 def inspect(
     model: ModelArg,
@@ -32,4 +32,4 @@ def inspect(
         return
     from moetune.report.inspect import render_inspect
 
-    out().print(render_inspect(facts, show_layers=layers))
+    print_report(render_inspect(facts, show_layers=layers))

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from moetune.errors import BadValueError, NoGpuError
-from moetune.units import parse_size
 
 
-def host_ram(ram: str | None) -> tuple[int | None, int | None, int | None]:
+def host_ram(ram: int | None) -> tuple[int | None, int | None, int | None]:
     """(total, available, physical cores): ``--ram`` is both total and available."""
     from moetune.hardware.host import PsutilHostProbe
 
     host = PsutilHostProbe().host()
     if ram is not None:
-        size = parse_size(ram)
-        return size, size, host.physical_cores
+        return ram, ram, host.physical_cores
     return host.ram_total_bytes, host.ram_available_bytes, host.physical_cores
 
 
@@ -22,12 +20,22 @@ def physical_cores() -> int | None:
     return host_ram(None)[2]
 
 
+def one_gpu(vram: int | None, gpu_profile: str | None) -> None:
+    """``--vram`` and ``--gpu`` both name the GPU to plan for: one of them."""
+    if vram is not None and gpu_profile is not None:
+        raise BadValueError(
+            "--vram and --gpu both say which GPU to plan for",
+            hint="give one: --gpu for a known card, --vram for any size",
+        )
+
+
 def gpu_target(
-    vram: str | None, gpu_index: int, gpu_profile: str | None = None
+    vram: int | None, gpu_index: int, gpu_profile: str | None = None
 ) -> tuple[int, int | None, str]:
     """(total, free, source) of the GPU to plan for: given, a hardware profile, or detected."""
+    one_gpu(vram, gpu_profile)
     if vram is not None:
-        return parse_size(vram), None, "given (--vram)"
+        return vram, None, "given (--vram)"
     if gpu_profile is not None:
         from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
 

@@ -1,37 +1,230 @@
-"""Options and defaults that several commands share, defined once (typer annotations only)."""
+"""Options and defaults that several commands share, defined once, with their parsers; and the
+command class that keeps llama-server's arguments (after ``--``) apart and shows real value
+names in the help.
+
+Every shared name means one thing wherever it appears:
+- ``--target-vram SIZE``: the peak the device may reach; ``--headroom SIZE`` applies only when
+  no target is given, as the device's total minus it;
+- ``--ctx N|32k|max``: a token count or the largest context that fits, one parser;
+- ``--vram SIZE``, ``--gpu ID``, ``--ram SIZE``: the machine to plan for (``--vram`` and
+  ``--gpu`` exclude each other);
+- ``--cache-type TYPE``: K and V cache type; ``--json``: one JSON document on stdout.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand
+
+from moetune.errors import BadValueError, ExitCode
+from moetune.units import Ctx, parse_ctx, parse_size, parse_tokens
 
 DEFAULT_CACHE_TYPE = "q8_0"
 DEFAULT_HEADROOM = "1.5G"
 DEFAULT_OVERHEAD = "512M"
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
-RUN_HELP_EXTRA = "Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052)."
+PASS_THROUGH = "pass_through"  # ctx.meta key: the arguments after --
 
+T = TypeVar("T")
+
+
+class BadValueParameter(typer.BadParameter):
+    """A malformed option value: one line and BAD_VALUE, like any moetune error."""
+
+    exit_code = int(ExitCode.BAD_VALUE)
+
+    def __init__(self, error: BadValueError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+    def show(self, file: Any = None) -> None:
+        from moetune.cli.app import err
+        from moetune.report.common import render_error
+
+        name = self.param.opts[0] if self.param is not None and self.param.opts else None
+        message = f"{name}: {self.error.message}" if name else self.error.message
+        err().print(render_error(message, self.error.hint, ExitCode.BAD_VALUE))
+
+
+def parser(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """A typer parser: ``parse``, its BadValueError shown as moetune shows errors."""
+
+    def wrapped(value: str) -> T:
+        if not isinstance(value, str):  # a default given as the value itself, parsed already
+            return value
+        try:
+            return parse(value)
+        except BadValueError as exc:
+            raise BadValueParameter(exc) from None
+
+    wrapped.__name__ = parse.__name__
+    return wrapped
+
+
+def parse_positive_size(text: str) -> int:
+    return parse_size(text)
+
+
+def parse_size_or_zero(text: str) -> int:
+    return parse_size(text, allow_zero=True)
+
+
+def parse_positive_tokens(text: str) -> int:
+    """A token count of at least 1: ``4096`` or ``4k``."""
+    tokens = parse_tokens(text)
+    if tokens < 1:
+        raise BadValueError(f"need at least 1 token, got {text!r}")
+    return tokens
+
+
+def parse_cache(text: str) -> str:
+    from moetune.core.kvcache import parse_cache_type
+
+    return parse_cache_type(text)
+
+
+SIZE = "SIZE"
 ModelArg = Annotated[
     Path,
-    typer.Argument(help="GGUF model file (any shard of a split model).", readable=False),
+    typer.Argument(
+        help="GGUF model file (any shard of a split model).", readable=False, metavar="MODEL"
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-CacheTypeOpt = Annotated[str, typer.Option(help="K and V cache type.")]
-CtxIntOpt = Annotated[int | None, typer.Option(help=f"Context tokens ({CTX_DEFAULT_HELP}).")]
-HeadroomOpt = Annotated[str, typer.Option(help="VRAM left free under the device's total.")]
-OverheadOpt = Annotated[
-    str, typer.Option(help="Runtime overhead per GPU (CUDA context), added to llama.cpp's buffers.")
+CacheTypeOpt = Annotated[
+    str, typer.Option(help="K and V cache type.", parser=parser(parse_cache), metavar="TYPE")
 ]
-ServerOpt = Annotated[str | None, typer.Option(help="llama-server to use.")]
-TargetVramOpt = Annotated[
+PickCacheTypeOpt = Annotated[
     str | None,
-    typer.Option(help="Device memory the server may use at its peak (default: total - headroom)."),
+    typer.Option(
+        "--cache-type",
+        help="Pick the profile tuned with this K/V cache type.",
+        parser=parser(parse_cache),
+        metavar="TYPE",
+    ),
 ]
-DeviceHeadroomOpt = Annotated[str, typer.Option(help="Left free when no --target-vram.")]
+CtxOpt = Annotated[
+    Ctx | None,
+    typer.Option(
+        help=f"Context: tokens (32768, 32k) or max ({CTX_DEFAULT_HELP}).",
+        parser=parser(parse_ctx),
+        metavar="N|max",
+    ),
+]
+VramOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="GPU memory, e.g. 24G (default: detect).",
+        parser=parser(parse_positive_size),
+        metavar=SIZE,
+    ),
+]
+RamOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Host RAM, e.g. 64G (default: detect).",
+        parser=parser(parse_positive_size),
+        metavar=SIZE,
+    ),
+]
 GpuProfileOpt = Annotated[
     str | None,
-    typer.Option(help="Plan for a hardware profile instead of detecting, e.g. rtx4090."),
+    typer.Option(
+        help="Plan for a hardware profile instead of detecting, e.g. rtx4090.", metavar="ID"
+    ),
 ]
-PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+TargetVramOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Peak device memory allowed (default: the device's total - --headroom).",
+        parser=parser(parse_positive_size),
+        metavar=SIZE,
+    ),
+]
+HeadroomOpt = Annotated[
+    int,
+    typer.Option(
+        help="Left free when no --target-vram is given.",
+        parser=parser(parse_size_or_zero),
+        metavar=SIZE,
+    ),
+]
+OverheadOpt = Annotated[
+    int,
+    typer.Option(
+        help="Runtime overhead per GPU (CUDA context), added to llama.cpp's buffers.",
+        parser=parser(parse_size_or_zero),
+        metavar=SIZE,
+    ),
+]
+ServerOpt = Annotated[str | None, typer.Option(help="llama-server to use.", metavar="PATH")]
+
+
+def pass_through(context: typer.Context) -> tuple[str, ...]:
+    """The arguments after ``--``, for llama-server."""
+    return tuple(context.meta.get(PASS_THROUGH, ()))
+
+
+# --- how commands parse and show their options --------------------------------------------------
+
+
+def _value_name(param: Any) -> str:
+    return str(param.metavar or param.name.upper())
+
+
+class Command(TyperCommand):
+    """A moetune command: llama-server's arguments only after ``--`` (anything unknown before
+    it is an error, with a did-you-mean), and help that names each value (SIZE, N|max)."""
+
+    takes_pass_through = False
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        rest: tuple[str, ...] = ()
+        if "--" in args:
+            index = args.index("--")
+            args, rest = args[:index], tuple(args[index + 1 :])
+            if not self.takes_pass_through:
+                raise typer.BadParameter(f"`moetune {self.name}` passes nothing to llama-server",
+                                         param_hint="--")  # fmt: skip
+        ctx.meta[PASS_THROUGH] = rest
+        return list(super().parse_args(ctx, args))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [str(self.options_metavar)] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = _value_name(param)
+                pieces.append(name if param.required else f"[{name}]")
+        if self.takes_pass_through:
+            pieces.append("[-- LLAMA-SERVER-ARGS...]")
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        args: list[tuple[str, str]] = []
+        opts: list[tuple[str, str]] = []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                required = "  [required]" if param.required else ""
+                args.append((_value_name(param), str(getattr(param, "help", "") or "") + required))
+                continue
+            if not getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = _METAVARS.get(getattr(param, "bare_type", str)(), "TEXT")
+            if (record := param.get_help_record(ctx)) is not None:
+                opts.append(record)
+        for title, rows in (("Arguments", args), ("Options", opts)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+_METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT", "path": "PATH", "Path": "PATH"}
+
+
+class PassThroughCommand(Command):
+    """A command that launches llama-server: what follows ``--`` is passed to it."""
+
+    takes_pass_through = True

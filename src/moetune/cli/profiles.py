@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors, out, write_json
-from moetune.cli.options import JsonOpt
+from moetune.cli.app import app, err, handle_errors, print_report, write_json
+from moetune.cli.options import Command, JsonOpt
 
 if TYPE_CHECKING:
     from moetune.store.hardware import HardwareProfile
@@ -19,7 +19,7 @@ profiles_app = typer.Typer(
 app.add_typer(profiles_app, name="profiles")
 
 
-@profiles_app.command("list")
+@profiles_app.command("list", cls=Command)
 @handle_errors
 def list_profiles(as_json: JsonOpt = False) -> None:
     """Hardware profiles shipped with moetune (and yours), and tuned profiles saved by run."""
@@ -36,7 +36,7 @@ def list_profiles(as_json: JsonOpt = False) -> None:
 
         write_json(to_json(profiles_payload(hardware, tuned, str(store.root))))
         return
-    out().print(render.render_profiles_list(hardware, tuned, str(store.root)))
+    print_report(render.render_profiles_list(hardware, tuned, str(store.root)))
 
 
 def _hardware_or_none(name: str) -> HardwareProfile | None:
@@ -49,10 +49,15 @@ def _hardware_or_none(name: str) -> HardwareProfile | None:
         return None
 
 
-@profiles_app.command("show")
+@profiles_app.command("show", cls=Command)
 @handle_errors
 def show(
-    name: Annotated[str, typer.Argument(help="A tuned profile's name or a hardware profile id.")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="A tuned profile's name (or its start), or a hardware profile id.", metavar="NAME"
+        ),
+    ],
     as_json: JsonOpt = False,
 ) -> None:
     """One profile in full: a tuned one (with its llama-server command) or a hardware one."""
@@ -63,6 +68,7 @@ def show(
 
     store = ProfileStore()
     try:
+        name = store.resolve(name)
         tuned = store.load(name)
     except ProfileNotFoundError:
         if (hardware := _hardware_or_none(name)) is None:
@@ -72,26 +78,34 @@ def show(
         if as_json:
             write_json(to_json(hardware.model_dump(mode="json")))
         else:
-            out().print(render.render_hardware(hardware))
+            print_report(render.render_hardware(hardware))
         return
     if as_json:
         write_json(to_json(tuned.model_dump(mode="json")))
     else:
-        out().print(render.render_tuned(tuned, str(store.path_for(name))), soft_wrap=True)
+        print_report(render.render_tuned(tuned, str(store.path_for(name))))
 
 
-@profiles_app.command("rm")
+@profiles_app.command("rm", cls=Command)
 @handle_errors
-def rm(names: Annotated[list[str], typer.Argument(help="Tuned profile names.")]) -> None:
+def rm(
+    names: Annotated[
+        list[str], typer.Argument(help="Tuned profile names (or their starts).", metavar="NAME...")
+    ],
+) -> None:
     """Delete tuned profiles (the next `moetune run` tunes again)."""
-    from moetune.errors import BadValueError
+    from moetune.errors import BadValueError, ProfileNotFoundError
     from moetune.store.tuned import ProfileStore
 
     store = ProfileStore()
     for name in names:
-        if name not in store.names() and _hardware_or_none(name) is not None:
-            raise BadValueError(
-                f"{name!r} is a hardware profile: only tuned profiles can be removed",
-                hint="a hardware profile of your own lives in $MOETUNE_HOME/hardware/",
-            )
-        err().print(f"removed {store.remove(name)}", highlight=False)
+        try:
+            found = store.resolve(name)
+        except ProfileNotFoundError:
+            if _hardware_or_none(name) is not None:
+                raise BadValueError(
+                    f"{name!r} is a hardware profile: only tuned profiles can be removed",
+                    hint="a hardware profile of your own lives in $MOETUNE_HOME/hardware/",
+                ) from None
+            raise
+        err().print(f"removed {store.remove(found)}", highlight=False)

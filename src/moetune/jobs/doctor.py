@@ -26,7 +26,8 @@ from pydantic import BaseModel
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, default_n_ctx, estimate
 from moetune.core.placement import Placement
-from moetune.core.planner import DEFAULT_HEADROOM_BYTES, PlanRequest, RamCheck, check_ram, make_plan
+from moetune.core.plan import PlanRequest, RamCheck, check_ram, make_plan
+from moetune.core.planner import DEFAULT_HEADROOM_BYTES
 from moetune.errors import BadValueError, DoesNotFitError, MoetuneError, ServerNotFoundError
 from moetune.gguf.roles import Role
 from moetune.hardware.base import VRAM_HINT, GpuInfo, GpuProbe, HostInfo, HostProbe
@@ -93,9 +94,12 @@ class DoctorInputs:
     server: Callable[[], ServerInfo]  # raises a MoetuneError when missing or broken
     hardware: Sequence[HardwareProfile] = ()
     gpu_profile: HardwareProfile | None = None  # --gpu: for the model checks, not detection
+    vram_bytes: int | None = None  # --vram: the GPU the model checks plan for
+    ram_bytes: int | None = None  # --ram: the RAM the model checks count on
     ram_bandwidth_bytes_per_s: int | None = None
     n_ctx: int | None = None
     cache_type: str = "q8_0"
+    target_bytes: int | None = None  # --target-vram: the peak allowed
     headroom_bytes: int = DEFAULT_HEADROOM_BYTES
 
 
@@ -117,15 +121,23 @@ def _gbps(rate: float) -> str:
 # --- GPUs ----------------------------------------------------------------------------------------
 
 
-def gpu_findings(gpus: list[GpuInfo], why: str | None) -> list[Finding]:
+def gpu_findings(gpus: list[GpuInfo], why: str | None,
+                 described: str | None = None) -> list[Finding]:  # fmt: skip
+    """One finding per GPU; without one, a failure, or a warning when ``described`` (the
+    ``--vram``/``--gpu`` the model checks use instead) stands in for it."""
     if not gpus:
         reason = (
             (why or "none found").removesuffix(f", or {VRAM_HINT}").removesuffix(f": {VRAM_HINT}")
         )
+        fix = "install the NVIDIA driver (nvidia-smi must list the GPU)"
+        if described is not None:
+            return [Finding(check="gpu", status="warn",
+                            message=f"no NVIDIA GPU detected: {reason}; the model checks use "
+                            f"{described}", fix=fix)]  # fmt: skip
         return [Finding(
             check="gpu", status="fail", message=f"no NVIDIA GPU detected: {reason}",
-            fix="install the NVIDIA driver (nvidia-smi must list the GPU); to plan for a card "
-            "elsewhere use `moetune plan MODEL --gpu rtx4090` or --vram",
+            fix=f"{fix}; to plan for a card elsewhere use `moetune plan MODEL --gpu rtx4090` "
+            "or --vram",
         )]  # fmt: skip
     return [_memory_finding(gpu) for gpu in gpus]
 
@@ -280,7 +292,10 @@ def server_finding(lookup: Callable[[], ServerInfo]) -> tuple[Finding, ServerInf
 
 
 def gpu_target(inputs: DoctorInputs, gpus: list[GpuInfo]) -> GpuTarget | None:
-    """The GPU to plan for: ``--gpu``, else the first detected (its profile for bandwidth)."""
+    """The GPU to plan for: ``--vram``, ``--gpu``, else the first detected (its profile for
+    bandwidth)."""
+    if inputs.vram_bytes is not None:
+        return GpuTarget("given (--vram)", inputs.vram_bytes, None, None, None)
     if (p := inputs.gpu_profile) is not None:
         return GpuTarget(p.name, p.vram_bytes, p.memory_bandwidth_bytes_per_s,
                          p.pcie_bytes_per_s, _link(p.pcie_gen, p.pcie_lanes))  # fmt: skip
@@ -307,13 +322,18 @@ def _placement_memory(
     limit = host.ram_limit_bytes
     total = min(host.ram_total_bytes, limit) if limit else host.ram_total_bytes
     available = min(host.ram_available_bytes, total)
+    if inputs.ram_bytes is not None:
+        total = available = inputs.ram_bytes
     if target is None:
         memory = estimate(facts, Placement(n_gpu_layers=0), settings)
         return memory, check_ram(memory, total, available), None, settings
-    request = PlanRequest(model_path=facts.paths[0], target_bytes=target.vram_bytes,
-                          headroom_bytes=inputs.headroom_bytes, settings=settings,
-                          ram_total_bytes=total, ram_available_bytes=available)  # fmt: skip
+    request = PlanRequest(model_path=facts.paths[0], device_bytes=target.vram_bytes,
+                          target_bytes=inputs.target_bytes, headroom_bytes=inputs.headroom_bytes,
+                          settings=settings, ram_total_bytes=total,
+                          ram_available_bytes=available)  # fmt: skip
     plan = make_plan(facts, request)
+    if plan.fails == "gpu":
+        raise DoesNotFitError(plan.reason or "does not fit", hint="; ".join(plan.suggestions))
     rec = plan.recommended
     return rec.memory, plan.ram, rec.n_cpu_moe, plan.settings
 
@@ -433,7 +453,12 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
     """Every finding for this machine, and for ``facts`` on it when given."""
     gpus, host = inputs.gpus.gpus(), inputs.host.host()
     hardware = list(inputs.hardware)
-    findings = gpu_findings(gpus, inputs.gpus.why)
+    described = None
+    if inputs.gpu_profile is not None:
+        described = f"--gpu {inputs.gpu_profile.id}"
+    elif inputs.vram_bytes is not None:
+        described = f"--vram {format_bytes(inputs.vram_bytes)}"
+    findings = gpu_findings(gpus, inputs.gpus.why, described)
     for gpu in gpus:
         findings.append(pcie_finding(gpu, match_detected(gpu.name, gpu.vram_total_bytes, hardware)))
     optional = [driver_finding(gpus), cpu_finding(host), ram_finding(host), swap_finding(host),

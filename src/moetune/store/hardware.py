@@ -155,7 +155,7 @@ def find_hardware_profile(query: str, profiles: list[HardwareProfile]) -> Hardwa
     if len(exact) > 1:
         which = ", ".join(p.id for p in exact)
         raise BadValueError(f"GPU profile {query!r} is ambiguous ({which})")
-    raise ProfileNotFoundError(
+    raise BadValueError(
         f"no hardware profile {query!r}",
         hint=f"known: {known}; add yours as {user_hardware_dir() / 'NAME.toml'}",
     )
