@@ -201,6 +201,17 @@ def test_result_is_kept_and_reported(bench: Bench) -> None:
 
 
 @pytest.mark.server
+def test_ctx_max_is_the_largest_context_that_fits(model: Path, rpc: str) -> None:
+    """`--ctx max` (once a pydantic error): the planner's largest context, capped at the
+    model's training context (4096 here), parsed by the one --ctx parser."""
+    done = moetune("bench", str(model), "--ctx", "max", "--configs", "plan", "--depths", "0",
+                   "--repeats", "1", "--n-predict", "4", "--target-vram", "60M", "--overhead",
+                   "0", "--no-save", "--json", "--", "--rpc", rpc)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["n_ctx"] == 4096
+
+
+@pytest.mark.server
 def test_server_url_measures_without_launching(model: Path) -> None:
     with running_server(model, "-c", "512") as server:
         done = moetune("bench", "--server-url", server.url, "--endpoint", "completion",

@@ -17,6 +17,7 @@ from moetune.errors import BadValueError, ExitCode, ModelFileError
 from moetune.jobs import bench as br
 from moetune.jobs import results as res
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
+from moetune.jobs.measure import Prompts, Workload
 from moetune.jobs.names import CONFIG_NAMES
 from moetune.llamacpp import log
 from moetune.llamacpp.info import Device, ServerInfo
@@ -245,7 +246,7 @@ def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
     events: list[str] = []
     settings = Settings(n_ctx=1024)
     spec_false = LaunchSpec(Path("/bin/false"), "x.gguf", settings, log_dir=tmp_path)
-    launcher = br.Launcher(spec_false, None, br.Workload(), br.Prompts("chat"), events.append)
+    launcher = br.Launcher(spec_false, None, Workload(), Prompts("chat"), events.append)
     run, results = br.run_config(spec, launcher)
     assert (run.status, results) == ("failed", [])
     assert run.message == "llama-server exited with 1"
@@ -286,7 +287,7 @@ def _text(renderable: object, width: int = 160) -> str:
 
 def test_render_table_verdict_and_chart() -> None:
     text = _text(rb.render_report(_result()))
-    assert "budget 30.00 MiB" in text and "device RPC0[127.0.0.1:5]" in text
+    assert "budget 30.00 MiB" in text and "on RPC0[127.0.0.1:5]" in text
     assert "41.0 (40.0-42.0)" in text  # median (min-max)
     assert "0.51x" in text  # cpu-moe's decode against the best at depth 64
     assert "does not fit" in text and "skipped" in text

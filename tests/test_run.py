@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -91,16 +92,90 @@ def test_port_in_use(models: dict[str, Path], rpc: str) -> None:
     assert str(port) in result.stderr
 
 
-def test_server_dying_at_load_is_reported(tmp_path: Path, rpc: str,
-                                          models: dict[str, Path]) -> None:  # fmt: skip
-    """A header-only copy: moetune reads it, llama-server cannot load its missing data."""
+def one_error_line(result: subprocess.CompletedProcess[str], code: ExitCode) -> str:
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("moetune: error: ")
+    assert lines[0].endswith(f"[{code.name}, exit {int(code)}]")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_header_only_is_refused_before_launch(tmp_path: Path, rpc: str, command: str,
+                                              models: dict[str, Path],
+                                              _moetune_home: Path) -> None:  # fmt: skip
+    """moetune reads the header and knows the weights are missing: llama-server never starts
+    (it would leave a log behind)."""
     data = models["qwen3moe"].read_bytes()
     broken = tmp_path / "header-only.gguf"
     broken.write_bytes(data[: len(data) // 3])
-    result = moetune("run", str(broken), "--target-vram", "40M", *COMMON, "--", "--rpc", rpc)
-    assert result.returncode == ExitCode.SERVER_FAILED, result.stderr
-    assert "Traceback" not in result.stderr
-    assert "llama-server exited" in result.stderr and "\n" in result.stderr.strip()
+    result = moetune(command, str(broken), "--target-vram", "40M", *COMMON, "--", "--rpc", rpc)
+    line = one_error_line(result, ExitCode.BAD_MODEL)
+    assert "no tensor data" in line or "header only" in line, line
+    assert not (_moetune_home / "logs").exists()
+
+
+def test_unreachable_rpc_server_is_one_line(models: dict[str, Path]) -> None:
+    """ggml aborts with a backtrace when --rpc points at nothing: one line, the cause."""
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON, "--",
+                     "--rpc", f"127.0.0.1:{port}")  # fmt: skip
+    line = one_error_line(result, ExitCode.SERVER_FAILED)
+    assert f"(connection refused): Failed to connect to 127.0.0.1:{port}" in line, line
+    log = Path(line.split("full log: ", 1)[1].split(")", 1)[0])
+    assert "ggml_abort" in log.read_text() or "Failed to connect" in log.read_text()
+
+
+def test_server_exiting_at_load_is_one_line(models: dict[str, Path], rpc: str,
+                                            _moetune_home: Path) -> None:  # fmt: skip
+    """llama-server refuses a flag given after --: the cause from its log, the log's path."""
+    result = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON, "--",
+                     "--rpc", rpc, "--no-such-llama-flag")  # fmt: skip
+    line = one_error_line(result, ExitCode.SERVER_FAILED)
+    assert "llama-server exited with 1 (invalid argument)" in line, line
+    assert "--no-such-llama-flag" in line
+    log = Path(line.split("full log: ", 1)[1].split(")", 1)[0])
+    assert log.parent == _moetune_home / "logs" and log.is_file()
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--target-vrm", "40M"], ["run", "--vram", "16G"], ["run", "--bogus"],
+    ["bench", "--bogus"], ["bench", "--target-vrm", "40M"],
+])  # fmt: skip
+def test_unknown_flags_before_the_separator(tmp_path: Path, models: dict[str, Path],
+                                            args: list[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Exit 2 with a did-you-mean, and no llama-server starts (this one would leave a mark)."""
+    mark = tmp_path / "started"
+    server = tmp_path / "llama-server"
+    server.write_text(f"#!/bin/sh\ntouch {mark}\nexit 1\n")
+    server.chmod(0o755)
+    monkeypatch.setenv("MOETUNE_LLAMA_SERVER", str(server))
+    command, *flags = args
+    result = moetune(command, str(models["qwen3moe"]), *flags, "--", "--rpc", "127.0.0.1:1")
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert f"No such option: {flags[0]}" in result.stderr
+    if flags[0] == "--target-vrm":
+        assert "--target-vram" in result.stderr  # the did-you-mean
+    assert not mark.exists()
+
+
+def test_speeds_carry_their_range(models: dict[str, Path], rpc: str) -> None:
+    """The winner's decode speed is the median of 3 timed requests, with min and max."""
+    result = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON,
+                     "--no-save", "--json", "--", "--rpc", rpc)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    best = json.loads(result.stdout)["best"]
+    assert best["repeats"] == 3
+    assert best["decode_tps_min"] <= best["decode_tps"] <= best["decode_tps_max"]
+    assert isinstance(best["noisy"], bool)
+    text = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON,
+                   "--no-save", "--", "--rpc", rpc)  # fmt: skip
+    assert re.search(r"best: --n-cpu-moe \d+, decode [\d.]+ tok/s \([\d.]+-[\d.]+ over 3",
+                     text.stdout), text.stdout  # fmt: skip
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -115,6 +190,10 @@ def test_signal_mid_run_leaves_no_server(models: dict[str, Path], rpc: str,
     assert proc.returncode == ExitCode.INTERRUPTED
     _gone, alive = psutil.wait_procs(servers, timeout=15)
     assert not alive, alive
+    # the signal is acknowledged by its handler, before the servers are stopped
+    stderr = proc.stderr.read() if proc.stderr else ""
+    ack = stderr.find("moetune: interrupted, stopping llama-server...")
+    assert 0 <= ack < stderr.find("moetune: error: interrupted [INTERRUPTED, exit 130]"), stderr
 
 
 def test_keep_serves_the_best_until_ctrl_c(models: dict[str, Path], rpc: str) -> None:

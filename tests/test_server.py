@@ -262,8 +262,13 @@ def test_launch_port_in_use_checked_first(fake_server: Path, tmp_path: Path) -> 
     assert not list(tmp_path.glob("*.log"))  # nothing was started
 
 
-def test_launch_logs_to_user_cache(fake_server: Path, tmp_path: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_logs_go_to_moetune_home_else_user_cache(
+    fake_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MOETUNE_HOME", str(tmp_path / "home"))
+    with srv.launch(fake_server, ["-m", "model.gguf"]) as server:
+        assert server.log_path.parent == tmp_path / "home" / "logs"
+    monkeypatch.delenv("MOETUNE_HOME")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with srv.launch(fake_server, ["-m", "model.gguf"]) as server:
         assert server.log_path.parent == tmp_path / "cache" / "moetune" / "logs"
@@ -397,8 +402,9 @@ def test_corrupt_model_fails_while_loading(llama_server: Path, tiny_models: dict
         _start_and_wait(llama_server, ["-m", str(corrupt)], tmp_path)
     assert type(info.value) is ServerFailedError
     message = str(info.value)
-    assert "model is corrupted or incomplete" in message
-    assert "exiting due to model loading error" in message  # the last log line
+    # one line: the cause from the log, not its tail
+    assert message.startswith("llama-server exited with 1 (unsupported model): error loading")
+    assert "model is corrupted or incomplete" in message and "\n" not in message
     assert "full log: " in (info.value.hint or "")
 
 

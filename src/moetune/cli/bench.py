@@ -3,33 +3,40 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors, out, write_json
+from moetune.cli.app import app, err, handle_errors, print_report, stop_on_signals, write_json
 from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
     DEFAULT_OVERHEAD,
-    PASS_THROUGH,
     CacheTypeOpt,
-    CtxIntOpt,
-    DeviceHeadroomOpt,
+    Command,
+    CtxOpt,
+    HeadroomOpt,
     JsonOpt,
+    OverheadOpt,
+    PassThroughCommand,
     ServerOpt,
     TargetVramOpt,
+    parse_positive_tokens,
+    parser,
+    pass_through,
 )
-from moetune.errors import BadValueError, ExitCode
+from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.names import CONFIG_NAMES, DEFAULT_N_PREDICT, DEFAULT_REPEATS, ENDPOINTS
+from moetune.units import Ctx
 
 if TYPE_CHECKING:
-    from moetune.jobs.bench import Workload
+    from moetune.jobs.measure import Workload
     from moetune.jobs.results import BenchResult
 
 
 def _workload(depths: str, repeats: int, n_predict: int, endpoint: str) -> Workload:
-    from moetune.jobs.bench import Workload, parse_depths
+    from moetune.jobs.bench import parse_depths
+    from moetune.jobs.measure import Workload
 
     if endpoint not in ENDPOINTS:
         raise BadValueError(f"unknown endpoint {endpoint!r}", hint=f"one of {', '.join(ENDPOINTS)}")
@@ -49,48 +56,66 @@ def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool)
     if as_json:
         write_json(text)
     else:
-        out().print(render_bench(result), soft_wrap=True)
+        print_report(render_bench(result))
     paths = [default_result_path(result)] if save else []
     paths += [out_file] if out_file is not None else []
     for path in paths:
         err().print(f"saved {write_result(path, text)}", highlight=False)
     if not result.results:
-        skipped = all(c.status == "skipped" for c in result.configs)
-        raise typer.Exit(int(ExitCode.DOES_NOT_FIT if skipped else ExitCode.SERVER_FAILED))
+        failed = [c for c in result.configs if c.status == "failed"]
+        if not failed:
+            raise DoesNotFitError("nothing was measured: no configuration fits the budget")
+        first = failed[0]
+        raise ServerFailedError(
+            f"nothing was measured: {first.name}: {first.message or 'failed'}",
+            hint=f"full log: {first.log_path}" if first.log_path else None,
+        )
 
 
-@app.command(context_settings=PASS_THROUGH)
+@app.command(cls=PassThroughCommand)
 @handle_errors
 def bench(
     context: typer.Context,
     model: Annotated[
-        Path | None, typer.Argument(help="GGUF model file (leave out with --server-url).")
+        Path | None,
+        typer.Argument(help="GGUF model file (leave out with --server-url).", metavar="MODEL"),
     ] = None,
     configs: Annotated[
-        str, typer.Option(help=f"Configurations to compare: {','.join(CONFIG_NAMES)}.")
+        str,
+        typer.Option(
+            help=f"Configurations to compare: {','.join(CONFIG_NAMES)}.", metavar="NAME,..."
+        ),
     ] = ",".join(CONFIG_NAMES),
     depths: Annotated[
-        str, typer.Option(help="Context depths in tokens, capped by the context (16k = 16384).")
+        str,
+        typer.Option(
+            help="Context depths in tokens, capped by the context (16k = 16384).", metavar="N,..."
+        ),
     ] = "0,4096,16384",
     repeats: Annotated[int, typer.Option(help="Requests per depth.")] = DEFAULT_REPEATS,
-    n_predict: Annotated[int, typer.Option(help="Tokens generated per request.")] = (
-        DEFAULT_N_PREDICT
-    ),
-    endpoint: Annotated[str, typer.Option(help="chat (/v1/chat/completions) or completion.")] = (
-        "chat"
-    ),
-    ctx: CtxIntOpt = None,
+    n_predict: Annotated[
+        int,
+        typer.Option(
+            help="Tokens generated per request.", parser=parser(parse_positive_tokens), metavar="N"
+        ),
+    ] = DEFAULT_N_PREDICT,
+    endpoint: Annotated[
+        str,
+        typer.Option(help="chat (/v1/chat/completions) or completion.", metavar="chat|completion"),
+    ] = "chat",
+    ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
-    headroom: DeviceHeadroomOpt = DEFAULT_HEADROOM,
-    overhead: Annotated[
-        str, typer.Option(help="Runtime overhead the plans count.")
-    ] = DEFAULT_OVERHEAD,
+    headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
+    overhead: OverheadOpt = DEFAULT_OVERHEAD,  # type: ignore[assignment]
     server: ServerOpt = None,
     server_url: Annotated[
-        str | None, typer.Option(help="Measure this running llama-server; launch nothing.")
+        str | None,
+        typer.Option(help="Measure this running llama-server; launch nothing.", metavar="URL"),
     ] = None,
-    name: Annotated[str, typer.Option(help="Configuration name for --server-url.")] = "server",
+    name: Annotated[
+        str, typer.Option(help="Configuration name for --server-url.", metavar="NAME")
+    ] = "server",
     as_json: JsonOpt = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="Also save the JSON here.")] = (
         None
@@ -106,8 +131,9 @@ def bench(
     from moetune.jobs.bench import bench_url
 
     workload = _workload(depths, repeats, n_predict, endpoint)
+    extra = pass_through(context)
     if server_url is not None:
-        if model is not None or context.args:
+        if model is not None or extra:
             raise BadValueError(
                 "--server-url measures a running server: leave out MODEL and llama-server flags"
             )
@@ -117,50 +143,62 @@ def bench(
         return
     if model is None:
         raise BadValueError("give a MODEL to launch, or --server-url of a running server")
-    options = {"target_vram": target_vram, "server": server, "headroom": headroom,
-               "overhead": overhead, "cache_type": cache_type, "configs": configs}  # fmt: skip
-    _bench_model(model, tuple(context.args), ctx, workload, options, (as_json, out_file, save))
+    choice = _Choice(configs=configs, ctx=ctx, cache_type=cache_type, target_bytes=target_vram,
+                     headroom_bytes=headroom, overhead_bytes=overhead, server=server)  # fmt: skip
+    _bench_model(model, extra, workload, choice, (as_json, out_file, save))
 
 
-def _bench_model(model: Path, extra: tuple[str, ...], ctx: int | None, workload: Workload,
-                 options: dict[str, str | None],
+class _Choice(NamedTuple):
+    configs: str
+    ctx: Ctx | None
+    cache_type: str
+    target_bytes: int | None
+    headroom_bytes: int
+    overhead_bytes: int
+    server: str | None
+
+
+def _bench_model(model: Path, extra: tuple[str, ...], workload: Workload, choice: _Choice,
                  emit: tuple[bool, Path | None, bool]) -> None:  # fmt: skip
     from moetune.cli.machine import physical_cores
     from moetune.core.facts import load_model_facts
-    from moetune.core.kvcache import parse_cache_type
-    from moetune.core.planner import check_context
-    from moetune.core.settings import Settings, default_n_ctx
+    from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
-    from moetune.jobs.launch import LaunchSpec, settings_from_extra
+    from moetune.jobs.launch import (
+        LaunchSpec,
+        check_loadable,
+        prepare_device,
+        resolve_context,
+        settings_from_extra,
+    )
     from moetune.jobs.results import capped_depths
-    from moetune.llamacpp.process import find_server, install_signal_handlers
-    from moetune.units import parse_size
+    from moetune.llamacpp.process import find_server
 
-    install_signal_handlers()
+    stop_on_signals()
+    names = tuple(parse_configs(choice.configs))
     facts = load_model_facts(model)
-    n_ctx = ctx if ctx is not None else default_n_ctx(facts.context_length)
-    capped_depths(workload.depths, n_ctx, workload.n_predict, 1)  # fail before launching
-    cache = parse_cache_type(options["cache_type"] or DEFAULT_CACHE_TYPE)
-    settings = Settings(n_ctx=check_context(n_ctx), type_k=cache, type_v=cache,
-                        gpu_overhead_bytes=parse_size(options["overhead"] or "0",
-                                                      allow_zero=True))  # fmt: skip
-    spec = LaunchSpec(binary=find_server(options["server"]), model=str(model),
+    check_loadable(facts)
+    if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
+        capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
+    settings = Settings(n_ctx=1, type_k=choice.cache_type, type_v=choice.cache_type,
+                        gpu_overhead_bytes=choice.overhead_bytes)  # fmt: skip
+    spec = LaunchSpec(binary=find_server(choice.server), model=str(model),
                       settings=settings_from_extra(settings, extra), extra=extra,
                       threads=physical_cores())  # fmt: skip
-    target = options["target_vram"]
-    req = BenchRequest(
-        spec=spec, names=tuple(parse_configs(options["configs"] or "")), workload=workload,
-        target_bytes=parse_size(target) if target is not None else None,
-        headroom_bytes=parse_size(options["headroom"] or "0", allow_zero=True),
-        gpus=detect_gpu_probe(),
-    )  # fmt: skip
     with err().status("benchmarking...") as status:
+        spec, setup = prepare_device(spec, target_bytes=choice.target_bytes,
+                                     headroom_bytes=choice.headroom_bytes,
+                                     gpus=detect_gpu_probe())  # fmt: skip
+        spec = resolve_context(facts, spec, setup, choice.ctx, warn=lambda text: err().print(
+            f"warning: {text}", style="yellow", highlight=False))  # fmt: skip
+        capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)
+        req = BenchRequest(spec=spec, setup=setup, names=names, workload=workload)
         result = bench_model(facts, req, status.update)
     _emit(result, *emit)
 
 
-@app.command("report")
+@app.command("report", cls=Command)
 @handle_errors
 def report_command(
     files: Annotated[list[Path], typer.Argument(help="Saved `moetune bench` JSON file(s).")],
@@ -181,4 +219,4 @@ def report_command(
     if as_json:
         write_json(to_json(bench_payload(merged)))
         return
-    out().print(render_report(merged), soft_wrap=True)
+    print_report(render_report(merged))

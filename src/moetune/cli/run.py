@@ -6,36 +6,49 @@ from typing import Annotated
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors, out, write_json
+from moetune.cli.app import app, err, handle_errors, print_report, stop_on_signals, write_json
 from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
     DEFAULT_OVERHEAD,
-    PASS_THROUGH,
     CacheTypeOpt,
-    CtxIntOpt,
-    DeviceHeadroomOpt,
+    CtxOpt,
+    HeadroomOpt,
     JsonOpt,
     ModelArg,
+    OverheadOpt,
+    PassThroughCommand,
     ServerOpt,
     TargetVramOpt,
+    parse_positive_tokens,
+    parser,
+    pass_through,
 )
 
 
-@app.command(context_settings=PASS_THROUGH)
+@app.command(cls=PassThroughCommand)
 @handle_errors
 def run(
     context: typer.Context,
     model: ModelArg,
     target_vram: TargetVramOpt = None,
-    ctx: CtxIntOpt = None,
+    headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
+    ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     server: ServerOpt = None,
-    headroom: DeviceHeadroomOpt = DEFAULT_HEADROOM,
-    overhead: Annotated[
-        str, typer.Option(help="Runtime overhead added when memory is read from the log.")
-    ] = DEFAULT_OVERHEAD,
-    fill: Annotated[int | None, typer.Option(help="Tokens to fill before measuring.")] = None,
+    overhead: OverheadOpt = DEFAULT_OVERHEAD,  # type: ignore[assignment]
+    fill: Annotated[
+        int | None,
+        typer.Option(
+            help="Tokens to fill before measuring (default: the context; 4k = 4096).",
+            parser=parser(parse_positive_tokens),
+            metavar="N",
+        ),
+    ] = None,
+    repeats: Annotated[
+        int,
+        typer.Option(help="Timed requests of each launch that fits (median, min-max).", min=1),
+    ] = 3,
     port: Annotated[int | None, typer.Option(help="Port for llama-server (default: free).")] = None,
     keep: Annotated[bool, typer.Option(help="Leave the best server running until Ctrl-C.")] = False,
     retune: Annotated[
@@ -48,47 +61,47 @@ def run(
 ) -> None:
     """Launch llama-server, measure device memory after filling the context, step N, report.
 
-    The winner is saved as a tuned profile; a later run with the same model file, GPU,
+    The winner is saved as a tuned profile; a later run with the same model file, devices,
     llama.cpp build and settings launches it directly (once, to confirm) unless --retune.
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     from moetune.cli.machine import physical_cores
     from moetune.core.facts import load_model_facts
-    from moetune.core.kvcache import parse_cache_type
-    from moetune.core.planner import check_context
-    from moetune.core.settings import Settings, default_n_ctx
+    from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
-    from moetune.jobs.launch import LaunchSpec, prepare_device, settings_from_extra
+    from moetune.jobs.launch import (
+        LaunchSpec,
+        check_loadable,
+        prepare_device,
+        resolve_context,
+        settings_from_extra,
+    )
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
-    from moetune.llamacpp.process import find_server, install_signal_handlers
+    from moetune.llamacpp.process import find_server
     from moetune.store.tuned import ProfileStore
-    from moetune.units import parse_size
 
-    install_signal_handlers()
+    stop_on_signals()
     facts = load_model_facts(model)
-    extra = tuple(context.args)
-    n_ctx = check_context(ctx) if ctx is not None else default_n_ctx(facts.context_length)
-    if facts.context_length and n_ctx > facts.context_length:
-        err().print(f"warning: context {n_ctx} is beyond the training context "
-                    f"{facts.context_length}", style="yellow", highlight=False)  # fmt: skip
-    cache = parse_cache_type(cache_type)
-    settings = Settings(n_ctx=n_ctx, type_k=cache, type_v=cache,
-                        gpu_overhead_bytes=parse_size(overhead, True))  # fmt: skip
-    spec = LaunchSpec(binary=find_server(server), model=str(model),
+    check_loadable(facts)
+    extra = pass_through(context)
+    settings = Settings(n_ctx=1, type_k=cache_type, type_v=cache_type,
+                        gpu_overhead_bytes=overhead)  # fmt: skip
+    # absolute: the saved command and the aliases made from it run from any folder
+    spec = LaunchSpec(binary=find_server(server), model=str(model.absolute()),
                       settings=settings_from_extra(settings, extra), extra=extra, port=port,
                       threads=physical_cores())  # fmt: skip
-    target = parse_size(target_vram) if target_vram is not None else None
     with err().status("tuning...") as status:
-        spec, setup = prepare_device(spec, target_bytes=target,
-                                     headroom_bytes=parse_size(headroom, True),
+        spec, setup = prepare_device(spec, target_bytes=target_vram, headroom_bytes=headroom,
                                      gpus=detect_gpu_probe())  # fmt: skip
+        spec = resolve_context(facts, spec, setup, ctx, warn=lambda text: err().print(
+            f"warning: {text}", style="yellow", highlight=False))  # fmt: skip
         progress = Progress(
             on_event=status.update,
             on_attempt=lambda attempt: err().print(describe(attempt), highlight=False),
             on_note=lambda note: err().print(note, highlight=False),
         )
         result = tune_with_profiles(facts, spec, setup, store=ProfileStore(), retune=retune,
-                                    save=save, fill=Fill(tokens=fill),
+                                    save=save, fill=Fill(tokens=fill, repeats=repeats),
                                     progress=progress)  # fmt: skip
     from moetune.report import run as rendered
 
@@ -100,9 +113,9 @@ def run(
         payload["profile"] = run_profile_payload(result)
         write_json(to_json(payload))
     else:
-        out().print(rendered.render_run(result), soft_wrap=True)
+        print_report(rendered.render_run(result))
         if (lines := rendered.render_run_profile(result, str(model))) is not None:
-            out().print(lines, soft_wrap=True)
+            print_report(lines)
     if keep and result.best is not None:
         keep_serving(spec, result.best.n_cpu_moe,
                      loading=lambda: err().status("loading the best configuration"),

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from moetune.errors import DoesNotFitError
-from moetune.units import format_bytes
+from moetune.units import format_bytes, is_noisy
 
 
 class Attempt(BaseModel):
@@ -28,15 +28,24 @@ class Attempt(BaseModel):
     predicted_bytes: int
     measured_bytes: int | None
     status: str  # ok | over | oom
-    ttft_s: float | None = None
-    prompt_tps: float | None = None
-    decode_tps: float | None = None
+    ttft_s: float | None = None  # of the fill: the whole context as one prompt
+    prompt_tps: float | None = None  # of the fill
+    decode_tps: float | None = None  # median of the timed requests (or the fill's, alone)
+    decode_tps_min: float | None = None
+    decode_tps_max: float | None = None
+    repeats: int = 0  # timed requests behind decode_tps
     log_path: str | None = None
     message: str | None = None
 
     @property
     def fits(self) -> bool:
         return self.status == "ok"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def noisy(self) -> bool:
+        """The decode speeds of the repeats spread over more than 20 % of their median."""
+        return is_noisy(self.decode_tps, self.decode_tps_min, self.decode_tps_max)
 
 
 class Search(NamedTuple):

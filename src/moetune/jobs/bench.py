@@ -29,50 +29,26 @@ from moetune.core.memory import estimate
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import plan_layers, plan_n_cpu_moe
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
-from moetune.hardware.base import GpuProbe
-from moetune.jobs.launch import DeviceSetup, LaunchSpec, prepare_device
-from moetune.jobs.names import CONFIG_NAMES, DEFAULT_DEPTHS, DEFAULT_N_PREDICT, DEFAULT_REPEATS
-from moetune.jobs.results import (
-    BenchResult,
-    ConfigRun,
-    DepthResult,
-    Sample,
-    capped_depths,
-    summarize,
-    verdicts,
-)
-from moetune.llamacpp.client import CompletionResult, ServerClient
+from moetune.jobs.launch import DeviceSetup, LaunchSpec
+from moetune.jobs.measure import Prompts, Workload, measure_depths
+from moetune.jobs.names import CONFIG_NAMES
+from moetune.jobs.results import BenchResult, ConfigRun, DepthResult, verdicts
+from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
-from moetune.units import MIB, format_bytes
-
-WARM_UP_TOKENS = 4
+from moetune.units import format_bytes, parse_tokens
 
 Event = Callable[[str], None]
-
-
-def sample_of(result: CompletionResult) -> Sample:
-    """The raw sample of one timed request."""
-    ttft = result.ttft_s
-    return Sample(
-        prompt_n=result.prompt_n, predicted_n=result.predicted_n, ttft_s=ttft,
-        prompt_ms=result.prompt_ms, predicted_ms=result.predicted_ms,
-        prefill_tps=result.prompt_per_second, decode_tps=result.predicted_per_second,
-        client_prefill_tps=result.prompt_n / ttft if ttft else None,
-        client_decode_tps=result.client_decode_tps, wall_s=result.wall_s,
-        stop_type=result.stop_type,
-    )  # fmt: skip
 
 
 def parse_depths(text: str) -> list[int]:
     """``--depths 0,4096,16k``: token counts (``k`` = 1024)."""
     depths: list[int] = []
-    for part in filter(None, (p.strip().lower() for p in text.split(","))):
-        scale = 1024 if part.endswith("k") else 1
+    for part in filter(None, (p.strip() for p in text.split(","))):
         try:
-            depths.append(int(part.removesuffix("k").replace("_", "")) * scale)
-        except ValueError:
+            depths.append(parse_tokens(part))
+        except BadValueError:
             raise BadValueError(f"not a depth: {part!r}", hint="e.g. --depths 0,4096,16k") from None
     return depths
 
@@ -176,70 +152,6 @@ def build_configs(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup,
     return specs
 
 
-# --- measuring ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What is asked of every configuration."""
-
-    depths: tuple[int, ...] = DEFAULT_DEPTHS
-    repeats: int = DEFAULT_REPEATS
-    n_predict: int = DEFAULT_N_PREDICT
-    endpoint: str = "chat"
-
-
-@dataclass
-class Prompts:
-    """Prompt texts by depth, built once with the server's tokenizer (same model: reused)."""
-
-    endpoint: str
-    texts: dict[int, str] = field(default_factory=dict)
-    shortest: int | None = None
-
-    def minimum(self, client: ServerClient) -> int:
-        """The shortest prompt: the chat template's own tokens, or one token."""
-        if self.shortest is None:
-            chat = self.endpoint == "chat"
-            self.shortest = max(client.chat_tokens(""), 1) if chat else 1
-        return self.shortest
-
-    def text(self, client: ServerClient, depth: int) -> str:
-        if depth not in self.texts:
-            build = (client.chat_prompt_of_tokens if self.endpoint == "chat"
-                     else client.prompt_of_tokens)  # fmt: skip
-            self.texts[depth] = build(depth)
-        return self.texts[depth]
-
-
-def request(client: ServerClient, endpoint: str, text: str, n_predict: int) -> CompletionResult:
-    """One timed, streamed, uncached request on ``endpoint``."""
-    if endpoint == "chat":
-        return client.chat(text, n_predict)
-    return client.complete(text, n_predict, stream=True)
-
-
-def measure_depths(client: ServerClient, workload: Workload, prompts: Prompts, *, config: str,
-                   probe: Callable[[], int | None], on_event: Event,
-                   into: list[DepthResult]) -> None:  # fmt: skip
-    """A warm-up, then ``repeats`` requests per depth; a DepthResult per depth into ``into``.
-
-    Depths are capped by the server's context and raised to the shortest prompt (the chat
-    template's own tokens), so each prompt is exactly its depth.
-    """
-    shortest = prompts.minimum(client)
-    depths = capped_depths(workload.depths, client.n_ctx(), workload.n_predict, shortest)
-    request(client, workload.endpoint, prompts.text(client, shortest), WARM_UP_TOKENS)
-    for depth in depths:
-        samples: list[Sample] = []
-        text = prompts.text(client, depth)
-        for index in range(workload.repeats):
-            on_event(f"{config}: depth {depth}, run {index + 1} of {workload.repeats}")
-            samples.append(sample_of(request(client, workload.endpoint, text,
-                                             workload.n_predict)))  # fmt: skip
-        into.append(summarize(config, depth, samples, probe()))
-
-
 @dataclass(frozen=True)
 class Launcher:
     """How configurations are launched and measured."""
@@ -313,12 +225,10 @@ def _probe_of(probe: MemoryProbe | None, server: RunningServer) -> Callable[[], 
 class BenchRequest:
     """``moetune bench MODEL``: the launch spec, and what to compare and measure."""
 
-    spec: LaunchSpec
+    spec: LaunchSpec  # at the device's compute rules and the context (jobs.launch)
+    setup: DeviceSetup  # from jobs.launch.prepare_device
     names: tuple[str, ...] = CONFIG_NAMES
-    workload: Workload = Workload()
-    target_bytes: int | None = None  # device budget; default: device total - headroom
-    headroom_bytes: int = 1536 * MIB
-    gpus: GpuProbe | None = None
+    workload: Workload = field(default_factory=Workload)
 
 
 def _depths(results: Sequence[DepthResult], workload: Workload) -> list[int]:
@@ -332,8 +242,7 @@ def _now() -> str:
 
 def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event) -> BenchResult:
     """Launch and measure each configuration in turn; the results and the verdict."""
-    spec, setup = prepare_device(req.spec, target_bytes=req.target_bytes,
-                                 headroom_bytes=req.headroom_bytes, gpus=req.gpus)  # fmt: skip
+    spec, setup = req.spec, req.setup
     specs = build_configs(facts, spec, setup, req.names)
     workload = req.workload
     prompts = Prompts(workload.endpoint)

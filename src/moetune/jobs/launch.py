@@ -8,6 +8,7 @@ asks llama-server which device it offloads to, fixes the budget and picks the me
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,14 +20,16 @@ from moetune.core.command import (
     rpc_endpoints,
     server_argv,
 )
+from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
-from moetune.core.settings import Settings
-from moetune.errors import BadValueError, NoGpuError
+from moetune.core.planner import does_not_fit, floor_placement, max_context
+from moetune.core.settings import Settings, default_n_ctx
+from moetune.errors import BadValueError, NoGpuError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
 from moetune.llamacpp.info import Device, ServerInfo
 from moetune.llamacpp.memprobe import MemoryProbe, choose_probe, device_prefix
 from moetune.llamacpp.process import RunningServer, launch, server_info
-from moetune.units import MIB, format_bytes
+from moetune.units import MIB, Ctx, format_bytes
 
 
 @dataclass(frozen=True)
@@ -130,3 +133,34 @@ def prepare_device(spec: LaunchSpec, *, target_bytes: int | None, headroom_bytes
     setup = DeviceSetup(info=info, device=device, probe=choose_probe(device.name, gpus),
                         target_bytes=budget, fit_target_mib=fit_target)  # fmt: skip
     return spec, setup
+
+
+def check_loadable(facts: ModelFacts) -> None:
+    """UnsupportedModelError for a header-only file: llama-server cannot load what is not there."""
+    if facts.header_only:
+        raise UnsupportedModelError(
+            f"{Path(facts.paths[0]).name} holds no tensor data (a header-only file): "
+            "llama-server cannot load it",
+            hint="`moetune plan` works on it; run and bench need the whole model",
+        )
+
+
+def resolve_context(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, ctx: Ctx | None,
+                    warn: Callable[[str], None]) -> LaunchSpec:  # fmt: skip
+    """The spec at the context asked for: ``--ctx N``, the default, or ``max`` (the largest
+    that fits the budget with every expert on the CPU)."""
+    settings = spec.settings
+    if ctx is None or ctx.tokens is not None:
+        n_ctx = (
+            ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
+        )
+    else:
+        best = max_context(facts, floor_placement(facts), setup.target_bytes, settings)
+        if best is None:
+            raise does_not_fit(
+                facts, setup.target_bytes, settings.model_copy(update={"n_ctx": 256})
+            )
+        n_ctx = best
+    if facts.context_length and n_ctx > facts.context_length:
+        warn(f"context {n_ctx} is beyond the training context {facts.context_length}")
+    return replace(spec, settings=settings.model_copy(update={"n_ctx": n_ctx}))

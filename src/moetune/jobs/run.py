@@ -3,7 +3,7 @@ the context and measuring the device; reuse or save tuned profiles. Returns data
 
 One launch (a trial): start llama-server at N, wait, warm up, fill the context, measure, stop.
 Out of memory at load or during the fill counts as "too big" (status ``oom``); any other
-failure of llama-server ends the run with its last log lines.
+failure of llama-server ends the run with one line: the cause from its log, and the log's path.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
 from moetune.core.planner import plan_n_cpu_moe, predictor
 from moetune.core.search import Attempt, Search, best_attempt, tune
+from moetune.core.settings import DEFAULT_GPU_OVERHEAD_BYTES
 from moetune.errors import BadValueError, DoesNotFitError, OutOfMemoryError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
-from moetune.jobs.results import RunResult
+from moetune.jobs.measure import Prompts, Workload, measure_depths
+from moetune.jobs.results import DepthResult, RunResult
 from moetune.llamacpp.client import ServerClient, fill_context
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
@@ -34,7 +36,7 @@ from moetune.store.tuned import (
     model_identity,
     new_profile,
 )
-from moetune.units import MIB
+from moetune.units import MIB, size_arg, tokens_arg
 
 MAX_LAUNCHES = 12
 Event = Callable[[str], None]
@@ -42,10 +44,14 @@ Event = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Fill:
-    """What each trial asks of the server before measuring."""
+    """What each trial asks of the server: a fill of the context, then (where it fits) timed
+    requests of a short prompt, each generating ``speed_tokens``."""
 
     tokens: int | None = None  # default: the whole context
     n_predict: int = 32
+    repeats: int = 3
+    speed_tokens: int = 64
+    speed_depth: int = 64  # prompt tokens of the timed requests
 
 
 def command_for(spec: LaunchSpec, n_cpu_moe: int) -> list[str]:
@@ -81,20 +87,36 @@ def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int, f
                 client.complete("Hello", 4, stream=False)  # warm-up: first-call costs
                 on_event(f"N={n}: filling the context")
                 done = fill_context(client, fill.tokens or spec.settings.n_ctx, fill.n_predict)
+                measured = _measure(server, setup.probe, spec)
+                status = "ok" if measured is not None and measured <= setup.target_bytes else "over"
+                speed = _speed(client, fill, on_event) if status == "ok" else None
         except OutOfMemoryError as exc:
             return _oom(n, predicted, server, exc.message.splitlines()[0])
         except ServerFailedError:
             if (line := server.failure()) is not None:
                 return _oom(n, predicted, server, line)
             raise
-        measured = _measure(server, setup.probe, spec)
-    status = "ok" if measured is not None and measured <= setup.target_bytes else "over"
-    return Attempt(
+    attempt = Attempt(
         n_cpu_moe=n, predicted_bytes=predicted, measured_bytes=measured, status=status,
         ttft_s=done.ttft_s, prompt_tps=done.prompt_per_second,
         decode_tps=done.client_decode_tps or done.predicted_per_second,
         log_path=str(server.log_path),
     )  # fmt: skip
+    if speed is None:
+        return attempt
+    decode = speed.client_decode_tps or speed.decode_tps
+    return attempt.model_copy(update={"decode_tps": decode.median, "decode_tps_min": decode.min,
+                                      "decode_tps_max": decode.max,
+                                      "repeats": len(speed.samples)})  # fmt: skip
+
+
+def _speed(client: ServerClient, fill: Fill, on_event: Event) -> DepthResult:
+    """Decode speed of the configuration: ``fill.repeats`` timed requests (median, range)."""
+    workload = Workload((fill.speed_depth,), fill.repeats, fill.speed_tokens, "completion")
+    results: list[DepthResult] = []
+    measure_depths(client, workload, Prompts("completion"), config="run", probe=lambda: None,
+                   on_event=on_event, into=results)  # fmt: skip
+    return results[0]
 
 
 # --- tuning ------------------------------------------------------------------------------------
@@ -156,12 +178,24 @@ def describe(attempt: Attempt) -> str:
 # --- tuned profiles: reuse a saved winner, save a new one --------------------------------------
 
 
+def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
+    """The ``moetune run`` that tunes this again, as typed: the server, the target, the
+    context and cache types, the overhead, and the arguments after ``--``."""
+    s = spec.settings
+    command = ["moetune", "run", spec.model, "--server", str(spec.binary),
+               "--target-vram", size_arg(setup.target_bytes), "--ctx", tokens_arg(s.n_ctx),
+               "--cache-type", s.type_k]  # fmt: skip
+    if s.gpu_overhead_bytes != DEFAULT_GPU_OVERHEAD_BYTES:
+        command += ["--overhead", size_arg(s.gpu_overhead_bytes)]
+    return [*command, "--", *spec.extra] if spec.extra else command
+
+
 def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
     """What this run's result depends on: model file, device, llama.cpp build, settings."""
     s = spec.settings
     settings = TuneSettings(n_ctx=s.n_ctx, type_k=s.type_k, type_v=s.type_v,
-                            target_bytes=setup.target_bytes,
-                            extra_args=list(spec.extra))  # fmt: skip
+                            target_bytes=setup.target_bytes, extra_args=list(spec.extra),
+                            command=tune_command(spec, setup))  # fmt: skip
     return TuneKey(model=model_identity(spec.model), gpu=device_identity(setup.device),
                    llama_cpp=build_identity(setup.info), settings=settings)  # fmt: skip
 
@@ -183,7 +217,9 @@ def save_winner(store: ProfileStore, key: TuneKey, result: RunResult,
     if best is None:
         return result
     measured = Measured(vram_bytes=best.measured_bytes, ttft_s=best.ttft_s,
-                        decode_tps=best.decode_tps, prompt_tps=best.prompt_tps)  # fmt: skip
+                        decode_tps=best.decode_tps, decode_tps_min=best.decode_tps_min,
+                        decode_tps_max=best.decode_tps_max, repeats=best.repeats,
+                        prompt_tps=best.prompt_tps)  # fmt: skip
     command = [key.llama_cpp.binary, *result.command[1:]]
     profile = new_profile(key, best.n_cpu_moe, measured, command, previous)
     path = store.save(profile)

@@ -1,4 +1,4 @@
-"""Reading llama-server's log: buffer sizes, the ``--fit`` dry run, allocation and bind failures.
+"""Reading llama-server's log: buffer sizes, the ``--fit`` dry run, why it exited.
 
 Memory lines are printed at ``-lv 4``; match the text, not the prefix:
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -89,6 +90,66 @@ def bind_failure(text: str) -> str | None:
     """llama-server's own message when it could not bind its HTTP port, if present."""
     m = _BIND_RE.search(text)
     return m[0].strip() if m else None
+
+
+class ExitCause(NamedTuple):
+    """Why llama-server exited, read off its log: a kind and the line that says it."""
+
+    kind: str  # port in use | connection refused | out of memory | invalid argument |
+    #            unsupported model | crashed
+    line: str
+
+
+# ggml-rpc.cpp aborts with "<file>:<line>: Failed to connect to HOST:PORT"
+_RPC_RE = re.compile(r"[Ff]ailed to connect to \S+")
+_CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # common/arg.cpp
+    ("invalid argument", re.compile(
+        r"error: invalid argument: .*|[Ee]rror while handling (?:argument|environment).*"
+        r"|error: unknown value for .*"
+    )),
+    # src/llama.cpp: "llama_model_load: error loading model: ..." (the first one says why)
+    ("unsupported model", re.compile(
+        r"error loading model(?: architecture| hyperparameters| vocabulary)?: .*"
+        r"|unknown model architecture: .*|failed to open GGUF file .*"
+    )),
+)  # fmt: skip
+# ggml's GGML_ABORT/GGML_ASSERT line: "/path/file.cpp:123: message"
+_ABORT_RE = re.compile(r"^\S+\.(?:c|cpp|cu|h):\d+: (?P<msg>.+)$", re.MULTILINE)
+
+
+def exit_cause(text: str) -> ExitCause | None:
+    """The one line of a llama-server log that says why it exited (not the backtrace).
+
+    In order: the HTTP port was taken, an ``--rpc`` server could not be reached, memory ran
+    out, a flag or value was refused, the model could not be loaded, ggml aborted.
+    """
+    if line := bind_failure(text):
+        return ExitCause("port in use", line)
+    if m := _RPC_RE.search(text):
+        return ExitCause("connection refused", m[0].strip())
+    if line := allocation_failure(text):
+        return ExitCause("out of memory", line)
+    for kind, pattern in _CAUSES:
+        if m := pattern.search(text):
+            return ExitCause(kind, m[0].strip())
+    if m := _ABORT_RE.search(text):
+        return ExitCause("crashed", m["msg"].strip())
+    return None
+
+
+# What a debugger prints when ggml aborts (ggml_print_backtrace runs gdb), not a cause.
+_BACKTRACE_RE = re.compile(
+    r"^(?:#\d+\s|\[New |\[Inferior |\[Thread |Using host |0x[0-9a-f]+ in |\d+\t)"
+)
+
+
+def last_words(text: str) -> str | None:
+    """The last log line that is not part of a backtrace (for an exit without a known cause)."""
+    for line in reversed(text.splitlines()):
+        if line.strip() and not _BACKTRACE_RE.match(line):
+            return line.strip()
+    return None
 
 
 # --- what --fit chose ---------------------------------------------------------------------------

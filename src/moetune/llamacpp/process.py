@@ -52,7 +52,8 @@ from moetune.llamacpp.info import (
 from moetune.llamacpp.log import (
     BufferLine,
     allocation_failure,
-    bind_failure,
+    exit_cause,
+    last_words,
     parse_buffers,
     real_load_lines,
 )
@@ -117,7 +118,8 @@ def find_server(explicit: str | None = None) -> Path:
 
 
 def _run_quick(argv: Sequence[str], timeout_s: float) -> str:
-    """Run a short command; its stdout and stderr together.  Errors name the command."""
+    """Run a short command; its stdout and stderr together.  A failure is one line with the
+    cause; the whole output (a backtrace, when ggml aborts) is kept as a log file."""
     shown = " ".join(argv[1:])
     try:
         done = subprocess.run(
@@ -134,8 +136,15 @@ def _run_quick(argv: Sequence[str], timeout_s: float) -> str:
         ) from exc
     out = done.stdout + done.stderr
     if done.returncode != 0:
-        tail = "\n".join(out.splitlines()[-10:])
-        raise ServerFailedError(f"`llama-server {shown}` exited with {done.returncode}:\n{tail}")
+        how = describe_exit(done.returncode)
+        cause = exit_cause(out)
+        why = f" ({cause.kind}): {cause.line}" if cause else f": {last_words(out) or 'no output'}"
+        hint = None
+        with contextlib.suppress(OSError):
+            log_path = _new_log_path(_default_log_dir(), argv[-1].lstrip("-"))
+            log_path.write_text(" ".join(argv) + "\n" + out, errors="replace")
+            hint = f"full log: {log_path}"
+        raise ServerFailedError(f"`llama-server {shown}` {how}{why}", hint)
     return out
 
 
@@ -183,14 +192,15 @@ def _default_log_dir() -> Path:
     return log_dir()
 
 
-def _new_log_path(log_dir: Path, port: int) -> Path:
-    """A fresh log file name; the oldest logs beyond ``KEEP_LOGS`` are removed."""
+def _new_log_path(log_dir: Path, tag: int | str) -> Path:
+    """A fresh log file name (``tag``: the port, or what was asked); the oldest logs beyond
+    ``KEEP_LOGS`` are removed."""
     log_dir.mkdir(parents=True, exist_ok=True)
     old = sorted(log_dir.glob("llama-server-*.log"), key=lambda p: p.stat().st_mtime)
     for path in old[: max(0, len(old) - KEEP_LOGS + 1)]:
         path.unlink(missing_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return log_dir / f"llama-server-{stamp}-{port}-{uuid.uuid4().hex[:6]}.log"
+    return log_dir / f"llama-server-{stamp}-{tag}-{uuid.uuid4().hex[:6]}.log"
 
 
 # --- the running server ------------------------------------------------------------------------
@@ -243,18 +253,24 @@ class RunningServer:
         return allocation_failure(self.log_text())
 
     def exit_error(self) -> MoetuneError | None:
-        """Once exited: PortInUseError, OutOfMemoryError or ServerFailedError; else None."""
+        """Once exited: PortInUseError, OutOfMemoryError or ServerFailedError, one line with
+        the cause read off the log (the backtrace stays in the log); else None."""
         code = self.exit_code()
         if code is None:
             return None
         text = self.log_text()
         hint = f"full log: {self.log_path}"
-        if line := bind_failure(text):
-            return PortInUseError(f"llama-server could not use port {self.port}: {line}", hint)
-        tail = "\n".join(text.splitlines()[-30:])
-        if line := allocation_failure(text):
-            return OutOfMemoryError(f"llama-server ran out of memory: {line}\n{tail}", hint)
-        return ServerFailedError(f"llama-server exited with {code}:\n{tail}", hint)
+        cause = exit_cause(text)
+        if cause is not None and cause.kind == "port in use":
+            return PortInUseError(f"llama-server could not use port {self.port}: {cause.line}",
+                                  hint)  # fmt: skip
+        if cause is not None and cause.kind == "out of memory":
+            return OutOfMemoryError(f"llama-server ran out of memory: {cause.line}", hint)
+        how = describe_exit(code)
+        if cause is None:
+            last = last_words(text)
+            return ServerFailedError(f"llama-server {how}" + (f": {last}" if last else ""), hint)
+        return ServerFailedError(f"llama-server {how} ({cause.kind}): {cause.line}", hint)
 
     def check_alive(self) -> bool:
         """True while running; once exited, raises what ``exit_error`` describes.
@@ -286,6 +302,16 @@ class RunningServer:
 
     def __repr__(self) -> str:
         return f"RunningServer(pid={self.pid}, url={self.url!r}, log_path={self.log_path!s})"
+
+
+def describe_exit(code: int) -> str:
+    """``exited with 1``, ``was killed by SIGABRT``."""
+    if code >= 0:
+        return f"exited with {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals, wait_s: float) -> None:
@@ -432,12 +458,23 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(signum)
+def install_signal_handlers(acknowledge: bytes = b"") -> None:
+    """Turn SIGINT into KeyboardInterrupt and SIGTERM (and SIGHUP) into ``Terminated``
+    unwinding, writing ``acknowledge`` to stderr at once: stopping llama-server can take a
+    few seconds, the user should not wait that long to see the signal was heard. Call from
+    the main thread."""
 
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if acknowledge:
+            with contextlib.suppress(OSError):
+                os.write(2, acknowledge)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
 
-def install_signal_handlers() -> None:
-    """Turn SIGTERM (and SIGHUP) into ``Terminated`` unwinding. Call from the main thread."""
-    for name in ("SIGTERM", "SIGHUP"):
-        if (sig := getattr(signal, name, None)) is not None:
-            signal.signal(sig, _raise_terminated)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if (sig := getattr(signal, name, None)) is None:
+            continue
+        if name == "SIGINT" and signal.getsignal(sig) is signal.SIG_IGN:
+            continue  # started in the background by a shell without job control: keep it so
+        signal.signal(sig, handler)

@@ -3,7 +3,8 @@
 - config (hardware profiles of your own, tuned profiles): ``$MOETUNE_HOME``, else the user
   config dir (``$XDG_CONFIG_HOME/moetune``, usually ``~/.config/moetune``);
 - data (saved bench results): ``$MOETUNE_HOME/bench``, else ``<user data dir>/moetune/bench``;
-- cache (llama-server logs): ``<user cache dir>/moetune``.
+- logs (llama-server's, one per launch): ``$MOETUNE_HOME/logs``, else
+  ``<user cache dir>/moetune/logs``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ def bench_dir() -> Path:
 
 
 def log_dir() -> Path:
-    """llama-server logs: ``<user cache dir>/moetune/logs`` (never the model's folder)."""
+    """llama-server logs: ``$MOETUNE_HOME/logs``, else ``<user cache dir>/moetune/logs``
+    (never the model's folder)."""
+    if (home := home_override()) is not None:
+        return home / "logs"
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir(APP)) / "logs"
