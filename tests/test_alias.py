@@ -17,9 +17,11 @@ from moetune.store.tuned import (
     BuildIdentity,
     DeviceIdentity,
     Measured,
+    ModelIdentity,
     ProfileStore,
     TunedPlacement,
     TunedProfile,
+    TuneKey,
     TuneSettings,
     model_identity,
     profile_name,
@@ -46,20 +48,28 @@ def shells_here() -> list[Shell]:
     return [s for s in SHELLS if have(s)]
 
 
+TUNE_COMMAND = ["moetune", "run", "/models/m.gguf", "--server", "/usr/bin/llama-server",
+                "--target-vram", "22G", "--ctx", "32k", "--cache-type", "q8_0", "--",
+                "--rpc", "10.0.0.2:50052"]  # fmt: skip
+
+
 def make_profile(command: list[str], file_name: str = "m.gguf",
-                 identity_path: str = "/models/m.gguf") -> TunedProfile:  # fmt: skip
+                 identity_path: str = "/models/m.gguf",
+                 n_ctx: int = 32768) -> TunedProfile:  # fmt: skip
+    model = ModelIdentity(file_name=file_name, file_bytes=1, header_sha256="0" * 64,
+                          path=identity_path)  # fmt: skip
+    gpu = DeviceIdentity(name="NVIDIA GeForce RTX 4090", device="CUDA0", vram_total_bytes=24 * GIB)
+    build = BuildIdentity(build_number=6500, commit="abc1234", version="b6500",
+                          binary="/usr/bin/llama-server", binary_fingerprint="1:1")  # fmt: skip
+    settings = TuneSettings(n_ctx=n_ctx, type_k="q8_0", type_v="q8_0", target_bytes=22 * GIB,
+                            extra_args=["--rpc", "10.0.0.2:50052"],
+                            command=TUNE_COMMAND)  # fmt: skip
+    key = TuneKey(model=model, gpu=gpu, llama_cpp=build, settings=settings)
     return TunedProfile(
-        name=profile_name(file_name, 32768, "q8_0", "q8_0"),
-        tuned_at="2025-01-01T00:00:00+00:00",
-        model={"file_name": file_name, "file_bytes": 1, "header_sha256": "0" * 64,
-               "path": identity_path},  # type: ignore[arg-type]
-        gpu=DeviceIdentity(name="NVIDIA GeForce RTX 4090", device="CUDA0",
-                           vram_total_bytes=24 * GIB),
-        llama_cpp=BuildIdentity(build_number=6500, commit="abc1234", version="b6500",
-                                binary="/usr/bin/llama-server", binary_fingerprint="1:1"),
-        settings=TuneSettings(n_ctx=32768, type_k="q8_0", type_v="q8_0", target_bytes=22 * GIB),
-        placement=TunedPlacement(n_cpu_moe=12),
-        measured=Measured(vram_bytes=21 * GIB, ttft_s=0.4, decode_tps=41.5, prompt_tps=900.0),
+        name=profile_name(key), tuned_at="2025-01-01T00:00:00+00:00", model=model, gpu=gpu,
+        llama_cpp=build, settings=settings, placement=TunedPlacement(n_cpu_moe=12),
+        measured=Measured(vram_bytes=21 * GIB, ttft_s=0.4, decode_tps=41.5, decode_tps_min=40.2,
+                          decode_tps_max=42.0, repeats=3, prompt_tps=900.0),
         command=command,
     )  # fmt: skip
 
@@ -104,8 +114,10 @@ def test_comments_say_what_was_tuned() -> None:
     header = [line for line in text.splitlines() if line.startswith("#")]
     assert len(header) == 3
     assert "NVIDIA GeForce RTX 4090" in header[0] and "build 6500" in header[0]
-    assert "--n-cpu-moe 12" in header[1] and "41.5 tok/s" in header[1]
-    assert "--retune" in header[2]
+    assert "--n-cpu-moe 12" in header[1] and "41.5 tok/s (40.2-42.0 over 3)" in header[1]
+    # the re-tune hint is the user's whole command, --retune before the arguments after --
+    assert header[2].endswith(" ".join([*TUNE_COMMAND[:11], "--retune", *TUNE_COMMAND[11:]])
+                              + ", then moetune alias qwen again")  # fmt: skip
 
 
 def test_newlines_in_names_cannot_escape_the_comment() -> None:
@@ -153,10 +165,10 @@ def tiny(tmp_path: Path) -> Path:
 def save_for(model: Path, n_ctx: int = 32768) -> TunedProfile:
     identity = model_identity(model)
     profile = make_profile(["/usr/bin/llama-server", "-m", str(model), "--n-cpu-moe", "3"],
-                           file_name=identity.file_name, identity_path=identity.path)  # fmt: skip
-    settings = profile.settings.model_copy(update={"n_ctx": n_ctx})
-    name = profile_name(identity.file_name, n_ctx, "q8_0", "q8_0")
-    profile = profile.model_copy(update={"model": identity, "settings": settings, "name": name})
+                           file_name=identity.file_name, identity_path=identity.path,
+                           n_ctx=n_ctx)  # fmt: skip
+    profile = profile.model_copy(update={"model": identity})
+    profile = profile.model_copy(update={"name": profile_name(profile.key)})
     ProfileStore().save(profile)
     return profile
 
@@ -214,3 +226,10 @@ def test_example_dotfiles_parse(shell: str, suffix: str) -> None:
     done = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True, timeout=30,
                           check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_cli_refuses_ctx_max(tiny: Path) -> None:
+    save_for(tiny)
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--ctx", "max"])
+    assert result.exit_code == ExitCode.BAD_VALUE
+    assert "--ctx" in result.stderr

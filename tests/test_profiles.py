@@ -4,6 +4,7 @@ matching, invalidation, the `profiles` commands, and `moetune run` saving and re
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from moetune.errors import ExitCode, ProfileError, ProfileNotFoundError
+from moetune.errors import BadValueError, ExitCode, ProfileError
 from moetune.store.hardware import (
     find_hardware_profile,
     load_hardware_profiles,
@@ -83,9 +84,11 @@ def test_find_by_loose_name(query: str, expected: str) -> None:
 
 
 def test_unknown_gpu_lists_the_known_ones() -> None:
-    with pytest.raises(ProfileNotFoundError) as info:
+    with pytest.raises(BadValueError) as info:
         find_hardware_profile("rtx9999", load_hardware_profiles())
     assert "rtx4090" in (info.value.hint or "")
+    code, _, err = cli("plan", QWEN, "--gpu", "4080", "--ram", "64G")
+    assert code == ExitCode.BAD_VALUE and "rtx4090" in err, err
 
 
 def test_match_detected_uses_the_memory_size() -> None:
@@ -163,13 +166,13 @@ def test_plan_with_gpu_profile() -> None:
     code, out, _ = cli("plan", QWEN, "--gpu", "RTX 4090", "--ram", "64G")
     assert code == 0 and "hardware profile rtx4090" in out
     code, _, err = cli("plan", QWEN, "--gpu", "rtx9999", "--ram", "64G")
-    assert code == ExitCode.FILE_NOT_FOUND and "no hardware profile 'rtx9999'" in err
+    assert code == ExitCode.BAD_VALUE and "no hardware profile 'rtx9999'" in err
 
 
-def test_vram_wins_over_gpu_profile() -> None:
-    code, out, _ = cli("plan", QWEN, "--gpu", "rtx4090", "--vram", "16G", "--ram", "64G",
-                       "--json")  # fmt: skip
-    assert code == 0 and json.loads(out)["budget_bytes"] == 16 * GIB - 1536 * MIB
+@pytest.mark.parametrize("command", ["plan", "doctor"])
+def test_gpu_and_vram_together_are_refused(command: str) -> None:
+    code, out, err = cli(command, QWEN, "--gpu", "rtx4090", "--vram", "16G", "--ram", "64G")
+    assert code == ExitCode.BAD_VALUE and "--vram and --gpu" in err, out + err
 
 
 def test_built_package_ships_the_profiles(tmp_path: Path) -> None:
@@ -237,12 +240,36 @@ def test_identity(tiny: Path, tmp_path: Path) -> None:
     assert model_identity(tiny).header_sha256 != first.header_sha256
 
 
-def test_profile_name() -> None:
-    assert profile_name("Qwen3-30B-A3B-Q4_K_M.gguf", 32768, "q8_0", "q8_0") == (
-        "Qwen3-30B-A3B-Q4_K_M-32k-q8_0"
+def test_profile_name(tiny: Path) -> None:
+    """Model stem, context, cache types, target and a tag of the device: one file for each
+    thing a tuned result depends on."""
+    key = a_key(tiny)
+    name = profile_name(key)
+    assert re.fullmatch(r"Tiny-Q8-4k-q8_0-22G-[0-9a-f]{6}", name), name
+    settings = key.settings.model_copy(update={"target_bytes": 20 * GIB, "type_v": "f16",
+                                               "n_ctx": 5000})  # fmt: skip
+    assert profile_name(key.model_copy(update={"settings": settings})).startswith(
+        "Tiny-Q8-5000-q8_0-f16-20G-"
     )
-    assert profile_name("M-00001-of-00003.gguf", 5000, "q8_0", "f16") == "M-5000-q8_0-f16"
-    assert profile_name("we ird$.gguf", 4096, "f16", "f16") == "we_ird-4k-f16"
+    other_gpu = key.gpu.model_copy(update={"name": "NVIDIA GeForce RTX 3090"})
+    assert profile_name(key.model_copy(update={"gpu": other_gpu})) != name
+    shards = key.model.model_copy(update={"file_name": "M-00001-of-00003.gguf"})
+    assert profile_name(key.model_copy(update={"model": shards})).startswith("M-4k-")
+    weird = key.model.model_copy(update={"file_name": "we ird$.gguf"})
+    assert profile_name(key.model_copy(update={"model": weird})).startswith("we_ird-4k-")
+
+
+def test_two_targets_keep_two_profiles(tiny: Path) -> None:
+    key = a_key(tiny)
+    lower = key.model_copy(update={"settings": key.settings.model_copy(
+        update={"target_bytes": 20 * GIB})})  # fmt: skip
+    saved(key, n=5)
+    saved(lower, n=7)
+    store = ProfileStore()
+    assert len(store.names()) == 2
+    first, second = store.match(key).profile, store.match(lower).profile
+    assert first is not None and first.placement.n_cpu_moe == 5
+    assert second is not None and second.placement.n_cpu_moe == 7
 
 
 def test_home_is_xdg_or_moetune_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -263,14 +290,17 @@ def test_match_and_invalidation(tiny: Path) -> None:
     assert match.profile is not None and match.profile.placement.n_cpu_moe == 5
     other_gpu = key.gpu.model_copy(update={"name": "NVIDIA GeForce RTX 3090"})
     other_build = key.llama_cpp.model_copy(update={"build_number": 11500, "commit": "fff"})
-    other_target = key.settings.model_copy(update={"target_bytes": 20 * GIB})
+    other_args = key.settings.model_copy(update={"extra_args": ["-ub", "2048"]})
     cases: dict[str, dict[str, Any]] = {
-        "GPU changed": {"gpu": other_gpu}, "llama.cpp changed": {"llama_cpp": other_build},
-        "another target": {"settings": other_target},
+        "llama.cpp changed": {"llama_cpp": other_build},
+        "other arguments after --": {"settings": other_args},
     }  # fmt: skip
     for words, change in cases.items():
         miss = store.match(key.model_copy(update=change))
         assert miss.profile is None and words in miss.notes[0], miss.notes
+    # another device set is another profile: not out of date, just not tuned yet
+    miss = store.match(key.model_copy(update={"gpu": other_gpu}))
+    assert miss.profile is None and not miss.notes and miss.name != profile_name(key)
     write_model(tiny, "qwen3moe", n_layers=6)
     miss = store.match(a_key(tiny))
     assert miss.profile is None and "model file changed" in miss.notes[0]
@@ -342,7 +372,8 @@ def test_run_saves_then_reuses(tmp_path: Path, rpc: str, _moetune_home: Path) ->
     tuned = json.loads(first.stdout)
     assert tuned["profile"]["reused"] is False
     path = Path(tuned["profile"]["path"])
-    assert path.parent == _moetune_home / "profiles" and path.stem == "Tiny-MoE-1k-q8_0"
+    assert path.parent == _moetune_home / "profiles"
+    assert path.stem.startswith("Tiny-MoE-1k-q8_0-40M-"), path.stem
     profile = json.loads(path.read_text())
     best = tuned["best"]
     assert profile["placement"]["n_cpu_moe"] == best["n_cpu_moe"]
@@ -360,6 +391,31 @@ def test_run_saves_then_reuses(tmp_path: Path, rpc: str, _moetune_home: Path) ->
     assert "matches" in second.stderr and "one launch to confirm" in second.stderr
     assert json.loads(path.read_text())["confirmed_at"] is not None
 
+    # another target is another profile: the first is kept, and still matches
+    lower = moetune(*[("30M" if a == "40M" else a) for a in args])
+    assert lower.returncode == 0, lower.stderr
+    other = Path(json.loads(lower.stdout)["profile"]["path"])
+    assert other != path and other.stem.startswith("Tiny-MoE-1k-q8_0-30M-")
+    assert sorted(p.name for p in path.parent.glob("*.json")) == sorted([path.name, other.name])
+    third = moetune(*args)
+    assert json.loads(third.stdout)["profile"]["reused"] is True, third.stderr
+
     code, out, _ = cli("alias", "tiny", str(model), "--shell", "bash")
     assert code == 0
     subprocess.run(["bash", "-n"], input=out, text=True, check=True)
+    assert "--retune -- --rpc" in out  # the whole re-tune command, the part after -- included
+
+
+def test_show_and_rm_take_a_unique_prefix(tiny: Path) -> None:
+    key = a_key(tiny)
+    first = saved(key).stem
+    second = saved(key.model_copy(update={"settings": key.settings.model_copy(
+        update={"target_bytes": 20 * GIB})})).stem  # fmt: skip
+    code, out, _ = cli("profiles", "show", "Tiny-Q8-4k-q8_0-22", "--json")
+    assert code == 0 and json.loads(out)["name"] == first
+    code, _, err = cli("profiles", "show", "Tiny-Q8")
+    assert code == ExitCode.BAD_VALUE and first in err and second in err  # which ones
+    code, _, _ = cli("profiles", "rm", "Tiny-Q8-4k-q8_0-20")
+    assert code == 0 and ProfileStore().names() == [first]
+    code, _, err = cli("profiles", "rm", "Nothing")
+    assert code == ExitCode.FILE_NOT_FOUND and "no tuned profile" in err

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from moetune.errors import BadValueError
-from moetune.store.tuned import TunedProfile
-from moetune.units import format_bytes
+from moetune.store.tuned import TunedProfile, retune_command
+from moetune.units import format_bytes, format_speed
 
 Shell = Literal["bash", "zsh", "fish"]
 SHELLS: tuple[Shell, ...] = ("bash", "zsh", "fish")
@@ -68,15 +68,18 @@ def _comments(name: str, profile: TunedProfile) -> list[str]:
     placement = f"--n-cpu-moe {profile.placement.n_cpu_moe or 0}"
     if profile.placement.override_tensor:
         placement = "-ot " + ",".join(profile.placement.override_tensor)
-    speed = f", {m.decode_tps:.1f} tok/s" if m.decode_tps is not None else ""
+    speed = ""
+    if m.decode_tps is not None:
+        speed = ", decode " + format_speed(m.decode_tps, m.decode_tps_min, m.decode_tps_max,
+                                           m.repeats)  # fmt: skip
     return [
         f"# moetune: {profile.model.file_name} on {profile.gpu.name} "
         f"({format_bytes(profile.gpu.vram_total_bytes)}), llama.cpp "
         f"{profile.llama_cpp.describe()}",
         f"# tuned {profile.tuned_at}: {placement}, ctx {s.n_ctx} {s.type_k}/{s.type_v}, "
         f"peak {format_bytes(m.vram_bytes)}{speed}",
-        f"# after a new GPU, model file or llama.cpp: moetune run {shlex.quote(profile.model.path)}"
-        f" --retune, then moetune alias {name} again",
+        f"# after a new GPU, model file or llama.cpp: {shlex.join(retune_command(profile))}, "
+        f"then moetune alias {name} again",
     ]
 
 

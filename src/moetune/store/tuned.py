@@ -1,6 +1,7 @@
 """Tuned profiles: what `moetune run` found, as JSON files in ``$MOETUNE_HOME/profiles/``.
 
-One per model file, context and cache types. A saved profile matches a later run only when the
+One per model file, device set, target, context and cache types (each gets its own name, so
+tuning for a second target keeps the first). A saved profile matches a later run only when the
 model file (name, size, a hash of its header), the offload device (name, memory), the llama.cpp
 build, the target and the pass-through arguments are all the same; anything else makes it out
 of date. Everything here returns data; report/profiles.py renders it.
@@ -12,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +26,7 @@ from moetune.gguf.split import SPLIT_NAME_RE, read_model
 from moetune.llamacpp.info import Device, ServerInfo
 from moetune.store.paths import tuned_dir
 from moetune.store.validate import validated
-from moetune.units import format_bytes
+from moetune.units import format_bytes, size_arg, tokens_arg
 
 # --- tuned profiles: identities ----------------------------------------------------------------
 
@@ -86,6 +88,11 @@ class TuneSettings(BaseModel):
     type_v: str
     target_bytes: int = Field(gt=0)
     extra_args: list[str] = []
+    # the moetune command that tunes it again (server, target, context, after --): not compared
+    command: list[str] = []
+
+    def same_as(self, other: TuneSettings) -> bool:
+        return self.model_dump(exclude={"command"}) == other.model_dump(exclude={"command"})
 
 
 class TuneKey(BaseModel):
@@ -152,7 +159,10 @@ class Measured(BaseModel):
 
     vram_bytes: int | None = None
     ttft_s: float | None = None
-    decode_tps: float | None = None
+    decode_tps: float | None = None  # median of the timed requests
+    decode_tps_min: float | None = None
+    decode_tps_max: float | None = None
+    repeats: int = 0  # timed requests behind decode_tps (0: one sample, an older profile)
     prompt_tps: float | None = None
 
 
@@ -183,13 +193,25 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "model"
 
 
-def profile_name(file_name: str, n_ctx: int, type_k: str, type_v: str) -> str:
-    """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0``: the model file's stem, context and cache types."""
-    split = SPLIT_NAME_RE.match(file_name)
-    stem = split["prefix"] if split else file_name.removesuffix(".gguf")
-    ctx = f"{n_ctx // 1024}k" if n_ctx % 1024 == 0 else str(n_ctx)
-    cache = type_k if type_k == type_v else f"{type_k}-{type_v}"
-    return f"{_slug(stem)}-{ctx}-{_slug(cache)}"
+def profile_name(key: TuneKey) -> str:
+    """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0-22G-1f0c2a``: the model file's stem, context, cache
+    types, target and a short tag of the devices: one profile per thing a result depends on
+    (a second target or device set gets its own file)."""
+    s, gpu = key.settings, key.gpu
+    split = SPLIT_NAME_RE.match(key.model.file_name)
+    stem = split["prefix"] if split else key.model.file_name.removesuffix(".gguf")
+    cache = s.type_k if s.type_k == s.type_v else f"{s.type_k}-{s.type_v}"
+    devices = f"{gpu.device}|{gpu.name}|{gpu.vram_total_bytes}".encode()
+    tag = hashlib.sha256(devices).hexdigest()[:6]
+    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{size_arg(s.target_bytes)}-{tag}"
+
+
+def retune_command(profile: TunedProfile) -> list[str]:
+    """The ``moetune run ... --retune`` that tunes ``profile`` again, as the user first typed
+    it (server, target, context, cache types and the arguments after ``--``)."""
+    command = list(profile.settings.command) or ["moetune", "run", profile.model.path]
+    at = command.index("--") if "--" in command else len(command)
+    return [*command[:at], "--retune", *command[at:]]
 
 
 def now() -> str:
@@ -211,7 +233,7 @@ def mismatches(saved: TuneKey, wanted: TuneKey) -> list[str]:
             f"llama.cpp changed (was {saved.llama_cpp.describe()}, "
             f"now {wanted.llama_cpp.describe()})"
         )
-    if saved.settings != wanted.settings:
+    if not saved.settings.same_as(wanted.settings):
         reasons.append("it was tuned for another target or other arguments after --")
     return reasons
 
@@ -244,6 +266,21 @@ class ProfileStore:
                 f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
             ) from None
         return parse_tuned_profile(text, str(path))
+
+    def resolve(self, name: str) -> str:
+        """The profile called ``name``, or the one whose name starts with it."""
+        names = self.names()
+        if name in names:
+            return name
+        found = [n for n in names if n.startswith(name)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise BadValueError(f"{name!r} names {len(found)} tuned profiles",
+                                hint="give more of the name: " + ", ".join(found))  # fmt: skip
+        raise ProfileNotFoundError(
+            f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
+        )
 
     def names(self) -> list[str]:
         if not self.root.is_dir():
@@ -281,8 +318,7 @@ class ProfileStore:
 
     def match(self, key: TuneKey) -> Match:
         """The saved profile for this model, context and cache types, if it still applies."""
-        s = key.settings
-        name = profile_name(key.model.file_name, s.n_ctx, s.type_k, s.type_v)
+        name = profile_name(key)
         try:
             saved = self.load(name)
         except ProfileNotFoundError:
@@ -319,7 +355,7 @@ def new_profile(key: TuneKey, n_cpu_moe: int, measured: Measured, command: list[
     s = key.settings
     stamp = now()
     return TunedProfile(
-        name=profile_name(key.model.file_name, s.n_ctx, s.type_k, s.type_v),
+        name=profile_name(key),
         tuned_at=previous.tuned_at if previous else stamp,
         confirmed_at=stamp if previous else None,
         model=key.model, gpu=key.gpu, llama_cpp=key.llama_cpp, settings=s,
@@ -346,6 +382,6 @@ def model_profile(
     if reasons := mismatches(profile.key, profile.key.model_copy(update={"model": identity})):
         raise ProfileError(
             f"tuned profile {profile.name} is out of date: {'; '.join(reasons)}",
-            hint=f"tune again: moetune run {identity.path} --retune",
+            hint="tune again: " + shlex.join(retune_command(profile)),
         )
     return profile
