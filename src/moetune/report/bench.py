@@ -10,6 +10,7 @@ from rich.text import Text
 
 from moetune.jobs.results import BenchResult, ConfigRun, DepthResult, Stat, Verdict
 from moetune.llamacpp.log import describe_fit
+from moetune.report.common import fitted, new_table, plural, short_path
 from moetune.units import format_bytes
 
 BAR_WIDTH = 40
@@ -60,14 +61,16 @@ def verdict_text(verdict: Verdict) -> str:
 
 
 def _header(result: BenchResult) -> Text:
-    where = result.server_url or result.model or "?"
-    parts = [f"bench of {where}", f"{result.endpoint} endpoint", f"ctx {result.n_ctx}",
-             f"{result.n_predict} generated tokens", f"{result.repeats} repeats"]  # fmt: skip
+    """Two lines: what ran where, then the workload."""
+    where = f"bench of {result.server_url or short_path(result.model or '?')}"
     if result.device:
-        parts.insert(1, f"device {result.device}")
+        where += f" on {result.device}"
     if result.budget_bytes is not None:
-        parts.insert(2, f"budget {format_bytes(result.budget_bytes)}")
-    return Text(" | ".join(parts))
+        where += f", budget {format_bytes(result.budget_bytes)}"
+    workload = [f"{result.endpoint} endpoint", f"ctx {result.n_ctx}",
+                f"{result.n_predict} generated tokens",
+                plural(result.repeats, "repeat")]  # fmt: skip
+    return Text(f"{where}\n{' | '.join(workload)}")
 
 
 def _peak(run: ConfigRun, budget: int | None) -> Text:
@@ -78,22 +81,34 @@ def _peak(run: ConfigRun, budget: int | None) -> Text:
     return Text(format_bytes(run.peak_device_bytes), style="red" if over else "")
 
 
-def _configs_table(configs: Sequence[ConfigRun], probe_note: str, budget: int | None) -> Table:
-    table = Table(title="configurations", title_justify="left")
-    for column in ("config", "status", "placement", "predicted", "device peak", "load s", "note"):
-        table.add_column(column, justify="right" if column in {"predicted", "load s"} else "left")
+def _configs_table(configs: Sequence[ConfigRun], budget: int | None) -> Table:
+    grid = new_table("configurations", ("config", "status", "placement", "predicted", "device peak",
+                                    "load s"), right=("predicted", "device peak", "load s"),
+                 fold=("placement",))  # fmt: skip
+    for run in configs:
+        grid.add_row(
+            run.name, Text(run.status, style=_STATUS_STYLE[run.status]), run.description,
+            format_bytes(run.predicted_bytes) if run.predicted_bytes is not None else "-",
+            _peak(run, budget), f"{run.load_s:.1f}" if run.load_s is not None else "-",
+        )  # fmt: skip
+    return grid
+
+
+def _config_notes(configs: Sequence[ConfigRun], probe_note: str) -> list[Text]:
+    """What the table has no room for: --fit's choice, why one was skipped or failed, logs."""
+    lines = []
     for run in configs:
         note = run.message or ""
         if run.fit is not None:
             note = describe_fit(run.fit) + (f"; {note}" if note else "")
-        table.add_row(
-            run.name, Text(run.status, style=_STATUS_STYLE[run.status]), run.description,
-            format_bytes(run.predicted_bytes) if run.predicted_bytes is not None else "-",
-            _peak(run, budget), f"{run.load_s:.1f}" if run.load_s is not None else "-", note,
-        )  # fmt: skip
-    table.caption = probe_note or None
-    table.caption_justify = "left"
-    return table
+        if run.status == "failed" and run.log_path:
+            note += f" (log: {short_path(run.log_path)})"
+        if note:
+            style = "dim" if run.status == "ok" else _STATUS_STYLE[run.status]
+            lines.append(Text(f"  {run.name}: {note}", style=style))
+    if probe_note:
+        lines.append(Text(probe_note, style="dim"))
+    return lines
 
 
 def _best_decode(results: Sequence[DepthResult]) -> dict[int, float]:
@@ -103,27 +118,37 @@ def _best_decode(results: Sequence[DepthResult]) -> dict[int, float]:
     return best
 
 
-def _results_table(result: BenchResult) -> Table:
-    table = Table(title="measurements: median (min-max)", title_justify="left")
-    for column in ("config", "depth", "TTFT s", "prefill tok/s", "decode tok/s", "vs best",
-                   "device mem"):  # fmt: skip
-        table.add_column(column, justify="left" if column == "config" else "right")
+_RESULT_COLUMNS = ("config", "depth", "TTFT s", "prefill tok/s", "decode tok/s", "vs best",
+                   "device mem")  # fmt: skip
+
+
+def _stat_cell(stat: Stat | None, fmt: Callable[[float], str], stacked: bool) -> Text:
+    """``median (min-max)`` on one line, or the range under the median (``stacked``)."""
+    if not stacked or stat is None or fmt(stat.min) == fmt(stat.max):
+        return Text(format_stat(stat, fmt))
+    text = Text(fmt(stat.median))
+    text.append(f"\n{fmt(stat.min)}-{fmt(stat.max)}", style="dim")
+    return text
+
+
+def _results_table(result: BenchResult, stacked: bool = False) -> Table:
+    title = "measurements: median, min-max below" if stacked else "measurements: median (min-max)"
+    grid = new_table(title, _RESULT_COLUMNS, right=_RESULT_COLUMNS[1:])
     if result.shortest_prompt:
-        table.caption = (
-            f"depth = prompt tokens; the shortest prompt is {result.shortest_prompt}"
-            + (" (the chat template alone)" if result.endpoint == "chat" else "")
+        grid.caption = f"depth = prompt tokens; the shortest prompt is {result.shortest_prompt}" + (
+            " (the chat template alone)" if result.endpoint == "chat" else ""
         )
-        table.caption_justify = "left"
+        grid.caption_justify = "left"
     best = _best_decode(result.results)
     for row in sorted(result.results, key=lambda r: (r.depth, _order(result, r.config))):
         top = best.get(row.depth, 0.0)
         share = f"{row.decode_tps.median / top:.2f}x" if top > 0 else "-"
-        table.add_row(
-            row.config, str(row.depth), format_stat(row.ttft_s, _secs),
-            format_stat(row.prefill_tps), format_stat(row.decode_tps), share,
-            format_bytes(row.device_bytes) if row.device_bytes is not None else "-",
+        grid.add_row(
+            row.config, str(row.depth), _stat_cell(row.ttft_s, _secs, stacked),
+            _stat_cell(row.prefill_tps, _num, stacked), _stat_cell(row.decode_tps, _num, stacked),
+            share, format_bytes(row.device_bytes) if row.device_bytes is not None else "-",
         )  # fmt: skip
-    return table
+    return grid
 
 
 def _order(result: BenchResult, name: str) -> int:
@@ -143,9 +168,10 @@ def _probe_note(result: BenchResult) -> str:
 def render_bench(result: BenchResult) -> RenderableType:
     """The configurations, the measurements and the verdict."""
     parts: list[RenderableType] = [_header(result), Text("")]
-    parts.append(_configs_table(result.configs, _probe_note(result), result.budget_bytes))
+    parts.append(_configs_table(result.configs, result.budget_bytes))
+    parts += _config_notes(result.configs, _probe_note(result))
     if result.results:
-        parts.append(_results_table(result))
+        parts.append(fitted(_results_table(result), _results_table(result, stacked=True)))
     parts.append(Text("verdict", style="bold"))
     if not result.verdicts:
         parts.append(Text("nothing was measured: see the configurations above", style="red"))

@@ -1,18 +1,97 @@
-"""What every renderer shares: the error line and small number formats."""
+"""What every renderer shares: the error line, small number formats, tables for 80 columns."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 
+from moetune.core.command import shell_join
+from moetune.errors import ExitCode
 
-def render_error(message: str, hint: str | None) -> Text:
+
+class ShellLine(Text):
+    """A command to copy into a shell. Printed whole on its line: where the terminal is too
+    narrow it wraps the line itself, rich never breaks it (a pasted break would end it)."""
+
+
+def shell_line(argv: Sequence[str], prefix: str = "", style: str = "") -> ShellLine:
+    """``argv`` quoted for a POSIX shell, as one ShellLine (``prefix``: ``"# "`` for one
+    that is shown, not meant to be run)."""
+    return ShellLine(prefix + shell_join(argv), style=style)
+
+
+def render_error(message: str, hint: str | None, code: ExitCode | None = None) -> Text:
+    """``moetune: error: MESSAGE (HINT) [NAME, exit N]``: one line (a message's own line
+    breaks are folded), the exit code named."""
     text = Text("moetune: error: ", style="bold red")
-    text.append(message)
+    text.append(" ".join(message.split()))
     if hint:
-        text.append(f" ({hint})", style="dim")
+        text.append(f" ({' '.join(hint.split())})", style="dim")
+    if code is not None:
+        text.append(f" [{code.name}, exit {int(code)}]", style="dim")
     return text
 
 
 def fmt(value: float | None, spec: str) -> str:
     """``value`` in ``spec``, or ``-`` when unknown."""
     return "-" if value is None else format(value, spec)
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``1 launch``, ``2 launches``; ``many`` where adding -s/-es is wrong."""
+    if count == 1:
+        return f"1 {word}"
+    if many is None:
+        many = word + ("es" if word.endswith(("s", "sh", "ch", "x")) else "s")
+    return f"{count} {many}"
+
+
+def short_path(path: str, width: int = 48) -> str:
+    """``path`` within ``width`` characters, cut in the middle: the start of the folder, ``…``,
+    and the whole file name (``/home/me/…/Qwen3-30B-A3B-Q4_K_M.gguf``)."""
+    if len(path) <= width:
+        return path
+    head, sep, name = path.rpartition("/")
+    if not sep:
+        return path
+    keep = width - len(name) - 2  # "…/"
+    return (head[:keep] if keep > 0 else "") + "…/" + name
+
+
+def new_table(title: str | None, columns: Sequence[str], *, right: Collection[str] = (),
+          fold: Collection[str] = ()) -> Table:  # fmt: skip
+    """A table that reads at 80 columns: a light frame, no cell cut short with ``…``. Columns
+    in ``fold`` break where they must (words, then characters); the others never break, so
+    names, flags and numbers stay whole."""
+    grid = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                 pad_edge=False, collapse_padding=True)  # fmt: skip
+    for name in columns:
+        wraps = name in fold
+        grid.add_column(name, justify="right" if name in right else "left", no_wrap=not wraps,
+                        overflow="fold")  # fmt: skip
+    return grid
+
+
+class _Fitted:
+    """The first of several layouts that fits the console's width (else the last)."""
+
+    def __init__(self, choices: Sequence[RenderableType]) -> None:
+        self.choices = choices
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        unbounded = options.update_width(1 << 16)  # Measurement.get clamps to the width given
+        for choice in self.choices[:-1]:
+            if Measurement.get(console, unbounded, choice).maximum <= options.max_width:
+                yield choice
+                return
+        yield self.choices[-1]
+
+
+def fitted(*choices: RenderableType) -> RenderableType:
+    """``choices`` from widest to narrowest: the renderer picks the first that fits."""
+    return _Fitted(choices)

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from moetune.core.facts import LayerFacts, ModelFacts
 from moetune.gguf.roles import Role
+from moetune.report.common import new_table, short_path
 from moetune.units import format_bytes
 
 # Column order for per-layer tables; roles absent from a model are left out.
@@ -38,6 +39,14 @@ _ROLE_LABEL = {
 }
 
 
+# The per-block table's headers: short, so that every column fits 80 columns.
+_BLOCK_LABEL = {
+    Role.EXPERTS: "experts", Role.SHARED_EXPERTS: "shared", Role.ROUTER: "router",
+    Role.DENSE_FFN: "dense FFN", Role.ATTENTION: "attn", Role.SSM: "SSM", Role.NORM: "norms",
+    Role.NEXTN: "NextN", Role.OTHER: "other",
+}  # fmt: skip
+
+
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
@@ -46,14 +55,14 @@ def _summary(facts: ModelFacts) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    files = (
-        facts.paths[0]
-        if len(facts.paths) == 1
-        else f"{facts.paths[0]} (+{len(facts.paths) - 1} shards)"
-    )
+    files = Text(short_path(str(facts.paths[0])))
+    if len(facts.paths) > 1:
+        files.append(f" (+{len(facts.paths) - 1} shards)")
     grid.add_row("file", files)
-    note = "  [yellow]header only: tensor data absent[/]" if facts.header_only else ""
-    grid.add_row("file size", format_bytes(facts.file_bytes) + note)
+    size = Text(format_bytes(facts.file_bytes))
+    if facts.header_only:
+        size.append("  header only: tensor data absent", style="yellow")
+    grid.add_row("file size", size)
     grid.add_row("architecture", facts.architecture + (f"  ({facts.name})" if facts.name else ""))
     blocks = f"{facts.n_layers}"
     if facts.n_nextn_layers:
@@ -90,21 +99,15 @@ def _roles_table(facts: ModelFacts) -> Table:
     for layer in facts.layers:
         for role, n_bytes in layer.bytes_by_role.items():
             totals[role] = totals.get(role, 0) + n_bytes
-    table = Table(title="bytes by role", title_justify="left")
-    table.add_column("role")
-    table.add_column("bytes", justify="right")
-    table.add_column("share", justify="right")
+    table = new_table("bytes by role", ("role", "bytes", "share"), right=("bytes", "share"))
     for role, n_bytes in sorted(totals.items(), key=lambda item: -item[1]):
         table.add_row(_ROLE_LABEL[role], format_bytes(n_bytes), _pct(n_bytes, facts.total_bytes))
     return table
 
 
 def _quant_table(facts: ModelFacts) -> Table:
-    table = Table(title="tensor types", title_justify="left")
-    table.add_column("type")
-    table.add_column("tensors", justify="right")
-    table.add_column("bytes", justify="right")
-    table.add_column("share", justify="right")
+    table = new_table("tensor types", ("type", "tensors", "bytes", "share"),
+                      right=("tensors", "bytes", "share"))  # fmt: skip
     for stat in facts.quant_types:
         table.add_row(
             stat.type,
@@ -125,19 +128,15 @@ def _layer_note(layer: LayerFacts) -> str:
 
 def _layers_table(facts: ModelFacts) -> Table:
     present = [r for r in _LAYER_ROLES if any(r in layer.bytes_by_role for layer in facts.layers)]
-    table = Table(title="per block", title_justify="left")
-    table.add_column("blk", justify="right")
-    for role in present:
-        table.add_column(_ROLE_LABEL[role], justify="right")
-    table.add_column("total", justify="right")
-    table.add_column("")
+    numbers = ("blk", *(_BLOCK_LABEL[role] for role in present), "total")
+    table = new_table("per block", (*numbers, ""), right=numbers)
     for layer in facts.layers:
         cells = [
-            format_bytes(layer.bytes_by_role[r]) if r in layer.bytes_by_role else ""
+            format_bytes(layer.bytes_by_role[r], 1) if r in layer.bytes_by_role else ""
             for r in present
         ]
         total = layer.expert_bytes + layer.non_expert_bytes
-        table.add_row(str(layer.index), *cells, format_bytes(total), _layer_note(layer))
+        table.add_row(str(layer.index), *cells, format_bytes(total, 1), _layer_note(layer))
     return table
 
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from moetune.core.command import shell_join
 from moetune.errors import ProfileError
-from moetune.report.common import fmt
+from moetune.report.common import fitted, fmt, new_table, shell_line, short_path
 from moetune.store.hardware import HardwareProfile
-from moetune.store.tuned import TunedProfile
-from moetune.units import format_bytes
+from moetune.store.tuned import TunedProfile, retune_command
+from moetune.units import format_bytes, format_speed
 
 Tuned = list[TunedProfile | ProfileError]
 
@@ -22,16 +23,10 @@ def _placement(profile: TunedProfile) -> str:
     return f"--n-cpu-moe {profile.placement.n_cpu_moe or 0}"
 
 
-def _columns(table: Table, names: tuple[str, ...], right: tuple[str, ...]) -> None:
-    """The first column never wraps (it is what people type); the others fold, not elide."""
-    for index, name in enumerate(names):
-        table.add_column(name, justify="right" if name in right else "left",
-                         no_wrap=index == 0, overflow="fold")  # fmt: skip
-
-
 def hardware_table(profiles: list[HardwareProfile]) -> Table:
-    table = Table(title="hardware profiles (moetune plan --gpu ID)", title_justify="left")
-    _columns(table, ("id", "GPU", "VRAM", "bandwidth", "PCIe"), ("VRAM", "bandwidth"))
+    table = new_table("hardware profiles (moetune plan --gpu ID)",
+                      ("id", "GPU", "VRAM", "bandwidth", "PCIe"), right=("VRAM", "bandwidth"),
+                      fold=("GPU",))  # fmt: skip
     for p in profiles:
         name = p.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
         table.add_row(p.id, name, format_bytes(p.vram_bytes), f"{p.memory_bandwidth_gb_s:g} GB/s",
@@ -39,18 +34,37 @@ def hardware_table(profiles: list[HardwareProfile]) -> Table:
     return table
 
 
+def _last_run(profile: TunedProfile) -> str:
+    return (profile.confirmed_at or profile.tuned_at)[:16].replace("T", " ")
+
+
 def tuned_table(entries: Tuned, root: str) -> Table:
-    table = Table(title=f"tuned profiles ({root})", title_justify="left")
-    _columns(table, ("name", "GPU", "placement", "peak", "tok/s", "last run"), ("peak", "tok/s"))
+    table = new_table(f"tuned profiles ({short_path(root)})",
+                      ("name", "GPU", "placement", "peak", "tok/s", "last run"),
+                      right=("peak", "tok/s"), fold=("GPU",))  # fmt: skip
     for entry in entries:
         if isinstance(entry, ProfileError):
             table.add_row(Text("broken", style="red"), Text(entry.message, style="red"))
             continue
         table.add_row(entry.name, entry.gpu.name, _placement(entry),
                       format_bytes(entry.measured.vram_bytes),
-                      fmt(entry.measured.decode_tps, ".1f"),
-                      (entry.confirmed_at or entry.tuned_at)[:16].replace("T", " "))  # fmt: skip
+                      fmt(entry.measured.decode_tps, ".1f"), _last_run(entry))  # fmt: skip
     return table
+
+
+def tuned_list(entries: Tuned, root: str) -> RenderableType:
+    """The tuned profiles for a narrow terminal: the name on its own line, the rest under it."""
+    lines: list[RenderableType] = [Text(f"tuned profiles ({short_path(root)})")]
+    for entry in entries:
+        if isinstance(entry, ProfileError):
+            lines.append(Text(f"broken: {entry.message}", style="red"))
+            continue
+        m = entry.measured
+        lines.append(Text(entry.name, style="bold"))
+        about = Text(f"{entry.gpu.name}, {_placement(entry)}, {format_bytes(m.vram_bytes)}, "
+                     f"{fmt(m.decode_tps, '.1f')} tok/s, {_last_run(entry)}")  # fmt: skip
+        lines.append(Padding(about, (0, 0, 0, 4)))
+    return Group(*lines)
 
 
 def render_profiles_list(hardware: list[HardwareProfile], tuned: Tuned,
@@ -59,7 +73,7 @@ def render_profiles_list(hardware: list[HardwareProfile], tuned: Tuned,
     note = "yours: " + ", ".join(sorted(users)) if users else "add yours in $MOETUNE_HOME/hardware/"
     parts: list[RenderableType] = [hardware_table(hardware), Text(note, style="dim")]
     if tuned:
-        parts.append(tuned_table(tuned, root))
+        parts.append(fitted(tuned_table(tuned, root), tuned_list(tuned, root)))
     else:
         parts.append(Text(f"no tuned profiles yet in {root}: `moetune run MODEL` saves one",
                           style="dim"))  # fmt: skip
@@ -90,13 +104,15 @@ def render_tuned(profile: TunedProfile, path: str) -> RenderableType:
         ("target", format_bytes(s.target_bytes)), ("after --", extra),
         ("placement", _placement(profile)),
         ("measured", f"peak {format_bytes(m.vram_bytes)}, TTFT {fmt(m.ttft_s, '.2f')} s, "
-                     f"decode {fmt(m.decode_tps, '.1f')} tok/s, "
                      f"prompt {fmt(m.prompt_tps, '.1f')} tok/s"),
+        ("decode", format_speed(m.decode_tps, m.decode_tps_min, m.decode_tps_max, m.repeats)),
         ("tuned", profile.tuned_at + (f", confirmed {profile.confirmed_at}"
                                       if profile.confirmed_at else "")),
     ]  # fmt: skip
     return Group(_grid(rows), Text(""), Text("command:", style="bold"),
-                 Text(shell_join(profile.command)))  # fmt: skip
+                 shell_line(profile.command), Text(""),
+                 Text("tune again:", style="bold"),
+                 shell_line(retune_command(profile)))  # fmt: skip
 
 
 def render_hardware(profile: HardwareProfile) -> RenderableType:
