@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ import pytest
 from moetune.core.compute import ComputeEstimate, estimate_compute
 from moetune.core.compute.alloc import simulate
 from moetune.core.compute.params import Options, Placement, run_params
-from moetune.core.compute.replay import Replay
+from moetune.core.compute.replay import NotSegmentable, Replay
 from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.gguf.roles import Role
 from moetune.llamacpp.log import PRINTED_MIB_TOLERANCE_BYTES, parse_buffers
 from moetune.units import MIB
 
@@ -240,16 +242,21 @@ def test_fit_params_dry_run_of_a_real_size_model(tmp_path: Path, rpc: str) -> No
 # --- the segment replay gives the whole-graph replay's figures ---------------------------------
 
 
-def _placements(n: int, rng: random.Random) -> list[Placement]:
+def _placements(facts: ModelFacts, rng: random.Random) -> list[Placement]:
     """Every kind of placement a planner tries (first or last blocks' experts on the CPU, -ngl,
     scattered blocks), and some at random."""
-    found = [Placement(0, frozenset(), True), Placement(0, frozenset(range(n)), True)]
-    found += [Placement(0, frozenset(range(k)), True) for k in (1, n // 2)]
-    found += [Placement(0, frozenset(range(n - k, n)), k % 2 == 0) for k in (1, n // 2)]
-    found += [Placement(k, frozenset(), k < n) for k in (1, n // 2, n)]
+    n, tensors = facts.n_layers, facts.tensors
+
+    def one(dev_start: int, blocks: Iterable[int], output: bool) -> Placement:
+        return Placement.single(n, dev_start, blocks, output, tensors)
+
+    found = [one(0, (), True), one(0, range(n), True)]
+    found += [one(0, range(k), True) for k in (1, n // 2)]
+    found += [one(0, range(n - k, n), k % 2 == 0) for k in (1, n // 2)]
+    found += [one(k, (), k < n) for k in (1, n // 2, n)]
     for _ in range(4):
-        blocks = frozenset(i for i in range(n) if rng.random() < 0.5)
-        found.append(Placement(rng.randrange(n), blocks, rng.random() < 0.5))
+        blocks = [i for i in range(n) if rng.random() < 0.5]
+        found.append(one(rng.randrange(n), blocks, rng.random() < 0.5))
     return found
 
 
@@ -276,7 +283,55 @@ def test_segment_replay_equals_the_whole_graph(
         facts = load_model_facts(write_model(root / f"{arch}.gguf", arch, n_layers=6))
     n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
     run = run_params(n_ctx, ubatch, 2048, n_seq, outputs)
-    opts = Options(fa, cache, cache if fa else "f16", kind == "cuda", kind == "cuda")
+    opts = Options(fa, cache, cache if fa else "f16", (kind == "cuda",), kind == "cuda")
     replay = Replay(facts, run, opts)
-    for placement in _placements(facts.n_layers, random.Random(arch)):
+    for placement in _placements(facts, random.Random(arch)):
         assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
+
+
+def _multi_placements(facts: ModelFacts, n_dev: int, rng: random.Random) -> list[Placement]:
+    """Layers split over ``n_dev`` devices as -ts makes them (contiguous, in device order),
+    with experts on the CPU or on another device, whole blocks and single parts."""
+    n = facts.n_layers
+    experts = [t for t in facts.tensors if t.role is Role.EXPERTS and t.layer is not None]
+    found: list[Placement] = []
+    for _ in range(6):
+        cuts = sorted(rng.sample(range(1, n + 1), n_dev - 1))
+        homes = [sum(il >= c for c in cuts) for il in range(n + 1)]
+        moves = frozenset(
+            (t.name, rng.choice([-1, *range(n_dev)])) for t in experts if rng.random() < 0.3
+        )  # fmt: skip
+        found += [Placement(tuple(homes)), Placement(tuple(homes), moves)]
+    return found
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "gpt-oss", "deepseek2", "qwen35moe"])
+@pytest.mark.parametrize("kinds", [("rpc", "rpc"), ("cuda", "cuda", "rpc"), ("rpc", "cuda")])
+def test_segment_replay_on_several_devices(
+    tmp_path_factory: pytest.TempPathFactory, arch: str, kinds: tuple[str, ...]
+) -> None:
+    """Several devices (CUDA and RPC mixed): the segment replay still equals simulate()."""
+    root = tmp_path_factory.mktemp("replay-multi")
+    facts = load_model_facts(write_model(root / f"{arch}.gguf", arch, n_layers=6))
+    run = run_params(4096, 512, 2048, 4, 4)
+    cuda = tuple(kind == "cuda" for kind in kinds)
+    opts = Options(True, "q8_0", "q8_0", cuda, any(cuda))
+    replay = Replay(facts, run, opts)
+    for placement in _multi_placements(facts, len(kinds), random.Random(arch + str(kinds))):
+        assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
+
+
+def test_pipeline_parallelism_is_replayed_whole(tmp_path: Path) -> None:
+    """4 copies of every split input: not segmentable, so the whole graph is replayed, and
+    every device (not the CPU, whose inputs are copied anyway) needs more than without."""
+    facts = load_model_facts(write_model(tmp_path / "q.gguf", "qwen3moe", n_layers=6))
+    run = run_params(1024, 512, 2048, 4, 4)
+    homes = (0, 0, 0, 1, 1, 1, 1)
+    one = Options(True, "q8_0", "q8_0", (False, False), False)
+    four = one._replace(n_copies=4)
+    with pytest.raises(NotSegmentable):
+        Replay(facts, run, four).segmented_peaks(Placement(homes))
+    plain = Replay(facts, run, one).peaks(Placement(homes))
+    copies = Replay(facts, run, four).peaks(Placement(homes))
+    assert copies == simulate(facts, run, Placement(homes), four)
+    assert copies[0] > plain[0] and copies[1] > plain[1]

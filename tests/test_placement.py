@@ -11,6 +11,7 @@ import pytest
 from moetune.core.facts import ModelFacts, load_model_facts
 from moetune.core.placement import (
     ALL_LAYERS,
+    CPU,
     Device,
     Override,
     Placement,
@@ -70,8 +71,8 @@ def test_everything_but_token_embd_on_gpu_with_ngl_all(all_facts: list[ModelFact
 def test_first_matching_rule_wins(all_facts: list[ModelFacts]) -> None:
     facts = all_facts[0]
     tensor = next(t for t in facts.tensors if t.name == "blk.1.ffn_up_exps.weight")
-    to_gpu = Override(r"blk\.1\.ffn_up", Device.GPU)
-    to_cpu = Override(r"ffn_.*_exps", Device.CPU)
+    to_gpu = Override(r"blk\.1\.ffn_up", 0)  # to device 0
+    to_cpu = Override(r"ffn_.*_exps", CPU)
     assert (
         tensor_device(tensor, facts.n_layers, Placement(ALL_LAYERS, (to_gpu, to_cpu))) is Device.GPU
     )

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from moetune.core.placement import ALL_LAYERS, Override, Placement
+from moetune.core.placement import ALL_LAYERS, CPU, Override, Placement
 from moetune.core.settings import Settings
 
 # Flags whose value moetune decides for the configurations it launches.
@@ -42,6 +42,8 @@ class ServerArgs(NamedTuple):
     n_parallel: int | None = None  # -np; None = llama-server's auto (4 slots, unified KV)
     extra: tuple[str, ...] = ()
     fit: FitMode | None = None  # set: no placement flags, llama.cpp's --fit decides
+    tensor_split: tuple[float, ...] = ()  # -ts, one value per device
+    bufts: tuple[str, ...] = ()  # the devices' buffer types, for -ot rules that name them
 
 
 def args_for(
@@ -53,6 +55,7 @@ def args_for(
     extra: tuple[str, ...] = (),
     with_ubatch: bool = True,
     fit: FitMode | None = None,
+    bufts: tuple[str, ...] = (),
 ) -> ServerArgs:
     """The arguments for ``placement`` at ``settings`` (``--n-cpu-moe N`` when the placement
     came from it, else its ``-ot`` rules), or for llama.cpp's own ``fit`` when ``placement``
@@ -73,6 +76,8 @@ def args_for(
         n_parallel=settings.n_seq if settings.explicit_parallel else None,
         extra=extra,
         fit=fit if placement is None else None,
+        tensor_split=place.tensor_split,
+        bufts=bufts,
     )
 
 
@@ -83,13 +88,19 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
     only warn that it gives up because placement flags are set (common/fit.cpp).  With
     ``args.fit`` the placement flags are left out and ``--fit on`` decides instead.
     """
-    argv = [binary, "-m", args.model]
+    devices: list[str] = []
+    extra = list(args.extra)
+    if any(rule.target != CPU for rule in args.overrides):  # -ot names a device --rpc adds
+        devices, extra = device_args(args.extra)
+    argv = [binary, "-m", args.model, *devices]
     if args.fit is None:
         argv += ["-ngl", "99" if args.n_gpu_layers >= ALL_LAYERS else str(args.n_gpu_layers)]
+        if args.tensor_split:
+            argv += ["-ts", ",".join(_number(v) for v in args.tensor_split)]
     argv += ["-fa", "on" if args.flash_attn else "off"]
     argv += ["-ctk", args.type_k, "-ctv", args.type_v, "-c", str(args.n_ctx)]
     if args.overrides and args.fit is None:
-        argv += ["-ot", ",".join(rule.arg for rule in args.overrides)]
+        argv += ["-ot", ",".join(rule.arg(args.bufts) for rule in args.overrides)]
     if args.n_cpu_moe and args.fit is None:
         argv += ["--n-cpu-moe", str(args.n_cpu_moe)]
     if args.threads:
@@ -100,7 +111,35 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
         argv += ["-b", str(args.n_batch)]
     if args.n_parallel:
         argv += ["-np", str(args.n_parallel)]
-    return [*argv, *_fit_flags(args.fit), *args.extra]
+    return [*argv, *_fit_flags(args.fit), *extra]
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
+# Flags that choose the devices: before any -ot rule that names one of them.
+DEVICE_FLAGS = frozenset({"--rpc", "-dev", "--device", "-mg", "--main-gpu"})
+
+
+def device_args(extra: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The device-choosing flags among ``extra`` (with their values), and the rest."""
+    devices: list[str] = []
+    rest: list[str] = []
+    skip = False
+    for index, arg in enumerate(extra):
+        if skip:
+            skip = False
+            continue
+        key = arg.split("=", 1)[0]
+        if key in DEVICE_FLAGS:
+            devices.append(arg)
+            if "=" not in arg and index + 1 < len(extra):
+                devices.append(extra[index + 1])
+                skip = True
+        else:
+            rest.append(arg)
+    return devices, rest
 
 
 def _fit_flags(fit: FitMode | None) -> list[str]:

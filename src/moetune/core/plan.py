@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from pydantic import BaseModel, computed_field
 
 from moetune.core.command import args_for, server_argv
+from moetune.core.devices import DeviceSpec, bufts
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import (
     DEFAULT_HEADROOM_BYTES,
+    ContextFit,
     OffloadPlan,
     context_fits,
     floor_placement,
@@ -24,6 +26,15 @@ from moetune.core.planner import (
     plan_layers,
     plan_n_cpu_moe,
     plan_override,
+)
+from moetune.core.split import (
+    Target,
+    _Search,
+    counts_split,
+    distribute,
+    plan_split,
+    plan_split_override,
+    split_max_context,
 )
 from moetune.errors import BadValueError, DoesNotFitError
 from moetune.units import format_bytes
@@ -77,12 +88,35 @@ class PlanRequest(BaseModel):
     ram_available_bytes: int | None = None
     physical_cores: int | None = None
     gpu_free_bytes: int | None = None  # detected free VRAM (other processes use the rest)
+    # Two or more devices, in llama.cpp's order (each with its total_bytes), and per device
+    # the --target-vram (None: total - headroom) and the --headroom.
+    devices: tuple[DeviceSpec, ...] = ()
+    device_targets: tuple[int | None, ...] = ()
+    device_headrooms: tuple[int, ...] = ()
+    device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
 
     @property
     def budget_bytes(self) -> int:
         if self.target_bytes is not None:
             return self.target_bytes
         return self.device_bytes - self.headroom_bytes
+
+    @property
+    def multi(self) -> bool:
+        return len(self.devices) > 1
+
+    @property
+    def budgets(self) -> tuple[int, ...]:
+        """Each device's budget: its target, else its total minus its headroom."""
+        if not self.multi:
+            return (self.budget_bytes,)
+        found = []
+        for i, device in enumerate(self.devices):
+            target = self.device_targets[i] if i < len(self.device_targets) else None
+            headroom = (self.device_headrooms[i] if i < len(self.device_headrooms)
+                        else self.headroom_bytes)  # fmt: skip
+            found.append(target if target is not None else (device.total_bytes or 0) - headroom)
+        return tuple(found)
 
 
 class PlacementResult(BaseModel):
@@ -97,7 +131,8 @@ class PlacementResult(BaseModel):
     moved_layers: list[int]
     partial_layer: int | None = None
     partial_parts: list[str] = []
-    fits: bool  # on the GPU, within the budget
+    fits: bool  # on the GPU, within the budget (several devices: each within its own)
+    tensor_split: list[float] = []  # -ts (several devices)
 
 
 class PlanResult(BaseModel):
@@ -121,6 +156,10 @@ class PlanResult(BaseModel):
     reason: str | None = None  # one sentence, with the figure that fails
     suggestions: list[str] = []  # what would fit instead, every figure computed
     nearest: PlacementResult | None = None  # the nearest plan that does fit
+    # several devices: their names and budgets, and the one with the least room left
+    device_names: list[str] = []
+    device_budgets: list[int] = []
+    limiting_device: str | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -129,18 +168,21 @@ class PlanResult(BaseModel):
 
 
 def _placement_result(req: PlanRequest, plan: OffloadPlan, settings: Settings,
-                      budget: int) -> PlacementResult:  # fmt: skip
+                      budgets: Sequence[int]) -> PlacementResult:  # fmt: skip
     placement = plan.placement
-    args = args_for(req.model_path, settings, placement, threads=req.physical_cores)
+    args = args_for(req.model_path, settings, placement, threads=req.physical_cores,
+                    extra=req.device_args, bufts=bufts(req.devices))  # fmt: skip
     ngl = placement.n_gpu_layers
+    fits = all(d.total_bytes <= b for d, b in zip(plan.memory.devices, budgets, strict=True))
     return PlacementResult(
         n_cpu_moe=placement.n_cpu_moe,
         override_tensor=[] if placement.n_cpu_moe is not None
-        else [o.arg for o in placement.overrides],
+        else [o.arg(args.bufts) for o in placement.overrides],
         n_gpu_layers=SERVER_ALL_LAYERS if ngl >= ALL_LAYERS else ngl,
         n_ctx=settings.n_ctx, memory=plan.memory, command=server_argv(args),
         moved_layers=list(plan.moved_layers), partial_layer=plan.partial_layer,
-        partial_parts=list(plan.partial_parts), fits=plan.memory.gpu_bytes <= budget,
+        partial_parts=list(plan.partial_parts), fits=fits,
+        tensor_split=list(placement.tensor_split),
     )  # fmt: skip
 
 
@@ -250,7 +292,7 @@ def _gpu_failure(facts: ModelFacts, req: PlanRequest, main: OffloadPlan, budget:
         try:
             smallest = plan_n_cpu_moe(facts, budget, settings)
             suggestions.append(f"--n-cpu-moe {smallest.placement.n_cpu_moe} fits")
-            nearest = _placement_result(req, smallest, settings, budget)
+            nearest = _placement_result(req, smallest, settings, (budget,))
         except DoesNotFitError:
             pass
     fits = context_fits(facts, budget, settings)
@@ -260,7 +302,7 @@ def _gpu_failure(facts: ModelFacts, req: PlanRequest, main: OffloadPlan, budget:
         at = settings.model_copy(update={"n_ctx": first.n_ctx, "type_k": first.cache_type,
                                          "type_v": first.cache_type})  # fmt: skip
         plan, _ = _main_plan(facts, req.model_copy(update={"n_cpu_moe": None}), budget, at)
-        nearest = _placement_result(req, plan, at, budget)
+        nearest = _placement_result(req, plan, at, (budget,))
     if not fits:
         suggestions.append("not even -c 256 fits: a smaller quant of the model or a bigger GPU")
     return _Failure(fails="gpu", reason=reason, suggestions=suggestions, nearest=nearest)
@@ -283,6 +325,8 @@ def _ram_failure(main: OffloadPlan, ram: RamCheck) -> _Failure:
 def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
     """The placement(s) that fit the budget, with checks; when none fits, what fails and the
     nearest plan that fits."""
+    if req.multi:
+        return _multi_plan(facts, req)
     budget = req.budget_bytes
     if budget <= 0:
         raise BadValueError(
@@ -304,12 +348,138 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         device_bytes=req.device_bytes, target_bytes=req.target_bytes,
         headroom_bytes=req.headroom_bytes, budget_bytes=budget, settings=settings,
         training_context=facts.context_length,
-        recommended=_placement_result(req, main, settings, budget),
-        alternative=_placement_result(req, alt, settings, budget) if alt else None,
+        recommended=_placement_result(req, main, settings, (budget,)),
+        alternative=_placement_result(req, alt, settings, (budget,)) if alt else None,
         override_gain_bytes=gain, ram=ram, threads=req.physical_cores,
         ubatch_hint=None if failure else _ubatch_hint(facts, main, budget, settings),
         warnings=_warnings(facts, settings, [main]) + _free_warning(req, main.memory),
         fails=failure.fails if failure else None, reason=failure.reason if failure else None,
         suggestions=failure.suggestions if failure else [],
         nearest=failure.nearest if failure else None,
+    )  # fmt: skip
+
+
+# --- several devices ---------------------------------------------------------------------------
+
+
+def _target(req: PlanRequest) -> Target:
+    budgets = req.budgets
+    for device, budget in zip(req.devices, budgets, strict=True):
+        if budget <= 0:
+            raise BadValueError(
+                f"{device.name}'s {format_bytes(device.total_bytes)} leaves nothing after its "
+                "headroom", hint="pass --target-vram for it, or a smaller --headroom",
+            )  # fmt: skip
+    return Target(req.devices, budgets)
+
+
+def _multi_context(facts: ModelFacts, req: PlanRequest, target: Target) -> Settings:
+    """--ctx max over several devices (at --n-cpu-moe N if given, else every expert on the
+    CPU); 256 when not even that fits."""
+    if not req.ctx_max:
+        return req.settings
+    found = split_max_context(facts, target, req.settings, req.n_cpu_moe)
+    return req.settings.model_copy(update={"n_ctx": found[0] if found else 256})
+
+
+def _fixed_split(facts: ModelFacts, target: Target, settings: Settings, n: int) -> OffloadPlan:
+    """--n-cpu-moe N given: the split for it (every device at its largest share)."""
+    if n > facts.n_layers:
+        raise BadValueError(f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
+                            hint=f"use 0 to {facts.n_layers}")  # fmt: skip
+    search = _Search(facts, target, settings)
+    blocks = [layer.index for layer in facts.layers[:n] if layer.has_experts]
+    found = distribute(search, blocks, overridden=n > 0)
+    counts = found[0] if found else even_split(facts, target)
+    weights = search.with_cpu_blocks(counts, blocks)
+    placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
+    return OffloadPlan(placement, search.memory(weights, n > 0), tuple(blocks))
+
+
+def even_split(facts: ModelFacts, target: Target) -> tuple[int, ...]:
+    """Layer counts in proportion to the budgets (what to show when no split fits)."""
+    total = facts.n_layers + 1
+    weights = [max(b, 1) for b in target.budgets]
+    counts = [total * w // sum(weights) for w in weights]
+    counts[-1] += total - sum(counts)
+    return tuple(counts)
+
+
+def _multi_main(facts: ModelFacts, req: PlanRequest, target: Target,
+                settings: Settings) -> tuple[OffloadPlan, OffloadPlan | None]:  # fmt: skip
+    """The -ts/--n-cpu-moe plan and the -ts/-ot plan (when it keeps more on the devices)."""
+    if req.n_cpu_moe is not None or not facts.is_moe:
+        return _fixed_split(facts, target, settings, req.n_cpu_moe or 0), None
+    try:
+        main = plan_split(facts, target, settings)
+    except DoesNotFitError:
+        return _fixed_split(facts, target, settings, facts.n_layers), None
+    counts = tuple(int(c) for c in main.placement.tensor_split)
+    try:
+        alt = plan_split_override(facts, target, settings, counts)
+    except DoesNotFitError:
+        return main, None
+    if alt.memory.gpu_weights_bytes <= main.memory.gpu_weights_bytes:
+        return main, None
+    return main, alt
+
+
+def _limiting(memory: MemoryEstimate, target: Target) -> str:
+    """The device with the least room left (the one that stopped the plan)."""
+    rooms = [b - d.total_bytes for d, b in zip(memory.devices, target.budgets, strict=True)]
+    return target.devices[rooms.index(min(rooms))].name
+
+
+def _multi_failure(facts: ModelFacts, req: PlanRequest, main: OffloadPlan, target: Target,
+                   settings: Settings) -> _Failure:  # fmt: skip
+    over = target.over(main.memory)
+    parts = [f"{target.devices[i].name} needs {format_bytes(main.memory.devices[i].total_bytes)}"
+             f" of {format_bytes(target.budgets[i])}" for i in over]  # fmt: skip
+    where = "with every expert on the CPU" if facts.is_moe and req.n_cpu_moe is None else ""
+    reason = f"at -c {settings.n_ctx} {where}: {'; '.join(parts)}".replace("  ", " ")
+    fits: list[ContextFit] = []
+    for cache in dict.fromkeys((settings.type_k, "q4_0")):
+        trial = settings.model_copy(update={"type_k": cache, "type_v": cache})
+        found = split_max_context(facts, target, trial, req.n_cpu_moe)
+        if found is not None and (not fits or found[0] > fits[-1].n_ctx):
+            fits.append(ContextFit(found[0], cache))
+    suggestions = [fit.text for fit in fits] or [
+        "not even -c 256 fits: a smaller quant, or more or bigger devices"]  # fmt: skip
+    nearest = None
+    if fits:
+        at = settings.model_copy(update={"n_ctx": fits[0].n_ctx, "type_k": fits[0].cache_type,
+                                         "type_v": fits[0].cache_type})  # fmt: skip
+        plan = (plan_split(facts, target, at) if req.n_cpu_moe is None
+                else _fixed_split(facts, target, at, req.n_cpu_moe))  # fmt: skip
+        nearest = _placement_result(req, plan, at, target.budgets)
+    return _Failure(fails="gpu", reason=reason, suggestions=suggestions, nearest=nearest)
+
+
+def _multi_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
+    """``make_plan`` over several devices: the split, and each device within its budget."""
+    target = _target(req)
+    settings = _multi_context(facts, req, target)
+    main, alt = _multi_main(facts, req, target, settings)
+    ram = check_ram(main.memory, req.ram_total_bytes, req.ram_available_bytes)
+    failure = None
+    if not target.fits(main.memory):
+        failure = _multi_failure(facts, req, main, target, settings)
+    elif ram.status == "fail":
+        failure = _ram_failure(main, ram)
+    gain = alt.memory.gpu_weights_bytes - main.memory.gpu_weights_bytes if alt else 0
+    total = sum(d.total_bytes or 0 for d in req.devices)
+    return PlanResult(
+        model=req.model_path, architecture=facts.architecture, is_moe=facts.is_moe,
+        device_bytes=total, target_bytes=None, headroom_bytes=req.headroom_bytes,
+        budget_bytes=sum(target.budgets), settings=settings,
+        training_context=facts.context_length,
+        recommended=_placement_result(req, main, settings, target.budgets),
+        alternative=_placement_result(req, alt, settings, target.budgets) if alt else None,
+        override_gain_bytes=gain, ram=ram, threads=req.physical_cores, ubatch_hint=None,
+        warnings=_warnings(facts, settings, [main]),
+        fails=failure.fails if failure else None, reason=failure.reason if failure else None,
+        suggestions=failure.suggestions if failure else [],
+        nearest=failure.nearest if failure else None,
+        device_names=[d.name for d in req.devices], device_budgets=list(target.budgets),
+        limiting_device=_limiting(main.memory, target),
     )  # fmt: skip

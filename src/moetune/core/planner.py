@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from moetune.core.facts import ModelFacts
+from moetune.core.facts import ModelFacts, TensorFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate, estimate_from_split
 from moetune.core.placement import EXPS_REGEX, Override, Placement, WeightSplit, split_weights
 from moetune.errors import BadValueError, DoesNotFitError
@@ -39,28 +39,44 @@ class OffloadPlan(NamedTuple):
     partial_parts: tuple[str, ...] = ()  # which parts of it are on the CPU
 
 
-def _expert_parts(facts: ModelFacts) -> dict[int, dict[str, int]]:
-    """Bytes of each block's routed-expert tensors by part (up, gate, down, gate_up)."""
-    parts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+Parts = dict[int, dict[str, list[TensorFacts]]]
+
+
+def _expert_parts(facts: ModelFacts) -> Parts:
+    """Each block's routed-expert tensors by part (up, gate, down, gate_up)."""
+    parts: Parts = defaultdict(lambda: defaultdict(list))
     for tensor in facts.tensors:
         if tensor.role is Role.EXPERTS and tensor.layer is not None and tensor.expert_part:
-            parts[tensor.layer][tensor.expert_part] += tensor.nbytes or 0
+            parts[tensor.layer][tensor.expert_part].append(tensor)
     return parts
 
 
-def _moved(base: WeightSplit, moved_bytes: int, cpu_layers: Sequence[int]) -> WeightSplit:
-    return base._replace(
-        gpu_expert_bytes=base.gpu_expert_bytes - moved_bytes,
-        cpu_expert_bytes=base.cpu_expert_bytes + moved_bytes,
-        cpu_expert_layers=tuple(sorted(set(base.cpu_expert_layers) | set(cpu_layers))),
-    )
+def _nbytes(tensors: Sequence[TensorFacts]) -> int:
+    return sum(t.nbytes or 0 for t in tensors)
+
+
+def _block_experts(parts: Parts, blocks: Sequence[int]) -> list[TensorFacts]:
+    return [t for block in blocks for tensors in parts[block].values() for t in tensors]
 
 
 def n_cpu_moe_split(facts: ModelFacts, base: WeightSplit, n: int) -> WeightSplit:
     """The weight split of ``--n-cpu-moe n`` without regexes (tests check it against them)."""
-    layers = [layer for layer in facts.layers[:n] if layer.has_experts]
-    moved = sum(layer.expert_bytes for layer in layers)
-    return _moved(base, moved, [layer.index for layer in layers])
+    blocks = [layer.index for layer in facts.layers[:n] if layer.has_experts]
+    return base.move_experts(_block_experts(_expert_parts_of(facts), blocks))
+
+
+def _expert_parts_of(facts: ModelFacts) -> Parts:
+    """``_expert_parts``, computed once per model."""
+    found = _PARTS.get(id(facts))
+    if found is None or found[0] is not facts:
+        found = (facts, _expert_parts(facts))
+        _PARTS[id(facts)] = found
+        while len(_PARTS) > 8:
+            _PARTS.pop(next(iter(_PARTS)))
+    return found[1]
+
+
+_PARTS: dict[int, tuple[ModelFacts, Parts]] = {}
 
 
 def predictor(facts: ModelFacts, settings: Settings) -> Callable[[int], int]:
@@ -118,7 +134,7 @@ def ot_rules(
     return tuple(rules)
 
 
-def _partial_options(parts: dict[str, int]) -> list[tuple[str, ...]]:
+def _partial_options(parts: dict[str, list[TensorFacts]]) -> list[tuple[str, ...]]:
     """Which parts of the boundary block may go to the CPU, best (least moved) first."""
     if "gate_up" in parts:
         return [("down",)]
@@ -128,35 +144,31 @@ def _partial_options(parts: dict[str, int]) -> list[tuple[str, ...]]:
 class _OverrideSearch(NamedTuple):
     facts: ModelFacts
     base: WeightSplit
-    parts: dict[int, dict[str, int]]
+    parts: Parts
     budget_bytes: int
     settings: Settings
 
-    def memory(self, moved_bytes: int, layers: Sequence[int]) -> MemoryEstimate:
-        return estimate_from_split(
-            self.facts, _moved(self.base, moved_bytes, layers), self.settings
-        )
+    def memory(self, tensors: Sequence[TensorFacts]) -> MemoryEstimate:
+        return estimate_from_split(self.facts, self.base.move_experts(tensors), self.settings)
 
     def run(self, order: Sequence[int]) -> OffloadPlan:
         for count in range(len(order) + 1):
             moved = list(order[:count])
-            moved_bytes = sum(sum(self.parts[i].values()) for i in moved)
-            memory = self.memory(moved_bytes, moved)
+            memory = self.memory(_block_experts(self.parts, moved))
             if memory.gpu_bytes <= self.budget_bytes:
-                return self.refine(moved, moved_bytes) or OffloadPlan(
+                return self.refine(moved) or OffloadPlan(
                     Placement(overrides=ot_rules(moved, None, ())), memory, tuple(moved)
                 )
         raise does_not_fit(self.facts, self.budget_bytes, self.settings)
 
-    def refine(self, moved: list[int], moved_bytes: int) -> OffloadPlan | None:
+    def refine(self, moved: list[int]) -> OffloadPlan | None:
         """Bring back part of the last block moved, if that still fits."""
         if not moved:
             return None
         boundary, rest = moved[-1], tuple(moved[:-1])
-        whole = sum(self.parts[boundary].values())
         for option in _partial_options(self.parts[boundary]):
-            kept = moved_bytes - whole + sum(self.parts[boundary].get(p, 0) for p in option)
-            trial = self.memory(kept, moved)
+            kept = [t for part in option for t in self.parts[boundary].get(part, [])]
+            trial = self.memory(_block_experts(self.parts, rest) + kept)
             if trial.gpu_bytes <= self.budget_bytes:
                 rules = ot_rules(rest, boundary, option)
                 return OffloadPlan(Placement(overrides=rules), trial, rest, boundary, option)
@@ -166,7 +178,7 @@ class _OverrideSearch(NamedTuple):
 def plan_override(facts: ModelFacts, budget_bytes: int, settings: Settings) -> OffloadPlan:
     """The ``-ot`` plan: experts of the last blocks to the CPU, the boundary block split."""
     base = split_weights(facts, Placement())
-    search = _OverrideSearch(facts, base, _expert_parts(facts), budget_bytes, settings)
+    search = _OverrideSearch(facts, base, _expert_parts_of(facts), budget_bytes, settings)
     last_first = [layer.index for layer in reversed(facts.layers) if layer.has_experts]
     plan = search.run(last_first)
     # Which blocks sit on the CPU changes the compute buffer a little (the peak moves with

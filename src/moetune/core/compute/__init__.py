@@ -90,8 +90,12 @@ Facts found on the way (build 11434):
   they only appear without a GPU (the RPC rig) or with ``--no-host``.
 - A quantized K (or V) cache with a head size that is a multiple of 64 gets Hadamard
   rotations (``attn_inp_k_rot``/``v_rot`` inputs and one extra matmul per Q/K/V/output).
-Not modelled: pipeline parallelism (several GPUs, all layers offloaded, no overrides: 4
-copies of the inputs), a non-unified cache (explicit ``-np N`` without ``--kv-unified``),
+Several devices (``compute_for``): each device is a backend (0, 1, ... in llama.cpp's order,
+the CPU last), the split sends a layer's activations to the next device as a copy in that
+device's buffer, the op offload of host weights goes to the first CUDA device, and pipeline
+parallelism (several devices, every layer offloaded, no tensor overrides) keeps 4 copies of
+every graph input and split input, allocated first and never freed (simulate only).
+Not modelled: a non-unified cache (explicit ``-np N`` without ``--kv-unified``),
 ggml-cuda's shared-expert reordering and top-k fusion deps (small tensors), and graph
 details of architectures other than the llama-like, MLA and gated-delta-net families (they
 get the generic block).
@@ -99,7 +103,7 @@ get the generic block).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from moetune.core.compute.params import CPU, DEV, DEVICE_KINDS, Options, Placement, run_params
@@ -111,10 +115,25 @@ __all__ = ["ComputeEstimate", "compute_for", "estimate_compute"]
 
 
 class ComputeEstimate(NamedTuple):
-    """Predicted compute buffers: the offload device's, and the host's (CPU or CUDA_Host)."""
+    """Predicted compute buffers: each offload device's, and the host's (CPU or CUDA_Host)."""
 
-    device_bytes: int
+    devices: tuple[int, ...]
     host_bytes: int
+
+    @property
+    def device_bytes(self) -> int:
+        """All devices together (one device: its buffer)."""
+        return sum(self.devices)
+
+
+def _options(settings_kinds: Sequence[str], *, flash_attn: bool, type_k: str, type_v: str,
+             op_offload: bool = True, n_copies: int = 1) -> Options:  # fmt: skip
+    for kind in settings_kinds:
+        if kind not in DEVICE_KINDS:
+            raise ValueError(f"device_kind must be one of {DEVICE_KINDS}, got {kind!r}")
+    cuda = tuple(kind == "cuda" for kind in settings_kinds)
+    return Options(flash_attn=flash_attn, type_k=type_k.lower(), type_v=type_v.lower(),
+                   cuda=cuda, op_offload=op_offload and any(cuda), n_copies=n_copies)  # fmt: skip
 
 
 def estimate_compute(
@@ -146,33 +165,30 @@ def estimate_compute(
     (llama-server: 4; llama-fit-params, llama-bench: 1).  ``n_outputs``: the most logits rows
     per ubatch (llama-server: n_seq; None = every token, as llama-fit-params and llama-bench).
     """
-    if device_kind not in DEVICE_KINDS:
-        raise ValueError(f"device_kind must be one of {DEVICE_KINDS}, got {device_kind!r}")
     run = run_params(n_ctx, n_ubatch, n_batch, n_seq, n_outputs)
     blocks = range(cpu_expert_layers) if cpu_expert_blocks is None else cpu_expert_blocks
     n_dev = facts.n_layers if layers_on_device is None else min(layers_on_device, facts.n_layers)
-    placement = Placement(facts.n_layers - max(n_dev, 0), frozenset(blocks), output_on_device)
-    options = Options(
-        flash_attn=flash_attn,
-        type_k=type_k.lower(),
-        type_v=type_v.lower(),
-        cuda=device_kind == "cuda",
-        op_offload=op_offload and device_kind == "cuda",
-    )
+    placement = Placement.single(facts.n_layers, facts.n_layers - max(n_dev, 0), blocks,
+                                 output_on_device, facts.tensors)  # fmt: skip
+    options = _options((device_kind,), flash_attn=flash_attn, type_k=type_k, type_v=type_v,
+                       op_offload=op_offload)  # fmt: skip
     peaks = replay_for(facts, run, options).peaks(placement)
-    return ComputeEstimate(device_bytes=peaks[DEV], host_bytes=peaks[CPU])
+    return ComputeEstimate(devices=(peaks[DEV],), host_bytes=peaks[CPU])
 
 
 def compute_for(
-    facts: ModelFacts, settings: Settings, *, output_on_device: bool, layers_on_device: int,
-    cpu_expert_blocks: Iterable[int],
+    facts: ModelFacts, settings: Settings, *, homes: tuple[int, ...],
+    moves: frozenset[tuple[str, int]], kinds: Sequence[str], pipeline: bool = False,
 ) -> ComputeEstimate:  # fmt: skip
-    """``estimate_compute`` for llama-server at ``settings`` and a placement."""
-    return estimate_compute(
-        facts, n_ctx=settings.n_ctx, n_ubatch=settings.n_ubatch,
-        flash_attn=settings.flash_attn, type_k=settings.type_k, type_v=settings.type_v,
-        output_on_device=output_on_device, layers_on_device=layers_on_device,
-        cpu_expert_blocks=cpu_expert_blocks, device_kind=settings.device_kind,
-        n_batch=settings.n_batch, n_seq=settings.n_seq,
-        n_outputs=None if settings.all_outputs else settings.n_seq,
-    )  # fmt: skip
+    """The compute buffers llama-server reserves at ``settings`` for a placement over devices
+    of ``kinds``: each layer's home (a device index, else the CPU; the output layer last),
+    and the expert tensors that live elsewhere than their layer. ``pipeline``: llama.cpp's
+    pipeline parallelism is on (4 copies of every split input)."""
+    run = run_params(settings.n_ctx, settings.n_ubatch, settings.n_batch, settings.n_seq,
+                     None if settings.all_outputs else settings.n_seq)  # fmt: skip
+    options = _options(kinds, flash_attn=settings.flash_attn, type_k=settings.type_k,
+                       type_v=settings.type_v, n_copies=4 if pipeline else 1)  # fmt: skip
+    placement = Placement(homes, moves)
+    peaks = replay_for(facts, run, options).peaks(placement)
+    return ComputeEstimate(devices=tuple(peaks[i] for i in range(len(kinds))),
+                           host_bytes=peaks[CPU])  # fmt: skip

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from moetune.core.compute.graph import build_graph
 from moetune.core.compute.ir import Graph, State, Tensor
-from moetune.core.compute.params import CPU, DEV, Options, Placement, Run
-from moetune.core.compute.sched import assign_backends, split_graph
+from moetune.core.compute.params import Options, Placement, Run
+from moetune.core.compute.sched import Split, assign_backends, split_graph
 from moetune.core.facts import ModelFacts
 
 # ggml_op_can_inplace() in ggml-alloc.c, in the op names used below.
@@ -73,7 +73,7 @@ class DynAlloc:
 
 def alignment(backend: int, opts: Options) -> int:
     """Buffer alignment: 128 bytes on CUDA devices, 32 on the CPU and RPC."""
-    return 128 if backend == DEV and opts.cuda else 32
+    return 128 if opts.is_cuda(backend) else 32
 
 
 class GAlloc:
@@ -83,13 +83,13 @@ class GAlloc:
     def __init__(self, opts: Options, free: dict[int, FreeBlocks] | None = None) -> None:
         self.opts = opts
         self.allocs = {
-            b: DynAlloc(alignment(b, opts), *((free[b],) if free else ())) for b in (DEV, CPU)
+            b: DynAlloc(alignment(b, opts), *((free[b],) if free else ())) for b in opts.backends
         }
 
     def size(self, t: Tensor, backend: int) -> int:
         """ggml_backend_buft_get_alloc_size: CUDA adds row padding and FA's F16 K/V."""
         size = t.nbytes
-        if backend == DEV and self.opts.cuda:
+        if self.opts.is_cuda(backend):
             size += t.quant_pad + t.cuda_extra
         return size
 
@@ -179,5 +179,31 @@ def simulate(facts: ModelFacts, run: Run, place: Placement, opts: Options) -> di
     graph = Graph(facts, run, place, opts)
     build_graph(graph)
     assign_backends(graph)
-    order = split_graph(graph)
-    return GAlloc(opts).run(graph.leafs, order)
+    order, splits = split_graph(graph)
+    leafs = graph.leafs
+    if opts.n_copies > 1:
+        leafs = pipeline_copies(graph.leafs, splits, opts.n_copies) + leafs
+    return GAlloc(opts).run(leafs, order)
+
+
+def pipeline_copies(inputs: Sequence[Tensor], splits: Sequence[Split],
+                    n_copies: int) -> list[Tensor]:  # fmt: skip
+    """Pipeline parallelism (ggml_backend_sched with n_copies > 1): every graph input and
+    every split input has ``n_copies`` copies, allocated first, as leafs, and never freed
+    (they are marked input and output). The current copy is the tensor itself."""
+    leafs: list[Tensor] = []
+    for leaf in inputs:
+        leaf.is_output = True
+        leafs += [leaf] + [_clone(leaf, leaf.backend) for _ in range(n_copies - 1)]
+    for split in splits:
+        for _, copy in split.inputs:
+            copy.is_output = True
+            leafs += [copy] + [_clone(copy, split.backend) for _ in range(n_copies - 1)]
+    return leafs
+
+
+def _clone(t: Tensor, backend: int) -> Tensor:
+    clone = Tensor(f"{t.name}#copy", "none", t.ne, t.esize, backend=backend,
+                   quant_pad=t.quant_pad, fixed_bytes=t.fixed_bytes)  # fmt: skip
+    clone.is_output = True
+    return clone

@@ -83,6 +83,11 @@ class Graph:
         self.deps: list[tuple[Tensor, list[Tensor]]] = []
         self._tensors = {t.name: t for t in facts.tensors} if tensors is None else tensors
         self._weights: dict[str, Tensor] = {}
+        # llama-context.cpp graph_get_cb: with every layer offloaded (or a batch under 32
+        # tokens) a block's "norm" tensors are assigned to the block's device, so that the
+        # scheduler does not run them on the previous block's device.
+        full = all(place.block(il) != CPU for il in self.d.layers) and place.output != CPU
+        self.pin_norms = full or run.n_tokens < 32
 
     def has(self, name: str) -> bool:
         return name in self._tensors
@@ -103,8 +108,7 @@ class Graph:
         into the output layer's buffer (TENSOR_DUPLICATED)."""
         found = self.w("output.weight")
         if found is None and "token_embd.weight" in self._tensors:
-            backend = DEV if self.place.output_on_device else CPU
-            found = _weight_tensor(self._tensors["token_embd.weight"], backend)
+            found = _weight_tensor(self._tensors["token_embd.weight"], self.place.output)
         return found
 
     def input(self, name: str, ne: tuple[int, ...], esize: float) -> Tensor:
@@ -155,9 +159,14 @@ class Graph:
         return self.op("mul_mat", name, (rows, *x.ne[1:]), w, x)
 
     def norm(self, x: Tensor, w: Tensor | None, name: str) -> Tensor:
-        """build_norm (RMS): rms_norm, then mul by the weight."""
+        """build_norm (RMS): rms_norm, then mul by the weight; a block's norm is pinned to
+        the block's device where llama.cpp pins it (``pin_norms``)."""
         cur = self.op("rms_norm", "norm", x.ne, x)
-        return self.op("mul", name, x.ne, cur, w) if w is not None else cur
+        if w is None:
+            return cur
+        if self.pin_norms and w.name.startswith("blk."):
+            cur.backend = self.place.block(int(w.name.split(".", 2)[1]))
+        return self.op("mul", name, x.ne, cur, w)
 
 
 def _weight_tensor(tensor: TensorFacts, backend: int) -> Tensor:

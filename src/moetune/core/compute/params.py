@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import lru_cache
 from typing import NamedTuple
 
 from moetune.core.facts import TensorFacts
 from moetune.core.kvcache import pad
 from moetune.gguf.roles import Role
 
-DEV, CPU = 0, 1  # backend ids: the device (highest priority) and the CPU (always last)
+DEV = 0  # backend id of the first device (devices are 0, 1, ... in llama.cpp's order)
+CPU = 64  # backend id of the CPU: always the last, lowest-priority backend
 DEVICE_KINDS = ("cuda", "rpc", "cpu-like")
 F32, F16, I32, I64 = 4, 2, 4, 8
 KQ_MASK_TYPES = {True: F16, False: F32}  # flash attention needs an F16 mask
@@ -52,33 +55,102 @@ def run_params(n_ctx: int, n_ubatch: int, n_batch: int, n_seq: int, n_outputs: i
     return Run(n_tokens, n_seq, min(n_tokens, outputs_max), ctx, ubatch)
 
 
-class Placement(NamedTuple):
-    """Where weights live: blocks >= ``dev_start`` on the device, minus CPU experts."""
+def backend_of(home: int) -> int:
+    """The backend id of a home (core/placement.py: a device index, or negative: the CPU)."""
+    return home if home >= 0 else CPU
 
-    dev_start: int
-    cpu_experts: frozenset[int]
-    output_on_device: bool
+
+class Placement(NamedTuple):
+    """Where weights live: each block's home (then the output layer's), and the tensors an
+    override put elsewhere (``moves``: name, home); a home is a device index or, negative,
+    the CPU, as core/placement.py has them."""
+
+    homes: tuple[int, ...]
+    moves: frozenset[tuple[str, int]] = frozenset()
+
+    @classmethod
+    def single(cls, n_layers: int, dev_start: int, cpu_experts: Iterable[int] = (),
+               output_on_device: bool = True,
+               tensors: Iterable[TensorFacts] = ()) -> Placement:  # fmt: skip
+        """One device: blocks >= ``dev_start`` on it, the experts of ``cpu_experts`` (found
+        among ``tensors``) on the CPU."""
+        homes = tuple(DEV if il >= dev_start else CPU for il in range(n_layers))
+        blocks = frozenset(cpu_experts)
+        moves = frozenset(
+            (t.name, CPU) for t in tensors
+            if t.role is Role.EXPERTS and t.layer in blocks and homes[t.layer] != CPU
+        )  # fmt: skip
+        return cls((*homes, DEV if output_on_device else CPU), moves)
 
     def block(self, il: int) -> int:
-        return DEV if il >= self.dev_start else CPU
+        return backend_of(self.homes[il])
+
+    @property
+    def output(self) -> int:
+        return backend_of(self.homes[-1])
 
     def weight(self, tensor: TensorFacts) -> int:
+        """The backend of a weight."""
+        if self.moves:
+            moved = _moves(self.moves).get(tensor.name)
+            if moved is not None:
+                return backend_of(moved)
         if tensor.layer is None:
-            on_dev = self.output_on_device and tensor.role in (Role.OUTPUT, Role.OUTPUT_NORM)
-            return DEV if on_dev else CPU
-        if tensor.role is Role.EXPERTS and tensor.layer in self.cpu_experts:
-            return CPU
+            on_out = tensor.role in (Role.OUTPUT, Role.OUTPUT_NORM)
+            return self.output if on_out else CPU
         return self.block(tensor.layer)
+
+    def grouped_moves(self) -> dict[int, tuple[tuple[str, int], ...]]:
+        """The moved tensors of each block: (name without ``blk.N.``, backend); under -1,
+        those outside the blocks (token_embd, output, output_norm)."""
+        return _by_block(self.moves) if self.moves else {}
+
+
+@lru_cache(maxsize=256)
+def _moves(moves: frozenset[tuple[str, int]]) -> dict[str, int]:
+    return dict(moves)
+
+
+@lru_cache(maxsize=256)
+def _by_block(moves: frozenset[tuple[str, int]]) -> dict[int, tuple[tuple[str, int], ...]]:
+    """The moves of each block as backends (``blk.N.`` taken off the names; -1: outside the
+    blocks)."""
+    grouped: dict[int, list[tuple[str, int]]] = {}
+    for name, home in moves:
+        if name.startswith("blk."):
+            index, rest = name[4:].split(".", 1)
+            grouped.setdefault(int(index), []).append((rest, backend_of(home)))
+        else:
+            grouped.setdefault(-1, []).append((name, backend_of(home)))
+    return {il: tuple(sorted(found)) for il, found in grouped.items()}
 
 
 class Options(NamedTuple):
-    """Context settings that change the graph or the allocator."""
+    """Context settings that change the graph or the allocator; ``cuda``: which devices are
+    CUDA (op offload, 128-byte alignment, row padding, fusions); ``n_copies``: 4 with
+    pipeline parallelism (several devices, every layer offloaded, no tensor overrides)."""
 
     flash_attn: bool
     type_k: str
     type_v: str
-    cuda: bool
+    cuda: tuple[bool, ...]
     op_offload: bool
+    n_copies: int = 1
+
+    @property
+    def backends(self) -> tuple[int, ...]:
+        return (*range(len(self.cuda)), CPU)
+
+    def is_cuda(self, backend: int) -> bool:
+        return 0 <= backend < len(self.cuda) and self.cuda[backend]
+
+    @property
+    def offload_to(self) -> int | None:
+        """The device that runs ops on host weights for big batches (the first that offloads:
+        CUDA's offload_op; RPC has none)."""
+        if not self.op_offload:
+            return None
+        return next((i for i, cuda in enumerate(self.cuda) if cuda), None)
 
     def kv_bytes(self, kind: str) -> float:
         return _QUANT_BYTES.get(self.type_k if kind == "k" else self.type_v, 2.0)

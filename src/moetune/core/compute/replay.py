@@ -175,7 +175,8 @@ class Replay:
     def __init__(self, facts: ModelFacts, run: Run, opts: Options) -> None:
         self.facts, self.run, self.opts = facts, run, opts
         self.tensors = {t.name: t for t in facts.tensors}
-        base = self._graph(Placement(0, frozenset(), True))
+        self.n_blocks = facts.n_layers
+        base = self._graph(self._uniform(DEV))
         self.inp: Inputs = build_inputs(base)
         self.leafs = base.leafs
         for leaf in self.leafs:
@@ -195,12 +196,17 @@ class Replay:
         self._results: dict[tuple[Kind, ...], dict[int, int]] = {}
         self._snapshots: list[Snapshot] = []
         self._state_ids: dict[Snapshot, int] = {}
-        self._steps: dict[Hashable, tuple[int, int, int]] = {}
+        self._steps: dict[Hashable, tuple[int, tuple[tuple[int, int], ...]]] = {}
 
     # --- building segments ----------------------------------------------------------------
 
     def _graph(self, place: Placement) -> Graph:
         return Graph(self.facts, self.run, place, self.opts, tensors=self.tensors)
+
+    def _uniform(self, backend: int, moves: frozenset[tuple[str, int]] = frozenset(),
+                 output: int = DEV) -> Placement:  # fmt: skip
+        """Every block on ``backend`` (a segment only reads its own block's homes)."""
+        return Placement((*(backend,) * self.n_blocks, output), moves)
 
     def _block_sig(self, il: int) -> Hashable:
         d = self.facts.dims
@@ -214,18 +220,22 @@ class Replay:
     def segments(self, place: Placement) -> tuple[Segment, ...]:
         """The graph's segments for ``place`` (the same objects for the same situations)."""
         last = self.facts.dims.layers[-1]
-        found = [self._segment("head", None, -1)]
+        grouped = place.grouped_moves()
+        outside = grouped.get(-1, ())
+        found = [self._segment("head", outside or None, -1)]
+        segment, homes = self._segment, place.homes
         for il in self.facts.dims.layers:
-            on_dev, cpu_experts = il >= place.dev_start, il in place.cpu_experts
-            found.append(self._segment("block", (on_dev, cpu_experts, il == last), il))
-        found.append(self._segment("tail", place.output_on_device, -1))
+            home = homes[il]
+            how = (home if home >= 0 else CPU, grouped.get(il, ()), il == last)
+            found.append(segment("block", how, il))
+        found.append(segment("tail", (place.output, outside), -1))
         return tuple(found)
 
     def _segment(self, what: str, how: Hashable, il: int) -> Segment:
         key = (what, how, il)
         seg = self._segs.get(key)
         if seg is None:
-            sig = (self.block_sigs[il], *how) if isinstance(how, tuple) else how
+            sig = (self.block_sigs[il], *how) if what == "block" and isinstance(how, tuple) else how
             seg = Segment(Kind(what, sig), il)
             self._segs[key] = seg
         return seg
@@ -236,17 +246,18 @@ class Replay:
         kind = seg.kind
         res_out: Tensor | None = None
         if kind.what == "head":
-            g = self._graph(Placement(0, frozenset(), True))
+            outside = kind.sig if isinstance(kind.sig, tuple) else ()
+            g = self._graph(self._uniform(DEV, frozenset(outside)))
             res_out = embeddings(g, self.inp)
         elif kind.what == "block" and res_in is not None and isinstance(kind.sig, tuple):
-            _, on_dev, cpu_experts, last = kind.sig
+            _, home, moves, last = kind.sig
             il = seg.il
-            place = Placement(il if on_dev else il + 1, frozenset({il} if cpu_experts else ()),
-                              False)  # fmt: skip
-            g = self._graph(place)
+            moved = frozenset((f"blk.{il}.{name}", backend) for name, backend in moves)
+            g = self._graph(self._uniform(home, moved))
             res_out = layer(g, self.inp, il, res_in, last)
-        elif kind.what == "tail" and res_in is not None:
-            g = self._graph(Placement(self.facts.n_layers, frozenset(), bool(kind.sig)))
+        elif kind.what == "tail" and res_in is not None and isinstance(kind.sig, tuple):
+            out_home, outside = kind.sig
+            g = self._graph(self._uniform(CPU, frozenset(outside), output=out_home))
             output(g, self.inp, res_in)
         else:
             raise NotSegmentable(f"cannot build a {kind.what} segment here")
@@ -284,6 +295,8 @@ class Replay:
 
     def segmented_peaks(self, place: Placement) -> dict[int, int]:
         """``peaks`` by the segment replay alone (NotSegmentable where it does not apply)."""
+        if self.opts.n_copies > 1:
+            raise NotSegmentable("pipeline parallelism copies every split input")
         segments = self.segments(place)
         kinds = tuple(seg.kind for seg in segments)
         found = self._results.get(kinds)
@@ -414,7 +427,7 @@ class Replay:
             started=len(splits) > 1 or not carried,
             additions=tuple(additions),
             new_copies=new,
-            uses=self._uses(emit(splits, built.deps, self.opts.cuda), built.res_in),
+            uses=self._uses(emit(splits, built.deps, self.opts), built.res_in),
         )
         self._splits[key] = found
         return found
@@ -456,7 +469,7 @@ class Replay:
         """The allocator, segment by segment: each step memoised on (the segment's allocation
         order, the whole allocator state before it, which crossing tensors are done)."""
         state = self._state_id(GAlloc(self.opts).blocks(), {})
-        peaks = {DEV: 0, CPU: 0}
+        peaks = dict.fromkeys(self.opts.backends, 0)
         breaks = {i for pair in last.values() for i in pair}
         done: frozenset[tuple[Slot, bool, bool]] = frozenset()
         for i, (seg, plan) in enumerate(zip(segments, plans, strict=True)):
@@ -468,8 +481,8 @@ class Replay:
                 step = self._step(seg, plan, state, last, i)
                 self._steps[key] = step
             state = step[0]
-            peaks[DEV] = max(peaks[DEV], step[1])
-            peaks[CPU] = max(peaks[CPU], step[2])
+            for backend, peak in step[1]:
+                peaks[backend] = max(peaks[backend], peak)
         return peaks
 
     def _state_id(self, blocks: dict[int, FreeBlocks], ports: dict[Slot, PortState]) -> int:
@@ -483,7 +496,7 @@ class Replay:
         return found
 
     def _step(self, seg: Segment, plan: _Plan, state: int, last: dict[Slot, tuple[int, int]],
-              i: int) -> tuple[int, int, int]:  # fmt: skip
+              i: int) -> tuple[int, tuple[tuple[int, int], ...]]:  # fmt: skip
         """One segment's allocation from an interned state: (the next state, its peaks)."""
         blocks_items, port_items = self._snapshots[state]
         blocks, ports = dict(blocks_items), dict(port_items)
@@ -498,7 +511,7 @@ class Replay:
         ports.update(zip(emission.slots, found.slots, strict=True))
         if found.res_out is not None:
             ports[RES] = found.res_out
-        return self._state_id(found.blocks, ports), found.peaks[DEV], found.peaks[CPU]
+        return self._state_id(found.blocks, ports), tuple(found.peaks.items())
 
     def _emission_of(self, seg: Segment, ekey: EmissionKey) -> _Emission:
         found = self._emissions.get(ekey)
@@ -517,7 +530,7 @@ class Replay:
             src = built.res_out if slot[0] == "rescopy" else self.leafs[slot[1]]
             assert src is not None
             target.inputs.append((src, self.ports[slot]))
-        order = emit(splitter.splits, built.deps, self.opts.cuda)
+        order = emit(splitter.splits, built.deps, self.opts)
         seen: dict[Slot, None] = {}
         if seg.kind.what == "head":
             seen.update({self.leaf_slot[id(t)]: None for t in self.leafs})

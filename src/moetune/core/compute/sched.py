@@ -30,8 +30,11 @@ def _batch_size(node: Tensor) -> int:
 
 
 def _backend_from_cur(node: Tensor, opts: Options) -> int:
-    """Pass 1: pre-allocated tensors, views of them, inputs, and ops with weights (which an
-    op-offloading device takes over when the batch is large enough)."""
+    """Pass 1: assigned by llama.cpp itself (``backend`` set at build), pre-allocated
+    tensors, views of them, inputs, and ops with weights (which an op-offloading device takes
+    over when the batch is large enough)."""
+    if node.backend != -1:
+        return node.backend
     if node.buffer is not None:
         return node.buffer
     if node.view_src is not None and node.view_src.buffer is not None:
@@ -42,9 +45,9 @@ def _backend_from_cur(node: Tensor, opts: Options) -> int:
         return -1
     for src in node.srcs:
         if src.weight and src.buffer is not None:
-            offload = opts.op_offload and src.buffer == CPU
-            if offload and _batch_size(node) >= OP_OFFLOAD_MIN_BATCH:
-                return DEV
+            target = opts.offload_to if src.buffer == CPU else None
+            if target is not None and _batch_size(node) >= OP_OFFLOAD_MIN_BATCH:
+                return target
             return src.buffer
     return -1
 
@@ -168,10 +171,10 @@ def first_backend(nodes: Iterable[Tensor]) -> int:
     return next((n.backend for n in nodes if n.op not in VIEW_OPS), DEV)
 
 
-def emit(splits: Sequence[Split], deps: dict[int, list[Tensor]], cuda: bool) -> list[Tensor]:
+def emit(splits: Sequence[Split], deps: dict[int, list[Tensor]], opts: Options) -> list[Tensor]:
     """The graph copy: each split's inputs first (a dependency on the source, then the copy),
-    then its nodes; on CUDA, the alloc-dependency nodes that ggml-cuda's graph_optimize adds.
-    A carried split's inputs are emitted where it began."""
+    then its nodes; on CUDA devices, the alloc-dependency nodes that ggml-cuda's
+    graph_optimize adds. A carried split's inputs are emitted where it began."""
     order: list[Tensor] = []
     for split in splits:
         if not split.carried:
@@ -182,17 +185,18 @@ def emit(splits: Sequence[Split], deps: dict[int, list[Tensor]], cuda: bool) -> 
                 order += [dep, copy]
         for node in split.nodes:
             order.append(node)
-            kept = deps.get(id(node)) if cuda else None
-            if kept is not None and node.backend == DEV:
-                order.append(
-                    Tensor("alloc dep", "none", (0,), F32, list(kept), kept[0], backend=DEV)
-                )
+            kept = deps.get(id(node))
+            if kept is not None and opts.is_cuda(node.backend):
+                order.append(Tensor("alloc dep", "none", (0,), F32, list(kept), kept[0],
+                                    backend=node.backend))  # fmt: skip
     return order
 
 
-def split_graph(g: Graph) -> list[Tensor]:
-    """Pass 5 and the graph copy over the whole graph: the allocation order."""
+def split_graph(g: Graph) -> tuple[list[Tensor], list[Split]]:
+    """Pass 5 and the graph copy over the whole graph: the allocation order, and the splits
+    (whose inputs pipeline parallelism copies ``n_copies`` times)."""
     splitter = Splitter(Split(first_backend(g.nodes)), {})
     for node in g.nodes:
         splitter.add(node)
-    return emit(splitter.splits, {id(until): kept for until, kept in g.deps}, g.opts.cuda)
+    order = emit(splitter.splits, {id(until): kept for until, kept in g.deps}, g.opts)
+    return order, splitter.splits

@@ -1,0 +1,55 @@
+"""The offload devices a plan is for, in llama.cpp's order, with what each costs beyond
+llama.cpp's own buffers.
+
+Order (src/llama.cpp, build 11434): RPC devices first, in ``--rpc`` order, then the GPUs
+(CUDA numbers them; NVML's order is the PCI bus's, the same only with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``); ``-dev`` replaces the list, in its order. A device's name
+(``CUDA1``, ``RPC0``) is what ``-dev`` takes; its buffer type (``CUDA1``,
+``RPC0[10.0.0.2:50052]``, the index being the device's on that server) is what ``-ot`` takes.
+The backend decides the runtime overhead: CUDA's context, cuBLAS and pools (``--overhead``,
+512 MiB by default) are not in llama.cpp's buffers; an RPC device reports only its buffers
+and its server's own process lives outside them (0 by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from moetune.core.settings import DEFAULT_GPU_OVERHEAD_BYTES, Settings
+
+KINDS = ("cuda", "rpc", "cpu-like")
+
+
+def default_overhead(kind: str) -> int:
+    """The runtime overhead counted on a device of ``kind`` when none is given."""
+    return DEFAULT_GPU_OVERHEAD_BYTES if kind == "cuda" else 0
+
+
+class DeviceSpec(BaseModel):
+    """One offload device as a plan sees it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = "CUDA0"  # llama.cpp's device name (-dev)
+    buft: str = "CUDA0"  # its buffer type (-ot targets)
+    kind: str = "cuda"  # the compute rules: cuda, rpc
+    overhead_bytes: int = DEFAULT_GPU_OVERHEAD_BYTES
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    description: str = ""  # "NVIDIA GeForce RTX 4090", "127.0.0.1:50052"
+
+
+def single_device(settings: Settings) -> tuple[DeviceSpec, ...]:
+    """The one device of a single-device plan: its kind and overhead from ``settings``."""
+    return (DeviceSpec(kind=settings.device_kind, overhead_bytes=settings.gpu_overhead_bytes),)
+
+
+def bufts(devices: Sequence[DeviceSpec]) -> tuple[str, ...]:
+    return tuple(device.buft for device in devices)
+
+
+def rpc_buft(endpoint: str, index: int = 0) -> str:
+    """``RPC0[host:port]``: device ``index`` of the RPC server at ``endpoint``."""
+    return f"RPC{index}[{endpoint}]"
