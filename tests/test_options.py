@@ -13,7 +13,7 @@ from typer.core import TyperCommand
 
 from moetune.cli import app
 from moetune.cli.options import BadValueParameter
-from moetune.units import GIB, MIB, Ctx
+from moetune.units import GIB, MIB, Ctx, Sizes
 
 from helpers import EXAMPLE_QWEN, cli
 
@@ -21,11 +21,28 @@ SHARED = ("--ctx", "--vram", "--gpu", "--ram", "--target-vram", "--headroom", "-
           "--json")  # fmt: skip
 # Where each shared name applies: the commands that plan take the machine (--vram, --gpu,
 # --ram); the ones that launch take the device's own memory and only a target.
+# Several devices add two more: the RPC servers, and the runtime overhead per device.
 WHERE: dict[str, tuple[str, ...]] = {
-    "plan": SHARED,
-    "doctor": SHARED,
-    "run": ("--ctx", "--target-vram", "--headroom", "--cache-type", "--json"),
-    "bench": ("--ctx", "--target-vram", "--headroom", "--cache-type", "--json"),
+    "plan": (*SHARED, "--rpc", "--overhead"),
+    "doctor": (*SHARED, "--rpc"),
+    "run": (
+        "--ctx",
+        "--target-vram",
+        "--headroom",
+        "--cache-type",
+        "--json",
+        "--rpc",
+        "--overhead",
+    ),
+    "bench": (
+        "--ctx",
+        "--target-vram",
+        "--headroom",
+        "--cache-type",
+        "--json",
+        "--rpc",
+        "--overhead",
+    ),
     "alias": ("--ctx", "--cache-type"),
     "inspect": ("--json",),
     "report": ("--json",),
@@ -35,18 +52,22 @@ WHERE: dict[str, tuple[str, ...]] = {
 GOOD: dict[str, list[tuple[str, Any]]] = {
     "--ctx": [("32768", Ctx(32768)), ("32k", Ctx(32768)), ("128K", Ctx(131072)),
               ("max", Ctx(None)), ("MAX", Ctx(None))],
-    "--vram": [("16G", 16 * GIB), ("22.5GiB", 22 * GIB + GIB // 2), ("24000MiB", 24000 * MIB)],
+    "--vram": [("16G", Sizes((16 * GIB,))), ("22.5GiB", Sizes((22 * GIB + GIB // 2,))),
+               ("24000MiB", Sizes((24000 * MIB,))), ("24G,12G", Sizes((24 * GIB, 12 * GIB)))],
     "--ram": [("64G", 64 * GIB), ("512M", 512 * MIB)],
-    "--target-vram": [("12G", 12 * GIB), ("40M", 40 * MIB)],
-    "--headroom": [("1.5G", 1536 * MIB), ("0", 0), ("800M", 800 * MIB)],
+    "--target-vram": [("12G", Sizes((12 * GIB,))), ("40M,30M", Sizes((40 * MIB, 30 * MIB)))],
+    "--headroom": [("1.5G", Sizes((1536 * MIB,))), ("0", Sizes((0,))),
+                   ("800M,1G", Sizes((800 * MIB, GIB)))],
     "--cache-type": [("q8_0", "q8_0"), ("F16", "f16"), ("q4_0", "q4_0")],
     "--gpu": [("rtx4090", "rtx4090")],
+    "--rpc": [("127.0.0.1:50052,10.0.0.2:50052", "127.0.0.1:50052,10.0.0.2:50052")],
+    "--overhead": [("0", Sizes((0,))), ("512M,0", Sizes((512 * MIB, 0)))],
 }  # fmt: skip
 BAD: dict[str, list[tuple[str, str]]] = {
     "--ctx": [("lots", "not a token count"), ("0", "must be positive")],
     "--vram": [("16", "did you mean 16G?"), ("24Q", "not a size"), ("0", "")],
     "--ram": [("64", "did you mean 64G?")],
-    "--target-vram": [("12", "did you mean 12G?"), ("-1G", "")],
+    "--target-vram": [("12", "did you mean 12G?"), ("-1G", ""), ("12G,", "not a size list")],
     "--headroom": [("1", "did you mean 1G?")],
     "--cache-type": [("q3_z", "cache type")],
 }  # fmt: skip

@@ -9,6 +9,8 @@ still binary; this is deliberate and documented in the README.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from moetune.errors import BadValueError
@@ -39,6 +41,49 @@ def parse_size(text: str, allow_zero: bool = False) -> int:
     if value < 0 or (value == 0 and not allow_zero):
         raise BadValueError(f"size must be positive: {text!r}")
     return round(value)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """One size for every device, or one per device (``24G``, ``24G,12G``), in bytes."""
+
+    values: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, index: int) -> int:
+        return self.values[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.values)
+
+    @property
+    def arg(self) -> str:
+        """As typed: ``22G`` or ``22G,10G``."""
+        return ",".join(size_arg(v) for v in self.values)
+
+
+def parse_sizes(text: str, allow_zero: bool = False) -> Sizes:
+    """One size, or one per device: ``24G`` or ``24G,12G``."""
+    parts = text.split(",")
+    if not all(part.strip() for part in parts):
+        raise BadValueError(f"not a size list: {text!r}", hint="e.g. 24G or 24G,12G")
+    return Sizes(tuple(parse_size(part, allow_zero) for part in parts))
+
+
+def per_device(values: Sizes | None, n_devices: int, what: str) -> tuple[int, ...] | None:
+    """``values`` for each of ``n_devices`` devices: one value for all, or one each."""
+    if values is None:
+        return None
+    if len(values) == 1:
+        return values.values * n_devices
+    if len(values) != n_devices:
+        raise BadValueError(
+            f"{what} gives {len(values)} sizes for {n_devices} devices",
+            hint="give one size for every device, or one per device in llama.cpp's order",
+        )
+    return values.values
 
 
 def size_arg(n_bytes: int) -> str:

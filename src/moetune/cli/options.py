@@ -21,11 +21,10 @@ import typer
 from typer.core import TyperCommand
 
 from moetune.errors import BadValueError, ExitCode
-from moetune.units import Ctx, parse_ctx, parse_size, parse_tokens
+from moetune.units import Ctx, Sizes, parse_ctx, parse_size, parse_sizes, parse_tokens
 
 DEFAULT_CACHE_TYPE = "q8_0"
 DEFAULT_HEADROOM = "1.5G"
-DEFAULT_OVERHEAD = "512M"
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
 PASS_THROUGH = "pass_through"  # ctx.meta key: the arguments after --
 
@@ -65,12 +64,16 @@ def parser(parse: Callable[[str], T]) -> Callable[[str], T]:
     return wrapped
 
 
+def parse_positive_sizes(text: str) -> Sizes:
+    return parse_sizes(text)
+
+
+def parse_sizes_or_zero(text: str) -> Sizes:
+    return parse_sizes(text, allow_zero=True)
+
+
 def parse_positive_size(text: str) -> int:
     return parse_size(text)
-
-
-def parse_size_or_zero(text: str) -> int:
-    return parse_size(text, allow_zero=True)
 
 
 def parse_positive_tokens(text: str) -> int:
@@ -88,6 +91,7 @@ def parse_cache(text: str) -> str:
 
 
 SIZE = "SIZE"
+SIZES = "SIZE[,SIZE]"
 ModelArg = Annotated[
     Path,
     typer.Argument(
@@ -116,11 +120,12 @@ CtxOpt = Annotated[
     ),
 ]
 VramOpt = Annotated[
-    int | None,
+    Sizes | None,
     typer.Option(
-        help="GPU memory, e.g. 24G (default: detect).",
-        parser=parser(parse_positive_size),
-        metavar=SIZE,
+        help="Device memory, one size or one per device in llama.cpp's order (RPC hosts, "
+        "then GPUs), e.g. 24G or 24G,12G (default: detect).",
+        parser=parser(parse_positive_sizes),
+        metavar=SIZES,
     ),
 ]
 RamOpt = Annotated[
@@ -137,28 +142,37 @@ GpuProfileOpt = Annotated[
         help="Plan for a hardware profile instead of detecting, e.g. rtx4090.", metavar="ID"
     ),
 ]
-TargetVramOpt = Annotated[
-    int | None,
+RpcOpt = Annotated[
+    str | None,
     typer.Option(
-        help="Peak device memory allowed (default: the device's total - --headroom).",
-        parser=parser(parse_positive_size),
-        metavar=SIZE,
+        help="RPC servers as devices, HOST:PORT[,HOST:PORT], as llama-server's --rpc.",
+        metavar="HOST:PORT[,...]",
+    ),
+]
+TargetVramOpt = Annotated[
+    Sizes | None,
+    typer.Option(
+        help="Peak device memory allowed, one size or one per device (default: each "
+        "device's total - --headroom).",
+        parser=parser(parse_positive_sizes),
+        metavar=SIZES,
     ),
 ]
 HeadroomOpt = Annotated[
-    int,
+    Sizes,
     typer.Option(
-        help="Left free when no --target-vram is given.",
-        parser=parser(parse_size_or_zero),
-        metavar=SIZE,
+        help="Left free when no --target-vram is given, one size or one per device.",
+        parser=parser(parse_sizes_or_zero),
+        metavar=SIZES,
     ),
 ]
 OverheadOpt = Annotated[
-    int,
+    Sizes | None,
     typer.Option(
-        help="Runtime overhead per GPU (CUDA context), added to llama.cpp's buffers.",
-        parser=parser(parse_size_or_zero),
-        metavar=SIZE,
+        help="Runtime overhead per device beyond llama.cpp's buffers (default: 512M on "
+        "CUDA, 0 on RPC).",
+        parser=parser(parse_sizes_or_zero),
+        metavar=SIZES,
     ),
 ]
 ServerOpt = Annotated[str | None, typer.Option(help="llama-server to use.", metavar="PATH")]

@@ -15,7 +15,7 @@ OWNED_FLAGS = frozenset({
     "-ngl", "--gpu-layers", "--n-gpu-layers", "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe",
     "-ot", "--override-tensor", "-fit", "--fit", "-c", "--ctx-size", "-ctk", "--cache-type-k",
     "-ctv", "--cache-type-v", "-fa", "--flash-attn", "-m", "--model", "-np", "--parallel",
-    "-ts", "--tensor-split", "-sm", "--split-mode",
+    "-ts", "--tensor-split",
 })  # fmt: skip
 
 
@@ -23,6 +23,7 @@ class FitMode(NamedTuple):
     """llama.cpp places the tensors itself: ``--fit on`` (with a margin of free memory)."""
 
     target_mib: int | None = None  # --fit-target; None: llama.cpp's default margin
+    target_mibs: tuple[int, ...] = ()  # several devices: one margin each (-fitt M0,M1)
 
 
 class ServerArgs(NamedTuple):
@@ -145,7 +146,8 @@ def device_args(extra: Sequence[str]) -> tuple[list[str], list[str]]:
 def _fit_flags(fit: FitMode | None) -> list[str]:
     if fit is None:
         return ["--fit", "off"]
-    target = ["--fit-target", str(fit.target_mib)] if fit.target_mib is not None else []
+    margins = fit.target_mibs or ((fit.target_mib,) if fit.target_mib is not None else ())
+    target = ["--fit-target", ",".join(map(str, margins))] if margins else []
     return ["--fit", "on", *target]
 
 
@@ -162,14 +164,19 @@ def conflicting_args(extra: Sequence[str]) -> list[str]:
     return [arg for arg in extra if arg.split("=", 1)[0] in OWNED_FLAGS]
 
 
-def extra_int(extra: Sequence[str], *names: str) -> int | None:
-    """The integer value of one of ``names`` among pass-through arguments (``-ub 2048``)."""
+def extra_value(extra: Sequence[str], *names: str) -> str | None:
+    """The value of one of ``names`` among pass-through arguments (``-dev CUDA1``)."""
     for index, arg in enumerate(extra):
         key, _, value = arg.partition("=")
         if key in names:
-            text = value or (extra[index + 1] if index + 1 < len(extra) else "")
-            return int(text) if text.isdigit() else None
+            return value or (extra[index + 1] if index + 1 < len(extra) else "")
     return None
+
+
+def extra_int(extra: Sequence[str], *names: str) -> int | None:
+    """The integer value of one of ``names`` among pass-through arguments (``-ub 2048``)."""
+    text = extra_value(extra, *names)
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def rpc_endpoints(extra: Sequence[str]) -> list[str]:

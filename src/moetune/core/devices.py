@@ -39,11 +39,19 @@ class DeviceSpec(BaseModel):
     total_bytes: int | None = None
     free_bytes: int | None = None
     description: str = ""  # "NVIDIA GeForce RTX 4090", "127.0.0.1:50052"
+    # what llama.cpp's own dry run found beyond the prediction, counted on the device
+    correction_bytes: int = 0
 
 
 def single_device(settings: Settings) -> tuple[DeviceSpec, ...]:
     """The one device of a single-device plan: its kind and overhead from ``settings``."""
-    return (DeviceSpec(kind=settings.device_kind, overhead_bytes=settings.gpu_overhead_bytes),)
+    return (
+        DeviceSpec(
+            kind=settings.device_kind,
+            overhead_bytes=settings.gpu_overhead_bytes,
+            correction_bytes=settings.device_correction_bytes,
+        ),
+    )
 
 
 def bufts(devices: Sequence[DeviceSpec]) -> tuple[str, ...]:

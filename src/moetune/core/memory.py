@@ -46,11 +46,13 @@ class DeviceMemory(BaseModel):
     kv_bytes: int
     compute_bytes: int
     overhead_bytes: int
+    correction_bytes: int = 0  # llama.cpp's dry run found this much more (or less)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.compute_bytes + self.overhead_bytes
+        return (self.weights_bytes + self.kv_bytes + self.compute_bytes + self.overhead_bytes
+                + self.correction_bytes)  # fmt: skip
 
 
 class MemoryEstimate(BaseModel):
@@ -115,13 +117,14 @@ def estimate_from_split(
             kv_bytes=cache.kv_bytes_for(layers) + cache.rs_bytes_for(layers),
             compute_bytes=compute.devices[index] if used else 0,
             overhead_bytes=spec.overhead_bytes if used else 0,
+            correction_bytes=spec.correction_bytes if used else 0,
         ))  # fmt: skip
     return MemoryEstimate(
         gpu_weights_bytes=weights.gpu_bytes,
         gpu_expert_bytes=weights.gpu_expert_bytes,
         gpu_kv_bytes=sum(d.kv_bytes for d in per_device),
         gpu_compute_bytes=sum(d.compute_bytes for d in per_device),
-        gpu_overhead_bytes=sum(d.overhead_bytes for d in per_device),
+        gpu_overhead_bytes=sum(d.overhead_bytes + d.correction_bytes for d in per_device),
         cpu_weights_bytes=weights.cpu_bytes,
         cpu_expert_bytes=weights.cpu_expert_bytes,
         host_kv_bytes=cache.kv_bytes_for(host_layers) + cache.rs_bytes_for(host_layers),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel, Field, computed_field
 
 from moetune.core.command import args_for, server_argv
 from moetune.core.devices import DeviceSpec, bufts
@@ -74,6 +74,19 @@ def check_ram(memory: MemoryEstimate, ram_total: int | None, ram_available: int 
                     status=status, message=message)  # fmt: skip
 
 
+class DeviceCheck(BaseModel):
+    """llama-fit-params's projection of one device beside moetune's prediction of the same
+    dry run (one sequence, every token an output), MiB as llama.cpp prints them."""
+
+    device: str
+    projected_mib: int  # model + context + compute
+    predicted_mib: int
+    model_mib: tuple[int, int]  # (projected, predicted)
+    context_mib: tuple[int, int]
+    compute_mib: tuple[int, int]
+    agrees: bool  # within the fidelity bounds
+
+
 class PlanRequest(BaseModel):
     """Everything a plan depends on besides the model; sizes in bytes."""
 
@@ -133,6 +146,7 @@ class PlacementResult(BaseModel):
     partial_parts: list[str] = []
     fits: bool  # on the GPU, within the budget (several devices: each within its own)
     tensor_split: list[float] = []  # -ts (several devices)
+    placement: Placement = Field(exclude=True)  # what the command says, for llama.cpp's check
 
 
 class PlanResult(BaseModel):
@@ -160,6 +174,8 @@ class PlanResult(BaseModel):
     device_names: list[str] = []
     device_budgets: list[int] = []
     limiting_device: str | None = None
+    checks: list[DeviceCheck] = []  # llama.cpp's own dry run of the recommended command
+    checked: str = "prediction"  # "llama.cpp", "prediction" (devices not here), "skipped"
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -182,7 +198,7 @@ def _placement_result(req: PlanRequest, plan: OffloadPlan, settings: Settings,
         n_ctx=settings.n_ctx, memory=plan.memory, command=server_argv(args),
         moved_layers=list(plan.moved_layers), partial_layer=plan.partial_layer,
         partial_parts=list(plan.partial_parts), fits=fits,
-        tensor_split=list(placement.tensor_split),
+        tensor_split=list(placement.tensor_split), placement=placement,
     )  # fmt: skip
 
 

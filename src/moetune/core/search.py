@@ -36,6 +36,10 @@ class Attempt(BaseModel):
     repeats: int = 0  # timed requests behind decode_tps
     log_path: str | None = None
     message: str | None = None
+    # several devices: the -ts split and each device's figures (the sums above add them up)
+    tensor_split: list[float] = []
+    device_predicted: list[int] = []
+    device_measured: list[int | None] = []
 
     @property
     def fits(self) -> bool:
@@ -46,6 +50,19 @@ class Attempt(BaseModel):
     def noisy(self) -> bool:
         """The decode speeds of the repeats spread over more than 20 % of their median."""
         return is_noisy(self.decode_tps, self.decode_tps_min, self.decode_tps_max)
+
+
+def bounds(attempts: list[Attempt]) -> tuple[int, int | None]:
+    """(largest N known over, smallest N known to fit)."""
+    over = max((a.n_cpu_moe for a in attempts if not a.fits), default=-1)
+    fits = min((a.n_cpu_moe for a in attempts if a.fits), default=None)
+    return over, fits
+
+
+def done(attempts: list[Attempt]) -> bool:
+    """The smallest fitting N is confirmed: it is 0, or N-1 is known over."""
+    over, fits = bounds(attempts)
+    return fits is not None and (fits == 0 or over == fits - 1)
 
 
 class Search(NamedTuple):
@@ -63,14 +80,10 @@ class Search(NamedTuple):
         return None
 
     def bounds(self, attempts: list[Attempt]) -> tuple[int, int | None]:
-        """(largest N known over, smallest N known to fit)."""
-        over = max((a.n_cpu_moe for a in attempts if not a.fits), default=-1)
-        fits = min((a.n_cpu_moe for a in attempts if a.fits), default=None)
-        return over, fits
+        return bounds(attempts)
 
     def done(self, attempts: list[Attempt]) -> bool:
-        over, fits = self.bounds(attempts)
-        return fits is not None and (fits == 0 or over == fits - 1)
+        return done(attempts)
 
     def next_n(self, attempts: list[Attempt]) -> int:
         """The next N to launch, strictly between what is known over and what fits."""
@@ -107,3 +120,66 @@ def best_attempt(attempts: list[Attempt]) -> Attempt | None:
     """The smallest N that fitted."""
     fitting = [a for a in attempts if a.fits]
     return min(fitting, key=lambda a: a.n_cpu_moe) if fitting else None
+
+
+# --- several devices ----------------------------------------------------------------------------
+
+Split = tuple[tuple[int, ...], tuple[int, ...]]  # (layer counts per device, predicted peaks)
+
+
+class SplitSearch(NamedTuple):
+    """The state of the search over several devices: N, and the split the planner finds for
+    it with each device's measured error counted (``plan(n, errors)``: the split of N whose
+    predicted peaks plus the errors fit every budget, or None; ``place(n, errors)``: the
+    best split of N however it fits, to confirm that N is over)."""
+
+    n_max: int
+    budgets: tuple[int, ...]
+    plan: Callable[[int, tuple[int, ...]], Split | None]
+    place: Callable[[int, tuple[int, ...]], Split]
+
+    def errors(self, attempts: list[Attempt]) -> tuple[int, ...]:
+        """Each device's measured minus predicted, from the latest launch that measured it."""
+        found = [0] * len(self.budgets)
+        seen = [False] * len(self.budgets)
+        for attempt in reversed(attempts):
+            for i, measured in enumerate(attempt.device_measured):
+                if measured is not None and not seen[i]:
+                    found[i], seen[i] = measured - attempt.device_predicted[i], True
+        return tuple(found)
+
+    def next(self, attempts: list[Attempt]) -> tuple[int, Split]:
+        """The next N to launch (strictly between what is over and what fits) and its split."""
+        over, fits = bounds(attempts)
+        high = self.n_max if fits is None else fits - 1
+        low = over + 1
+        if low > high:
+            raise DoesNotFitError(
+                "does not fit every device's budget even with every expert on the CPU",
+                hint="lower --ctx, use --cache-type q4_0, add a device, or a smaller quant",
+            )
+        errors = self.errors(attempts)
+        for n in range(low, high + 1):
+            if (split := self.plan(n, errors)) is not None:
+                return n, split
+        return high, self.place(high, errors)
+
+    def done(self, attempts: list[Attempt]) -> bool:
+        return done(attempts)
+
+
+def tune_split(search: SplitSearch, measure: Callable[[int, Split], Attempt],
+               max_launches: int = 12) -> list[Attempt]:  # fmt: skip
+    """Launch until the smallest N whose split fits every device is confirmed by N-1 (at
+    its best split) being over; the attempts."""
+    attempts: list[Attempt] = []
+    while not attempts or not search.done(attempts):
+        if len(attempts) >= max_launches:
+            break
+        n, split = search.next(attempts)
+        attempts.append(measure(n, split))
+        if attempts[-1].fits and n > 0 and not search.done(attempts):
+            errors = search.errors(attempts)
+            tighter = search.plan(n - 1, errors) or search.place(n - 1, errors)
+            attempts.append(measure(n - 1, tighter))
+    return attempts

@@ -33,6 +33,8 @@ class Settings(BaseModel):
     n_ubatch: int = 512
     n_batch: int = 2048
     gpu_overhead_bytes: int = DEFAULT_GPU_OVERHEAD_BYTES
+    # one device: what llama.cpp's own dry run found beyond the prediction (core/devices.py)
+    device_correction_bytes: int = 0
     device_kind: str = "cuda"  # "cuda", or "rpc" for a ggml-rpc-server device (tests)
     # llama-server reserves logits for n_seq rows; llama-fit-params and llama-bench for all.
     all_outputs: bool = False

@@ -19,7 +19,14 @@ from typing import NamedTuple
 from moetune.core.devices import DeviceSpec, bufts
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate_from_split, pipeline_parallel
-from moetune.core.placement import EXPS_REGEX, Override, Placement, WeightSplit, split_weights
+from moetune.core.placement import (
+    ALL_LAYERS,
+    EXPS_REGEX,
+    Override,
+    Placement,
+    WeightSplit,
+    split_weights,
+)
 from moetune.core.planner import (
     OffloadPlan,
     Parts,
@@ -63,15 +70,17 @@ def counts_split(counts: Sequence[int]) -> tuple[float, ...]:
 class _Search:
     """Estimates for one model, target and settings, with the weight splits they start from."""
 
-    def __init__(self, facts: ModelFacts, target: Target, settings: Settings) -> None:
+    def __init__(self, facts: ModelFacts, target: Target, settings: Settings,
+                 n_gpu_layers: int = ALL_LAYERS) -> None:  # fmt: skip
         self.facts, self.target, self.settings = facts, target, settings
+        self.n_gpu_layers = n_gpu_layers
         self.parts: Parts = _expert_parts_of(facts)
         self._bases: dict[tuple[int, ...], WeightSplit] = {}
 
     def base(self, counts: tuple[int, ...]) -> WeightSplit:
         found = self._bases.get(counts)
         if found is None:
-            placement = Placement(tensor_split=counts_split(counts))
+            placement = Placement(self.n_gpu_layers, tensor_split=counts_split(counts))
             found = split_weights(self.facts, placement, self.target.n)
             self._bases[counts] = found
         return found
@@ -86,7 +95,9 @@ class _Search:
 
     @property
     def total_layers(self) -> int:
-        return self.facts.n_layers + 1  # the blocks and the output layer
+        """The layers offloaded, which -ts splits: the blocks and the output layer (-ngl K:
+        the last K of them)."""
+        return min(self.n_gpu_layers, self.facts.n_layers + 1)
 
 
 def _largest(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
@@ -99,10 +110,13 @@ def _largest(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
     return low
 
 
-def distribute(search: _Search, cpu_blocks: Sequence[int],
-               overridden: bool) -> tuple[tuple[int, ...], MemoryEstimate] | None:  # fmt: skip
+Distribution = tuple[tuple[int, ...], MemoryEstimate]  # layer counts per device, the estimate
+
+
+def distribute(search: _Search, cpu_blocks: Sequence[int], overridden: bool,
+               best_effort: bool = False) -> Distribution | None:  # fmt: skip
     """Layer counts per device, front to back, each device taking as many as fit; None when
-    the last device cannot hold what is left."""
+    the last device cannot hold what is left (``best_effort``: the split all the same)."""
     n, total = search.target.n, search.total_layers
     counts: list[int] = []
     for i in range(n - 1):
@@ -114,13 +128,13 @@ def distribute(search: _Search, cpu_blocks: Sequence[int],
             return search.target.fits(search.memory(weights, overridden), upto=i + 1)
 
         best = _largest(0, total - start, fits_upto)
-        if best is None:
+        if best is None and not best_effort:
             return None
-        counts.append(best)
+        counts.append(best or 0)
     counts.append(total - sum(counts))
     final = tuple(counts)
     memory = search.memory(search.with_cpu_blocks(final, cpu_blocks), overridden)
-    return (final, memory) if search.target.fits(memory) else None
+    return (final, memory) if best_effort or search.target.fits(memory) else None
 
 
 def plan_split(facts: ModelFacts, target: Target, settings: Settings) -> OffloadPlan:
@@ -302,3 +316,14 @@ def split_does_not_fit(facts: ModelFacts, target: Target, settings: Settings) ->
 def bufts_of(target: Target) -> tuple[str, ...]:
     """The devices' buffer types, for the ``-ot`` rules that name them."""
     return bufts(target.devices)
+
+
+def split_layers(facts: ModelFacts, target: Target,
+                 settings: Settings) -> tuple[int, Distribution] | None:  # fmt: skip
+    """Classic layer offload over several devices: the largest -ngl K whose K layers can be
+    split to fit (None: not even one)."""
+    for ngl in range(facts.n_layers + 1, 0, -1):
+        found = distribute(_Search(facts, target, settings, ngl), [], overridden=False)
+        if found is not None:
+            return ngl, found
+    return None

@@ -226,3 +226,30 @@ def describe_fit(fit: FitChoice) -> str:
     if not parts and fit.offloaded:
         parts.append(f"{fit.offloaded} layers offloaded")
     return f"{fit.status}" + (f": {'; '.join(parts)}" if parts else "")
+
+
+# --- llama-fit-params's projection -------------------------------------------------------------
+
+# `llama-fit-params -fitp on` prints, on stdout, one line per device and one for the host:
+# "<DEV> <model> <context> <compute>" in MiB (common/fit.cpp, rounded down).
+_PROJECTION_RE = re.compile(r"^(?P<dev>\S+) (?P<model>\d+) (?P<context>\d+) (?P<compute>\d+)\s*$",
+                            re.MULTILINE)  # fmt: skip
+
+
+class Projection(NamedTuple):
+    """llama.cpp's own dry-run figures for one device (or ``Host``), in MiB."""
+
+    device: str
+    model_mib: int
+    context_mib: int
+    compute_mib: int
+
+    @property
+    def total_mib(self) -> int:
+        return self.model_mib + self.context_mib + self.compute_mib
+
+
+def parse_projection(stdout: str) -> dict[str, Projection]:
+    """Device name (``CUDA0``, ``RPC1``, ``Host``) -> its projection."""
+    return {m["dev"]: Projection(m["dev"], int(m["model"]), int(m["context"]), int(m["compute"]))
+            for m in _PROJECTION_RE.finditer(stdout)}  # fmt: skip

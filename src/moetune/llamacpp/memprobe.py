@@ -11,10 +11,13 @@ Tests have a fake of the same Protocol (tests/fakes.py).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from moetune.hardware.base import GpuProbe
+from moetune.core.devices import DeviceSpec
+from moetune.hardware.base import GpuInfo, GpuProbe
 from moetune.llamacpp.log import total_mib
 from moetune.llamacpp.process import RunningServer
 from moetune.units import MIB
@@ -57,34 +60,47 @@ class ProcessProbe:
 
 @dataclass(frozen=True)
 class LogProbe:
-    """llama.cpp's buffer lines for one device (name prefix, e.g. ``CUDA0`` or ``RPC0``)."""
+    """llama.cpp's buffer lines for one device: its buffer type (``CUDA0``,
+    ``RPC0[127.0.0.1:50052]``: every RPC server's first device is ``RPC0[...]``, so the whole
+    name is matched), shown by its device name."""
 
-    device_prefix: str
+    device: str
+    buft: str
 
     @property
     def name(self) -> str:
-        return f"llama.cpp log ({self.device_prefix} buffers)"
+        return f"llama.cpp log ({self.device} buffers)"
 
     @property
     def includes_overhead(self) -> bool:
         return False
 
     def device_bytes(self, server: RunningServer) -> int | None:
-        lines = server.buffers()
-        if not any(b.device.startswith(self.device_prefix) for b in lines):
+        lines = [b for b in server.buffers() if b.device == self.buft]
+        if not lines:
             return None
-        mib = sum(total_mib(lines, kind, self.device_prefix) for kind in LOG_KINDS)
+        mib = sum(total_mib(lines, kind) for kind in LOG_KINDS)
         return round(mib * MIB)
 
 
-def device_prefix(device_name: str) -> str:
-    """``RPC0[127.0.0.1:50052]`` -> ``RPC0``; ``CUDA0`` -> ``CUDA0``."""
-    return device_name.split("[", 1)[0]
+def nvml_index(device: DeviceSpec, gpus: Sequence[GpuInfo]) -> int | None:
+    """The NVML index of a CUDA device: the same number when CUDA orders by PCI bus
+    (``CUDA_DEVICE_ORDER=PCI_BUS_ID``) or the GPUs are alike, else the GPU of the same name
+    and size (None when that is not one GPU)."""
+    index = int(device.name.removeprefix("CUDA") or 0)
+    alike = len({(g.name, g.vram_total_bytes) for g in gpus}) <= 1
+    if os.environ.get("CUDA_DEVICE_ORDER", "").upper() == "PCI_BUS_ID" or alike:
+        return index if index < len(gpus) else None
+    same = [g for g in gpus if g.name == device.description and g.vram_total_bytes is not None
+            and abs(g.vram_total_bytes - (device.total_bytes or 0)) < 256 * MIB]  # fmt: skip
+    return same[0].index if len(same) == 1 else None
 
 
-def choose_probe(device_name: str, gpus: GpuProbe | None) -> MemoryProbe:
-    """NVML/nvidia-smi process memory for a CUDA device when available, else the log."""
-    prefix = device_prefix(device_name)
-    if prefix.startswith("CUDA") and gpus is not None and gpus.gpus():
-        return ProcessProbe(gpus, int(prefix.removeprefix("CUDA") or 0))
-    return LogProbe(prefix)
+def choose_probe(device: DeviceSpec, gpus: GpuProbe | None) -> MemoryProbe:
+    """NVML/nvidia-smi process memory for a CUDA device when it can be told apart, else the
+    log's buffer lines for the device."""
+    if device.name.startswith("CUDA") and gpus is not None and (found := gpus.gpus()):
+        index = nvml_index(device, found)
+        if index is not None:
+            return ProcessProbe(gpus, index)
+    return LogProbe(device.name, device.buft)

@@ -120,16 +120,14 @@ def find_server(explicit: str | None = None) -> Path:
 def _run_quick(argv: Sequence[str], timeout_s: float) -> str:
     """Run a short command; its stdout and stderr together.  A failure is one line with the
     cause; the whole output (a backtrace, when ggml aborts) is kept as a log file."""
-    shown = " ".join(argv[1:])
+    shown = " ".join([Path(argv[0]).name, *argv[1:]])
     try:
         done = subprocess.run(
             list(argv), capture_output=True, text=True, errors="replace",
             stdin=subprocess.DEVNULL, timeout=timeout_s, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        raise ServerFailedError(
-            f"`llama-server {shown}` did not finish in {timeout_s:g} s"
-        ) from exc
+        raise ServerFailedError(f"`{shown}` did not finish in {timeout_s:g} s") from exc
     except OSError as exc:
         raise ServerNotFoundError(
             f"cannot run {argv[0]}: {exc.strerror}", hint=INSTALL_HINT
@@ -144,7 +142,7 @@ def _run_quick(argv: Sequence[str], timeout_s: float) -> str:
             log_path = _new_log_path(_default_log_dir(), argv[-1].lstrip("-"))
             log_path.write_text(" ".join(argv) + "\n" + out, errors="replace")
             hint = f"full log: {log_path}"
-        raise ServerFailedError(f"`llama-server {shown}` {how}{why}", hint)
+        raise ServerFailedError(f"`{shown}` {how}{why}", hint)
     return out
 
 
@@ -154,6 +152,21 @@ def server_info(path: Path, rpc: Sequence[str] = (), timeout_s: float = 30.0) ->
     rpc_args = ["--rpc", ",".join(rpc)] if rpc else []
     listed = _run_quick([str(path), *rpc_args, "--list-devices"], timeout_s)
     return ServerInfo(path=path, devices=parse_devices(listed), **version)
+
+
+def tool_beside(server: Path, name: str) -> Path | None:
+    """Another llama.cpp tool (``llama-fit-params``) beside llama-server, or on PATH."""
+    sibling = server.with_name(name)
+    if sibling.is_file() and os.access(sibling, os.X_OK):
+        return sibling
+    found = shutil.which(name)
+    return Path(found) if found else None
+
+
+def fit_projection(tool: Path, args: Sequence[str], timeout_s: float = 180.0) -> str:
+    """``llama-fit-params ARGS -fitp on``: llama.cpp's dry run of a placement (weights are not
+    read), its stdout; failures are one line, as for llama-server."""
+    return _run_quick([str(tool), *args, "-fitp", "on"], timeout_s)
 
 
 # --- ports and log files -----------------------------------------------------------------------

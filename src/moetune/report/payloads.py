@@ -45,6 +45,15 @@ def plan_payload(result: PlanResult) -> dict[str, Any]:
         "reason": result.reason,
         "suggestions": result.suggestions,
         "nearest_command": result.nearest.command if result.nearest else None,
+        # every device: its budget and predicted peak by part (one device: the GPU)
+        "tensor_split": rec.tensor_split,
+        "devices": [
+            {**d.model_dump(mode="json"), "budget_bytes": budget}
+            for d, budget in zip(
+                mem.devices, result.device_budgets or [result.budget_bytes], strict=True
+            )
+        ],
+        "checked": result.checked,
     }
     return {**top, "plan": result.model_dump(mode="json")}
 
@@ -62,6 +71,9 @@ def run_payload(result: RunResult) -> dict[str, Any]:
         if best is None
         else {**best.model_dump(mode="json"), "command": result.command},
         "n_ctx": result.settings.n_ctx,
+        "device_names": result.device_names,
+        "device_budgets": result.device_budgets,
+        "limiting_device": result.limiting_device,
     }
 
 

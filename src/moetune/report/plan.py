@@ -56,6 +56,40 @@ def _memory_table(result: PlanResult) -> Table:
     return table
 
 
+def _devices_table(result: PlanResult) -> Table:
+    """Several devices: a column per device, the host below."""
+    mem = result.recommended.memory
+    names = [d.name for d in mem.devices]
+    table = new_table("memory per device", ("component", *names), right=tuple(names))
+    rows = [
+        ("dense weights", [d.weights_bytes - d.expert_bytes for d in mem.devices]),
+        ("experts", [d.expert_bytes for d in mem.devices]),
+        ("KV cache (+ state)", [d.kv_bytes for d in mem.devices]),
+        ("compute buffer", [d.compute_bytes for d in mem.devices]),
+        ("runtime overhead", [d.overhead_bytes for d in mem.devices]),
+    ]
+    for label, values in rows:
+        table.add_row(label, *(format_bytes(v) for v in values))
+    table.add_section()
+    totals = [Text(format_bytes(d.total_bytes), style="green" if d.total_bytes <= b else "red")
+              for d, b in zip(mem.devices, result.device_budgets, strict=True)]  # fmt: skip
+    table.add_row(Text("total", style="bold"), *totals)
+    table.add_row("budget", *(format_bytes(b) for b in result.device_budgets))
+    return table
+
+
+def _host_lines(result: PlanResult) -> list[RenderableType]:
+    mem, ram = result.recommended.memory, result.ram
+    style = {"ok": "green", "warn": "yellow", "fail": "red"}.get(ram.status, "")
+    line = Text("RAM: ")
+    line.append(format_bytes(mem.host_bytes), style=style)
+    line.append(f" ({format_bytes(mem.cpu_expert_bytes)} of experts, "
+                f"{format_bytes(mem.cpu_weights_bytes - mem.cpu_expert_bytes)} other weights, "
+                f"{format_bytes(mem.host_kv_bytes + mem.host_compute_bytes)} buffers), "
+                f"available {format_bytes(ram.available_bytes)}")  # fmt: skip
+    return [line]
+
+
 def _placement_lines(result: PlanResult) -> list[RenderableType]:
     rec, alt = result.recommended, result.alternative
     lines: list[RenderableType] = []
@@ -71,6 +105,11 @@ def _placement_lines(result: PlanResult) -> list[RenderableType]:
             else "  (every expert on the GPU)",
         )
     )
+    if rec.tensor_split:
+        split = ",".join(f"{v:g}" for v in rec.tensor_split)
+        shares = ", ".join(_shares(result))
+        lines.append(Text.assemble(("-ts ", "bold"), (split, "bold cyan"),
+                                   f"  (layers per device: {shares})"))  # fmt: skip
     if not rec.moved_layers and rec.fits:
         lines.append(Text("-ot not needed: every expert fits on the GPU"))
     elif alt is not None:
@@ -85,7 +124,30 @@ def _placement_lines(result: PlanResult) -> list[RenderableType]:
     return lines
 
 
+def _check_lines(result: PlanResult) -> list[RenderableType]:
+    """llama.cpp's dry run beside the prediction, per device; or why there is none."""
+    if not result.checks:
+        return [Text(f"{result.checked}: not checked by llama.cpp", style="dim")]
+    head = Text(f"checked by {result.checked} (llama-fit-params, its own dry run: "
+                "one sequence, logits for the whole batch):", style="dim")  # fmt: skip
+    lines: list[RenderableType] = [head]
+    for c in result.checks:
+        style = "green" if c.agrees else "yellow"
+        lines.append(Text(f"  llama.cpp projects {c.device} {c.projected_mib:,} MiB; predicted "
+                          f"{c.predicted_mib:,} (model {c.model_mib[0]}/{c.model_mib[1]}, "
+                          f"context {c.context_mib[0]}/{c.context_mib[1]}, compute "
+                          f"{c.compute_mib[0]}/{c.compute_mib[1]})", style=style))  # fmt: skip
+    return lines
+
+
+def _shares(result: PlanResult) -> list[str]:
+    counts = [int(v) for v in result.recommended.tensor_split]
+    return [f"{name} {count}" for name, count in zip(result.device_names, counts, strict=True)]
+
+
 def _budget_line(result: PlanResult) -> str:
+    if result.device_names:
+        return f"each device within its own budget; the tightest: {result.limiting_device}"
     if result.target_bytes is not None:
         return f"budget = --target-vram {format_bytes(result.budget_bytes)}"
     device, headroom = format_bytes(result.device_bytes), format_bytes(result.headroom_bytes)
@@ -115,11 +177,16 @@ def _commands(result: PlanResult) -> list[RenderableType]:
 def render_plan(result: PlanResult, facts: ModelFacts, gpu_source: str) -> RenderableType:
     header = Text(
         f"{facts.architecture}, {facts.n_layers} blocks, {facts.n_experts} experts "
-        f"({facts.n_experts_used} used) | GPU: {gpu_source} | ctx {result.settings.n_ctx}, "
+        f"({facts.n_experts_used} used) | {'devices' if result.device_names else 'GPU'}: "
+        f"{gpu_source} | ctx {result.settings.n_ctx}, "
         f"KV {result.settings.type_k}/{result.settings.type_v}"
     )
     parts: list[RenderableType] = [header, Text(""), *_placement_lines(result), Text("")]
-    parts.append(_memory_table(result))
+    if result.device_names:
+        parts += [_devices_table(result), *_host_lines(result)]
+    else:
+        parts.append(_memory_table(result))
+    parts += _check_lines(result)
     parts.append(Text(f"{_budget_line(result)}; RAM check: {result.ram.status}", style="dim"))
     if result.ram.status not in ("ok", "fail"):
         parts.append(Text(f"RAM: {result.ram.message}", style="yellow"))

@@ -1,0 +1,144 @@
+"""The devices a command plans or runs for, in llama.cpp's order, with their memory.
+
+- RPC servers (``--rpc HOST:PORT,...``) come first; each may hold several devices, named
+  RPC0, RPC1, ... across servers, whose buffer type is ``RPC<index on its server>[HOST:PORT]``.
+  Their memory is given (``--vram``) or asked of llama.cpp (``llama-server --list-devices``).
+- Then the GPUs: detected (NVML), all of them unless ``--gpu-index`` picks one, in CUDA's
+  order; or described by ``--vram`` (the sizes after the RPC devices' are CUDA0, CUDA1, ...)
+  or a hardware profile (``--gpu``). CUDA numbers GPUs fastest first unless
+  ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, NVML by PCI bus: when they may differ, llama-server's own
+  list decides the order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from moetune.core.devices import DeviceSpec, default_overhead, rpc_buft
+from moetune.errors import BadValueError, NoGpuError
+from moetune.units import Sizes, format_bytes, per_device
+
+if TYPE_CHECKING:  # plan imports this module without starting anything
+    from moetune.hardware.base import GpuInfo, GpuProbe
+    from moetune.llamacpp.info import Device, ServerInfo
+
+
+class DeviceSet(NamedTuple):
+    """What a plan is for: the devices, how they were found, and what selects them."""
+
+    devices: tuple[DeviceSpec, ...]
+    source: str  # "given (--vram)", "NVIDIA GeForce RTX 4090 (NVML)", ...
+    device_args: tuple[str, ...] = ()  # llama-server's flags for them: --rpc A,B
+    here: bool = False  # every device is on this machine or reachable (llama.cpp can check)
+    gpu_free_bytes: int | None = None  # one detected GPU: its free memory
+
+
+def split_endpoints(rpc: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (rpc or "").split(",") if part.strip())
+
+
+def _overhead(kind: str, overheads: tuple[int, ...] | None, index: int) -> int:
+    return overheads[index] if overheads is not None else default_overhead(kind)
+
+
+def rpc_devices(listed: Sequence[Device]) -> list[Device]:
+    """The RPC devices among those llama-server lists (their description is the endpoint)."""
+    return [d for d in listed if d.name.startswith("RPC")]
+
+
+def specs_from_listed(listed: Sequence[Device], overheads: Sizes | None,
+                      gpus: Sequence[GpuInfo] = ()) -> tuple[DeviceSpec, ...]:  # fmt: skip
+    """DeviceSpecs for llama-server's own list (its order), with their buffer types; a CUDA
+    device takes the free memory NVML reports for it (matched by name and size)."""
+    per_server: dict[str, int] = {}
+    specs: list[DeviceSpec] = []
+    costs = per_device(overheads, len(listed), "--overhead")
+    for index, device in enumerate(listed):
+        if device.name.startswith("RPC"):
+            on_server = per_server.get(device.description, 0)
+            per_server[device.description] = on_server + 1
+            kind, buft = "rpc", rpc_buft(device.description, on_server)
+        else:
+            kind = "cuda" if device.name.startswith("CUDA") else "cpu-like"
+            buft = device.name
+        specs.append(DeviceSpec(
+            name=device.name, buft=buft, kind=kind,
+            overhead_bytes=_overhead(kind, costs, index), total_bytes=device.total_bytes,
+            free_bytes=device.free_bytes, description=device.description,
+        ))  # fmt: skip
+    return tuple(specs)
+
+
+def cuda_order_is_nvml(gpus: Sequence[GpuInfo]) -> bool:
+    """Whether CUDA numbers these GPUs as NVML does: with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
+    or when they are all alike (then the order does not matter)."""
+    if os.environ.get("CUDA_DEVICE_ORDER", "").upper() == "PCI_BUS_ID":
+        return True
+    return len({(g.name, g.vram_total_bytes) for g in gpus}) <= 1
+
+
+def gpu_specs(gpus: Sequence[GpuInfo], overheads: Sizes | None) -> list[DeviceSpec]:
+    """CUDA0, CUDA1, ... for detected GPUs in the order given."""
+    costs = per_device(overheads, len(gpus), "--overhead")
+    return [DeviceSpec(
+        name=f"CUDA{i}", buft=f"CUDA{i}", kind="cuda",
+        overhead_bytes=_overhead("cuda", costs, i),
+        total_bytes=gpu.vram_total_bytes, free_bytes=gpu.vram_free_bytes, description=gpu.name,
+    ) for i, gpu in enumerate(gpus)]  # fmt: skip
+
+
+def described(sizes: Sizes, endpoints: tuple[str, ...],
+              overheads: Sizes | None) -> tuple[DeviceSpec, ...]:  # fmt: skip
+    """Devices given by ``--vram``: one size per RPC server first, then CUDA0, CUDA1, ..."""
+    if len(sizes) < len(endpoints):
+        raise BadValueError(
+            f"--vram gives {len(sizes)} sizes for {len(endpoints)} RPC servers",
+            hint="give one size per device: the RPC servers first, then the GPUs",
+        )
+    costs = per_device(overheads, len(sizes), "--overhead")
+    specs = [DeviceSpec(name=f"RPC{i}", buft=rpc_buft(ep), kind="rpc",
+                        overhead_bytes=_overhead("rpc", costs, i), total_bytes=sizes[i],
+                        description=ep) for i, ep in enumerate(endpoints)]  # fmt: skip
+    for j, size in enumerate(sizes.values[len(endpoints) :]):
+        index = len(endpoints) + j
+        specs.append(DeviceSpec(name=f"CUDA{j}", buft=f"CUDA{j}", kind="cuda",
+                                overhead_bytes=_overhead("cuda", costs, index),
+                                total_bytes=size))  # fmt: skip
+    return tuple(specs)
+
+
+def describe(devices: Sequence[DeviceSpec]) -> str:
+    return ", ".join(f"{d.name} {format_bytes(d.total_bytes)}" for d in devices)
+
+
+def require_devices(info: ServerInfo) -> tuple[Device, ...]:
+    """The devices llama-server offloads to, or NoGpuError."""
+    if not info.devices:
+        raise NoGpuError(
+            "llama-server sees no GPU: everything would run on the CPU",
+            hint="run on a machine with a GPU, or pass an offload device after --, "
+            "e.g. -- --rpc HOST:PORT",
+        )
+    return info.devices
+
+
+def detected_gpus(probe: GpuProbe, gpu_index: int | None) -> list[GpuInfo]:
+    """The GPUs to plan for: all detected (or the one ``gpu_index`` picks); NoGpuError."""
+    gpus = probe.gpus()
+    if not gpus:
+        why = probe.why or "no NVIDIA GPU found: pass --vram, e.g. --vram 24G"
+        raise NoGpuError(f"no GPU detected: {why}")
+    if gpu_index is not None:
+        gpus = [g for g in gpus if g.index == gpu_index]
+        if not gpus:
+            found = ", ".join(str(g.index) for g in probe.gpus())
+            raise BadValueError(f"no GPU with index {gpu_index} (found: {found})")
+    for gpu in gpus:
+        if gpu.vram_total_bytes is None:
+            raise NoGpuError(
+                f"{gpu.name} does not report its memory size (unified memory?)",
+                hint="pass --vram with the memory llama.cpp may use",
+            )
+    return gpus

@@ -1,0 +1,131 @@
+"""llama.cpp checks a plan: ``llama-fit-params`` dry-runs the recommended command on the
+devices themselves (no weights are read), and each device's projection is set beside
+moetune's prediction of that same run (one sequence, every token of the batch an output).
+
+Within the fidelity bounds (weights 1 MiB, KV 1 %, compute 10 % or 64 MiB) the plan stands;
+beyond them it is a warning, and the plan is made again with each device's difference
+counted on it, so that what is printed holds by llama.cpp's own figures. This is how the
+CUDA compute buffers get checked on a user's machine although no test here has a GPU.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+from moetune.core.devices import DeviceSpec
+from moetune.core.facts import ModelFacts
+from moetune.core.memory import DeviceMemory, estimate
+from moetune.core.plan import DeviceCheck, PlanRequest, PlanResult, make_plan
+from moetune.core.settings import Settings
+from moetune.llamacpp.log import Projection, parse_projection
+from moetune.llamacpp.process import fit_projection, tool_beside
+from moetune.units import MIB
+
+TOOL = "llama-fit-params"
+WEIGHTS_MIB = 1
+KV_SHARE = 0.01
+COMPUTE_SHARE, COMPUTE_MIB = 0.10, 64
+
+
+def reachable(endpoint: str, timeout_s: float = 1.0) -> bool:
+    """Whether an RPC server answers at ``HOST:PORT``."""
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def find_tool(server: Path) -> Path | None:
+    return tool_beside(server, TOOL)
+
+
+def _dry_run_settings(settings: Settings) -> Settings:
+    """What llama-fit-params reserves: one sequence, logits for every token of the batch."""
+    return settings.model_copy(update={"n_seq": 1, "all_outputs": True, "kv_unified": True,
+                                       "gpu_overhead_bytes": 0,
+                                       "device_correction_bytes": 0})  # fmt: skip
+
+
+def _bare(devices: Sequence[DeviceSpec]) -> tuple[DeviceSpec, ...] | None:
+    """The devices as llama.cpp counts them: no overhead, no correction."""
+    if not devices:
+        return None
+    return tuple(d.model_copy(update={"overhead_bytes": 0, "correction_bytes": 0})
+                 for d in devices)  # fmt: skip
+
+
+def _within(projected: int, predicted: float, share: float, floor_mib: float) -> bool:
+    return abs(projected - predicted) <= max(share * projected, floor_mib)
+
+
+def compare(name: str, projection: Projection, predicted: DeviceMemory) -> DeviceCheck:
+    model, kv = predicted.weights_bytes / MIB, predicted.kv_bytes / MIB
+    compute = predicted.compute_bytes / MIB
+    agrees = (abs(projection.model_mib - int(model)) <= WEIGHTS_MIB
+              and _within(projection.context_mib, kv, KV_SHARE, 1)
+              and _within(projection.compute_mib, compute, COMPUTE_SHARE, COMPUTE_MIB))  # fmt: skip
+    return DeviceCheck(
+        device=name, projected_mib=projection.total_mib,
+        predicted_mib=int(model) + int(kv) + int(compute),
+        model_mib=(projection.model_mib, int(model)), context_mib=(projection.context_mib, int(kv)),
+        compute_mib=(projection.compute_mib, int(compute)), agrees=agrees,
+    )  # fmt: skip
+
+
+def check_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult,
+               tool: Path) -> list[DeviceCheck]:  # fmt: skip
+    """Each device's projection by ``llama-fit-params`` of the recommended command, beside
+    the prediction of the same dry run."""
+    rec = result.recommended
+    projected = parse_projection(fit_projection(tool, rec.command[1:]))
+    settings = _dry_run_settings(result.settings)
+    predicted = estimate(facts, rec.placement, settings, _bare(req.devices))
+    names = [d.name for d in predicted.devices] if req.multi else []
+    checks = []
+    for index, memory in enumerate(predicted.devices):
+        name = names[index] if names else _single_name(projected)
+        if name in projected:
+            checks.append(compare(name, projected[name], memory))
+    return checks
+
+
+def _single_name(projected: dict[str, Projection]) -> str:
+    """One device: the first non-host line llama-fit-params printed."""
+    return next((name for name in projected if name != "Host"), "")
+
+
+def corrected(req: PlanRequest, checks: Sequence[DeviceCheck]) -> PlanRequest | None:
+    """The request with each disagreeing device's difference counted on it (None: all agree)."""
+    if all(check.agrees for check in checks):
+        return None
+    delta = {c.device: (c.projected_mib - c.predicted_mib) * MIB for c in checks if not c.agrees}
+    if not req.multi:
+        settings = req.settings.model_copy(
+            update={"device_correction_bytes": next(iter(delta.values()))}
+        )
+        return req.model_copy(update={"settings": settings})
+    devices = tuple(d.model_copy(update={"correction_bytes": delta.get(d.name, 0)})
+                    for d in req.devices)  # fmt: skip
+    return req.model_copy(update={"devices": devices})
+
+
+def checked_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult,
+                 tool: Path) -> PlanResult:  # fmt: skip
+    """The plan checked by llama.cpp, and made again with its figures where they differ."""
+    checks = check_plan(facts, req, result, tool)
+    if not checks:
+        return result.model_copy(update={"checked": "prediction"})
+    again = corrected(req, checks)
+    if again is None:
+        return result.model_copy(update={"checks": checks, "checked": "llama.cpp"})
+    redone = make_plan(facts, again)
+    warnings = [*redone.warnings] + [
+        f"llama.cpp projects {c.device} {c.projected_mib:,} MiB, predicted {c.predicted_mib:,}: "
+        "the plan counts llama.cpp's figure" for c in checks if not c.agrees
+    ]  # fmt: skip
+    return redone.model_copy(update={"checks": checks, "checked": "llama.cpp (corrected)",
+                                     "warnings": warnings})  # fmt: skip
