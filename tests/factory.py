@@ -13,6 +13,7 @@ be), for parser speed, planning and compute tests.  ``make_split`` shards a mode
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -576,3 +577,44 @@ def make_split(model: Path, out_prefix: Path, max_tensors: int) -> list[Path]:
     if not shards:
         raise RuntimeError(f"llama-gguf-split wrote no shards:\n{done.stdout[-2000:]}")
     return shards
+
+
+_INTERNAL_KEYS = ("GGUF.", "general.architecture", "tokenizer.")
+
+
+def loadable_copy(header: Path, dst: Path) -> Path:
+    """A copy of a header-only file (an example under examples/models) that llama.cpp loads:
+    its metadata and tensor infos, a placeholder vocabulary as large as its embedding, and
+    the data region as a hole (the file is sparse). For llama-fit-params, which reads no
+    weights but needs a vocabulary."""
+    from moetune.gguf.reader import read_header
+
+    holed = dst.with_name(dst.name + ".holed")
+    holed.write_bytes(header.read_bytes())
+    os.truncate(holed, read_header(header).data_end)
+    try:
+        reader = gguf.GGUFReader(holed)
+        arch = str(reader.fields["general.architecture"].contents())
+        writer = gguf.GGUFWriter(dst, arch)
+        for field in reader.fields.values():
+            if field.name.startswith(_INTERNAL_KEYS):
+                continue
+            sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(field.name, field.contents(), field.types[0], sub)
+        embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+        _add_big_tokenizer(writer, int(embd.shape[1]), 10)
+        data_bytes = 0
+        for t in reader.tensors:
+            dims = tuple(int(d) for d in reversed(t.shape))
+            writer.add_tensor_info(t.name, dims, np.dtype(np.float32), int(t.n_bytes),
+                                   raw_dtype=t.tensor_type)  # fmt: skip
+            data_bytes += gguf.GGUFWriter.ggml_pad(int(t.n_bytes), writer.data_alignment)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        writer.close()
+    finally:
+        holed.unlink(missing_ok=True)
+    data_start = gguf.GGUFWriter.ggml_pad(dst.stat().st_size, writer.data_alignment)
+    os.truncate(dst, data_start + data_bytes)
+    return dst

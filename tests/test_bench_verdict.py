@@ -11,6 +11,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from moetune.cli import app
+from moetune.core.devices import DeviceSpec
 from moetune.core.facts import load_model_facts
 from moetune.core.memory import Settings
 from moetune.errors import BadValueError, ExitCode, ModelFileError
@@ -202,8 +203,12 @@ def _setup(model: Path, budget_mib: float) -> tuple[LaunchSpec, DeviceSetup]:
                     free_bytes=24 * 1024 * MIB)  # fmt: skip
     info = ServerInfo(path=Path("llama-server"), version=None, build_number=None, commit=None,
                       compiler=None, target=None, devices=(device,))  # fmt: skip
-    setup = DeviceSetup(info=info, device=device, probe=LogProbe("RPC0"),
-                        target_bytes=round(budget_mib * MIB), fit_target_mib=100)  # fmt: skip
+    spec_device = DeviceSpec(name="RPC0", buft="RPC0[h:1]", kind="rpc", overhead_bytes=0,
+                             total_bytes=device.total_bytes,
+                             free_bytes=device.free_bytes)  # fmt: skip
+    setup = DeviceSetup(info=info, devices=(spec_device,), listed=(device,),
+                        probes=(LogProbe("RPC0", "RPC0[h:1]"),),
+                        budgets=(round(budget_mib * MIB),), fit_targets_mib=(100,))  # fmt: skip
     return spec, setup
 
 
@@ -246,7 +251,7 @@ def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
     events: list[str] = []
     settings = Settings(n_ctx=1024)
     spec_false = LaunchSpec(Path("/bin/false"), "x.gguf", settings, log_dir=tmp_path)
-    launcher = br.Launcher(spec_false, None, Workload(), Prompts("chat"), events.append)
+    launcher = br.Launcher(spec_false, (), Workload(), Prompts("chat"), events.append)
     run, results = br.run_config(spec, launcher)
     assert (run.status, results) == ("failed", [])
     assert run.message == "llama-server exited with 1"

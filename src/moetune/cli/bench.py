@@ -11,7 +11,6 @@ from moetune.cli.app import app, err, handle_errors, print_report, stop_on_signa
 from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
-    DEFAULT_OVERHEAD,
     CacheTypeOpt,
     Command,
     CtxOpt,
@@ -19,6 +18,7 @@ from moetune.cli.options import (
     JsonOpt,
     OverheadOpt,
     PassThroughCommand,
+    RpcOpt,
     ServerOpt,
     TargetVramOpt,
     parse_positive_tokens,
@@ -27,7 +27,7 @@ from moetune.cli.options import (
 )
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.names import CONFIG_NAMES, DEFAULT_N_PREDICT, DEFAULT_REPEATS, ENDPOINTS
-from moetune.units import Ctx
+from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
     from moetune.jobs.measure import Workload
@@ -107,7 +107,8 @@ def bench(
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
-    overhead: OverheadOpt = DEFAULT_OVERHEAD,  # type: ignore[assignment]
+    overhead: OverheadOpt = None,
+    rpc: RpcOpt = None,
     server: ServerOpt = None,
     server_url: Annotated[
         str | None,
@@ -143,8 +144,8 @@ def bench(
         return
     if model is None:
         raise BadValueError("give a MODEL to launch, or --server-url of a running server")
-    choice = _Choice(configs=configs, ctx=ctx, cache_type=cache_type, target_bytes=target_vram,
-                     headroom_bytes=headroom, overhead_bytes=overhead, server=server)  # fmt: skip
+    choice = _Choice(configs=configs, ctx=ctx, cache_type=cache_type, target=target_vram,
+                     headroom=headroom, overhead=overhead, server=server, rpc=rpc)  # fmt: skip
     _bench_model(model, extra, workload, choice, (as_json, out_file, save))
 
 
@@ -152,10 +153,11 @@ class _Choice(NamedTuple):
     configs: str
     ctx: Ctx | None
     cache_type: str
-    target_bytes: int | None
-    headroom_bytes: int
-    overhead_bytes: int
+    target: Sizes | None
+    headroom: Sizes
+    overhead: Sizes | None
     server: str | None
+    rpc: str | None
 
 
 def _bench_model(model: Path, extra: tuple[str, ...], workload: Workload, choice: _Choice,
@@ -165,6 +167,7 @@ def _bench_model(model: Path, extra: tuple[str, ...], workload: Workload, choice
     from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
+    from moetune.jobs.devices import split_endpoints
     from moetune.jobs.launch import (
         LaunchSpec,
         check_loadable,
@@ -181,15 +184,15 @@ def _bench_model(model: Path, extra: tuple[str, ...], workload: Workload, choice
     check_loadable(facts)
     if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
-    settings = Settings(n_ctx=1, type_k=choice.cache_type, type_v=choice.cache_type,
-                        gpu_overhead_bytes=choice.overhead_bytes)  # fmt: skip
+    settings = Settings(n_ctx=1, type_k=choice.cache_type, type_v=choice.cache_type)
     spec = LaunchSpec(binary=find_server(choice.server), model=str(model),
                       settings=settings_from_extra(settings, extra), extra=extra,
                       threads=physical_cores())  # fmt: skip
     with err().status("benchmarking...") as status:
-        spec, setup = prepare_device(spec, target_bytes=choice.target_bytes,
-                                     headroom_bytes=choice.headroom_bytes,
-                                     gpus=detect_gpu_probe())  # fmt: skip
+        spec, setup = prepare_device(spec, target_bytes=choice.target,
+                                     headroom_bytes=choice.headroom, gpus=detect_gpu_probe(),
+                                     overhead=choice.overhead,
+                                     rpc=split_endpoints(choice.rpc))  # fmt: skip
         spec = resolve_context(facts, spec, setup, choice.ctx, warn=lambda text: err().print(
             f"warning: {text}", style="yellow", highlight=False))  # fmt: skip
         capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)

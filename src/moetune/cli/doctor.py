@@ -18,6 +18,7 @@ from moetune.cli.options import (
     HeadroomOpt,
     JsonOpt,
     RamOpt,
+    RpcOpt,
     ServerOpt,
     TargetVramOpt,
     VramOpt,
@@ -37,6 +38,7 @@ def doctor(
     ] = None,
     vram: VramOpt = None,
     gpu: GpuProfileOpt = None,
+    rpc: RpcOpt = None,
     ram: RamOpt = None,
     ram_bandwidth: Annotated[
         float | None, typer.Option(help="Your RAM bandwidth in GB/s (default: assume 60).")
@@ -53,17 +55,19 @@ def doctor(
     GPUs, PCIe link, driver, CPU cores, RAM, swap, WSL2 and llama-server; each finding is
     ok / warn / fail with its fix. Exits CHECK_FAILED (12) when a finding fails.
     """
-    from moetune.cli.machine import one_gpu
+    from moetune.cli.machine import one_gpu, plan_devices
     from moetune.core.facts import load_model_facts
     from moetune.errors import BadValueError
     from moetune.hardware import detect_gpu_probe
     from moetune.hardware.host import PsutilHostProbe
+    from moetune.jobs.devices import split_endpoints
     from moetune.jobs.doctor import DoctorInputs, diagnose
     from moetune.llamacpp.process import find_server, server_info
     from moetune.report import to_json
     from moetune.report.doctor import render_doctor
     from moetune.report.payloads import doctor_payload
     from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
+    from moetune.units import per_device
 
     if ram_bandwidth is not None and ram_bandwidth <= 0:
         raise BadValueError(f"--ram-bandwidth must be positive GB/s, got {ram_bandwidth}")
@@ -72,15 +76,27 @@ def doctor(
         raise BadValueError("doctor checks one context: give --ctx N, e.g. --ctx 32k")
     hardware = load_hardware_profiles()
 
-    def lookup() -> ServerInfo:
-        return server_info(find_server(server))
+    endpoints = split_endpoints(rpc)
 
+    def lookup() -> ServerInfo:
+        path = find_server(server)
+        return server_info(path, rpc=endpoints) if endpoints else server_info(path)
+
+    several = model is not None and ((vram is not None and len(vram) > 1) or bool(endpoints))
+    devices = plan_devices(vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None,
+                           server=server) if several else None  # fmt: skip
+    n = len(devices.devices) if devices else 1
+    targets = per_device(target_vram, n, "--target-vram")
+    headrooms = per_device(headroom, n, "--headroom") or headroom.values
     inputs = DoctorInputs(
         gpus=detect_gpu_probe(), host=PsutilHostProbe(), server=lookup, hardware=hardware,
-        gpu_profile=find_hardware_profile(gpu, hardware) if gpu else None, vram_bytes=vram,
-        ram_bytes=ram, ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth
-        else None, n_ctx=ctx.tokens if ctx is not None else None, cache_type=cache_type,
-        target_bytes=target_vram, headroom_bytes=headroom,
+        gpu_profile=find_hardware_profile(gpu, hardware) if gpu else None,
+        vram_bytes=vram[0] if vram is not None and not devices else None, ram_bytes=ram,
+        ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth else None,
+        n_ctx=ctx.tokens if ctx is not None else None, cache_type=cache_type,
+        target_bytes=targets[0] if targets else None, headroom_bytes=headrooms[0],
+        devices=devices.devices if devices else (), device_targets=tuple(targets or ()),
+        device_headrooms=headrooms, device_args=devices.device_args if devices else (),
     )  # fmt: skip
     found = diagnose(inputs, load_model_facts(model) if model is not None else None)
     if as_json:

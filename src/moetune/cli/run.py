@@ -10,7 +10,6 @@ from moetune.cli.app import app, err, handle_errors, print_report, stop_on_signa
 from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
-    DEFAULT_OVERHEAD,
     CacheTypeOpt,
     CtxOpt,
     HeadroomOpt,
@@ -18,6 +17,7 @@ from moetune.cli.options import (
     ModelArg,
     OverheadOpt,
     PassThroughCommand,
+    RpcOpt,
     ServerOpt,
     TargetVramOpt,
     parse_positive_tokens,
@@ -36,7 +36,8 @@ def run(
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     server: ServerOpt = None,
-    overhead: OverheadOpt = DEFAULT_OVERHEAD,  # type: ignore[assignment]
+    overhead: OverheadOpt = None,
+    rpc: RpcOpt = None,
     fill: Annotated[
         int | None,
         typer.Option(
@@ -69,6 +70,7 @@ def run(
     from moetune.core.facts import load_model_facts
     from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
+    from moetune.jobs.devices import split_endpoints
     from moetune.jobs.launch import (
         LaunchSpec,
         check_loadable,
@@ -84,15 +86,15 @@ def run(
     facts = load_model_facts(model)
     check_loadable(facts)
     extra = pass_through(context)
-    settings = Settings(n_ctx=1, type_k=cache_type, type_v=cache_type,
-                        gpu_overhead_bytes=overhead)  # fmt: skip
+    settings = Settings(n_ctx=1, type_k=cache_type, type_v=cache_type)
     # absolute: the saved command and the aliases made from it run from any folder
     spec = LaunchSpec(binary=find_server(server), model=str(model.absolute()),
                       settings=settings_from_extra(settings, extra), extra=extra, port=port,
                       threads=physical_cores())  # fmt: skip
     with err().status("tuning...") as status:
         spec, setup = prepare_device(spec, target_bytes=target_vram, headroom_bytes=headroom,
-                                     gpus=detect_gpu_probe())  # fmt: skip
+                                     gpus=detect_gpu_probe(), overhead=overhead,
+                                     rpc=split_endpoints(rpc))  # fmt: skip
         spec = resolve_context(facts, spec, setup, ctx, warn=lambda text: err().print(
             f"warning: {text}", style="yellow", highlight=False))  # fmt: skip
         progress = Progress(

@@ -19,7 +19,7 @@ llama-server fails (out of memory, exits) as ``failed``, and the bench goes on w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -28,6 +28,8 @@ from moetune.core.facts import ModelFacts
 from moetune.core.memory import estimate
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import plan_layers, plan_n_cpu_moe
+from moetune.core.settings import Settings
+from moetune.core.split import _Search, counts_split, distribute, plan_split, split_layers
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
@@ -130,6 +132,81 @@ def _gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> C
     return ConfigSpec("gpu-only", "-ngl 99", tuple(spec.args(Placement())), memory.gpu_bytes)
 
 
+# --- several devices: the same configurations, each with its -ts split ----------------------
+
+
+def _ts(counts: tuple[int, ...]) -> str:
+    return "-ts " + ",".join(map(str, counts))
+
+
+def _multi_plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    if not facts.is_moe:
+        return ConfigSpec("plan", "--n-cpu-moe", skip="a dense model has no experts")
+    try:
+        plan = plan_split(facts, setup.target, spec.settings)
+    except DoesNotFitError as exc:
+        return ConfigSpec("plan", "--n-cpu-moe", skip=exc.message)
+    n = plan.placement.n_cpu_moe or 0
+    counts = tuple(int(c) for c in plan.placement.tensor_split)
+    args = spec.args(plan.placement)
+    return ConfigSpec("plan", f"--n-cpu-moe {n} {_ts(counts)}", tuple(args),
+                      plan.memory.gpu_bytes)  # fmt: skip
+
+
+def _multi_fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    margins = setup.fit_targets_mib or ()
+    about = "--fit on -fitt " + ",".join(map(str, margins))
+    return ConfigSpec("fit", about, tuple(spec.fit_args(tuple(margins))))
+
+
+def _split_of(facts: ModelFacts, setup: DeviceSetup, settings: Settings, skipped: ConfigSpec,
+              cpu_blocks: Sequence[int]) -> tuple[tuple[int, ...], int] | ConfigSpec:  # fmt: skip
+    """The -ts split for experts of ``cpu_blocks`` on the CPU, or ``skipped``, saying why."""
+    found = distribute(_Search(facts, setup.target, settings), cpu_blocks,
+                       overridden=bool(cpu_blocks))  # fmt: skip
+    if found is None:
+        return replace(skipped, skip=f"does not fit {setup.target.describe()}")
+    return found[0], found[1].gpu_bytes
+
+
+def _multi_cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    if not facts.is_moe:
+        return ConfigSpec("cpu-moe", "-cmoe", skip="a dense model has no experts")
+    blocks = [layer.index for layer in facts.layers if layer.has_experts]
+    found = _split_of(facts, setup, spec.settings, ConfigSpec("cpu-moe", "-cmoe"), blocks)
+    if isinstance(found, ConfigSpec):
+        return found
+    counts, predicted = found
+    args = spec.args(Placement(tensor_split=counts_split(counts)), ("-cmoe",))
+    return ConfigSpec("cpu-moe", f"-cmoe {_ts(counts)}", tuple(args), predicted)
+
+
+def _multi_layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    found = split_layers(facts, setup.target, spec.settings)
+    if found is None:
+        return ConfigSpec("layers", "-ngl", skip=f"does not fit {setup.target.describe()}")
+    ngl, (counts, memory) = found
+    ngl = ALL_LAYERS if ngl > facts.n_layers else ngl
+    about = f"{'-ngl 99' if ngl == ALL_LAYERS else f'-ngl {ngl}'} {_ts(counts)}"
+    args = spec.args(Placement(n_gpu_layers=ngl, tensor_split=counts_split(counts)))
+    return ConfigSpec("layers", about, tuple(args), memory.gpu_bytes)
+
+
+def _multi_gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
+    found = _split_of(facts, setup, spec.settings, ConfigSpec("gpu-only", "-ngl 99"), [])
+    if isinstance(found, ConfigSpec):
+        return found
+    counts, predicted = found
+    args = spec.args(Placement(tensor_split=counts_split(counts)))
+    return ConfigSpec("gpu-only", f"-ngl 99 {_ts(counts)}", tuple(args), predicted)
+
+
+_MULTI_BUILDERS: dict[str, Builder] = {
+    "plan": _multi_plan_spec, "fit": _multi_fit_spec, "cpu-moe": _multi_cpu_moe_spec,
+    "layers": _multi_layers_spec, "gpu-only": _multi_gpu_only_spec,
+}  # fmt: skip
+
+
 _BUILDERS: dict[str, Builder] = {
     "plan": _plan_spec, "fit": _fit_spec, "cpu-moe": _cpu_moe_spec, "layers": _layers_spec,
     "gpu-only": _gpu_only_spec,
@@ -141,8 +218,9 @@ def build_configs(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup,
     """The configurations asked for; one whose command repeats an earlier one is skipped."""
     specs: list[ConfigSpec] = []
     seen: dict[tuple[str, ...], str] = {}
+    builders = _MULTI_BUILDERS if setup.multi else _BUILDERS
     for name in names:
-        config = _BUILDERS[name](facts, spec, setup)
+        config = builders[name](facts, spec, setup)
         if config.skip is None and config.args in seen:
             config = ConfigSpec(name, config.description, config.args, config.predicted_bytes,
                                 skip=f"same command as {seen[config.args]}")  # fmt: skip
@@ -157,15 +235,15 @@ class Launcher:
     """How configurations are launched and measured."""
 
     spec: LaunchSpec
-    probe: MemoryProbe | None
+    probes: tuple[MemoryProbe, ...]  # one per device (none: nothing to measure)
     workload: Workload
     prompts: Prompts
     on_event: Event
 
 
 def _ended(spec: ConfigSpec, status: Literal["ok", "failed"], *, server: RunningServer | None,
-           load_s: float | None, results: Sequence[DepthResult],
-           message: str | None = None) -> ConfigRun:  # fmt: skip
+           load_s: float | None, results: Sequence[DepthResult], message: str | None = None,
+           device_peaks: Sequence[int | None] = ()) -> ConfigRun:  # fmt: skip
     peaks = [r.device_bytes for r in results if r.device_bytes is not None]
     fit = None
     if spec.name == "fit" and server is not None:
@@ -175,6 +253,7 @@ def _ended(spec: ConfigSpec, status: Literal["ok", "failed"], *, server: Running
         predicted_bytes=spec.predicted_bytes, peak_device_bytes=max(peaks, default=None),
         load_s=load_s, fit=fit, message=message,
         log_path=str(server.log_path) if server is not None else None,
+        device_peaks=list(device_peaks) if len(device_peaks) > 1 else [],
     )  # fmt: skip
 
 
@@ -189,6 +268,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
     server: RunningServer | None = None
     load_s: float | None = None
     events = launcher.on_event
+    peaks: list[int | None] = [None] * len(launcher.probes)
     try:
         events(f"{spec.name}: starting llama-server ({spec.description})")
         server = launcher.spec.start(list(spec.args))
@@ -199,7 +279,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
                 lambda s: events(f"{spec.name}: loading ({s:.0f} s)"),
             )  # fmt: skip
             measure_depths(client, launcher.workload, launcher.prompts, config=spec.name,
-                           probe=_probe_of(launcher.probe, server), on_event=events,
+                           probe=_probe_of(launcher.probes, server, peaks), on_event=events,
                            into=results)  # fmt: skip
     except ServerFailedError as exc:
         line = (server.failure() if server is not None else None) or exc.message.splitlines()[0]
@@ -208,14 +288,27 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
         if failed.log_path is None and exc.hint and exc.hint.startswith(_LOG_HINT):
             failed = failed.model_copy(update={"log_path": exc.hint.removeprefix(_LOG_HINT)})
         return failed, results
-    return _ended(spec, "ok", server=server, load_s=load_s, results=results), results
+    return _ended(
+        spec, "ok", server=server, load_s=load_s, results=results, device_peaks=peaks
+    ), results
 
 
 _LOG_HINT = "full log: "  # server.RunningServer.exit_error's hint
 
 
-def _probe_of(probe: MemoryProbe | None, server: RunningServer) -> Callable[[], int | None]:
-    return (lambda: None) if probe is None else (lambda: probe.device_bytes(server))
+def _probe_of(probes: Sequence[MemoryProbe], server: RunningServer,
+              peaks: list[int | None]) -> Callable[[], int | None]:  # fmt: skip
+    """The devices' memory together (each device's peak kept in ``peaks``)."""
+
+    def read() -> int | None:
+        figures = [probe.device_bytes(server) for probe in probes]
+        for i, figure in enumerate(figures):
+            if figure is not None:
+                peaks[i] = max(peaks[i] or 0, figure)
+        known = [f for f in figures if f is not None]
+        return sum(known) if known else None
+
+    return read
 
 
 # --- the whole bench ------------------------------------------------------------------------
@@ -246,20 +339,24 @@ def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event) -> BenchR
     specs = build_configs(facts, spec, setup, req.names)
     workload = req.workload
     prompts = Prompts(workload.endpoint)
-    launcher = Launcher(spec, setup.probe, workload, prompts, on_event)
+    launcher = Launcher(spec, setup.probes, workload, prompts, on_event)
     runs: list[ConfigRun] = []
     results: list[DepthResult] = []
     for config in specs:
         run, measured = run_config(config, launcher)
         runs.append(run)
         results += measured
-    device, probe = setup.device, setup.probe
+    multi = setup.multi
     return BenchResult(
         created=_now(), moetune_version=__version__, model=spec.model, server_url=None,
         endpoint=workload.endpoint, n_ctx=spec.settings.n_ctx, n_predict=workload.n_predict,
-        repeats=workload.repeats, depths=_depths(results, workload), device=device.name,
-        device_total_bytes=device.total_bytes, budget_bytes=setup.target_bytes,
-        probe=probe.name, probe_includes_overhead=probe.includes_overhead,
+        repeats=workload.repeats, depths=_depths(results, workload),
+        device=", ".join(d.name for d in setup.devices) if multi else setup.device.name,
+        device_total_bytes=sum(d.total_bytes or 0 for d in setup.devices),
+        budget_bytes=sum(setup.budgets), probe="; ".join(p.name for p in setup.probes),
+        probe_includes_overhead=all(p.includes_overhead for p in setup.probes),
+        device_names=[d.name for d in setup.devices] if multi else [],
+        device_budgets=list(setup.budgets) if multi else [],
         shortest_prompt=prompts.shortest, configs=runs, results=results,
         verdicts=verdicts(results),
     )  # fmt: skip

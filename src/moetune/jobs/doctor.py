@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, default_n_ctx, estimate
 from moetune.core.placement import Placement
@@ -101,6 +102,12 @@ class DoctorInputs:
     cache_type: str = "q8_0"
     target_bytes: int | None = None  # --target-vram: the peak allowed
     headroom_bytes: int = DEFAULT_HEADROOM_BYTES
+    # several devices (--vram A,B, --rpc): what the model checks plan across, each device's
+    # target (None: total - headroom) and headroom, and what selects them for llama-server
+    devices: tuple[DeviceSpec, ...] = ()
+    device_targets: tuple[int | None, ...] = ()
+    device_headrooms: tuple[int, ...] = ()
+    device_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -288,6 +295,17 @@ def server_finding(lookup: Callable[[], ServerInfo]) -> tuple[Finding, ServerInf
     return Finding(check="llama-server", status="ok", message=f"{about}; devices: {devices}"), info
 
 
+def device_findings(info: ServerInfo | None) -> list[Finding]:
+    """Every device llama-server offloads to that NVML does not report (RPC servers, other
+    backends), one finding each."""
+    if info is None:
+        return []
+    return [Finding(check="device", status="ok",
+                    message=f"{d.name} {d.description}: {format_bytes(d.total_bytes)}, "
+                    f"{format_bytes(d.free_bytes)} free")
+            for d in info.devices if not d.name.startswith("CUDA")]  # fmt: skip
+
+
 # --- a model on this machine ---------------------------------------------------------------------
 
 
@@ -324,13 +342,16 @@ def _placement_memory(
     available = min(host.ram_available_bytes, total)
     if inputs.ram_bytes is not None:
         total = available = inputs.ram_bytes
-    if target is None:
+    if target is None and not inputs.devices:
         memory = estimate(facts, Placement(n_gpu_layers=0), settings)
         return memory, check_ram(memory, total, available), None, settings
-    request = PlanRequest(model_path=facts.paths[0], device_bytes=target.vram_bytes,
+    request = PlanRequest(model_path=facts.paths[0],
+                          device_bytes=target.vram_bytes if target else 0,
                           target_bytes=inputs.target_bytes, headroom_bytes=inputs.headroom_bytes,
-                          settings=settings, ram_total_bytes=total,
-                          ram_available_bytes=available)  # fmt: skip
+                          settings=settings, ram_total_bytes=total, ram_available_bytes=available,
+                          devices=inputs.devices, device_targets=inputs.device_targets,
+                          device_headrooms=inputs.device_headrooms,
+                          device_args=inputs.device_args)  # fmt: skip
     plan = make_plan(facts, request)
     if plan.fails == "gpu":
         raise DoesNotFitError(plan.reason or "does not fit", hint="; ".join(plan.suggestions))
@@ -441,6 +462,11 @@ def model_findings(facts: ModelFacts, inputs: DoctorInputs, gpus: list[GpuInfo],
         memory, ram, n_cpu_moe, settings = _placement_memory(facts, inputs, target, host)
     except (DoesNotFitError, BadValueError) as exc:
         return [Finding(check="model-fit", status="fail", message=exc.message, fix=exc.hint)], None
+    if len(inputs.devices) > 1:  # the speed ceiling is a one-GPU model: RAM and fit only
+        peaks = ", ".join(f"{d.name} {format_bytes(d.total_bytes)}" for d in memory.devices)
+        fit = Finding(check="model-fit", status="ok",
+                      message=f"fits {len(inputs.devices)} devices: {peaks}")  # fmt: skip
+        return [fit, ram_model_finding(memory, ram, n_cpu_moe)], None
     ceiling = speed_ceiling(facts, memory, n_cpu_moe, target=target, inputs=inputs,
                             n_ubatch=settings.n_ubatch)  # fmt: skip
     found = [ram_model_finding(memory, ram, n_cpu_moe), decode_finding(ceiling, target, ram)]
@@ -466,6 +492,7 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
     findings += [f for f in optional if f is not None]
     server, info = server_finding(inputs.server)
     findings.append(server)
+    findings += device_findings(info)
     ceiling = None
     if facts is not None:
         more, ceiling = model_findings(facts, inputs, gpus, host)

@@ -17,19 +17,23 @@ from moetune.core.command import (
     args_for,
     conflicting_args,
     extra_int,
+    extra_value,
     rpc_endpoints,
     server_argv,
 )
+from moetune.core.devices import DeviceSpec, bufts
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
 from moetune.core.planner import does_not_fit, floor_placement, max_context
 from moetune.core.settings import Settings, default_n_ctx
-from moetune.errors import BadValueError, NoGpuError, UnsupportedModelError
+from moetune.core.split import Target, split_does_not_fit, split_max_context
+from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
+from moetune.jobs.devices import require_devices, specs_from_listed
 from moetune.llamacpp.info import Device, ServerInfo
-from moetune.llamacpp.memprobe import MemoryProbe, choose_probe, device_prefix
+from moetune.llamacpp.memprobe import MemoryProbe, choose_probe
 from moetune.llamacpp.process import RunningServer, launch, server_info
-from moetune.units import MIB, Ctx, format_bytes
+from moetune.units import MIB, Ctx, Sizes, format_bytes, per_device
 
 
 @dataclass(frozen=True)
@@ -44,19 +48,24 @@ class LaunchSpec:
     port: int | None = None
     log_dir: Path | None = None
     ready_timeout_s: float = 600.0
+    devices: tuple[DeviceSpec, ...] = ()  # set by prepare_device: the -ot targets' names
 
     def args(self, placement: Placement, flags: tuple[str, ...] = ()) -> list[str]:
         """llama-server's arguments (no binary) for ``placement``, ``flags`` before ``extra``."""
         return self._argv(placement, flags, None)
 
-    def fit_args(self, target_mib: int | None) -> list[str]:
-        """llama-server's arguments for llama.cpp's own ``--fit on`` (no placement flags)."""
+    def fit_args(self, target_mib: int | tuple[int, ...] | None) -> list[str]:
+        """llama-server's arguments for llama.cpp's own ``--fit on`` (no placement flags),
+        with a margin of free memory (one per device on several)."""
+        if isinstance(target_mib, tuple):
+            return self._argv(None, (), FitMode(None, target_mib))
         return self._argv(None, (), FitMode(target_mib))
 
     def _argv(self, placement: Placement | None, flags: tuple[str, ...],
               fit: FitMode | None) -> list[str]:  # fmt: skip
         args = args_for(self.model, self.settings, placement, threads=self.threads,
-                        extra=(*flags, *self.extra), with_ubatch=False, fit=fit)  # fmt: skip
+                        extra=(*flags, *self.extra), with_ubatch=False, fit=fit,
+                        bufts=bufts(self.devices))  # fmt: skip
         return server_argv(args)[1:]
 
     def start(self, args: list[str], port: int | None = None) -> RunningServer:
@@ -73,13 +82,45 @@ def settings_from_extra(settings: Settings, extra: tuple[str, ...]) -> Settings:
 
 @dataclass(frozen=True)
 class DeviceSetup:
-    """What a job learns before its first launch: the server, its device, probe and budget."""
+    """What a job learns before its first launch: the server, its devices (llama.cpp's order),
+    a memory probe and a budget for each, and --fit's margins for the same budgets."""
 
     info: ServerInfo
-    device: Device
-    probe: MemoryProbe
-    target_bytes: int  # the device memory the job may fill
-    fit_target_mib: int | None  # --fit-target for llama.cpp's --fit (None: its default)
+    devices: tuple[DeviceSpec, ...]
+    listed: tuple[Device, ...]
+    probes: tuple[MemoryProbe, ...]
+    budgets: tuple[int, ...]
+    fit_targets_mib: tuple[int, ...] | None  # --fit-target per device (None: its default)
+    device_args: tuple[str, ...] = ()  # what selects the devices (--rpc given to moetune)
+
+    @property
+    def multi(self) -> bool:
+        return len(self.devices) > 1
+
+    @property
+    def device(self) -> Device:
+        """The first device (the one device of a single-device job)."""
+        return self.listed[0]
+
+    @property
+    def probe(self) -> MemoryProbe:
+        return self.probes[0]
+
+    @property
+    def target_bytes(self) -> int:
+        return self.budgets[0]
+
+    @property
+    def fit_target_mib(self) -> int | None:
+        return self.fit_targets_mib[0] if self.fit_targets_mib else None
+
+    @property
+    def target(self) -> Target:
+        return Target(self.devices, self.budgets)
+
+
+# llama-server flags that pick another split of the devices than by layer
+REFUSED_SPLITS = frozenset({"row", "tensor"})
 
 
 def check_extra(extra: tuple[str, ...]) -> None:
@@ -87,51 +128,100 @@ def check_extra(extra: tuple[str, ...]) -> None:
     if clashes := conflicting_args(extra):
         raise BadValueError(
             f"{' '.join(clashes)} after -- conflicts with the placement moetune tunes",
-            hint="drop it: moetune sets -ngl, --n-cpu-moe, -ot, -c, -ctk/-ctv, -fa and --fit",
+            hint="drop it: moetune sets -ngl, --n-cpu-moe, -ot, -ts, -c, -ctk/-ctv, -fa and --fit",
         )
 
 
-def first_device(info: ServerInfo) -> Device:
-    """The first non-CPU device llama-server lists, or NoGpuError."""
-    if not info.devices:
-        raise NoGpuError(
-            "llama-server sees no GPU: everything would run on the CPU",
-            hint="run on a machine with a GPU, or pass an offload device after --, "
-            "e.g. -- --rpc HOST:PORT",
-        )
-    return info.devices[0]
+def split_mode(extra: tuple[str, ...]) -> str:
+    """``-sm`` among the pass-through arguments (llama.cpp's default: layer); row and tensor
+    are refused."""
+    mode = extra_value(extra, "-sm", "--split-mode") or "layer"
+    if mode in REFUSED_SPLITS:
+        raise BadValueError(f"-sm {mode} is not supported: moetune plans a split by layer",
+                            hint="leave -sm out, or use -sm none for one device")  # fmt: skip
+    return mode
 
 
-def budget_for(device: Device, target_bytes: int | None,
-               headroom_bytes: int) -> tuple[int, int | None]:  # fmt: skip
-    """(budget, --fit-target MiB or None): ``--target-vram`` or the device's total - headroom.
+def chosen_devices(listed: tuple[Device, ...], extra: tuple[str, ...]) -> tuple[Device, ...]:
+    """The devices llama-server will use: ``-dev A,B`` (in that order), ``-sm none`` with
+    ``-mg i``, else every device it lists."""
+    names = extra_value(extra, "-dev", "--device")
+    chosen = listed
+    if names is not None:
+        wanted = [n.strip() for n in names.split(",") if n.strip() and n.strip() != "none"]
+        by_name = {d.name: d for d in listed}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            raise BadValueError(f"-dev {names}: llama-server has no device {missing[0]}",
+                                hint="its devices: " + ", ".join(by_name))  # fmt: skip
+        chosen = tuple(by_name[n] for n in wanted)
+    if split_mode(extra) == "none":
+        main = extra_int(extra, "-mg", "--main-gpu") or 0
+        if main >= len(chosen):
+            raise BadValueError(f"-mg {main}: there are {len(chosen)} devices")
+        chosen = (chosen[main],)
+    return chosen
 
-    ``--fit`` aims at a margin of *free* memory (common/fit.cpp), so a target becomes the
-    device's free memory minus it."""
-    if target_bytes is not None:
-        return target_bytes, max(0, (device.free_bytes - target_bytes) // MIB)
-    budget = device.total_bytes - headroom_bytes
-    if budget <= 0:
-        raise BadValueError(
-            f"the device has {format_bytes(device.total_bytes)}: nothing is left after the "
-            f"{format_bytes(headroom_bytes)} headroom",
-            hint="pass --target-vram",
-        )
-    return budget, None
+
+def budgets_for(devices: tuple[DeviceSpec, ...], targets: Sizes | None,
+                headrooms: Sizes) -> tuple[int, ...]:  # fmt: skip
+    """Each device's budget: its ``--target-vram``, else its total - ``--headroom``."""
+    n = len(devices)
+    per_target = per_device(targets, n, "--target-vram")
+    per_headroom = per_device(headrooms, n, "--headroom") or headrooms.values
+    found = []
+    for i, device in enumerate(devices):
+        if per_target is not None:
+            found.append(per_target[i])
+            continue
+        budget = (device.total_bytes or 0) - per_headroom[i]
+        if budget <= 0:
+            raise BadValueError(
+                f"{device.name} has {format_bytes(device.total_bytes)}: nothing is left after "
+                f"the {format_bytes(per_headroom[i])} headroom", hint="pass --target-vram",
+            )  # fmt: skip
+        found.append(budget)
+    return tuple(found)
 
 
-def prepare_device(spec: LaunchSpec, *, target_bytes: int | None, headroom_bytes: int,
-                   gpus: GpuProbe | None) -> tuple[LaunchSpec, DeviceSetup]:  # fmt: skip
-    """Check the pass-through arguments, ask llama-server for its device, fix the budget and
-    the memory probe; the spec comes back with the device's compute rules in its settings."""
+def fit_margins(devices: tuple[DeviceSpec, ...], budgets: tuple[int, ...],
+                targeted: bool) -> tuple[int, ...] | None:  # fmt: skip
+    """``--fit-target`` per device for the same budgets: ``--fit`` keeps a margin of *free*
+    memory (common/fit.cpp), so a budget becomes the device's free memory minus it. One
+    device without a target: llama.cpp's own default margin (None)."""
+    if len(devices) == 1 and not targeted:
+        return None
+    return tuple(max(0, ((d.free_bytes or d.total_bytes or 0) - b) // MIB)
+                 for d, b in zip(devices, budgets, strict=True))  # fmt: skip
+
+
+def prepare_device(spec: LaunchSpec, *, target_bytes: Sizes | None, headroom_bytes: Sizes,
+                   gpus: GpuProbe | None, overhead: Sizes | None = None,
+                   rpc: tuple[str, ...] = ()) -> tuple[LaunchSpec, DeviceSetup]:  # fmt: skip
+    """Check the pass-through arguments, ask llama-server for its devices, fix each one's
+    budget and memory probe; the spec comes back with the first device's compute rules and
+    overhead in its settings (and moetune's own ``--rpc`` among its arguments)."""
     check_extra(spec.extra)
+    if rpc:
+        spec = replace(spec, extra=("--rpc", ",".join(rpc), *spec.extra))
     info = server_info(spec.binary, rpc=rpc_endpoints(spec.extra))
-    device = first_device(info)
-    budget, fit_target = budget_for(device, target_bytes, headroom_bytes)
-    kind = "rpc" if device_prefix(device.name).startswith("RPC") else spec.settings.device_kind
-    spec = replace(spec, settings=spec.settings.model_copy(update={"device_kind": kind}))
-    setup = DeviceSetup(info=info, device=device, probe=choose_probe(device.name, gpus),
-                        target_bytes=budget, fit_target_mib=fit_target)  # fmt: skip
+    listed = chosen_devices(require_devices(info), spec.extra)
+    devices = specs_from_listed(listed, overhead)
+    budgets = budgets_for(devices, target_bytes, headroom_bytes)
+    probes = tuple(choose_probe(d, gpus) for d in devices)
+    first = devices[0]
+    settings = spec.settings.model_copy(
+        update={"device_kind": first.kind, "gpu_overhead_bytes": first.overhead_bytes}
+    )
+    spec = replace(spec, settings=settings, devices=devices)
+    setup = DeviceSetup(
+        info=info,
+        devices=devices,
+        listed=listed,
+        probes=probes,
+        budgets=budgets,
+        fit_targets_mib=fit_margins(devices, budgets, target_bytes is not None),
+    )
     return spec, setup
 
 
@@ -154,6 +244,12 @@ def resolve_context(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, ctx
         n_ctx = (
             ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
         )
+    elif setup.multi:
+        found = split_max_context(facts, setup.target, settings)
+        if found is None:
+            smallest = settings.model_copy(update={"n_ctx": 256})
+            raise split_does_not_fit(facts, setup.target, smallest)
+        n_ctx = found[0]
     else:
         best = max_context(facts, floor_placement(facts), setup.target_bytes, settings)
         if best is None:

@@ -35,6 +35,10 @@ class RunResult(BaseModel):
     profile_name: str | None = None  # the tuned profile saved (or confirmed) by this run
     profile_path: str | None = None
     reused_profile: bool = False  # launched from a saved profile instead of tuning
+    # several devices: their names and budgets, and the one with the least room at the best
+    device_names: list[str] = []
+    device_budgets: list[int] = []
+    limiting_device: str | None = None
 
 
 # --- bench ------------------------------------------------------------------------------------
@@ -102,6 +106,7 @@ class ConfigRun(_Frozen):
     fit: FitChoice | None = None
     message: str | None = None
     log_path: str | None = None
+    device_peaks: list[int | None] = []  # several devices: each one's peak
 
 
 class Verdict(_Frozen):
@@ -134,6 +139,9 @@ class BenchResult(_Frozen):
     probe: str | None
     probe_includes_overhead: bool
     shortest_prompt: int | None = None  # tokens of the shortest prompt (chat: the template's)
+    # several devices: their names and budgets (device, budget_bytes: all together)
+    device_names: list[str] = []
+    device_budgets: list[int] = []
     configs: list[ConfigRun]
     results: list[DepthResult]
     verdicts: list[Verdict]

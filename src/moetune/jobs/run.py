@@ -13,11 +13,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from moetune.core.devices import default_overhead
 from moetune.core.facts import ModelFacts
+from moetune.core.memory import MemoryEstimate, estimate
 from moetune.core.placement import Placement
 from moetune.core.planner import plan_n_cpu_moe, predictor
-from moetune.core.search import Attempt, Search, best_attempt, tune
-from moetune.core.settings import DEFAULT_GPU_OVERHEAD_BYTES
+from moetune.core.search import Attempt, Search, Split, SplitSearch, best_attempt, tune, tune_split
+from moetune.core.settings import Settings
+from moetune.core.split import Target, _Search, counts_split, distribute, plan_split
 from moetune.errors import BadValueError, DoesNotFitError, OutOfMemoryError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
@@ -36,7 +39,7 @@ from moetune.store.tuned import (
     model_identity,
     new_profile,
 )
-from moetune.units import MIB, size_arg, tokens_arg
+from moetune.units import MIB, Sizes, tokens_arg
 
 MAX_LAUNCHES = 12
 Event = Callable[[str], None]
@@ -54,31 +57,51 @@ class Fill:
     speed_depth: int = 64  # prompt tokens of the timed requests
 
 
-def command_for(spec: LaunchSpec, n_cpu_moe: int) -> list[str]:
-    """The llama-server command of a tuned ``--n-cpu-moe n``, as a user would type it."""
-    return ["llama-server", *spec.args(Placement.with_n_cpu_moe(n_cpu_moe))]
+def command_for(spec: LaunchSpec, n_cpu_moe: int, counts: tuple[int, ...] = ()) -> list[str]:
+    """The llama-server command of a tuned ``--n-cpu-moe n`` (``-ts counts`` on several
+    devices), as a user would type it."""
+    placement = Placement.with_n_cpu_moe(n_cpu_moe, tensor_split=counts_split(counts))
+    return ["llama-server", *spec.args(placement)]
 
 
 # --- one trial ---------------------------------------------------------------------------------
 
 
-def _measure(server: RunningServer, probe: MemoryProbe, spec: LaunchSpec) -> int | None:
+def _measure(server: RunningServer, probe: MemoryProbe, overhead: int) -> int | None:
     figure = probe.device_bytes(server)
     if figure is None or probe.includes_overhead:
         return figure
-    return figure + spec.settings.gpu_overhead_bytes
+    return figure + overhead
 
 
-def _oom(n: int, predicted: int, server: RunningServer, message: str) -> Attempt:
-    return Attempt(n_cpu_moe=n, predicted_bytes=predicted, measured_bytes=None, status="oom",
-                   log_path=str(server.log_path), message=message)  # fmt: skip
+def _status(measured: list[int | None], predicted: tuple[int, ...],
+            budgets: tuple[int, ...]) -> str:  # fmt: skip
+    """ok when every device is within its budget (a device given no layers and no figure
+    counts as empty), else over."""
+    for figure, guess, budget in zip(measured, predicted, budgets, strict=True):
+        if figure is None and guess > 0:
+            return "over"
+        if figure is not None and figure > budget:
+            return "over"
+    return "ok"
 
 
-def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int, fill: Fill,
-              on_event: Event) -> Attempt:  # fmt: skip
-    """Launch at ``--n-cpu-moe n``, fill the context, measure the device, stop the server."""
+def _oom(n: int, predicted: tuple[int, ...], server: RunningServer, message: str,
+         split: list[float]) -> Attempt:  # fmt: skip
+    return Attempt(n_cpu_moe=n, predicted_bytes=sum(predicted), measured_bytes=None,
+                   status="oom", log_path=str(server.log_path), message=message,
+                   tensor_split=split, device_predicted=list(predicted),
+                   device_measured=[None] * len(predicted))  # fmt: skip
+
+
+def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int | tuple[int, ...],
+              fill: Fill, on_event: Event, counts: tuple[int, ...] = ()) -> Attempt:  # fmt: skip
+    """Launch at ``--n-cpu-moe n`` (and ``-ts counts`` on several devices), fill the
+    context, measure each device, stop the server."""
+    guesses = predicted if isinstance(predicted, tuple) else (predicted,)
+    split = list(counts_split(counts)) if counts else []
     on_event(f"N={n}: starting llama-server")
-    server = spec.start(spec.args(Placement.with_n_cpu_moe(n)))
+    server = spec.start(spec.args(Placement.with_n_cpu_moe(n, tensor_split=tuple(split))))
     with server:
         try:
             with ServerClient(server.url) as client:
@@ -87,20 +110,23 @@ def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int, f
                 client.complete("Hello", 4, stream=False)  # warm-up: first-call costs
                 on_event(f"N={n}: filling the context")
                 done = fill_context(client, fill.tokens or spec.settings.n_ctx, fill.n_predict)
-                measured = _measure(server, setup.probe, spec)
-                status = "ok" if measured is not None and measured <= setup.target_bytes else "over"
+                measured = [_measure(server, probe, device.overhead_bytes) for probe, device
+                            in zip(setup.probes, setup.devices, strict=True)]  # fmt: skip
+                status = _status(measured, guesses, setup.budgets)
                 speed = _speed(client, fill, on_event) if status == "ok" else None
         except OutOfMemoryError as exc:
-            return _oom(n, predicted, server, exc.message.splitlines()[0])
+            return _oom(n, guesses, server, exc.message.splitlines()[0], split)
         except ServerFailedError:
             if (line := server.failure()) is not None:
-                return _oom(n, predicted, server, line)
+                return _oom(n, guesses, server, line, split)
             raise
+    total = None if any(m is None for m in measured) else sum(m or 0 for m in measured)
     attempt = Attempt(
-        n_cpu_moe=n, predicted_bytes=predicted, measured_bytes=measured, status=status,
+        n_cpu_moe=n, predicted_bytes=sum(guesses), measured_bytes=total, status=status,
         ttft_s=done.ttft_s, prompt_tps=done.prompt_per_second,
         decode_tps=done.client_decode_tps or done.predicted_per_second,
-        log_path=str(server.log_path),
+        log_path=str(server.log_path), tensor_split=split, device_predicted=list(guesses),
+        device_measured=measured,
     )  # fmt: skip
     if speed is None:
         return attempt
@@ -131,14 +157,28 @@ class Progress:
     on_note: Event = lambda text: None
 
 
+def _limiting(best: Attempt | None, setup: DeviceSetup) -> str | None:
+    """The device with the least room left at the best attempt (what stopped the tuning)."""
+    if best is None or not setup.multi:
+        return None
+    figures = zip(best.device_measured, best.device_predicted, setup.budgets, strict=True)
+    rooms = [budget - (m if m is not None else p) for m, p, budget in figures]
+    return setup.devices[rooms.index(min(rooms))].name
+
+
 def _result(spec: LaunchSpec, setup: DeviceSetup, planned: int, attempts: list[Attempt],
             reused: bool = False) -> RunResult:  # fmt: skip
     best = best_attempt(attempts)
+    counts = tuple(int(c) for c in best.tensor_split) if best else ()
+    names = [d.name for d in setup.devices] if setup.multi else []
     return RunResult(
-        model=spec.model, device=setup.device.name, probe=setup.probe.name,
-        target_bytes=setup.target_bytes, settings=spec.settings, planned_n_cpu_moe=planned,
-        attempts=attempts, best=best, reused_profile=reused and best is not None,
-        command=command_for(spec, best.n_cpu_moe) if best else [],
+        model=spec.model, device=", ".join(names) or setup.device.name,
+        probe="; ".join(p.name for p in setup.probes), target_bytes=sum(setup.budgets),
+        settings=spec.settings, planned_n_cpu_moe=planned, attempts=attempts, best=best,
+        reused_profile=reused and best is not None,
+        command=command_for(spec, best.n_cpu_moe, counts) if best else [],
+        device_names=names, device_budgets=list(setup.budgets) if names else [],
+        limiting_device=_limiting(best, setup),
     )  # fmt: skip
 
 
@@ -147,6 +187,8 @@ def tune_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill:
     """Plan, then launch llama-server until the smallest N within the target is confirmed."""
     if not facts.is_moe:
         raise BadValueError("a dense model has no experts to tune: use `moetune plan`")
+    if setup.multi:
+        return tune_split_model(facts, spec, setup, fill=fill, progress=progress)
     target = setup.target_bytes
     try:
         planned = plan_n_cpu_moe(facts, target, spec.settings).placement.n_cpu_moe or 0
@@ -166,6 +208,61 @@ def tune_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill:
     return _result(spec, setup, planned, tune(search, planned, measure, MAX_LAUNCHES))
 
 
+class _Splits:
+    """The split of each N over the devices, with each device's measured error counted."""
+
+    def __init__(self, facts: ModelFacts, setup: DeviceSetup, settings: Settings) -> None:
+        self.facts, self.setup, self.settings = facts, setup, settings
+        self._searches: dict[tuple[int, ...], _Search] = {}
+
+    def _search(self, errors: tuple[int, ...]) -> _Search:
+        found = self._searches.get(errors)
+        if found is None:
+            budgets = tuple(b - e for b, e in zip(self.setup.budgets, errors, strict=True))
+            found = _Search(self.facts, Target(self.setup.devices, budgets), self.settings)
+            self._searches[errors] = found
+        return found
+
+    def _blocks(self, n: int) -> list[int]:
+        return [layer.index for layer in self.facts.layers[:n] if layer.has_experts]
+
+    def plan(self, n: int, errors: tuple[int, ...]) -> Split | None:
+        found = distribute(self._search(errors), self._blocks(n), overridden=n > 0)
+        return None if found is None else (found[0], _peaks(found[1]))
+
+    def place(self, n: int, errors: tuple[int, ...]) -> Split:
+        found = distribute(self._search(errors), self._blocks(n), overridden=n > 0,
+                           best_effort=True)  # fmt: skip
+        assert found is not None
+        return found[0], _peaks(found[1])
+
+
+def _peaks(memory: MemoryEstimate) -> tuple[int, ...]:
+    return tuple(d.total_bytes for d in memory.devices)
+
+
+def tune_split_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill: Fill,
+                     progress: Progress) -> RunResult:  # fmt: skip
+    """Several devices: the smallest N whose -ts split keeps every device within its own
+    target, confirmed by N-1 (at its best split) being over."""
+    splits = _Splits(facts, setup, spec.settings)
+    try:
+        planned = plan_split(facts, setup.target, spec.settings).placement.n_cpu_moe or 0
+    except DoesNotFitError:
+        planned = facts.n_layers
+    progress.on_event(f"devices {', '.join(d.name for d in setup.devices)}, plan: --n-cpu-moe "
+                      f"{planned}")  # fmt: skip
+    search = SplitSearch(facts.n_layers, setup.budgets, splits.plan, splits.place)
+
+    def measure(n: int, split: Split) -> Attempt:
+        attempt = run_trial(spec, setup, n, predicted=split[1], counts=split[0], fill=fill,
+                            on_event=progress.on_event)  # fmt: skip
+        progress.on_attempt(attempt)
+        return attempt
+
+    return _result(spec, setup, planned, tune_split(search, measure, MAX_LAUNCHES))
+
+
 def describe(attempt: Attempt) -> str:
     """One line per attempt, for progress output."""
     measured = "-" if attempt.measured_bytes is None else f"{attempt.measured_bytes / MIB:.1f}"
@@ -183,10 +280,11 @@ def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
     context and cache types, the overhead, and the arguments after ``--``."""
     s = spec.settings
     command = ["moetune", "run", spec.model, "--server", str(spec.binary),
-               "--target-vram", size_arg(setup.target_bytes), "--ctx", tokens_arg(s.n_ctx),
+               "--target-vram", Sizes(setup.budgets).arg, "--ctx", tokens_arg(s.n_ctx),
                "--cache-type", s.type_k]  # fmt: skip
-    if s.gpu_overhead_bytes != DEFAULT_GPU_OVERHEAD_BYTES:
-        command += ["--overhead", size_arg(s.gpu_overhead_bytes)]
+    costs = tuple(d.overhead_bytes for d in setup.devices)
+    if any(c != default_overhead(d.kind) for c, d in zip(costs, setup.devices, strict=True)):
+        command += ["--overhead", Sizes(costs).arg]
     return [*command, "--", *spec.extra] if spec.extra else command
 
 
@@ -195,16 +293,25 @@ def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
     s = spec.settings
     settings = TuneSettings(n_ctx=s.n_ctx, type_k=s.type_k, type_v=s.type_v,
                             target_bytes=setup.target_bytes, extra_args=list(spec.extra),
-                            command=tune_command(spec, setup))  # fmt: skip
+                            command=tune_command(spec, setup),
+                            device_targets=list(setup.budgets) if setup.multi else [])  # fmt: skip
+    devices = tuple(device_identity(d) for d in setup.listed) if setup.multi else ()
     return TuneKey(model=model_identity(spec.model), gpu=device_identity(setup.device),
-                   llama_cpp=build_identity(setup.info), settings=settings)  # fmt: skip
+                   llama_cpp=build_identity(setup.info), settings=settings,
+                   devices=devices)  # fmt: skip
 
 
 def confirm_n(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, n: int, *, fill: Fill,
-              progress: Progress) -> RunResult:  # fmt: skip
-    """One launch at ``--n-cpu-moe n`` (a saved profile's), measured like a tuning attempt."""
-    predicted = predictor(facts, spec.settings)(n)
-    attempt = run_trial(spec, setup, n, predicted=predicted, fill=fill,
+              progress: Progress, counts: tuple[int, ...] = ()) -> RunResult:  # fmt: skip
+    """One launch at ``--n-cpu-moe n`` (and ``-ts counts``: a saved profile's), measured
+    like a tuning attempt."""
+    predicted: int | tuple[int, ...]
+    if setup.multi:
+        placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
+        predicted = _peaks(estimate(facts, placement, spec.settings, setup.devices))
+    else:
+        predicted = predictor(facts, spec.settings)(n)
+    attempt = run_trial(spec, setup, n, predicted=predicted, fill=fill, counts=counts,
                         on_event=progress.on_event)  # fmt: skip
     progress.on_attempt(attempt)
     return _result(spec, setup, n, [attempt], reused=True)
@@ -221,7 +328,9 @@ def save_winner(store: ProfileStore, key: TuneKey, result: RunResult,
                         decode_tps_max=best.decode_tps_max, repeats=best.repeats,
                         prompt_tps=best.prompt_tps)  # fmt: skip
     command = [key.llama_cpp.binary, *result.command[1:]]
-    profile = new_profile(key, best.n_cpu_moe, measured, command, previous)
+    profile = new_profile(
+        key, best.n_cpu_moe, measured, command, previous, tensor_split=best.tensor_split
+    )
     path = store.save(profile)
     return result.model_copy(update={"profile_name": profile.name, "profile_path": str(path)})
 
@@ -239,9 +348,10 @@ def tune_with_profiles(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, 
         progress.on_note(f"--retune: tuning again (replaces tuned profile {match.name})")
     elif match.profile is not None:
         n = match.profile.placement.n_cpu_moe or 0
+        counts = tuple(int(c) for c in match.profile.placement.tensor_split)
         progress.on_note(f"tuned profile {match.name} matches: --n-cpu-moe {n}, "
                          "one launch to confirm")  # fmt: skip
-        result = confirm_n(facts, spec, setup, n, fill=fill, progress=progress)
+        result = confirm_n(facts, spec, setup, n, fill=fill, progress=progress, counts=counts)
         if result.best is None:
             progress.on_note(f"--n-cpu-moe {n} no longer fits ({result.attempts[0].status}): "
                              "tuning again")  # fmt: skip

@@ -65,7 +65,10 @@ def _header(result: BenchResult) -> Text:
     where = f"bench of {result.server_url or short_path(result.model or '?')}"
     if result.device:
         where += f" on {result.device}"
-    if result.budget_bytes is not None:
+    if result.device_budgets:
+        pairs = zip(result.device_names, result.device_budgets, strict=True)
+        where += ", budgets " + ", ".join(f"{n} {format_bytes(b)}" for n, b in pairs)
+    elif result.budget_bytes is not None:
         where += f", budget {format_bytes(result.budget_bytes)}"
     workload = [f"{result.endpoint} endpoint", f"ctx {result.n_ctx}",
                 f"{result.n_predict} generated tokens",
@@ -73,15 +76,24 @@ def _header(result: BenchResult) -> Text:
     return Text(f"{where}\n{' | '.join(workload)}")
 
 
-def _peak(run: ConfigRun, budget: int | None) -> Text:
-    """The measured device peak, red when over the budget."""
+def _peak(run: ConfigRun, budget: int | None, budgets: Sequence[int] = ()) -> Text:
+    """The measured device peak, red when over the budget; several devices: each one's,
+    a line each."""
+    if run.device_peaks and budgets:
+        text = Text()
+        for i, (peak, limit) in enumerate(zip(run.device_peaks, budgets, strict=True)):
+            over = peak is not None and peak > limit
+            shown = format_bytes(peak) if peak is not None else "-"
+            text.append(("\n" if i else "") + shown, style="red" if over else "")
+        return text
     if run.peak_device_bytes is None:
         return Text("-")
     over = budget is not None and run.peak_device_bytes > budget
     return Text(format_bytes(run.peak_device_bytes), style="red" if over else "")
 
 
-def _configs_table(configs: Sequence[ConfigRun], budget: int | None) -> Table:
+def _configs_table(configs: Sequence[ConfigRun], budget: int | None,
+                   budgets: Sequence[int] = ()) -> Table:  # fmt: skip
     grid = new_table("configurations", ("config", "status", "placement", "predicted", "device peak",
                                     "load s"), right=("predicted", "device peak", "load s"),
                  fold=("placement",))  # fmt: skip
@@ -89,7 +101,7 @@ def _configs_table(configs: Sequence[ConfigRun], budget: int | None) -> Table:
         grid.add_row(
             run.name, Text(run.status, style=_STATUS_STYLE[run.status]), run.description,
             format_bytes(run.predicted_bytes) if run.predicted_bytes is not None else "-",
-            _peak(run, budget), f"{run.load_s:.1f}" if run.load_s is not None else "-",
+            _peak(run, budget, budgets), f"{run.load_s:.1f}" if run.load_s is not None else "-",
         )  # fmt: skip
     return grid
 
@@ -168,7 +180,7 @@ def _probe_note(result: BenchResult) -> str:
 def render_bench(result: BenchResult) -> RenderableType:
     """The configurations, the measurements and the verdict."""
     parts: list[RenderableType] = [_header(result), Text("")]
-    parts.append(_configs_table(result.configs, result.budget_bytes))
+    parts.append(_configs_table(result.configs, result.budget_bytes, result.device_budgets))
     parts += _config_notes(result.configs, _probe_note(result))
     if result.results:
         parts.append(fitted(_results_table(result), _results_table(result, stacked=True)))

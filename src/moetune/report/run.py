@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from moetune.core.search import Attempt
@@ -23,24 +24,63 @@ def _decode_cell(attempt: Attempt) -> Text:
     return text
 
 
-def render_run(result: RunResult) -> RenderableType:
+_STATUS_STYLE = {"ok": "green", "over": "yellow", "oom": "red"}
+
+
+def _one_device_table(result: RunResult) -> Table:
     table = new_table(f"attempts on {result.device} (memory: {result.probe})", _COLUMNS,
                       right=tuple(c for c in _COLUMNS if c != "status"))  # fmt: skip
     for a in result.attempts:
-        style = {"ok": "green", "over": "yellow", "oom": "red"}.get(a.status, "")
         table.add_row(
             str(a.n_cpu_moe), format_bytes(a.predicted_bytes), format_bytes(a.measured_bytes),
-            Text(a.status, style=style), fmt(a.ttft_s, ".2f"), fmt(a.prompt_tps, ".1f"),
-            _decode_cell(a),
+            Text(a.status, style=_STATUS_STYLE.get(a.status, "")), fmt(a.ttft_s, ".2f"),
+            fmt(a.prompt_tps, ".1f"), _decode_cell(a),
         )  # fmt: skip
+    return table
+
+
+def _device_cell(measured: int | None, predicted: int, budget: int) -> Text:
+    """A device's measured peak (red over its budget), the prediction under it."""
+    text = Text(format_bytes(measured), style="red" if measured and measured > budget else "")
+    text.append(f"\n{format_bytes(predicted)}", style="dim")
+    return text
+
+
+def _devices_table(result: RunResult) -> Table:
+    """Several devices: a column per device (measured, predicted under it)."""
+    names = result.device_names
+    columns = ("N", "-ts", *names, "status", "TTFT s", "decode tok/s")
+    table = new_table("attempts: each device measured (predicted)", columns,
+                      right=(*names, "TTFT s", "decode tok/s"))  # fmt: skip
+    for a in result.attempts:
+        split = ",".join(f"{v:g}" for v in a.tensor_split)
+        figures = zip(a.device_measured, a.device_predicted, result.device_budgets, strict=True)
+        cells = [_device_cell(m, p, b) for m, p, b in figures]
+        table.add_row(str(a.n_cpu_moe), split, *cells,
+                      Text(a.status, style=_STATUS_STYLE.get(a.status, "")),
+                      fmt(a.ttft_s, ".2f"), _decode_cell(a))  # fmt: skip
+    return table
+
+
+def _targets(result: RunResult) -> str:
+    if result.device_names:
+        pairs = zip(result.device_names, result.device_budgets, strict=True)
+        return "targets " + ", ".join(f"{n} {format_bytes(b)}" for n, b in pairs)
+    return f"target {format_bytes(result.target_bytes)}"
+
+
+def render_run(result: RunResult) -> RenderableType:
+    table = _devices_table(result) if result.device_names else _one_device_table(result)
     parts: list[RenderableType] = [
         Text(
-            f"target {format_bytes(result.target_bytes)}, ctx {result.settings.n_ctx}, "
+            f"{_targets(result)}, ctx {result.settings.n_ctx}, "
             f"planned --n-cpu-moe {result.planned_n_cpu_moe}, "
             f"{plural(len(result.attempts), 'launch')}"
         ),
         table,
     ]
+    if result.device_names:
+        parts.append(Text(f"memory: {result.probe}", style="dim"))
     for a in result.attempts:
         if a.message:
             parts.append(Text(f"  N={a.n_cpu_moe}: {a.message}", style="dim"))
@@ -48,10 +88,12 @@ def render_run(result: RunResult) -> RenderableType:
         best = result.best
         speed = format_speed(best.decode_tps, best.decode_tps_min, best.decode_tps_max,
                              best.repeats)  # fmt: skip
-        parts += [
-            Text(f"best: --n-cpu-moe {best.n_cpu_moe}, decode {speed}", style="bold green"),
-            shell_line(result.command),
-        ]
+        parts.append(Text(f"best: --n-cpu-moe {best.n_cpu_moe}, decode {speed}",
+                          style="bold green"))  # fmt: skip
+        if result.limiting_device:
+            parts.append(Text(f"the device that limited it: {result.limiting_device} (the "
+                              "least room left)", style="dim"))  # fmt: skip
+        parts.append(shell_line(result.command))
         if best.noisy:
             parts.append(Text("the decode speeds spread over more than 20 % of their median: "
                               "the machine was busy, or measure longer with moetune bench",

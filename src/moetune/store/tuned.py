@@ -87,6 +87,7 @@ class TuneSettings(BaseModel):
     type_k: str
     type_v: str
     target_bytes: int = Field(gt=0)
+    device_targets: list[int] = []  # several devices: each one's target
     extra_args: list[str] = []
     # the moetune command that tunes it again (server, target, context, after --): not compared
     command: list[str] = []
@@ -104,6 +105,7 @@ class TuneKey(BaseModel):
     gpu: DeviceIdentity
     llama_cpp: BuildIdentity
     settings: TuneSettings
+    devices: tuple[DeviceIdentity, ...] = ()  # several devices, in order (gpu: the first)
 
 
 def _hash_header(path: Path, n_bytes: int, digest: Any) -> None:
@@ -152,6 +154,7 @@ class TunedPlacement(BaseModel):
 
     n_cpu_moe: int | None = Field(default=None, ge=0)
     override_tensor: list[str] = []
+    tensor_split: list[float] = []  # -ts on several devices
 
 
 class Measured(BaseModel):
@@ -182,11 +185,12 @@ class TunedProfile(BaseModel):
     placement: TunedPlacement
     measured: Measured
     command: list[str]  # llama-server's argv, argv[0] the binary that was tuned with
+    devices: list[DeviceIdentity] = []  # several devices, in llama.cpp's order
 
     @property
     def key(self) -> TuneKey:
         return TuneKey(model=self.model, gpu=self.gpu, llama_cpp=self.llama_cpp,
-                       settings=self.settings)  # fmt: skip
+                       settings=self.settings, devices=tuple(self.devices))  # fmt: skip
 
 
 def _slug(text: str) -> str:
@@ -197,13 +201,15 @@ def profile_name(key: TuneKey) -> str:
     """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0-22G-1f0c2a``: the model file's stem, context, cache
     types, target and a short tag of the devices: one profile per thing a result depends on
     (a second target or device set gets its own file)."""
-    s, gpu = key.settings, key.gpu
+    s = key.settings
     split = SPLIT_NAME_RE.match(key.model.file_name)
     stem = split["prefix"] if split else key.model.file_name.removesuffix(".gguf")
     cache = s.type_k if s.type_k == s.type_v else f"{s.type_k}-{s.type_v}"
-    devices = f"{gpu.device}|{gpu.name}|{gpu.vram_total_bytes}".encode()
+    devices = "/".join(f"{d.device}|{d.name}|{d.vram_total_bytes}"
+                       for d in (key.devices or (key.gpu,))).encode()  # fmt: skip
     tag = hashlib.sha256(devices).hexdigest()[:6]
-    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{size_arg(s.target_bytes)}-{tag}"
+    targets = "_".join(size_arg(t) for t in (s.device_targets or [s.target_bytes]))
+    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}"
 
 
 def retune_command(profile: TunedProfile) -> list[str]:
@@ -223,7 +229,9 @@ def mismatches(saved: TuneKey, wanted: TuneKey) -> list[str]:
     reasons = []
     if saved.model.model_dump(exclude={"path"}) != wanted.model.model_dump(exclude={"path"}):
         reasons.append(f"the model file changed ({wanted.model.file_name}: size or header)")
-    if saved.gpu != wanted.gpu:
+    if saved.devices != wanted.devices:
+        reasons.append("the devices changed: " + ", ".join(d.device for d in wanted.devices))
+    elif saved.gpu != wanted.gpu:
         reasons.append(
             f"the GPU changed (was {saved.gpu.name}, {format_bytes(saved.gpu.vram_total_bytes)}; "
             f"now {wanted.gpu.name}, {format_bytes(wanted.gpu.vram_total_bytes)})"
@@ -350,7 +358,8 @@ def parse_tuned_profile(text: str, source: str) -> TunedProfile:
 
 
 def new_profile(key: TuneKey, n_cpu_moe: int, measured: Measured, command: list[str],
-                previous: TunedProfile | None = None) -> TunedProfile:  # fmt: skip
+                previous: TunedProfile | None = None, *,
+                tensor_split: list[float] | None = None) -> TunedProfile:  # fmt: skip
     """The profile to save for a run's winner (``previous``: the one it confirmed)."""
     s = key.settings
     stamp = now()
@@ -359,7 +368,8 @@ def new_profile(key: TuneKey, n_cpu_moe: int, measured: Measured, command: list[
         tuned_at=previous.tuned_at if previous else stamp,
         confirmed_at=stamp if previous else None,
         model=key.model, gpu=key.gpu, llama_cpp=key.llama_cpp, settings=s,
-        placement=TunedPlacement(n_cpu_moe=n_cpu_moe), measured=measured, command=command,
+        placement=TunedPlacement(n_cpu_moe=n_cpu_moe, tensor_split=tensor_split or []),
+        measured=measured, command=command, devices=list(key.devices),
     )  # fmt: skip
 
 
