@@ -153,7 +153,9 @@ def _described_here(found: DeviceSet) -> bool:
     """Devices described by --vram are here when the GPUs they name are detected."""
     if not found.source.startswith("given"):
         return False
-    from moetune.hardware import detect_gpu_probe
-
     wanted = sum(d.kind == "cuda" for d in found.devices)
-    return wanted <= len(detect_gpu_probe().gpus())
+    if wanted == 0:
+        return True
+    from moetune.hardware import detect_gpu_probe, nvidia_driver_here
+
+    return nvidia_driver_here() and wanted <= len(detect_gpu_probe().gpus())

@@ -32,6 +32,7 @@ from moetune.core.planner import (
     Parts,
     _block_experts,
     _expert_parts_of,
+    _nbytes,
     _partial_options,
     layer_set_regex,
 )
@@ -180,16 +181,17 @@ def _fill_weights(search: _Search, counts: tuple[int, ...], fill: _Fill) -> Weig
     return weights
 
 
-def _keep_on_device(search: _Search, counts: tuple[int, ...], device: int,
-                    fill: _Fill) -> _Fill:  # fmt: skip
+def _keep_on_device(search: _Search, counts: tuple[int, ...], device: int, fill: _Fill,
+                    both_orders: bool = True) -> _Fill:  # fmt: skip
     """Move the fewest of ``device``'s own experts to the CPU for it to fit: its last blocks
-    first (as ``--fit`` moves them) or its first blocks first (the compute buffer's peak moves
-    with them), the boundary block split; whichever keeps more on the device."""
+    first (as ``--fit`` moves them) or (``both_orders``) its first blocks first (the compute
+    buffer's peak moves with them), the boundary block split; whichever keeps more on it."""
     homes = search.base(counts).homes
     own = [b for b in reversed(range(search.facts.n_layers)) if homes[b] == device
            and search.facts.layers[b].has_experts]  # fmt: skip
-    options = [_keep_in_order(search, counts, device, fill, own),
-               _keep_in_order(search, counts, device, fill, own[::-1])]  # fmt: skip
+    options = [_keep_in_order(search, counts, device, fill, own)]
+    if both_orders:
+        options.append(_keep_in_order(search, counts, device, fill, own[::-1]))
     return max(options, key=lambda f: _fill_weights(search, counts, f).device_bytes[device])
 
 
@@ -219,9 +221,13 @@ def _keep_in_order(search: _Search, counts: tuple[int, ...], device: int, fill: 
 
 def _use_room(search: _Search, counts: tuple[int, ...], fill: _Fill) -> _Fill:
     """Devices with room left take experts from the CPU: whole blocks, last blocks first,
-    then single parts (``down``, ``gate``, ``up``) of what is still there."""
+    then single parts (``down``, ``gate``, ``up``) of what is still there. Only what is no
+    bigger than the room left is tried."""
     for device in range(search.target.n):
         for block in sorted(fill.cpu_blocks, reverse=True):
+            nbytes = _nbytes(_block_experts(search.parts, [block]))
+            if nbytes > _room(search, counts, fill, device):
+                continue
             moved = fill._replace(cpu_blocks=tuple(b for b in fill.cpu_blocks if b != block),
                                   elsewhere=(*fill.elsewhere, (block, device, ())))  # fmt: skip
             if _fits(search, counts, moved):
@@ -231,11 +237,19 @@ def _use_room(search: _Search, counts: tuple[int, ...], fill: _Fill) -> _Fill:
             for part in ("down", "gate", "up", "gate_up"):
                 if part not in search.parts[block] or (block, part) in taken:
                     continue
+                if _nbytes(search.parts[block][part]) > _room(search, counts, fill, device):
+                    continue
                 moved = fill._replace(elsewhere=(*fill.elsewhere, (block, device, (part,))))
                 if _fits(search, counts, moved):
                     fill = moved
                     taken.add((block, part))
     return fill
+
+
+def _room(search: _Search, counts: tuple[int, ...], fill: _Fill, device: int) -> int:
+    """What ``device`` has left under its budget with ``fill``."""
+    memory = search.memory(_fill_weights(search, counts, fill), overridden=True)
+    return search.target.budgets[device] - memory.devices[device].total_bytes
 
 
 def _fits(search: _Search, counts: tuple[int, ...], fill: _Fill) -> bool:
@@ -263,19 +277,45 @@ def fill_rules(fill: _Fill, homes: Sequence[int]) -> tuple[Override, ...]:
     return tuple(rules)
 
 
+SHIFTS = (0, 1, -1, 2, -2)  # layers moved between neighbouring devices, tried in turn
+
+
+def _shifted(counts: tuple[int, ...], boundary: int, shift: int) -> tuple[int, ...] | None:
+    """``counts`` with ``shift`` layers moved from device ``boundary`` + 1 to ``boundary``."""
+    moved = list(counts)
+    moved[boundary] += shift
+    moved[boundary + 1] -= shift
+    return tuple(moved) if min(moved) >= 0 and moved[-1] > 0 else None
+
+
+def _fill_at(search: _Search, counts: tuple[int, ...],
+             both_orders: bool) -> tuple[_Fill, MemoryEstimate]:  # fmt: skip
+    fill = _Fill((), (), ())
+    for device in range(search.target.n):
+        fill = _keep_on_device(search, counts, device, fill, both_orders)
+    fill = _use_room(search, counts, fill)
+    return fill, search.memory(_fill_weights(search, counts, fill), overridden=True)
+
+
 def plan_split_override(facts: ModelFacts, target: Target, settings: Settings,
                         counts: tuple[int, ...]) -> OffloadPlan:  # fmt: skip
-    """``-ts`` with ``-ot``: at the split ``counts``, each device keeps all of its own
-    experts that fit, and room left anywhere takes experts from the CPU."""
+    """``-ts`` with ``-ot``: at the split ``counts`` (and at splits a few layers either side
+    of each boundary: a part of an expert block is the grain of what fits, so where the
+    boundaries fall decides what room is left), each device keeps all of its own experts
+    that fit and room left anywhere takes experts from the CPU; the split that keeps the
+    most expert bytes on the devices wins."""
     search = _Search(facts, target, settings)
-    fill = _Fill((), (), ())
-    for device in range(target.n):
-        fill = _keep_on_device(search, counts, device, fill)
-    fill = _use_room(search, counts, fill)
-    weights = _fill_weights(search, counts, fill)
-    memory = search.memory(weights, overridden=True)
-    if not target.fits(memory):
+    best: tuple[int, tuple[int, ...], _Fill, MemoryEstimate] | None = None
+    candidates = [counts] + [c for b in range(target.n - 1) for s in SHIFTS[1:]
+                             if (c := _shifted(counts, b, s)) is not None]  # fmt: skip
+    for trial in candidates:
+        fill, memory = _fill_at(search, trial, both_orders=trial == counts)
+        if target.fits(memory) and (best is None or memory.gpu_expert_bytes > best[0]):
+            best = (memory.gpu_expert_bytes, trial, fill, memory)
+    if best is None:
         raise split_does_not_fit(facts, target, settings)
+    _, counts, fill, memory = best
+    weights = _fill_weights(search, counts, fill)
     placement = Placement(overrides=fill_rules(fill, weights.homes),
                           tensor_split=counts_split(counts))  # fmt: skip
     partial = fill.partial[0] if fill.partial else (None, ())

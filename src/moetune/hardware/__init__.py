@@ -2,7 +2,8 @@
 
 Use ``detect_gpu_probe()`` and ``PsutilHostProbe()``. Both implement the ``GpuProbe`` /
 ``HostProbe`` Protocols of ``hardware.base``; the tests' fakes (tests/fakes.py) implement the
-same Protocols. ``--vram`` and ``--gpu`` plans use no probe at all.
+same Protocols. ``--vram`` and ``--gpu`` plans use no probe where ``nvidia_driver_here()``
+says there is no driver (the check by llama.cpp needs the devices here).
 """
 
 from __future__ import annotations
@@ -30,6 +31,20 @@ if TYPE_CHECKING:
 _LAZY = {"PsutilHostProbe": "host", "NvmlProbe": "nvml", "SmiProbe": "smi"}
 
 
+_NVIDIA_NODES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")  # Linux, WSL2
+
+
+def nvidia_driver_here() -> bool:
+    """Whether an NVIDIA driver may be loaded (its device nodes exist): a check without a
+    probe, so that a ``--vram`` plan on a machine without one starts nothing."""
+    import sys
+    from pathlib import Path
+
+    if not sys.platform.startswith("linux"):
+        return True  # elsewhere, only a probe can tell
+    return any(Path(node).exists() for node in _NVIDIA_NODES)
+
+
 def __getattr__(name: str) -> Any:
     """The probes load on first use (``moetune plan --vram`` needs neither NVML nor nvidia-smi)."""
     if name in _LAZY:
@@ -53,6 +68,7 @@ __all__ = [
     "PsutilHostProbe",
     "SmiProbe",
     "detect_gpu_probe",
+    "nvidia_driver_here",
     "require_gpus",
 ]
 
