@@ -270,3 +270,33 @@ def test_split_modes(models: dict[str, Path], trio: list[str]) -> None:
                   str(CTX), "--no-save", "--json", "--", "-dev", "RPC1")  # fmt: skip
     assert one.returncode == 0, one.stderr
     assert json.loads(one.stdout)["device"] == "RPC1"  # -dev picked one device: single
+
+
+def test_dry_run_correction_is_llamas_figure(models: dict[str, Path], trio: list[str]) -> None:
+    """When llama.cpp's dry run disagrees with the prediction (here: the prediction is made for
+    another placement than the command), the difference on each device is what counts."""
+    from moetune.jobs.verify import dry_run_corrections
+
+    facts = load_model_facts(models["qwen3moe"])
+    settings = Settings(n_ctx=CTX, type_k="q8_0", type_v="q8_0", device_kind="rpc")
+    wrong = Placement.with_n_cpu_moe(8, tensor_split=(1.0, 1.0))
+    right = Case(2, (1, 1), n_cpu_moe=2)
+    command = ["-m", str(models["qwen3moe"]), *right.args(trio)]
+    found = dry_run_corrections(facts, settings, wrong, devices(trio[:2]),
+                                tool=bin_path("llama-fit-params"), args=command)  # fmt: skip
+    dry = settings.model_copy(update={"n_seq": 1, "all_outputs": True, "gpu_overhead_bytes": 0})
+    should = estimate(facts, right.placement(), dry, devices(trio[:2]))
+    was = estimate(facts, wrong, dry, devices(trio[:2]))
+    for i, delta in enumerate(found):
+        expected = should.devices[i].total_bytes - was.devices[i].total_bytes
+        assert delta > 0 and abs(delta - expected) <= 3 * MIB, (i, delta, expected)
+    agreeing = dry_run_corrections(facts, settings, right.placement(), devices(trio[:2]),
+                                   tool=bin_path("llama-fit-params"), args=command)  # fmt: skip
+    assert agreeing == (0, 0)
+
+
+def test_doctor_lists_every_device(trio: list[str]) -> None:
+    code, out, _ = cli("doctor", "--rpc", ",".join(trio[:2]), "--json")
+    assert code in (0, ExitCode.CHECK_FAILED)  # no GPU here: the gpu check fails
+    devices_found = [f for f in json.loads(out)["findings"] if f["check"] == "device"]
+    assert [f["message"].split()[1].rstrip(":") for f in devices_found] == trio[:2]

@@ -81,6 +81,7 @@ CASES = {
     "plan-16g": ("plan", str(EXAMPLE_QWEN), "--vram", "16G", "--ram", "64G"),
     "plan-ram-short": ("plan", str(EXAMPLE_GPT_OSS), "--vram", "24G", "--ram", "32G"),
     "plan-gpu-short": ("plan", str(EXAMPLE_QWEN), "--vram", "4G", "--ram", "64G"),
+    "plan-three-devices": ("plan", str(EXAMPLE_GPT_OSS), "--vram", "24G,16G,12G", "--ram", "64G"),
     "inspect-layers": ("inspect", str(EXAMPLE_QWEN), "--layers"),
     "doctor": ("doctor", str(EXAMPLE_GPT_OSS), "--vram", "24G"),
 }  # fmt: skip

@@ -21,10 +21,17 @@ from moetune.core.planner import plan_n_cpu_moe, predictor
 from moetune.core.search import Attempt, Search, Split, SplitSearch, best_attempt, tune, tune_split
 from moetune.core.settings import Settings
 from moetune.core.split import Target, _Search, counts_split, distribute, plan_split
-from moetune.errors import BadValueError, DoesNotFitError, OutOfMemoryError, ServerFailedError
+from moetune.errors import (
+    BadValueError,
+    DoesNotFitError,
+    MoetuneError,
+    OutOfMemoryError,
+    ServerFailedError,
+)
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
 from moetune.jobs.results import DepthResult, RunResult
+from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
@@ -191,7 +198,11 @@ def tune_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill:
         return tune_split_model(facts, spec, setup, fill=fill, progress=progress)
     target = setup.target_bytes
     try:
-        planned = plan_n_cpu_moe(facts, target, spec.settings).placement.n_cpu_moe or 0
+        start = plan_n_cpu_moe(facts, target, spec.settings)
+        seen = _checked_start(facts, spec, setup, start.placement, progress)
+        if seen[0]:  # start from llama.cpp's own figure where it differs
+            start = plan_n_cpu_moe(facts, target - seen[0], spec.settings)
+        planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:  # the prediction may be pessimistic: let a measurement decide
         planned = facts.n_layers
     predict = predictor(facts, spec.settings)
@@ -237,6 +248,28 @@ class _Splits:
         return found[0], _peaks(found[1])
 
 
+def _checked_start(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup,
+                   placement: Placement, progress: Progress) -> tuple[int, ...]:  # fmt: skip
+    """llama.cpp's dry run (llama-fit-params, where it is installed) of the planned start:
+    what it finds on each device beyond the prediction (0 where they agree or there is no
+    tool); the tuning starts from the checked plan."""
+    zeros = (0,) * len(setup.devices)
+    tool = find_tool(spec.binary)
+    if tool is None:
+        return zeros
+    try:
+        found = dry_run_corrections(facts, spec.settings, placement, setup.devices, tool=tool,
+                                    args=spec.args(placement))  # fmt: skip
+    except MoetuneError as exc:  # a bonus: the launches measure anyway (and tell the cause)
+        progress.on_event(f"llama.cpp's dry run of the plan failed: {exc.message}")
+        return zeros
+    for device, delta in zip(setup.devices, found, strict=True):
+        if delta:
+            progress.on_note(f"llama.cpp's dry run finds {delta / MIB:+.0f} MiB on {device.name}: "
+                             "the tuning starts from its figure")  # fmt: skip
+    return found
+
+
 def _peaks(memory: MemoryEstimate) -> tuple[int, ...]:
     return tuple(d.total_bytes for d in memory.devices)
 
@@ -247,7 +280,12 @@ def tune_split_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *,
     target, confirmed by N-1 (at its best split) being over."""
     splits = _Splits(facts, setup, spec.settings)
     try:
-        planned = plan_split(facts, setup.target, spec.settings).placement.n_cpu_moe or 0
+        start = plan_split(facts, setup.target, spec.settings)
+        seen = _checked_start(facts, spec, setup, start.placement, progress)
+        if any(seen):  # start from llama.cpp's own figures where they differ
+            budgets = tuple(b - c for b, c in zip(setup.budgets, seen, strict=True))
+            start = plan_split(facts, Target(setup.devices, budgets), spec.settings)
+        planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:
         planned = facts.n_layers
     progress.on_event(f"devices {', '.join(d.name for d in setup.devices)}, plan: --n-cpu-moe "

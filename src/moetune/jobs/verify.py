@@ -17,6 +17,7 @@ from pathlib import Path
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import DeviceMemory, estimate
+from moetune.core.placement import Placement
 from moetune.core.plan import DeviceCheck, PlanRequest, PlanResult, make_plan
 from moetune.core.settings import Settings
 from moetune.llamacpp.log import Projection, parse_projection
@@ -129,3 +130,21 @@ def checked_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult,
     ]  # fmt: skip
     return redone.model_copy(update={"checks": checks, "checked": "llama.cpp (corrected)",
                                      "warnings": warnings})  # fmt: skip
+
+
+def dry_run_corrections(facts: ModelFacts, settings: Settings, placement: Placement,
+                        devices: Sequence[DeviceSpec], *, tool: Path,
+                        args: Sequence[str]) -> tuple[int, ...]:  # fmt: skip
+    """What llama.cpp's dry run of ``args`` (a placement's llama-server arguments) finds on
+    each device beyond the prediction of the same run, where beyond the fidelity bounds
+    (0 elsewhere): what ``run`` counts on each device before its first launch."""
+    projected = parse_projection(fit_projection(tool, args))
+    predicted = estimate(facts, placement, _dry_run_settings(settings), _bare(devices))
+    found = []
+    for index, memory in enumerate(predicted.devices):
+        name = devices[index].name if len(devices) > 1 else _single_name(projected)
+        row = projected.get(name)
+        check = compare(name, row, memory) if row is not None else None
+        found.append(0 if check is None or check.agrees
+                     else (check.projected_mib - check.predicted_mib) * MIB)  # fmt: skip
+    return tuple(found)
