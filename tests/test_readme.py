@@ -34,12 +34,12 @@ def test_setup_line_is_the_test_setup() -> None:
 @pytest.mark.server
 def test_try_it_without_a_gpu(tmp_path: Path) -> None:
     lines = section_block("Try it without a GPU")[1:]
-    port = int(re.findall(r"-p (\d+)", "\n".join(lines))[0])
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            pytest.fail(f"port {port} of the README example is in use on this machine")
+    for port in map(int, re.findall(r"-p (\d+)", "\n".join(lines))):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                pytest.fail(f"port {port} of the README example is in use on this machine")
     # stop the RPC server however the lines end; fail on the first line that fails
     script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
     done = subprocess.run(
@@ -50,4 +50,7 @@ def test_try_it_without_a_gpu(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "best: --n-cpu-moe" in done.stdout and "tuned profile" in done.stdout
     assert "verdict" in done.stdout and "nothing was measured" not in done.stdout
-    assert list((tmp_path / "home" / "profiles").glob("tiny-moe-1k-q8_0-30M-*.json"))
+    assert "llama.cpp projects RPC1" in done.stdout and "-ts " in done.stdout
+    profiles = tmp_path / "home" / "profiles"
+    assert list(profiles.glob("tiny-moe-1k-q8_0-30M-*.json"))
+    assert list(profiles.glob("tiny-moe-1k-q8_0-16M_14M-*.json"))

@@ -262,12 +262,15 @@ def fill_rules(fill: _Fill, homes: Sequence[int]) -> tuple[Override, ...]:
     whole blocks and parts to the CPU."""
     rules: list[Override] = []
     by_device: dict[int, list[int]] = {}
+    some: dict[tuple[int, int], list[str]] = {}  # (block, device): the parts it takes
     for block, device, parts in fill.elsewhere:
         if parts:
-            pattern = f"blk\\.{block}\\.ffn_({'|'.join(parts)})_(ch|)exps"
-            rules.append(Override(pattern, device))
+            some.setdefault((block, device), []).extend(parts)
         else:
             by_device.setdefault(device, []).append(block)
+    for (block, device), parts in some.items():
+        pattern = f"blk\\.{block}\\.ffn_({'|'.join(parts)})_(ch|)exps"
+        rules.append(Override(pattern, device))
     for device, blocks in sorted(by_device.items()):
         rules.append(Override(f"blk\\.{layer_set_regex(blocks)}{EXPS_REGEX}", device))
     if fill.cpu_blocks:
