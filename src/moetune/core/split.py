@@ -268,8 +268,8 @@ def fill_rules(fill: _Fill, homes: Sequence[int]) -> tuple[Override, ...]:
             some.setdefault((block, device), []).extend(parts)
         else:
             by_device.setdefault(device, []).append(block)
-    for (block, device), parts in some.items():
-        pattern = f"blk\\.{block}\\.ffn_({'|'.join(parts)})_(ch|)exps"
+    for (block, device), taken in some.items():
+        pattern = f"blk\\.{block}\\.ffn_({'|'.join(taken)})_(ch|)exps"
         rules.append(Override(pattern, device))
     for device, blocks in sorted(by_device.items()):
         rules.append(Override(f"blk\\.{layer_set_regex(blocks)}{EXPS_REGEX}", device))
