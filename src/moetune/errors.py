@@ -54,6 +54,15 @@ class UnsupportedModelError(GGUFFormatError):
     """A valid file that moetune deliberately refuses (big-endian, GGUF v1)."""
 
 
+class ProjectorError(GGUFFormatError):
+    """A file given as a multimodal projector (--mmproj) is not one llama.cpp can use with the
+    model: a text model, an unknown projector type, or an embedding width that differs."""
+
+
+class DraftModelError(GGUFFormatError):
+    """A draft model (--draft) llama.cpp would refuse beside its target: another vocabulary."""
+
+
 class BadValueError(MoetuneError):
     """A value given on the command line is malformed (size string, context, cache type)."""
 
