@@ -51,6 +51,7 @@ class _Dims:
     n_experts_used: int
     n_embd: int
     n_vocab: int = _VOCAB_SIZE
+    n_nextn: int = 0  # NextN/MTP blocks after the n_layers trunk blocks
 
     @property
     def n_ff(self) -> int:
@@ -148,7 +149,9 @@ def _add_common_keys(w: gguf.GGUFWriter, d: _Dims, context_length: int) -> None:
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     w.add_context_length(context_length)
     w.add_embedding_length(d.n_embd)
-    w.add_block_count(d.n_layers)
+    w.add_block_count(d.n_layers + d.n_nextn)
+    if d.n_nextn:
+        w.add_nextn_predict_layers(d.n_nextn)
     w.add_feed_forward_length(d.n_ff)
     w.add_head_count(N_HEAD)
     n_head_kv, key_length, value_length = _KV_SHAPES.get(w.arch, (N_HEAD_KV, HEAD_DIM, HEAD_DIM))
@@ -343,6 +346,44 @@ def _qwen35moe_layer(b: _Builder, i: int) -> None:
     _shared_expert(b, i)
 
 
+def _nextn_tensors(b: _Builder, i: int, own_head: bool) -> None:
+    """What makes block ``i`` a NextN/MTP block: the projection of [embedding; hidden], its
+    two input norms and the head norm; a head and embedding of its own only if asked."""
+    e, p = b.dims.n_embd, f"blk.{i}.nextn"
+    b.mat(f"{p}.eh_proj.weight", e, 2 * e)
+    b.norm(f"{p}.enorm.weight", e)
+    b.norm(f"{p}.hnorm.weight", e)
+    b.norm(f"{p}.shared_head_norm.weight", e)
+    if own_head:
+        b.mat(f"{p}.embed_tokens.weight", b.dims.n_vocab, e)
+        b.mat(f"{p}.shared_head_head.weight", b.dims.n_vocab, e)
+
+
+def _glm4moe_nextn(b: _Builder, i: int, own_head: bool) -> None:
+    """GLM-4.5-Air's last block: a full MoE decoder block plus the NextN tensors."""
+    _glm4moe_layer(b, i)
+    _nextn_tensors(b, i, own_head)
+
+
+def _qwen35moe_nextn(b: _Builder, i: int, own_head: bool) -> None:
+    """Qwen3.5/3.6-MoE's MTP block: a full-attention block (gated Q, Q/K norms), the MoE
+    FFN with the gated shared expert, plus the NextN tensors."""
+    e, p = b.dims.n_embd, f"blk.{i}"
+    b.norm(f"{p}.attn_norm.weight", e)
+    b.norm(f"{p}.post_attention_norm.weight", e)
+    _attention(b, i, q_factor=2)
+    _routed_experts(b, i)
+    b.f32(f"{p}.ffn_gate_inp_shexp.weight", e)
+    _shared_expert(b, i)
+    _nextn_tensors(b, i, own_head)
+
+
+_NEXTN_BLOCKS: dict[str, Callable[[_Builder, int, bool], None]] = {
+    "glm4moe": _glm4moe_nextn,
+    "qwen35moe": _qwen35moe_nextn,
+}
+
+
 def _no_keys(w: gguf.GGUFWriter, d: _Dims) -> None:
     return None
 
@@ -382,14 +423,21 @@ def write_model(
     expert_type: str = "F16",
     context_length: int = 4096,
     seed: int = 0,
+    n_nextn: int = 0,
+    nextn_own_head: bool = False,
 ) -> Path:
     """Write a tiny loadable ``arch`` model to ``path`` and return ``path``.
 
     Expert FFN width = ``n_embd``, dense FFN width = 2 * ``n_embd``.  ``expert_type`` applies
     to the routed expert tensors only.  deepseek2 and glm4moe get one leading dense block.
+    ``n_nextn``: NextN/MTP blocks after the ``n_layers`` trunk blocks (glm4moe, qwen35moe;
+    ``block_count`` counts them, ``nextn_predict_layers`` says how many), with their own
+    ``embed_tokens``/``shared_head_head`` when ``nextn_own_head``.
     """
     qtype = _check_args(arch, n_embd, expert_type)
-    dims = _Dims(n_layers, n_experts, n_experts_used, n_embd)
+    if n_nextn and arch not in _NEXTN_BLOCKS:
+        raise ValueError(f"NextN blocks are written for {tuple(_NEXTN_BLOCKS)}, not {arch!r}")
+    dims = _Dims(n_layers, n_experts, n_experts_used, n_embd, n_nextn=n_nextn)
     keys_fn, layer_fn = _RECIPES[arch]
     writer = gguf.GGUFWriter(path, arch)
     _add_common_keys(writer, dims, context_length)
@@ -399,6 +447,8 @@ def write_model(
     _globals(builder)
     for i in range(n_layers):
         layer_fn(builder, i)
+    for i in range(n_layers, n_layers + n_nextn):
+        _NEXTN_BLOCKS[arch](builder, i, nextn_own_head)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -250,3 +250,38 @@ def test_sigterm_mid_bench_leaves_no_server(model: Path, rpc: str, tmp_path: Pat
     assert proc.returncode == ExitCode.INTERRUPTED
     _gone, alive = psutil.wait_procs(servers, timeout=15)
     assert not alive, alive
+
+
+@pytest.mark.server
+def test_an_image_with_every_request(model: Path, rpc: str, tmp_path: Path) -> None:
+    """bench --mmproj --image: each request carries the image, so its prompt holds the
+    image's tokens too (and TTFT includes encoding it); the result names the image."""
+    from projector_factory import png_bytes, write_projector
+
+    mmproj = write_projector(tmp_path / "mmproj.gguf")
+    image = tmp_path / "cat.png"
+    image.write_bytes(png_bytes(64, 48))
+    common = ("--configs", "plan", "--depths", "64", "--repeats", "1", "--n-predict", "4",
+              "--ctx", "2048", "--target-vram", "80M", "--overhead", "0", "--no-save", "--json",
+              "--mmproj", str(mmproj))  # fmt: skip
+    runs = [moetune("bench", str(model), *common, *with_image, "--", "--rpc", rpc)
+            for with_image in ((), ("--image", str(image)))]  # fmt: skip
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    plain, pictured = (json.loads(done.stdout) for done in runs)
+    assert plain["image"] is None and pictured["image"] == "cat.png"
+    text_only = plain["results"][0]["samples"][0]["prompt_n"]
+    assert pictured["results"][0]["samples"][0]["prompt_n"] > text_only + 16
+
+
+def test_image_needs_a_projector_and_an_image(model: Path, tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("not an image")
+    done = moetune("bench", str(model), "--image", str(text), "--no-save")
+    assert done.returncode == ExitCode.BAD_VALUE and "not a PNG" in done.stderr
+    image = tmp_path / "cat.png"
+    from projector_factory import png_bytes
+
+    image.write_bytes(png_bytes())
+    done = moetune("bench", str(model), "--image", str(image), "--no-save")
+    assert done.returncode == ExitCode.BAD_VALUE and "--mmproj" in done.stderr

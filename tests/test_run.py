@@ -222,3 +222,33 @@ def _serves_then_stops(proc: subprocess.Popen[str]) -> None:
     assert proc.wait(timeout=60) == 0
     _gone, alive = psutil.wait_procs(servers, timeout=15)
     assert not alive
+
+
+def test_converges_with_a_projector_and_a_draft(models: dict[str, Path], rpc: str,
+                                                tmp_path: Path) -> None:  # fmt: skip
+    """run measures with the projector and the draft loaded: the truth is the sweep of the
+    same launches (clip's weights and compute and the draft's buffers on the device)."""
+    from projector_factory import write_projector
+
+    mmproj = write_projector(tmp_path / "mmproj.gguf", image_size=448)
+    draft = write_model(tmp_path / "draft.gguf", "qwen3moe", n_layers=2, n_embd=128, seed=1)
+    model = models["qwen3moe"]
+    extra = ["--mmproj", str(mmproj), "-md", str(draft), "--spec-type", "draft-simple"]
+    base = ["-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-c", CTX, "--fit", "off"]
+    measured = [device_mib(model, rpc, *base, "--n-cpu-moe", str(n), *extra) for n in (2, 3)]
+    plain = device_mib(model, rpc, *base, "--n-cpu-moe", "3")
+    assert measured[1] > plain + 1  # the companions are on the device
+    target_mib = (measured[0] + measured[1]) / 2
+    result = moetune("run", str(model), "--target-vram", f"{target_mib:.3f}M", *COMMON,
+                     "--mmproj", str(mmproj), "--draft", str(draft), "--json", "--",
+                     "--rpc", rpc)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["best"]["n_cpu_moe"] == 3
+    assert data["launches"] <= 3
+    # predicted with them: each launch's prediction within 1 MiB of what it measured
+    for attempt in data["attempts"]:
+        assert abs(attempt["predicted_bytes"] - attempt["measured_bytes"]) < MIB, attempt
+    command = data["best"]["command"]
+    assert "--mmproj" in command and "-md" in command
+    assert device_mib(model, rpc, *command[3:]) * MIB <= data["target_bytes"]

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from moetune.cli.app import app, handle_errors, write_text
-from moetune.cli.options import Command, CtxOpt, ModelArg, PickCacheTypeOpt
+from moetune.cli.options import Command, CtxOpt, DraftOpt, MmprojOpt, ModelArg, PickCacheTypeOpt
 
 
 @app.command("alias", cls=Command)
@@ -20,11 +20,13 @@ def alias(
     ] = None,
     ctx: CtxOpt = None,
     cache_type: PickCacheTypeOpt = None,
+    mmproj: MmprojOpt = None,
+    draft: DraftOpt = None,
 ) -> None:
     """Print a shell function that starts the tuned llama-server, for your dotfiles.
 
     Add it with e.g. `moetune alias qwen MODEL >> ~/.bashrc`; `qwen --port 8081` passes
-    extra arguments to llama-server.
+    extra arguments to llama-server. With --mmproj/--draft: the profile tuned with them.
     """
     import os
 
@@ -37,5 +39,7 @@ def alias(
     if ctx is not None and ctx.is_max:
         raise BadValueError("alias picks the profile tuned at one context: give --ctx N")
     tokens = ctx.tokens if ctx is not None else None
-    profile = model_profile(ProfileStore(), model_identity(model), tokens, cache_type)
+    beside = [(flag, str(path.absolute())) for flag, path in (("--mmproj", mmproj),
+              ("--draft", draft)) if path is not None]  # fmt: skip
+    profile = model_profile(ProfileStore(), model_identity(model), tokens, cache_type, beside)
     write_text(alias_text(name, profile, chosen))

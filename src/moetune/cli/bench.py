@@ -14,8 +14,10 @@ from moetune.cli.options import (
     CacheTypeOpt,
     Command,
     CtxOpt,
+    DraftOpt,
     HeadroomOpt,
     JsonOpt,
+    MmprojOpt,
     OverheadOpt,
     PassThroughCommand,
     RpcOpt,
@@ -34,15 +36,20 @@ if TYPE_CHECKING:
     from moetune.jobs.results import BenchResult
 
 
-def _workload(depths: str, repeats: int, n_predict: int, endpoint: str) -> Workload:
+def _workload(depths: str, repeats: int, n_predict: int, endpoint: str,
+              image: Path | None = None) -> Workload:  # fmt: skip
     from moetune.jobs.bench import parse_depths
-    from moetune.jobs.measure import Workload
+    from moetune.jobs.measure import Workload, image_data_uri
 
     if endpoint not in ENDPOINTS:
         raise BadValueError(f"unknown endpoint {endpoint!r}", hint=f"one of {', '.join(ENDPOINTS)}")
     if repeats < 1:
         raise BadValueError(f"--repeats must be at least 1, got {repeats}")
-    return Workload(tuple(parse_depths(depths)), repeats, n_predict, endpoint)
+    if image is not None and endpoint != "chat":
+        raise BadValueError("--image is sent with chat requests: use --endpoint chat")
+    uri = image_data_uri(image) if image is not None else None
+    return Workload(tuple(parse_depths(depths)), repeats, n_predict, endpoint, uri,
+                    image.name if image is not None else None)  # fmt: skip
 
 
 def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool) -> None:
@@ -110,6 +117,16 @@ def bench(
     overhead: OverheadOpt = None,
     rpc: RpcOpt = None,
     server: ServerOpt = None,
+    mmproj: MmprojOpt = None,
+    draft: DraftOpt = None,
+    image: Annotated[
+        Path | None,
+        typer.Option(
+            help="Send this image with every chat request (needs a projector, --mmproj): "
+            "TTFT then includes encoding it.",
+            metavar="FILE",
+        ),
+    ] = None,
     server_url: Annotated[
         str | None,
         typer.Option(help="Measure this running llama-server; launch nothing.", metavar="URL"),
@@ -129,10 +146,14 @@ def bench(
 
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
+    from moetune.core.extras import extras_args, parse_extra_args
     from moetune.jobs.bench import bench_url
 
-    workload = _workload(depths, repeats, n_predict, endpoint)
-    extra = pass_through(context)
+    workload = _workload(depths, repeats, n_predict, endpoint, image)
+    extra = extras_args(pass_through(context), mmproj=str(mmproj) if mmproj else None,
+                        draft=str(draft) if draft else None)  # fmt: skip
+    if image is not None and server_url is None and parse_extra_args(extra).mmproj is None:
+        raise BadValueError("--image needs a projector to encode it: give --mmproj FILE")
     if server_url is not None:
         if model is not None or extra:
             raise BadValueError(
@@ -186,7 +207,7 @@ def _bench_model(model: Path, extra: tuple[str, ...], workload: Workload, choice
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     settings = Settings(n_ctx=1, type_k=choice.cache_type, type_v=choice.cache_type)
     spec = LaunchSpec(binary=find_server(choice.server), model=str(model),
-                      settings=settings_from_extra(settings, extra), extra=extra,
+                      settings=settings_from_extra(settings, extra, facts), extra=extra,
                       threads=physical_cores())  # fmt: skip
     with err().status("benchmarking...") as status:
         spec, setup = prepare_device(spec, target_bytes=choice.target,

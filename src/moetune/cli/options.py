@@ -176,6 +176,25 @@ OverheadOpt = Annotated[
     ),
 ]
 ServerOpt = Annotated[str | None, typer.Option(help="llama-server to use.", metavar="PATH")]
+MmprojOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--mmproj",
+        help="A multimodal projector (mmproj GGUF) beside the model, counted where "
+        "llama-server puts it (also: -- --mmproj FILE, --no-mmproj-offload, -mmdev DEV).",
+        metavar="FILE",
+    ),
+]
+DraftOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--draft",
+        help="A draft model for speculative decoding (-md, with --spec-type draft-simple); "
+        "its weights, KV and compute are counted (its flags after --: -ngld, -devd, -otd, "
+        "-ncmoed, -ctkd, -ctvd).",
+        metavar="FILE",
+    ),
+]
 
 
 def pass_through(context: typer.Context) -> tuple[str, ...]:

@@ -11,18 +11,21 @@ from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
     CacheTypeOpt,
-    Command,
     CtxOpt,
+    DraftOpt,
     GpuProfileOpt,
     HeadroomOpt,
     JsonOpt,
+    MmprojOpt,
     ModelArg,
     OverheadOpt,
+    PassThroughCommand,
     RamOpt,
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
     VramOpt,
+    pass_through,
 )
 from moetune.errors import DoesNotFitError
 
@@ -32,9 +35,10 @@ if TYPE_CHECKING:
     from moetune.jobs.devices import DeviceSet
 
 
-@app.command(cls=Command)
+@app.command(cls=PassThroughCommand)
 @handle_errors
 def plan(
+    context: typer.Context,
     model: ModelArg,
     vram: VramOpt = None,
     gpu: GpuProfileOpt = None,
@@ -59,6 +63,8 @@ def plan(
         typer.Option(help="Plan for this one detected GPU (nvidia-smi's index; default: all)."),
     ] = None,
     server: ServerOpt = None,
+    mmproj: MmprojOpt = None,
+    draft: DraftOpt = None,
     verify: Annotated[
         bool,
         typer.Option(
@@ -72,14 +78,20 @@ def plan(
 
     The budget is --target-vram when given, else each device's memory minus --headroom.
     Several devices (--vram 24G,12G, --rpc HOST:PORT, or several GPUs): the -ts split too.
+    Arguments after -- go into the command; the projector's and the draft's are counted.
     """
     from moetune.cli.machine import host_ram, plan_devices
+    from moetune.core.command import check_extra
+    from moetune.core.extras import extras_args, with_extras
     from moetune.core.facts import load_model_facts
     from moetune.core.plan import PlanRequest, make_plan
     from moetune.core.settings import Settings, default_n_ctx
     from moetune.units import per_device
 
     facts = load_model_facts(model)
+    extra = extras_args(pass_through(context), mmproj=str(mmproj) if mmproj else None,
+                        draft=str(draft) if draft else None)  # fmt: skip
+    check_extra(extra)
     n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
     found = plan_devices(vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu,
                          overhead=overhead, server=server)  # fmt: skip
@@ -91,6 +103,7 @@ def plan(
     settings = Settings(n_ctx=n_ctx, type_k=cache_type, type_v=cache_type, n_ubatch=ubatch,
                         gpu_overhead_bytes=first.overhead_bytes,
                         device_kind=first.kind)  # fmt: skip
+    settings = with_extras(settings, facts, extra)
     if parallel is not None:  # an explicit -np turns the unified KV cache off
         settings = settings.model_copy(
             update={"n_seq": parallel, "kv_unified": False, "explicit_parallel": True}
@@ -103,6 +116,7 @@ def plan(
         gpu_free_bytes=found.gpu_free_bytes, devices=devices if n > 1 else (),
         device_targets=tuple(targets) if targets and n > 1 else (),
         device_headrooms=tuple(headrooms) if n > 1 else (), device_args=found.device_args,
+        extra_args=extra,
     )  # fmt: skip
     result = make_plan(facts, request)
     result = _checked(facts, request, result, found, server) if verify else (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,8 +13,10 @@ from moetune.cli.options import (
     DEFAULT_HEADROOM,
     CacheTypeOpt,
     CtxOpt,
+    DraftOpt,
     HeadroomOpt,
     JsonOpt,
+    MmprojOpt,
     ModelArg,
     OverheadOpt,
     PassThroughCommand,
@@ -38,6 +41,8 @@ def run(
     server: ServerOpt = None,
     overhead: OverheadOpt = None,
     rpc: RpcOpt = None,
+    mmproj: MmprojOpt = None,
+    draft: DraftOpt = None,
     fill: Annotated[
         int | None,
         typer.Option(
@@ -67,6 +72,7 @@ def run(
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     from moetune.cli.machine import physical_cores
+    from moetune.core.extras import extras_args
     from moetune.core.facts import load_model_facts
     from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
@@ -85,12 +91,12 @@ def run(
     stop_on_signals()
     facts = load_model_facts(model)
     check_loadable(facts)
-    extra = pass_through(context)
-    settings = Settings(n_ctx=1, type_k=cache_type, type_v=cache_type)
     # absolute: the saved command and the aliases made from it run from any folder
+    extra = extras_args(pass_through(context), mmproj=_absolute(mmproj), draft=_absolute(draft))
+    settings = Settings(n_ctx=1, type_k=cache_type, type_v=cache_type)
     spec = LaunchSpec(binary=find_server(server), model=str(model.absolute()),
-                      settings=settings_from_extra(settings, extra), extra=extra, port=port,
-                      threads=physical_cores())  # fmt: skip
+                      settings=settings_from_extra(settings, extra, facts), extra=extra,
+                      port=port, threads=physical_cores())  # fmt: skip
     with err().status("tuning...") as status:
         spec, setup = prepare_device(spec, target_bytes=target_vram, headroom_bytes=headroom,
                                      gpus=detect_gpu_probe(), overhead=overhead,
@@ -122,3 +128,7 @@ def run(
         keep_serving(spec, result.best.n_cpu_moe,
                      loading=lambda: err().status("loading the best configuration"),
                      on_ready=err().print, on_stop=err().print)  # fmt: skip
+
+
+def _absolute(path: Path | None) -> str | None:
+    return str(path.absolute()) if path is not None else None

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from moetune.core.placement import ALL_LAYERS, CPU, Override, Placement
 from moetune.core.settings import Settings
+from moetune.errors import BadValueError
 
 # Flags whose value moetune decides for the configurations it launches.
 OWNED_FLAGS = frozenset({
@@ -162,6 +163,15 @@ def shell_join(argv: Sequence[str]) -> str:
 def conflicting_args(extra: Sequence[str]) -> list[str]:
     """Arguments after ``--`` that would fight moetune's own placement or measurement."""
     return [arg for arg in extra if arg.split("=", 1)[0] in OWNED_FLAGS]
+
+
+def check_extra(extra: Sequence[str]) -> None:
+    """BadValueError for pass-through arguments that fight the placement moetune decides."""
+    if clashes := conflicting_args(extra):
+        raise BadValueError(
+            f"{' '.join(clashes)} after -- conflicts with the placement moetune tunes",
+            hint="drop it: moetune sets -ngl, --n-cpu-moe, -ot, -ts, -c, -ctk/-ctv, -fa and --fit",
+        )
 
 
 def extra_value(extra: Sequence[str], *names: str) -> str | None:

@@ -115,6 +115,7 @@ def estimate_cache(
     n_ubatch: int = 512,
     swa_full: bool = False,
     n_batch: int = 2048,
+    n_rs_seq: int = 0,
 ) -> CacheEstimate:
     """KV and RS bytes per layer for llama-server ``-c n_ctx -ctk type_k -ctv type_v ...``.
 
@@ -127,6 +128,11 @@ def estimate_cache(
     ``-fa auto`` llama.cpp turns FA on for it, and fails later if the device cannot run FA);
     with FA on, a quantized K/V type whose block size does not divide the head size; and on
     MLA models, different K and V types.
+
+    ``n_rs_seq``: rollback snapshots of the recurrent state (``cparams.n_rs_seq``, what
+    speculation asks for: common_params_speculative::need_n_rs_seq, the draft ``n_max`` with
+    draft-mtp/eagle3/dflash/dspark); each recurrent layer then holds ``n_seq * (1 + n_rs_seq)``
+    rows, on the architectures with llm_arch_supports_rs_rollback (else llama.cpp clamps it to 0).
     """
     if n_ctx <= 0:
         raise BadValueError(f"context size must be positive, got {n_ctx}")
@@ -146,7 +152,7 @@ def estimate_cache(
         n_stream=n_stream,
         types=types,
         v_pad=0 if flash_attn else _v_width_max(layout),
-        rs_rows=n_seq,  # create_memory: rs_size = max(1, n_seq_max), x (1 + n_rs_seq = 0)
+        rs_rows=n_seq * (1 + rs_snapshots(facts.architecture, n_rs_seq)),  # create_memory
     )
     layers = tuple(_layer(layout, sizing, il) for il in range(layout.n_layer_all))
     any_rs = any(layout.has_rs(il) for il in range(layout.n_layer_all))
@@ -157,6 +163,52 @@ def estimate_cache(
         n_ctx_seq=ctx_seq,
         n_stream=n_stream,
         rs_cells=n_seq if any_rs else 0,
+    )
+
+
+# llm_arch_supports_rs_rollback (src/llama-arch.cpp): recurrent state with rollback snapshots
+RS_ROLLBACK_ARCHS = frozenset({
+    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
+    "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
+})  # fmt: skip
+
+
+def rs_snapshots(arch: str, n_rs_seq: int) -> int:
+    """``cparams.n_rs_seq`` after the llama_context ctor: 0 where the architecture has no
+    recurrent rollback."""
+    return max(n_rs_seq, 0) if arch in RS_ROLLBACK_ARCHS else 0
+
+
+def nextn_cache(
+    facts: ModelFacts,
+    *,
+    n_ctx: int,
+    type_k: str = "f16",
+    type_v: str = "f16",
+    n_seq: int = 4,
+    kv_unified: bool = True,
+    flash_attn: bool = True,
+) -> CacheEstimate:
+    """The KV cache of an MTP context (``ctx_type`` MTP, src/llama-model.cpp create_memory):
+    a plain llama_kv_cache whose filter keeps only the NextN/MTP blocks (``il >= n_layer()``),
+    also on the hybrid Qwen3.5/3-Next models (no recurrent state); ``n_ctx`` is the main
+    context's (llama_n_ctx of the target), ``type_k``/``type_v`` the draft's ``-ctkd``/``-ctvd``
+    (f16 by default). ``layers`` lists only the NextN blocks."""
+    types = (parse_cache_type(type_k), parse_cache_type(type_v))
+    layout = facts.dims
+    nextn = range(layout.kv_end, layout.n_layer_all) if layout.kv_end < layout.n_layer_all else ()
+    ctx, ctx_seq, n_stream = _context_sizes(n_ctx, n_seq, kv_unified)
+    plain = layout._replace(
+        kv_end=layout.n_layer_all, recurrent=(False,) * layout.n_layer_all,
+        swa=(False,) * layout.n_layer_all,
+    )  # fmt: skip
+    sizing = _Sizing(
+        cells=(ctx_seq, ctx_seq), n_stream=n_stream, types=types,
+        v_pad=0 if flash_attn else _v_width_max(layout), rs_rows=0,
+    )  # fmt: skip
+    layers = tuple(_layer(plain, sizing, il) for il in nextn)
+    return CacheEstimate(
+        layers=layers, n_ctx=ctx, exact=layout.known, n_ctx_seq=ctx_seq, n_stream=n_stream
     )
 
 

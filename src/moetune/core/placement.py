@@ -165,6 +165,10 @@ class WeightSplit(NamedTuple):
     cpu_other_bytes: int
     homes: tuple[int, ...]  # each block's device, CPU or SKIPPED, then the output layer's
     moves: frozenset[tuple[str, int]]  # (tensor, its home) where an override moved it
+    # NextN/MTP blocks, were they loaded (--spec-type draft-mtp): their layer's home, and
+    # their tensors that an override would put elsewhere
+    nextn_homes: tuple[tuple[int, int], ...] = ()  # (block, home)
+    nextn_moves: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def gpu_expert_bytes(self) -> int:
@@ -247,13 +251,18 @@ def split_weights(facts: ModelFacts, placement: Placement, n_devices: int = 1,
     memory, llama.cpp's split when no ``-ts`` is given)."""
     homes = homes_for(facts.n_layers, placement, n_devices, free)
     skipped = {layer.index for layer in facts.layers if layer.is_nextn}
+    nextn_homes = tuple((i, homes[i]) for i in sorted(skipped))
     homes = tuple(SKIPPED if i in skipped else home for i, home in enumerate(homes))
     expert, other = [0] * n_devices, [0] * n_devices
     cpu_expert = cpu_other = 0
     moves: set[tuple[str, int]] = set()
+    nextn_moves: set[tuple[str, int]] = set()
     for tensor in facts.tensors:
         home = tensor_home(tensor, homes, placement)
         if home == SKIPPED:
+            loaded = _rule_home(tensor, placement)
+            if loaded is not None and loaded != dict(nextn_homes).get(tensor.layer or -1):
+                nextn_moves.add((tensor.name, loaded))
             continue
         is_expert = tensor.role is Role.EXPERTS
         nbytes = tensor.nbytes or 0
@@ -269,8 +278,16 @@ def split_weights(facts: ModelFacts, placement: Placement, n_devices: int = 1,
     return WeightSplit(
         device_expert_bytes=tuple(expert), device_other_bytes=tuple(other),
         cpu_expert_bytes=cpu_expert, cpu_other_bytes=cpu_other, homes=homes,
-        moves=frozenset(moves),
+        moves=frozenset(moves), nextn_homes=nextn_homes, nextn_moves=frozenset(nextn_moves),
     )  # fmt: skip
+
+
+def _rule_home(tensor: TensorFacts, placement: Placement) -> int | None:
+    """The home of the first override matching ``tensor``, if any."""
+    for rule in placement.overrides:
+        if _compiled(rule.pattern).search(tensor.name):
+            return rule.target
+    return None
 
 
 def _default_home(tensor: TensorFacts, homes: Sequence[int]) -> int:

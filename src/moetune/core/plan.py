@@ -107,6 +107,7 @@ class PlanRequest(BaseModel):
     device_targets: tuple[int | None, ...] = ()
     device_headrooms: tuple[int, ...] = ()
     device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
+    extra_args: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
 
     @property
     def budget_bytes(self) -> int:
@@ -187,7 +188,8 @@ def _placement_result(req: PlanRequest, plan: OffloadPlan, settings: Settings,
                       budgets: Sequence[int]) -> PlacementResult:  # fmt: skip
     placement = plan.placement
     args = args_for(req.model_path, settings, placement, threads=req.physical_cores,
-                    extra=req.device_args, bufts=bufts(req.devices))  # fmt: skip
+                    extra=(*req.device_args, *req.extra_args),
+                    bufts=bufts(req.devices))  # fmt: skip
     ngl = placement.n_gpu_layers
     fits = all(d.total_bytes <= b for d, b in zip(plan.memory.devices, budgets, strict=True))
     return PlacementResult(

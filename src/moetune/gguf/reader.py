@@ -224,6 +224,41 @@ def _parse(path: Path, buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
     return GGUFHeader(path, version, metadata, tensors, alignment, data_offset, size)
 
 
+def read_string_array(path: str | os.PathLike[str], key: str) -> list[bytes] | None:
+    """The raw strings of one metadata array that ``read_header`` walks past (the vocabulary,
+    ``tokenizer.ggml.tokens``); None when the file has no such array of strings."""
+    file_path = Path(path)
+    buf, size = _open_buffer(file_path)
+    try:
+        cur = _Cursor(buf)
+        if size < 4 or bytes(buf[:4]) != GGUF_MAGIC:
+            raise GGUFFormatError(f"{file_path.name} is not a GGUF file (bad magic)")
+        cur.pos = 4
+        _read_version(cur)
+        cur.count("tensor count", min_item_bytes=8 + 4 + 4 + 8)
+        n_kv = cur.count("metadata count", min_item_bytes=8 + 4)
+        for _ in range(n_kv):
+            name = cur.string("metadata key")
+            value_type = cur.u32(f"type of {name}")
+            if name != key:
+                _read_value(cur, value_type, name)
+                continue
+            if value_type != ARRAY or cur.u32(f"element type of {key}") != STRING:
+                return None
+            n = cur.count(f"length of {key}", 8)
+            found = []
+            for _ in range(n):
+                length = cur.u64(f"{key} item length")
+                cur.need(length, key)
+                found.append(bytes(buf[cur.pos : cur.pos + length]))
+                cur.pos += length
+            return found
+        return None
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
 def _read_version(cur: _Cursor) -> int:
     version = cur.u32("version")
     if version in SUPPORTED_VERSIONS:

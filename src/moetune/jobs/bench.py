@@ -349,7 +349,8 @@ def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event) -> BenchR
     multi = setup.multi
     return BenchResult(
         created=_now(), moetune_version=__version__, model=spec.model, server_url=None,
-        endpoint=workload.endpoint, n_ctx=spec.settings.n_ctx, n_predict=workload.n_predict,
+        endpoint=workload.endpoint, image=workload.image_name,
+        n_ctx=spec.settings.n_ctx, n_predict=workload.n_predict,
         repeats=workload.repeats, depths=_depths(results, workload),
         device=", ".join(d.name for d in setup.devices) if multi else setup.device.name,
         device_total_bytes=sum(d.total_bytes or 0 for d in setup.devices),
@@ -381,7 +382,8 @@ def bench_url(url: str, workload: Workload, name: str, on_event: Event,
                     predicted_bytes=None, peak_device_bytes=None, load_s=load_s)  # fmt: skip
     return BenchResult(
         created=_now(), moetune_version=__version__, model=props.get("model_path"),
-        server_url=url, endpoint=workload.endpoint, n_ctx=n_ctx, n_predict=workload.n_predict,
+        server_url=url, endpoint=workload.endpoint, image=workload.image_name, n_ctx=n_ctx,
+        n_predict=workload.n_predict,
         repeats=workload.repeats, depths=_depths(results, workload), device=None,
         device_total_bytes=None, budget_bytes=None, probe=None, probe_includes_overhead=False,
         shortest_prompt=prompts.shortest, configs=[run], results=results,

@@ -15,7 +15,7 @@ from pathlib import Path
 from moetune.core.command import (
     FitMode,
     args_for,
-    conflicting_args,
+    check_extra,
     extra_int,
     extra_value,
     rpc_endpoints,
@@ -73,11 +73,18 @@ class LaunchSpec:
         return launch(self.binary, args, port=port or self.port, log_dir=self.log_dir)
 
 
-def settings_from_extra(settings: Settings, extra: tuple[str, ...]) -> Settings:
-    """The micro-batch and batch sizes given after ``--`` (llama-server's defaults else)."""
+def settings_from_extra(settings: Settings, extra: tuple[str, ...],
+                        facts: ModelFacts | None = None) -> Settings:  # fmt: skip
+    """The micro-batch and batch sizes given after ``--`` (llama-server's defaults else), and
+    with ``facts`` (the model) the projector and draft model they load beside it."""
     update = {"n_ubatch": extra_int(extra, "-ub", "--ubatch-size") or 512,
               "n_batch": extra_int(extra, "-b", "--batch-size") or 2048}  # fmt: skip
-    return settings.model_copy(update=update)
+    found = settings.model_copy(update=update)
+    if facts is None:
+        return found
+    from moetune.core.extras import with_extras
+
+    return with_extras(found, facts, extra)
 
 
 @dataclass(frozen=True)
@@ -121,15 +128,6 @@ class DeviceSetup:
 
 # llama-server flags that pick another split of the devices than by layer
 REFUSED_SPLITS = frozenset({"row", "tensor"})
-
-
-def check_extra(extra: tuple[str, ...]) -> None:
-    """BadValueError for pass-through arguments that fight the placement moetune decides."""
-    if clashes := conflicting_args(extra):
-        raise BadValueError(
-            f"{' '.join(clashes)} after -- conflicts with the placement moetune tunes",
-            hint="drop it: moetune sets -ngl, --n-cpu-moe, -ot, -ts, -c, -ctk/-ctv, -fa and --fit",
-        )
 
 
 def split_mode(extra: tuple[str, ...]) -> str:

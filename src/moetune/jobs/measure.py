@@ -6,13 +6,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from moetune.errors import BadValueError
 from moetune.jobs.names import DEFAULT_DEPTHS, DEFAULT_N_PREDICT, DEFAULT_REPEATS
 from moetune.jobs.results import DepthResult, Sample, capped_depths, summarize
 from moetune.llamacpp.client import CompletionResult, ServerClient
 
 WARM_UP_TOKENS = 4
 Event = Callable[[str], None]
+
+
+_IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg",
+                b"GIF8": "image/gif", b"BM": "image/bmp"}  # fmt: skip
+
+
+def image_data_uri(path: Path) -> str:
+    """``data:image/png;base64,...`` for an image file (PNG, JPEG, GIF, BMP: what llama.cpp's
+    stb_image decodes); BadValueError for anything else."""
+    import base64
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BadValueError(f"--image {path}: {exc.strerror or exc}") from None
+    mime = next((m for magic, m in _IMAGE_TYPES.items() if data.startswith(magic)), None)
+    if mime is None:
+        raise BadValueError(f"--image {path}: not a PNG, JPEG, GIF or BMP image")
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 def sample_of(result: CompletionResult) -> Sample:
@@ -36,6 +57,8 @@ class Workload:
     repeats: int = DEFAULT_REPEATS
     n_predict: int = DEFAULT_N_PREDICT
     endpoint: str = "chat"
+    image: str | None = None  # a data: URI sent with every chat request (bench --image)
+    image_name: str | None = None  # its file, for the result
 
 
 @dataclass
@@ -61,10 +84,12 @@ class Prompts:
         return self.texts[depth]
 
 
-def request(client: ServerClient, endpoint: str, text: str, n_predict: int) -> CompletionResult:
-    """One timed, streamed, uncached request on ``endpoint``."""
+def request(client: ServerClient, endpoint: str, text: str, n_predict: int,
+            image: str | None = None) -> CompletionResult:  # fmt: skip
+    """One timed, streamed, uncached request on ``endpoint`` (chat: with ``image`` if given,
+    so the time to first token includes encoding it)."""
     if endpoint == "chat":
-        return client.chat(text, n_predict)
+        return client.chat(text, n_predict, image=image)
     return client.complete(text, n_predict, stream=True)
 
 
@@ -78,12 +103,13 @@ def measure_depths(client: ServerClient, workload: Workload, prompts: Prompts, *
     """
     shortest = prompts.minimum(client)
     depths = capped_depths(workload.depths, client.n_ctx(), workload.n_predict, shortest)
-    request(client, workload.endpoint, prompts.text(client, shortest), WARM_UP_TOKENS)
+    request(client, workload.endpoint, prompts.text(client, shortest), WARM_UP_TOKENS,
+            workload.image)  # fmt: skip
     for depth in depths:
         samples: list[Sample] = []
         text = prompts.text(client, depth)
         for index in range(workload.repeats):
             on_event(f"{config}: depth {depth}, run {index + 1} of {workload.repeats}")
             samples.append(sample_of(request(client, workload.endpoint, text,
-                                             workload.n_predict)))  # fmt: skip
+                                             workload.n_predict, workload.image)))  # fmt: skip
         into.append(summarize(config, depth, samples, probe()))

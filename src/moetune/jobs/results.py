@@ -139,6 +139,7 @@ class BenchResult(_Frozen):
     probe: str | None
     probe_includes_overhead: bool
     shortest_prompt: int | None = None  # tokens of the shortest prompt (chat: the template's)
+    image: str | None = None  # the image file sent with every request (bench --image)
     # several devices: their names and budgets (device, budget_bytes: all together)
     device_names: list[str] = []
     device_budgets: list[int] = []

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from moetune.core.devices import DeviceSpec
+from moetune.core.extras import without_extras
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import DeviceMemory, estimate
 from moetune.core.placement import Placement
@@ -47,8 +48,8 @@ def find_tool(server: Path) -> Path | None:
 def _dry_run_settings(settings: Settings) -> Settings:
     """What llama-fit-params reserves: one sequence, logits for every token of the batch."""
     return settings.model_copy(update={"n_seq": 1, "all_outputs": True, "kv_unified": True,
-                                       "gpu_overhead_bytes": 0,
-                                       "device_correction_bytes": 0})  # fmt: skip
+                                       "gpu_overhead_bytes": 0, "device_correction_bytes": 0,
+                                       "extras": None})  # fmt: skip
 
 
 def _bare(devices: Sequence[DeviceSpec]) -> tuple[DeviceSpec, ...] | None:
@@ -82,7 +83,7 @@ def check_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult,
     """Each device's projection by ``llama-fit-params`` of the recommended command, beside
     the prediction of the same dry run."""
     rec = result.recommended
-    projected = parse_projection(fit_projection(tool, rec.command[1:]))
+    projected = parse_projection(fit_projection(tool, without_extras(rec.command[1:])))
     settings = _dry_run_settings(result.settings)
     predicted = estimate(facts, rec.placement, settings, _bare(req.devices))
     names = [d.name for d in predicted.devices] if req.multi else []
@@ -138,7 +139,7 @@ def dry_run_corrections(facts: ModelFacts, settings: Settings, placement: Placem
     """What llama.cpp's dry run of ``args`` (a placement's llama-server arguments) finds on
     each device beyond the prediction of the same run, where beyond the fidelity bounds
     (0 elsewhere): what ``run`` counts on each device before its first launch."""
-    projected = parse_projection(fit_projection(tool, args))
+    projected = parse_projection(fit_projection(tool, without_extras(args)))
     predicted = estimate(facts, placement, _dry_run_settings(settings), _bare(devices))
     found = []
     for index, memory in enumerate(predicted.devices):

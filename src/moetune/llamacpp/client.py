@@ -381,10 +381,16 @@ class ServerClient:
         """
         return build_prompt(n_tokens, self.chat_tokens)
 
-    def chat(self, content: str, n_predict: int, *, ignore_eos: bool = True) -> CompletionResult:
-        """One uncached, streamed ``/v1/chat/completions`` with one user message, timed."""
+    def chat(self, content: str, n_predict: int, *, ignore_eos: bool = True,
+             image: str | None = None) -> CompletionResult:  # fmt: skip
+        """One uncached, streamed ``/v1/chat/completions`` with one user message, timed;
+        ``image`` (a ``data:`` URI) goes with it as an OpenAI ``image_url`` part."""
+        message: str | list[dict[str, Any]] = content
+        if image is not None:
+            message = [{"type": "text", "text": content},
+                       {"type": "image_url", "image_url": {"url": image}}]  # fmt: skip
         body = {
-            "messages": [{"role": "user", "content": content}], "max_tokens": n_predict,
+            "messages": [{"role": "user", "content": message}], "max_tokens": n_predict,
             "stream": True, "cache_prompt": False, "ignore_eos": ignore_eos,
         }  # fmt: skip
         try:

@@ -7,6 +7,9 @@ llama_kv_cache:        CPU KV buffer size =     8.50 MiB
 llama_memory_recurrent:        CPU RS buffer size =     0.22 MiB
 sched_reserve:        CPU compute buffer size =     7.55 MiB
 llama_context:        CPU  output buffer size =     0.00 MiB
+clip_ctx: CLIP using RPC0[127.0.0.1:50052] backend            (a projector, --mmproj)
+load_hparams: model size:         0.30 MiB
+reserve_compute_meta: RPC0[127.0.0.1:50052] compute buffer size =     0.86 MiB
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ _BUFFER_RE = re.compile(
     r"(?P<device>\S+)\s+(?P<kind>model|KV|RS|compute|output) buffer size\s*=\s*"
     r"(?P<mib>\d+(?:\.\d+)?) MiB"
 )
+_CONTEXT_START = "llama_context: constructing llama_context"
+_CLIP_START = "clip_model_loader: model name"
+_CLIP_BACKEND_RE = re.compile(r"CLIP using (?P<device>\S+) backend")
+_CLIP_MODEL_RE = re.compile(r"load_hparams: model size:\s*(?P<mib>\d+(?:\.\d+)?) MiB")
 _BIND_RE = re.compile(r"couldn't bind HTTP server socket.*|couldn't start HTTP listener.*")
 _SECTION_START = "llama_model_loader: loaded meta data"
 _DRY_RUN_RE = re.compile(r"no_alloc\s*=\s*1\b")
@@ -55,8 +62,30 @@ class BufferLine:
 
 
 def parse_buffers(text: str) -> list[BufferLine]:
-    """Every buffer-size line in a llama.cpp log, in order."""
-    return [BufferLine(m["device"], m["kind"], float(m["mib"])) for m in _BUFFER_RE.finditer(text)]
+    """Every buffer in a llama.cpp log, in order: the buffer-size lines, and a projector's
+    weights (clip logs ``load_hparams: model size: X MiB`` after ``CLIP using DEV backend``)
+    as a ``model`` buffer of that device. A context that reserves its compute buffer more
+    than once (the MTP context does) keeps one line per device, the largest, as ggml does."""
+    found: list[BufferLine] = []
+    clip_device = "CPU"
+    reserved: dict[str, int] = {}  # this context's compute lines: device -> index in found
+    for line in text.splitlines():
+        if _CONTEXT_START in line or _CLIP_START in line:
+            reserved = {}
+        if (clip := _CLIP_BACKEND_RE.search(line)) is not None:
+            clip_device = clip["device"]
+        elif (size := _CLIP_MODEL_RE.search(line)) is not None:
+            found.append(BufferLine(clip_device, "model", float(size["mib"])))
+        elif (m := _BUFFER_RE.search(line)) is not None:
+            buffer = BufferLine(m["device"], m["kind"], float(m["mib"]))
+            if buffer.kind == "compute" and buffer.device in reserved:
+                at = reserved[buffer.device]
+                found[at] = max(found[at], buffer, key=lambda b: b.mib)
+                continue
+            if buffer.kind == "compute":
+                reserved[buffer.device] = len(found)
+            found.append(buffer)
+    return found
 
 
 def total_mib(lines: Iterable[BufferLine], kind: str, device_prefix: str = "") -> float:

@@ -73,6 +73,8 @@ def _header(result: BenchResult) -> Text:
     workload = [f"{result.endpoint} endpoint", f"ctx {result.n_ctx}",
                 f"{result.n_predict} generated tokens",
                 plural(result.repeats, "repeat")]  # fmt: skip
+    if result.image:
+        workload.insert(1, f"image {result.image} with every request")
     return Text(f"{where}\n{' | '.join(workload)}")
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
+    from moetune.core.memory import MemoryEstimate
     from moetune.core.plan import PlanResult
     from moetune.errors import ProfileError
     from moetune.jobs.doctor import DoctorReport
@@ -54,8 +55,30 @@ def plan_payload(result: PlanResult) -> dict[str, Any]:
             )
         ],
         "checked": result.checked,
+        **extras_payload(mem),
     }
     return {**top, "plan": result.model_dump(mode="json")}
+
+
+def extras_payload(mem: MemoryEstimate) -> dict[str, Any]:
+    """The projector's, the draft's and MTP's figures (only those present): every device
+    together, and where they are."""
+    found: dict[str, Any] = {}
+    if (mm := mem.mmproj) is not None:
+        found |= {"mmproj_weights_bytes": mm.mmproj_weights_bytes,
+                  "mmproj_compute_bytes": mm.mmproj_compute_bytes,
+                  "mmproj_host_compute_bytes": mm.host_compute_bytes,
+                  "mmproj_device": mm.device, "mmproj_type": mm.projector_type}  # fmt: skip
+    if (dr := mem.draft) is not None:
+        found |= {"draft_weights_bytes": dr.draft_weights_bytes,
+                  "draft_kv_bytes": dr.draft_kv_bytes,
+                  "draft_compute_bytes": dr.draft_compute_bytes,
+                  "draft_devices": dr.devices, "draft_host_bytes": dr.host_bytes}  # fmt: skip
+    if (mt := mem.mtp) is not None:
+        found |= {"mtp_weights_bytes": mt.mtp_weights_bytes, "mtp_kv_bytes": mt.mtp_kv_bytes,
+                  "mtp_compute_bytes": mt.mtp_compute_bytes,
+                  "mtp_host_bytes": mt.host_bytes}  # fmt: skip
+    return found
 
 
 def run_payload(result: RunResult) -> dict[str, Any]:

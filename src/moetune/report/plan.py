@@ -31,7 +31,40 @@ def _memory_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
             "RAM",
         ),
         ("host KV and compute buffers", mem.host_kv_bytes + mem.host_compute_bytes, "RAM"),
+        *_extra_rows(mem),
     ]
+
+
+def _extra_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
+    """The projector's and the draft's rows, where each part lands (only when present)."""
+    rows: list[tuple[str, int, str]] = []
+    if (mm := mem.mmproj) is not None:
+        where = "RAM" if mm.device == "CPU" else "GPU"
+        rows += [
+            (f"projector weights ({mm.projector_type})", mm.mmproj_weights_bytes, where),
+            (f"projector compute ({mm.warmup})", mm.mmproj_compute_bytes, where),
+        ]
+        if mm.host_compute_bytes:
+            rows.append(("projector host compute", mm.host_compute_bytes, "RAM"))
+    if (dr := mem.draft) is not None:
+        parts = (
+            ("draft weights", dr.draft_weights_bytes, "GPU"),
+            ("draft KV cache", dr.draft_kv_bytes, "GPU"),
+            ("draft compute buffer", dr.draft_compute_bytes, "GPU"),
+            ("draft weights on the CPU", dr.host_weights_bytes, "RAM"),
+            ("draft host KV and compute", dr.host_kv_bytes + dr.host_compute_bytes, "RAM"),
+        )
+        rows += [part for part in parts if part[1]]
+    if (mt := mem.mtp) is not None:
+        parts = (
+            ("MTP/NextN blocks (draft-mtp)", mt.mtp_weights_bytes, "GPU"),
+            ("MTP KV cache", mt.mtp_kv_bytes, "GPU"),
+            ("MTP compute buffer", mt.mtp_compute_bytes, "GPU"),
+            ("MTP/NextN weights on the CPU", mt.host_weights_bytes, "RAM"),
+            ("MTP host KV and compute", mt.host_kv_bytes + mt.host_compute_bytes, "RAM"),
+        )
+        rows += [part for part in parts if part[1]]
+    return rows
 
 
 def _memory_table(result: PlanResult) -> Table:
@@ -68,6 +101,23 @@ def _devices_table(result: PlanResult) -> Table:
         ("compute buffer", [d.compute_bytes for d in mem.devices]),
         ("runtime overhead", [d.overhead_bytes for d in mem.devices]),
     ]
+    if mem.mmproj is not None:
+        rows += [
+            ("projector weights", [d.mmproj_weights_bytes for d in mem.devices]),
+            ("projector compute", [d.mmproj_compute_bytes for d in mem.devices]),
+        ]
+    if mem.draft is not None:
+        rows += [
+            ("draft weights", [d.draft_weights_bytes for d in mem.devices]),
+            ("draft KV cache", [d.draft_kv_bytes for d in mem.devices]),
+            ("draft compute", [d.draft_compute_bytes for d in mem.devices]),
+        ]
+    if mem.mtp is not None:
+        rows += [
+            ("MTP/NextN blocks", [d.mtp_weights_bytes for d in mem.devices]),
+            ("MTP KV cache", [d.mtp_kv_bytes for d in mem.devices]),
+            ("MTP compute", [d.mtp_compute_bytes for d in mem.devices]),
+        ]
     for label, values in rows:
         table.add_row(label, *(format_bytes(v) for v in values))
     table.add_section()
@@ -85,8 +135,10 @@ def _host_lines(result: PlanResult) -> list[RenderableType]:
     line.append(format_bytes(mem.host_bytes), style=style)
     line.append(f" ({format_bytes(mem.cpu_expert_bytes)} of experts, "
                 f"{format_bytes(mem.cpu_weights_bytes - mem.cpu_expert_bytes)} other weights, "
-                f"{format_bytes(mem.host_kv_bytes + mem.host_compute_bytes)} buffers), "
-                f"available {format_bytes(ram.available_bytes)}")  # fmt: skip
+                f"{format_bytes(mem.host_kv_bytes + mem.host_compute_bytes)} buffers"
+                + (f", {format_bytes(mem.host_extras_bytes)} projector, draft and MTP"
+                   if mem.host_extras_bytes else "")
+                + f"), available {format_bytes(ram.available_bytes)}")  # fmt: skip
     return [line]
 
 
@@ -128,8 +180,11 @@ def _check_lines(result: PlanResult) -> list[RenderableType]:
     """llama.cpp's dry run beside the prediction, per device; or why there is none."""
     if not result.checks:
         return [Text(f"{result.checked}: not checked by llama.cpp", style="dim")]
+    mem = result.recommended.memory
+    alone = (", the model alone: it counts no projector, draft or MTP"
+             if mem.mmproj or mem.draft or mem.mtp else "")  # fmt: skip
     head = Text(f"checked by {result.checked} (llama-fit-params, its own dry run: "
-                "one sequence, logits for the whole batch):", style="dim")  # fmt: skip
+                f"one sequence, logits for the whole batch{alone}):", style="dim")  # fmt: skip
     lines: list[RenderableType] = [head]
     for c in result.checks:
         style = "green" if c.agrees else "yellow"

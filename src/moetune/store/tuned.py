@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import tempfile
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -375,18 +376,26 @@ def new_profile(key: TuneKey, n_cpu_moe: int, measured: Measured, command: list[
 
 def model_profile(
     store: ProfileStore, identity: ModelIdentity, n_ctx: int | None = None,
-    cache_type: str | None = None,
+    cache_type: str | None = None, beside: Sequence[tuple[str, str]] = (),
 ) -> TunedProfile:  # fmt: skip
-    """The newest tuned profile for this model file (at ``n_ctx``/``cache_type`` if given)."""
+    """The newest tuned profile for this model file (at ``n_ctx``/``cache_type`` if given,
+    tuned with the files ``beside`` it among its arguments: ``("--mmproj", FILE)``,
+    ``("--draft", FILE)``)."""
     found = [
         p for p in store.for_model(identity)
         if (n_ctx is None or p.settings.n_ctx == n_ctx)
         and (cache_type is None or cache_type in (p.settings.type_k, p.settings.type_v))
+        and all(file in p.settings.extra_args for _, file in beside)
     ]  # fmt: skip
     if not found:
+        with_files = f" with {', '.join(Path(f).name for _, f in beside)}" if beside else ""
         raise ProfileNotFoundError(
-            f"no tuned profile for {identity.file_name}" + (f" at ctx {n_ctx}" if n_ctx else ""),
-            hint=f"run `moetune run {identity.path}` first",
+            f"no tuned profile for {identity.file_name}"
+            + (f" at ctx {n_ctx}" if n_ctx else "")
+            + with_files,
+            hint=f"run `moetune run {identity.path}"
+            + "".join(f" {flag} {file}" for flag, file in beside)
+            + "` first",
         )
     profile = found[0]
     if reasons := mismatches(profile.key, profile.key.model_copy(update={"model": identity})):

@@ -185,7 +185,7 @@ def compute_for(
     and the expert tensors that live elsewhere than their layer. ``pipeline``: llama.cpp's
     pipeline parallelism is on (4 copies of every split input)."""
     run = run_params(settings.n_ctx, settings.n_ubatch, settings.n_batch, settings.n_seq,
-                     None if settings.all_outputs else settings.n_seq)  # fmt: skip
+                     None if settings.all_outputs else settings.n_outputs)  # fmt: skip
     options = _options(kinds, flash_attn=settings.flash_attn, type_k=settings.type_k,
                        type_v=settings.type_v, n_copies=4 if pipeline else 1)  # fmt: skip
     placement = Placement(homes, moves)

@@ -178,6 +178,12 @@ def simulate(facts: ModelFacts, run: Run, place: Placement, opts: Options) -> di
     replays each block once per situation and reuses it."""
     graph = Graph(facts, run, place, opts)
     build_graph(graph)
+    return schedule_and_allocate(graph, opts)
+
+
+def schedule_and_allocate(graph: Graph, opts: Options) -> dict[int, int]:
+    """Steps 2 and 3 for a built graph: split it over the backends, allocate it; the peak
+    bytes per backend."""
     assign_backends(graph)
     order, splits = split_graph(graph)
     leafs = graph.leafs
