@@ -233,3 +233,23 @@ def test_cli_refuses_ctx_max(tiny: Path) -> None:
     result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--ctx", "max"])
     assert result.exit_code == ExitCode.BAD_VALUE
     assert "--ctx" in result.stderr
+
+
+def test_cli_picks_the_profile_tuned_with_the_projector(tiny: Path, tmp_path: Path) -> None:
+    """alias --mmproj FILE: the profile whose arguments carry that file (as run saves it,
+    absolute); none tuned with it: one line that says how to tune one."""
+    mmproj = tmp_path / "mmproj.gguf"
+    plain = save_for(tiny, 32768)
+    with_it = plain.model_copy(update={
+        "settings": plain.settings.model_copy(update={
+            "n_ctx": 8192, "extra_args": ["--mmproj", str(mmproj.absolute())]}),
+        "command": [*plain.command, "--mmproj", str(mmproj.absolute())],
+    })  # fmt: skip
+    ProfileStore().save(with_it.model_copy(update={"name": profile_name(with_it.key)}))
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--mmproj", str(mmproj)])
+    assert result.exit_code == 0, result.output
+    assert "ctx 8192" in result.stdout and str(mmproj.absolute()) in result.stdout
+    other = tmp_path / "other-mmproj.gguf"
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--mmproj", str(other)])
+    assert result.exit_code == ExitCode.FILE_NOT_FOUND
+    assert "with other-mmproj.gguf" in result.output and "--mmproj" in result.output

@@ -72,7 +72,7 @@ def run(
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     from moetune.cli.machine import physical_cores
-    from moetune.core.extras import extras_args
+    from moetune.core.extras import absolute_files, extras_args
     from moetune.core.facts import load_model_facts
     from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
@@ -92,7 +92,8 @@ def run(
     facts = load_model_facts(model)
     check_loadable(facts)
     # absolute: the saved command and the aliases made from it run from any folder
-    extra = extras_args(pass_through(context), mmproj=_absolute(mmproj), draft=_absolute(draft))
+    extra = absolute_files(extras_args(pass_through(context), mmproj=_opt(mmproj),
+                                       draft=_opt(draft)))  # fmt: skip
     settings = Settings(n_ctx=1, type_k=cache_type, type_v=cache_type)
     spec = LaunchSpec(binary=find_server(server), model=str(model.absolute()),
                       settings=settings_from_extra(settings, extra, facts), extra=extra,
@@ -130,5 +131,5 @@ def run(
                      on_ready=err().print, on_stop=err().print)  # fmt: skip
 
 
-def _absolute(path: Path | None) -> str | None:
-    return str(path.absolute()) if path is not None else None
+def _opt(path: Path | None) -> str | None:
+    return str(path) if path is not None else None

@@ -260,6 +260,24 @@ def extras_args(extra: Sequence[str], *, mmproj: str | None = None,
     return found
 
 
+def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
+    """``extra`` with the projector's and the draft's files made absolute (a saved command,
+    and the aliases made from it, then run from any folder)."""
+    from pathlib import Path
+
+    files = frozenset({*MMPROJ_FLAGS, *DRAFT_FLAGS})
+    found: list[str] = []
+    for index, arg in enumerate(extra):
+        key, eq, value = arg.partition("=")
+        if eq and key in files:
+            found.append(f"{key}={Path(value).absolute()}")
+        elif index and extra[index - 1] in files:
+            found.append(str(Path(arg).absolute()))
+        else:
+            found.append(arg)
+    return tuple(found)
+
+
 def with_extras(settings: Settings, target: ModelFacts, extra: Sequence[str]) -> Settings:
     """``settings`` with what ``extra`` loads beside ``target`` (its files read and checked);
     unchanged when it loads nothing."""
