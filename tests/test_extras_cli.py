@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }  # fmt: skip
 
 
-def _plan(files: dict[str, Path], *args: str) -> dict[str, object]:
+def _plan(files: dict[str, Path], *args: str) -> dict[str, Any]:
     done = moetune("plan", str(files["model"]), *BUDGET, "--json", *args)
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
@@ -58,24 +59,24 @@ def test_the_projector_is_planned_in(files: dict[str, Path]) -> None:
     assert with_it["mmproj_device"] == "CUDA0" and with_it["mmproj_type"] == "gemma3"
     weights, compute = with_it["mmproj_weights_bytes"], with_it["mmproj_compute_bytes"]
     assert isinstance(weights, int) and isinstance(compute, int) and weights > 0 < compute
-    device = with_it["devices"][0]  # type: ignore[index]
+    device = with_it["devices"][0]
     assert device["mmproj_weights_bytes"] == weights
     assert device["total_bytes"] <= device["budget_bytes"]
     # the room it takes moves experts off the device: at least one more block on the CPU
-    assert int(with_it["n_cpu_moe"]) > int(plain["n_cpu_moe"])  # type: ignore[call-overload]
-    assert with_it["command"][-2:] == ["--mmproj", str(files["mmproj"])]  # type: ignore[index]
+    assert with_it["n_cpu_moe"] > plain["n_cpu_moe"]
+    assert with_it["command"][-2:] == ["--mmproj", str(files["mmproj"])]
 
 
 def test_no_mmproj_offload_keeps_it_in_ram(files: dict[str, Path]) -> None:
     plan = _plan(files, "--mmproj", str(files["mmproj"]), "--", "--no-mmproj-offload")
     assert plan["mmproj_device"] == "CPU"
-    assert "mmproj_weights_bytes" not in plan["devices"][0]  # type: ignore[index]
-    assert "--no-mmproj-offload" in plan["command"]  # type: ignore[operator]
+    assert "mmproj_weights_bytes" not in plan["devices"][0]
+    assert "--no-mmproj-offload" in plan["command"]
 
 
 def test_the_draft_and_its_flags(files: dict[str, Path]) -> None:
     plan = _plan(files, "--draft", str(files["draft"]), "--", "-ctkd", "q8_0", "-ngld", "99")
-    device = plan["devices"][0]  # type: ignore[index]
+    device = plan["devices"][0]
     assert device["draft_weights_bytes"] == plan["draft_weights_bytes"] > 0
     assert device["draft_kv_bytes"] == plan["draft_kv_bytes"] > 0
     command = plan["command"]
