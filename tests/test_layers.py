@@ -38,7 +38,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "pydantic_core": ("core/extras.py",),  # Extras inside Settings: taken as it is
     "typer": ("cli",),
     "rich": ("report", "cli"),
-    "httpx": ("llamacpp/client.py",),
+    "httpx": ("llamacpp/client.py", "hub/http.py"),
     "subprocess": ("llamacpp/process.py", "hardware/smi.py"),
     "psutil": ("hardware/host.py",),
     "pynvml": ("hardware/nvml.py",),
@@ -113,6 +113,33 @@ def test_core_is_pure(path: Path) -> None:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
     assert not [c for c in calls if c.func.id in ("print", "input")]  # type: ignore[attr-defined]
     assert "sys.stdout" not in path.read_text(encoding="utf-8")
+
+
+HUB = [p for p in modules() if module_name(p).startswith("moetune.hub")]
+HUB_MAY_USE = ("moetune.hub", "moetune.gguf", "moetune.errors", "moetune.units",
+               "moetune.store.paths")  # fmt: skip
+
+
+@pytest.mark.parametrize("path", HUB, ids=module_name)
+def test_hub_is_a_layer_of_its_own(path: Path) -> None:
+    """hub/ (names, listings, remote headers) uses gguf/, errors, units and the store's paths
+    of moetune, and nothing above it (core, cli, jobs, report); httpx only in hub/http.py."""
+    names = imports(path)
+    ours = {n for n in names if _top(n) == "moetune" and n not in ("moetune", "moetune.store")}
+    ours -= {"moetune.__version__"}
+    assert all(n.startswith(HUB_MAY_USE) for n in ours), sorted(ours)
+    network = {"httpx", "urllib", "socket", "ssl", "http"}
+    assert not {_top(n) for n in names} & (CORE_FORBIDDEN - network - {"threading"})
+
+
+def test_importing_the_hub_loads_no_network() -> None:
+    """``moetune.hub``'s names load neither httpx nor the store until a call needs them."""
+    reached = _closure("moetune.hub")
+    by_name = {module_name(p): p for p in modules()}
+    assert "moetune.hub.http" not in reached and not any(
+        m.startswith("moetune.store") for m in reached
+    )
+    assert not any("httpx" in eager_imports(by_name[m]) for m in reached)
 
 
 def _closure(name: str) -> set[str]:

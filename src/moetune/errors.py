@@ -21,6 +21,8 @@ class ExitCode(IntEnum):
     OUT_OF_MEMORY = 10
     PORT_IN_USE = 11
     CHECK_FAILED = 12
+    NETWORK = 13
+    HUB_AUTH = 14
     INTERRUPTED = 130
 
 
@@ -52,6 +54,16 @@ class GGUFFormatError(MoetuneError):
 
 class UnsupportedModelError(GGUFFormatError):
     """A valid file that moetune deliberately refuses (big-endian, GGUF v1)."""
+
+
+class TruncatedHeaderError(GGUFFormatError):
+    """A header parsed from a prefix of a longer file (a remote one read with HTTP ranges)
+    runs past the prefix: ``needed_bytes`` is the prefix length to fetch and parse next.
+    Never reaches the user from a complete file (that is a plain GGUFFormatError)."""
+
+    def __init__(self, needed_bytes: int, message: str = "GGUF header continues") -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
 
 
 class ProjectorError(GGUFFormatError):
@@ -117,5 +129,29 @@ class ProfileError(BadValueError):
 
 class ProfileNotFoundError(MoetuneError):
     """No hardware or tuned profile has the name asked for."""
+
+    exit_code = ExitCode.FILE_NOT_FOUND
+
+
+class HubError(MoetuneError):
+    """Talking to the model hub (or another HTTP server holding a GGUF file) failed."""
+
+    exit_code = ExitCode.NETWORK
+
+
+class NetworkError(HubError):
+    """No answer: DNS failure, refused connection, timeout, a 5xx; or an answer moetune
+    refuses: a redirect loop, a server that ignores Range requests."""
+
+
+class HubAuthError(HubError):
+    """401/403: the repository is gated or private and HF_TOKEN is missing or cannot read it."""
+
+    exit_code = ExitCode.HUB_AUTH
+
+
+class HubNotFoundError(HubError):
+    """404: no such repository, file, or quant in the repository (the message lists those
+    that exist)."""
 
     exit_code = ExitCode.FILE_NOT_FOUND

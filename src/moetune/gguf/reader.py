@@ -8,6 +8,10 @@ walked past. Opening a 150k-token header takes milliseconds instead of seconds.
 Every count read from the file is checked against the bytes that remain before anything is
 allocated or looped over, so a corrupt or hostile header ends in :class:`GGUFFormatError`,
 never in a huge allocation or an endless loop.
+
+:func:`read_header_prefix` parses the first bytes of a longer file (a remote header fetched
+with HTTP ranges): the sanity checks use the FILE's size, and a buffer that ends before the
+header does raises :class:`TruncatedHeaderError` with the number of bytes to fetch next.
 """
 
 from __future__ import annotations
@@ -20,7 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple, Union
 
-from moetune.errors import GGUFFormatError, ModelFileError, UnsupportedModelError
+from moetune.errors import (
+    GGUFFormatError,
+    ModelFileError,
+    TruncatedHeaderError,
+    UnsupportedModelError,
+)
 from moetune.gguf import keys
 from moetune.gguf.types import (
     ARRAY,
@@ -96,21 +105,38 @@ class GGUFHeader(NamedTuple):
 
 
 class _Cursor:
-    """Bounds-checked little-endian reads over a read-only buffer."""
+    """Bounds-checked little-endian reads over a read-only buffer.
 
-    __slots__ = ("buf", "pos", "size")
+    ``size`` is the buffer's length, ``file_size`` the length of the file it begins (the
+    same for a local file; more for a prefix of a remote one). Reading past ``size`` but not
+    past ``file_size`` raises :class:`TruncatedHeaderError`; past ``file_size``,
+    :class:`GGUFFormatError`.
+    """
 
-    def __init__(self, buf: bytes | mmap.mmap) -> None:
+    __slots__ = ("buf", "file_size", "pos", "size")
+
+    def __init__(self, buf: bytes | mmap.mmap, file_size: int | None = None) -> None:
         self.buf = buf
         self.pos = 0
         self.size = len(buf)
+        self.file_size = self.size if file_size is None else max(file_size, self.size)
 
     def need(self, n_bytes: int, what: str) -> None:
-        if n_bytes < 0 or self.pos + n_bytes > self.size:
-            raise GGUFFormatError(
-                f"truncated GGUF header: {what} needs {n_bytes} bytes at offset {self.pos}, "
-                f"file has {self.size - self.pos} left"
-            )
+        if n_bytes < 0:
+            raise GGUFFormatError(f"corrupt GGUF header: {what} has a negative size")
+        if self.pos + n_bytes > self.size:
+            self.truncated(self.pos + n_bytes, what, n_bytes)
+
+    def truncated(self, end: int, what: str, n_bytes: int | None = None) -> None:
+        """The buffer ends before ``end``: ask for more, or refuse what the file cannot hold."""
+        if 0 <= end <= self.file_size and self.size < self.file_size:
+            raise TruncatedHeaderError(end, f"GGUF header continues past byte {self.size}")
+        if n_bytes is None:
+            raise GGUFFormatError(f"truncated GGUF header inside {what}")
+        raise GGUFFormatError(
+            f"truncated GGUF header: {what} needs {n_bytes} bytes at offset {self.pos}, "
+            f"file has {self.file_size - self.pos} left"
+        )
 
     def scalar(self, fmt: struct.Struct, what: str) -> int | float | bool:
         self.need(fmt.size, what)
@@ -134,10 +160,10 @@ class _Cursor:
         return bytes(raw).decode("utf-8", errors="replace")
 
     def count(self, what: str, min_item_bytes: int) -> int:
-        """A u64 element count, refused if the remaining bytes cannot possibly hold it."""
+        """A u64 element count, refused if the rest of the FILE cannot possibly hold it."""
         start = self.pos
         n = self.u64(what)
-        if n * min_item_bytes > self.size - self.pos:
+        if n * min_item_bytes > self.file_size - self.pos:
             raise GGUFFormatError(
                 f"corrupt GGUF header: {what} of {n} at offset {start} exceeds the file"
             )
@@ -145,14 +171,18 @@ class _Cursor:
 
     def skip_strings(self, n: int, what: str) -> None:
         """Walk past n strings (u64 length + bytes each) without decoding them."""
-        buf, pos, size, unpack = self.buf, self.pos, self.size, _UNPACK_U64
+        buf, start, size, unpack = self.buf, self.pos, self.size, _UNPACK_U64
+        pos, walked = start, 0
         try:
-            for _ in range(n):
+            for walked in range(n):  # noqa: B007 (how far the walk got is used below)
                 pos += 8 + unpack(buf, pos)[0]
+            walked = n
         except (struct.error, OverflowError):
-            pos = size + 1
-        if pos > size:
-            raise GGUFFormatError(f"truncated GGUF header inside {what}")
+            pass
+        if pos > size or walked < n:
+            # Where the array probably ends: the strings walked so far, on average.
+            average = (pos - start) / walked if walked else 16.0
+            self.truncated(pos + int((n - walked) * max(average, 8.0)), what)
         self.pos = pos
 
 
@@ -202,10 +232,24 @@ def read_header_bytes(data: bytes, name: str = "<bytes>") -> GGUFHeader:
     return _parse(Path(name), data, len(data))
 
 
+def read_header_prefix(data: bytes, file_bytes: int, name: str | os.PathLike[str]) -> GGUFHeader:
+    """Parse a header from the first ``len(data)`` bytes of a file of ``file_bytes`` bytes
+    (a remote file read with HTTP ranges; ``name`` becomes the header's ``path``).
+
+    Raises :class:`TruncatedHeaderError` when ``data`` ends before the header does: its
+    ``needed_bytes`` is the prefix length to try next (exact, or an estimate from the average
+    string length when the buffer ends inside a skipped array). Counts are checked against
+    ``file_bytes``, so a prefix of a valid file is never called corrupt for being short.
+    """
+    return _parse(Path(name), data, max(file_bytes, len(data)))
+
+
 def _parse(path: Path, buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
-    cur = _Cursor(buf)
+    cur = _Cursor(buf, size)
     if size == 0:
         raise GGUFFormatError(f"{path.name} is empty, not a GGUF file")
+    if len(buf) < 4 and size >= 4:
+        raise TruncatedHeaderError(4, "GGUF header continues past byte 0")
     if size < 4 or bytes(buf[:4]) != GGUF_MAGIC:
         raise GGUFFormatError(f"{path.name} is not a GGUF file (bad magic)")
     cur.pos = 4

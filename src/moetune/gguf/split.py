@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -57,22 +58,37 @@ def _int_key(header: GGUFHeader, key: str, default: int) -> int:
     return value
 
 
+def split_count(header: GGUFHeader) -> int:
+    """How many shards the model that ``header`` begins has (1 for a single file)."""
+    return max(_int_key(header, keys.SPLIT_COUNT, 1), 1)
+
+
 def read_model(path: str | os.PathLike[str]) -> GGUFModel:
     """Read the header of a model file, and of every other shard if it is split."""
     first = read_header(path)
-    count = _int_key(first, keys.SPLIT_COUNT, 1)
+    count = split_count(first)
     if count <= 1:
         return GGUFModel((first,), first.tensors)
-    headers: list[GGUFHeader] = []
-    for index, shard_path in enumerate(shard_paths(first.path, count)):
-        header = first if shard_path == first.path else _read_shard(shard_path, index, count)
+    headers = [
+        first if shard_path == first.path else _read_shard(shard_path, index, count)
+        for index, shard_path in enumerate(shard_paths(first.path, count))
+    ]
+    return model_from_shards(headers)
+
+
+def model_from_shards(headers: Sequence[GGUFHeader]) -> GGUFModel:
+    """One model from the headers of all its shards, in order (local or remote): each must
+    say it is shard k of N, and together they must hold the tensor count the first declares."""
+    count = len(headers)
+    for index, header in enumerate(headers):
         _check_shard(header, index, count)
-        headers.append(header)
     tensors = tuple(
         tensor._replace(shard=index)
         for index, header in enumerate(headers)
         for tensor in header.tensors
     )
+    if count == 1:
+        return GGUFModel(tuple(headers), tensors)
     expected = _int_key(headers[0], keys.SPLIT_TENSORS_COUNT, len(tensors))
     if expected != len(tensors):
         raise GGUFFormatError(

@@ -4,7 +4,9 @@
   config dir (``$XDG_CONFIG_HOME/moetune``, usually ``~/.config/moetune``);
 - data (saved bench results): ``$MOETUNE_HOME/bench``, else ``<user data dir>/moetune/bench``;
 - logs (llama-server's, one per launch): ``$MOETUNE_HOME/logs``, else
-  ``<user cache dir>/moetune/logs``.
+  ``<user cache dir>/moetune/logs``;
+- the hub cache (remote headers, listings; moetune.hub): ``$MOETUNE_HOME/hub``, else
+  ``<user cache dir>/moetune/hub``.
 """
 
 from __future__ import annotations
@@ -59,3 +61,13 @@ def log_dir() -> Path:
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir(APP)) / "logs"
+
+
+def hub_cache_dir() -> Path:
+    """Remote headers and repository listings: ``$MOETUNE_HOME/hub``, else
+    ``<user cache dir>/moetune/hub``."""
+    if (home := home_override()) is not None:
+        return home / "hub"
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir(APP)) / "hub"
