@@ -30,6 +30,7 @@ def alias(
     """
     import os
 
+    from moetune.cli.models import open_model, require_weights
     from moetune.errors import BadValueError
     from moetune.jobs.alias import alias_text, check_name, parse_shell, shell_from_path
     from moetune.store.tuned import ProfileStore, model_identity, model_profile
@@ -41,5 +42,8 @@ def alias(
     tokens = ctx.tokens if ctx is not None else None
     beside = [(flag, str(path.absolute())) for flag, path in (("--mmproj", mmproj),
               ("--draft", draft)) if path is not None]  # fmt: skip
-    profile = model_profile(ProfileStore(), model_identity(model), tokens, cache_type, beside)
+    named = require_weights(open_model(model))  # a tuned profile is of a file on disk
+    assert named.path is not None
+    profile = model_profile(ProfileStore(), model_identity(named.path), tokens, cache_type,
+                            beside)  # fmt: skip
     write_text(alias_text(name, profile, chosen))

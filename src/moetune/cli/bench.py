@@ -84,8 +84,11 @@ def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool)
 def bench(
     context: typer.Context,
     model: Annotated[
-        Path | None,
-        typer.Argument(help="GGUF model file (leave out with --server-url).", metavar="MODEL"),
+        str | None,
+        typer.Argument(
+            help="GGUF model file, user/model[:quant] or a URL (leave out with --server-url).",
+            metavar="MODEL",
+        ),
     ] = None,
     configs: Annotated[
         str,
@@ -181,10 +184,10 @@ class _Choice(NamedTuple):
     rpc: str | None
 
 
-def _bench_model(model: Path, extra: tuple[str, ...], workload: Workload, choice: _Choice,
+def _bench_model(model: str, extra: tuple[str, ...], workload: Workload, choice: _Choice,
                  emit: tuple[bool, Path | None, bool]) -> None:  # fmt: skip
     from moetune.cli.machine import physical_cores
-    from moetune.core.facts import load_model_facts
+    from moetune.cli.models import launch_model, open_model
     from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
@@ -201,14 +204,18 @@ def _bench_model(model: Path, extra: tuple[str, ...], workload: Workload, choice
 
     stop_on_signals()
     names = tuple(parse_configs(choice.configs))
-    facts = load_model_facts(model)
+    chosen = open_model(model)
+    facts = chosen.facts
     check_loadable(facts)
     if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     settings = Settings(n_ctx=1, type_k=choice.cache_type, type_v=choice.cache_type)
-    spec = LaunchSpec(binary=find_server(choice.server), model=str(model),
+    path, extra = launch_model(chosen, extra)
+    sibling = chosen.sibling_path
+    spec = LaunchSpec(binary=find_server(choice.server), model=path,
                       settings=settings_from_extra(settings, extra, facts), extra=extra,
-                      threads=physical_cores())  # fmt: skip
+                      threads=physical_cores(), hf=chosen.hf,
+                      hf_sibling=str(sibling.absolute()) if sibling else None)  # fmt: skip
     with err().status("benchmarking...") as status:
         spec, setup = prepare_device(spec, target_bytes=choice.target,
                                      headroom_bytes=choice.headroom, gpus=detect_gpu_probe(),

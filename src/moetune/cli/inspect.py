@@ -21,9 +21,9 @@ def inspect(
     ] = False,
 ) -> None:
     """Architecture, blocks, experts, and bytes per block by tensor role."""
-    from moetune.core.facts import load_model_facts
+    from moetune.cli.models import open_model
 
-    facts = load_model_facts(model)
+    facts = open_model(model).facts
     if as_json:
         from moetune.report import to_json
         from moetune.report.payloads import inspect_payload

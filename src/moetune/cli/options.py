@@ -93,9 +93,11 @@ def parse_cache(text: str) -> str:
 SIZE = "SIZE"
 SIZES = "SIZE[,SIZE]"
 ModelArg = Annotated[
-    Path,
+    str,
     typer.Argument(
-        help="GGUF model file (any shard of a split model).", readable=False, metavar="MODEL"
+        help="GGUF model file (any shard of a split model), user/model[:quant] on the "
+        "Hugging Face hub, or a URL of a .gguf.",
+        metavar="MODEL",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]

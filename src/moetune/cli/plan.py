@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
@@ -28,10 +28,12 @@ from moetune.cli.options import (
     pass_through,
 )
 from moetune.errors import DoesNotFitError
+from moetune.units import Ctx
 
 if TYPE_CHECKING:
-    from moetune.core.facts import ModelFacts
+    from moetune.cli.models import Model
     from moetune.core.plan import PlanRequest, PlanResult
+    from moetune.hub import ModelName, Quant
     from moetune.jobs.devices import DeviceSet
 
 
@@ -81,45 +83,33 @@ def plan(
     Arguments after -- go into the command; the projector's and the draft's are counted.
     """
     from moetune.cli.machine import host_ram, plan_devices
+    from moetune.cli.models import open_model
     from moetune.core.command import check_extra
-    from moetune.core.extras import extras_args, with_extras
-    from moetune.core.facts import load_model_facts
-    from moetune.core.plan import PlanRequest, make_plan
-    from moetune.core.settings import Settings, default_n_ctx
+    from moetune.core.extras import extras_args
+    from moetune.core.plan import make_plan
+    from moetune.hub import ModelName, parse_model_arg
     from moetune.units import per_device
 
-    facts = load_model_facts(model)
     extra = extras_args(pass_through(context), mmproj=str(mmproj) if mmproj else None,
                         draft=str(draft) if draft else None)  # fmt: skip
     check_extra(extra)
-    n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
     found = plan_devices(vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu,
                          overhead=overhead, server=server)  # fmt: skip
-    devices, first = found.devices, found.devices[0]
-    n = len(devices)
-    targets = per_device(target_vram, n, "--target-vram")
-    headrooms = per_device(headroom, n, "--headroom") or headroom
-    ram_total, ram_available, cores = host_ram(ram)
-    settings = Settings(n_ctx=n_ctx, type_k=cache_type, type_v=cache_type, n_ubatch=ubatch,
-                        gpu_overhead_bytes=first.overhead_bytes,
-                        device_kind=first.kind)  # fmt: skip
-    settings = with_extras(settings, facts, extra)
-    if parallel is not None:  # an explicit -np turns the unified KV cache off
-        settings = settings.model_copy(
-            update={"n_seq": parallel, "kv_unified": False, "explicit_parallel": True}
-        )
-    request = PlanRequest(
-        model_path=str(model), device_bytes=first.total_bytes or 0,
-        target_bytes=targets[0] if targets else None, headroom_bytes=headrooms[0],
-        settings=settings, ctx_max=ctx is not None and ctx.is_max, n_cpu_moe=n_cpu_moe,
-        ram_total_bytes=ram_total, ram_available_bytes=ram_available, physical_cores=cores,
-        gpu_free_bytes=found.gpu_free_bytes, devices=devices if n > 1 else (),
-        device_targets=tuple(targets) if targets and n > 1 else (),
-        device_headrooms=tuple(headrooms) if n > 1 else (), device_args=found.device_args,
-        extra_args=extra,
+    n = len(found.devices)
+    inputs = _Inputs(
+        found=found, extra=extra, ctx=ctx, cache_type=cache_type, ubatch=ubatch,
+        parallel=parallel, n_cpu_moe=n_cpu_moe, targets=tuple(per_device(target_vram, n,
+        "--target-vram") or ()), headrooms=tuple(per_device(headroom, n, "--headroom") or headroom),
+        ram=host_ram(ram),
     )  # fmt: skip
-    result = make_plan(facts, request)
-    result = _checked(facts, request, result, found, server) if verify else (
+    arg = parse_model_arg(model)
+    if isinstance(arg, ModelName) and arg.quant is None:
+        _plan_quants(arg, inputs, as_json)
+        return
+    chosen = open_model(model)
+    request = _request(chosen, inputs)
+    result = make_plan(chosen.facts, request)
+    result = _checked(chosen, request, result, found, server) if verify else (
         result.model_copy(update={"checked": "skipped (--no-verify)"}))  # fmt: skip
     if as_json:
         from moetune.report import to_json
@@ -129,12 +119,91 @@ def plan(
     else:
         from moetune.report.plan import render_plan
 
-        print_report(render_plan(result, facts, found.source))
+        print_report(render_plan(result, chosen.facts, found.source))
     if not result.fits:  # the document is out; the exit code and one line on stderr say it
         raise DoesNotFitError(f"does not fit: {result.reason}")
 
 
-def _checked(facts: ModelFacts, request: PlanRequest, result: PlanResult, found: DeviceSet,
+class _Inputs(NamedTuple):
+    """What a plan is asked for, apart from the model."""
+
+    found: DeviceSet
+    extra: tuple[str, ...]
+    ctx: Ctx | None
+    cache_type: str
+    ubatch: int
+    parallel: int | None
+    n_cpu_moe: int | None
+    targets: tuple[int, ...]
+    headrooms: tuple[int, ...]
+    ram: tuple[int | None, int | None, int | None]
+
+
+def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
+    """The plan request for ``chosen`` (its context default, the companions it brings)."""
+    from moetune.core.extras import with_extras
+    from moetune.core.plan import PlanRequest
+    from moetune.core.settings import Settings, default_n_ctx
+
+    facts, ctx = chosen.facts, inputs.ctx
+    n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
+    devices, first = inputs.found.devices, inputs.found.devices[0]
+    n = len(devices)
+    settings = Settings(n_ctx=n_ctx, type_k=inputs.cache_type, type_v=inputs.cache_type,
+                        n_ubatch=inputs.ubatch, gpu_overhead_bytes=first.overhead_bytes,
+                        device_kind=first.kind)  # fmt: skip
+    settings = with_extras(settings, facts, inputs.extra, sibling=chosen.sibling)
+    if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
+        settings = settings.model_copy(
+            update={"n_seq": inputs.parallel, "kv_unified": False, "explicit_parallel": True}
+        )
+    flag, source = chosen.named
+    ram_total, ram_available, cores = inputs.ram
+    targets, headrooms = inputs.targets, inputs.headrooms
+    return PlanRequest(
+        model_path=source, model_flag=flag, device_bytes=first.total_bytes or 0,
+        target_bytes=targets[0] if targets else None, headroom_bytes=headrooms[0],
+        settings=settings, ctx_max=ctx is not None and ctx.is_max, n_cpu_moe=inputs.n_cpu_moe,
+        ram_total_bytes=ram_total, ram_available_bytes=ram_available, physical_cores=cores,
+        gpu_free_bytes=inputs.found.gpu_free_bytes, devices=devices if n > 1 else (),
+        device_targets=targets if targets and n > 1 else (),
+        device_headrooms=headrooms if n > 1 else (), device_args=inputs.found.device_args,
+        extra_args=inputs.extra,
+    )  # fmt: skip
+
+
+def _plan_quants(name: ModelName, inputs: _Inputs, as_json: bool) -> None:
+    """``plan user/model``: every quant of the repository, and the two picks."""
+    from moetune.cli.models import model_of_quant
+    from moetune.core.plan import make_plan
+    from moetune.hub import list_repo
+    from moetune.jobs.quants import plan_quants
+
+    listing = list_repo(name)
+
+    def plan_of(quant: Quant, ctx_max: bool) -> PlanResult:
+        chosen = model_of_quant(name, listing, quant)
+        request = _request(chosen, inputs._replace(ctx=_MAX if ctx_max else inputs.ctx))
+        return make_plan(chosen.facts, request)
+
+    result = plan_quants(name, listing, plan_of, inputs.found.devices, inputs.ram)
+    if as_json:
+        from moetune.report import to_json
+        from moetune.report.payloads import quants_payload
+
+        write_json(to_json(quants_payload(result)))
+    else:
+        from moetune.report.quants import render_quants
+
+        print_report(render_quants(result, inputs.found.source))
+    if result.best is None:
+        raise DoesNotFitError(f"no quant of {name.repo} fits: {result.reason}")
+
+
+_MAX = Ctx(None)
+
+
+def _checked(chosen: Model, request: PlanRequest, result: PlanResult, found: DeviceSet,
              server: str | None) -> PlanResult:  # fmt: skip
     """The plan checked by llama.cpp where the devices are here and llama-fit-params is
     installed; else it says it is a prediction, and why."""
@@ -153,11 +222,14 @@ def _checked(facts: ModelFacts, request: PlanRequest, result: PlanResult, found:
         tool = None
     if tool is None:
         return result.model_copy(update={"checked": "prediction (llama-fit-params not found)"})
-    if facts.header_only:
+    if chosen.facts.header_only:
         why = "prediction (a header-only file: llama.cpp cannot dry-run it)"
         return result.model_copy(update={"checked": why})
+    if chosen.path is None:  # llama-fit-params would download it
+        why = "prediction (not downloaded: llama.cpp's dry run needs the file)"
+        return result.model_copy(update={"checked": why})
     try:
-        return checked_plan(facts, request, result, tool)
+        return checked_plan(chosen.facts, request, result, tool, model_path=str(chosen.path))
     except MoetuneError as exc:  # the check is a bonus: the plan stands as a prediction
         return result.model_copy(update={"checked": "prediction (llama.cpp's check failed)",
                                          "warnings": [*result.warnings, exc.message]})  # fmt: skip

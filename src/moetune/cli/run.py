@@ -72,8 +72,8 @@ def run(
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     from moetune.cli.machine import physical_cores
+    from moetune.cli.models import launch_model, open_model
     from moetune.core.extras import absolute_files, extras_args
-    from moetune.core.facts import load_model_facts
     from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.devices import split_endpoints
@@ -89,15 +89,18 @@ def run(
     from moetune.store.tuned import ProfileStore
 
     stop_on_signals()
-    facts = load_model_facts(model)
+    chosen = open_model(model)
+    facts = chosen.facts
     check_loadable(facts)
     # absolute: the saved command and the aliases made from it run from any folder
-    extra = absolute_files(extras_args(pass_through(context), mmproj=_opt(mmproj),
-                                       draft=_opt(draft)))  # fmt: skip
+    path, extra = launch_model(chosen, absolute_files(extras_args(
+        pass_through(context), mmproj=_opt(mmproj), draft=_opt(draft))))  # fmt: skip
     settings = Settings(n_ctx=1, type_k=cache_type, type_v=cache_type)
-    spec = LaunchSpec(binary=find_server(server), model=str(model.absolute()),
+    sibling = chosen.sibling_path
+    spec = LaunchSpec(binary=find_server(server), model=path,
                       settings=settings_from_extra(settings, extra, facts), extra=extra,
-                      port=port, threads=physical_cores())  # fmt: skip
+                      port=port, threads=physical_cores(), hf=chosen.hf,
+                      hf_sibling=str(sibling.absolute()) if sibling else None)  # fmt: skip
     with err().status("tuning...") as status:
         spec, setup = prepare_device(spec, target_bytes=target_vram, headroom_bytes=headroom,
                                      gpus=detect_gpu_probe(), overhead=overhead,

@@ -46,6 +46,7 @@ class ServerArgs(NamedTuple):
     fit: FitMode | None = None  # set: no placement flags, llama.cpp's --fit decides
     tensor_split: tuple[float, ...] = ()  # -ts, one value per device
     bufts: tuple[str, ...] = ()  # the devices' buffer types, for -ot rules that name them
+    model_flag: str = "-m"  # -hf when the model is a Hugging Face name, -mu for a URL
 
 
 def args_for(
@@ -58,6 +59,7 @@ def args_for(
     with_ubatch: bool = True,
     fit: FitMode | None = None,
     bufts: tuple[str, ...] = (),
+    model_flag: str = "-m",
 ) -> ServerArgs:
     """The arguments for ``placement`` at ``settings`` (``--n-cpu-moe N`` when the placement
     came from it, else its ``-ot`` rules), or for llama.cpp's own ``fit`` when ``placement``
@@ -80,6 +82,7 @@ def args_for(
         fit=fit if placement is None else None,
         tensor_split=place.tensor_split,
         bufts=bufts,
+        model_flag=model_flag,
     )
 
 
@@ -94,7 +97,7 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
     extra = list(args.extra)
     if any(rule.target != CPU for rule in args.overrides):  # -ot names a device --rpc adds
         devices, extra = device_args(args.extra)
-    argv = [binary, "-m", args.model, *devices]
+    argv = [binary, args.model_flag, args.model, *devices]
     if args.fit is None:
         argv += ["-ngl", "99" if args.n_gpu_layers >= ALL_LAYERS else str(args.n_gpu_layers)]
         if args.tensor_split:
@@ -114,6 +117,26 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
     if args.n_parallel:
         argv += ["-np", str(args.n_parallel)]
     return [*argv, *_fit_flags(args.fit), *extra]
+
+
+def hf_argv(argv: Sequence[str], name: str, sibling: str | None = None) -> list[str]:
+    """A command launched on the files of a Hugging Face name as the user would type it:
+    ``-hf NAME`` for ``-m FILE``, and without the ``--mmproj`` of the sibling -hf brings."""
+    found: list[str] = []
+    skip = False
+    for index, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        nxt = argv[index + 1] if index + 1 < len(argv) else None
+        if arg == "-m" and nxt is not None:
+            found += ["-hf", name]
+            skip = True
+        elif arg in ("--mmproj", "-mm") and sibling is not None and nxt == sibling:
+            skip = True
+        else:
+            found.append(arg)
+    return found
 
 
 def _number(value: float) -> str:

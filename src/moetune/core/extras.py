@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from moetune.core.settings import Settings
 
 MMPROJ_FLAGS = ("-mm", "--mmproj")
+NO_MMPROJ_FLAGS = ("--no-mmproj", "--no-mmproj-auto")  # -hf brings no mmproj sibling
 MMPROJ_OFFLOAD_FLAGS = ("--mmproj-offload", "--no-mmproj-offload")
 MMPROJ_DEVICE_FLAGS = ("-mmdev", "--mmproj-device")
 DRAFT_FLAGS = ("-md", "--spec-draft-model", "--model-draft")
@@ -84,6 +85,7 @@ class ExtraArgs(NamedTuple):
     """The projector and draft flags among llama-server's arguments."""
 
     mmproj: str | None = None
+    mmproj_auto: bool = True  # -hf: the repository's mmproj sibling comes along
     mmproj_offload: bool = True
     mmproj_device: str | None = None  # -mmdev NAME; None: the first -dev, else the first GPU
     image_min_tokens: int | None = None
@@ -177,6 +179,25 @@ def n_max(spec_types: Sequence[str], values: dict[str, str]) -> int:
     return found
 
 
+def _projector_flag(flag: str, value: str | None, update: dict[str, object]) -> bool:
+    """A projector flag's effect into ``update``; False when ``flag`` is not one."""
+    if flag in MMPROJ_FLAGS and value is not None:
+        update["mmproj"] = value
+    elif flag in NO_MMPROJ_FLAGS or flag == "--mmproj-auto":
+        update["mmproj_auto"] = flag == "--mmproj-auto"
+    elif flag in MMPROJ_OFFLOAD_FLAGS:
+        update["mmproj_offload"] = flag == "--mmproj-offload"
+    elif flag in MMPROJ_DEVICE_FLAGS and value is not None:
+        none = value == "none"
+        update["mmproj_offload"] = not none
+        update["mmproj_device"] = None if none else value
+    elif flag in ("--image-min-tokens", "--image-max-tokens") and value is not None:
+        update[flag.removeprefix("--").replace("-", "_")] = _int(flag, value)
+    else:
+        return False
+    return True
+
+
 def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
     """The projector and draft flags among llama-server's arguments (the last one of a flag
     wins, as in llama.cpp; rules and speculative types accumulate)."""
@@ -189,19 +210,9 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
     for flag, value in _pairs(extra):
         if value is not None:
             values[flag] = value
-        if flag in MMPROJ_FLAGS and value is not None:
-            update["mmproj"] = value
-        elif flag in MMPROJ_OFFLOAD_FLAGS:
-            update["mmproj_offload"] = flag == "--mmproj-offload"
-        elif flag in MMPROJ_DEVICE_FLAGS and value is not None:
-            none = value == "none"
-            update["mmproj_offload"] = not none
-            update["mmproj_device"] = None if none else value
-        elif flag == "--image-min-tokens" and value is not None:
-            update["image_min_tokens"] = _int(flag, value)
-        elif flag == "--image-max-tokens" and value is not None:
-            update["image_max_tokens"] = _int(flag, value)
-        elif flag in DRAFT_FLAGS and value is not None:
+        if _projector_flag(flag, value, update):
+            continue
+        if flag in DRAFT_FLAGS and value is not None:
             update["draft"] = value
         elif flag in DRAFT_NGL_FLAGS and value is not None:
             update["draft_n_gpu_layers"] = _ngl(value)
@@ -278,16 +289,18 @@ def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def with_extras(settings: Settings, target: ModelFacts, extra: Sequence[str]) -> Settings:
-    """``settings`` with what ``extra`` loads beside ``target`` (its files read and checked);
-    unchanged when it loads nothing."""
-    extras = load_extras(parse_extra_args(extra), target)
+def with_extras(settings: Settings, target: ModelFacts, extra: Sequence[str], *,
+                sibling: ProjectorFacts | None = None) -> Settings:  # fmt: skip
+    """``settings`` with what ``extra`` loads beside ``target`` (its files read and checked;
+    ``sibling``: the mmproj ``-hf`` brings); unchanged when it loads nothing."""
+    extras = load_extras(parse_extra_args(extra), target, sibling=sibling)
     return settings if extras is None else settings.model_copy(update={"extras": extras})
 
 
 # what only a projector or a draft uses: flags llama-fit-params refuses (it counts neither)
 _BARE_EXTRAS = frozenset({*MMPROJ_OFFLOAD_FLAGS, *DRAFT_CMOE_FLAGS, "--spec-default",
-                          "--spec-draft-backend-sampling", "--no-mmproj"})  # fmt: skip
+                          "--spec-draft-backend-sampling", *NO_MMPROJ_FLAGS,
+                          "--mmproj-auto"})  # fmt: skip
 _VALUED_EXTRAS = frozenset({
     *(_VALUED - set(MAIN_DEVICE_FLAGS)), "-hfd", "-hfrd", "-td", "-tbd", "-Cd", "-Crd", "-Cbd",
     "-Crbd", "--draft", "--draft-n", "--draft-max", "--draft-min", "--draft-n-min",
@@ -395,19 +408,23 @@ SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 _TOKENS = "tokenizer.ggml.tokens"
 
 
-def load_extras(args: ExtraArgs, target: ModelFacts) -> Extras | None:
+def load_extras(args: ExtraArgs, target: ModelFacts, *,
+                sibling: ProjectorFacts | None = None) -> Extras | None:  # fmt: skip
     """Read the projector's and the draft's headers and check them against the target as
     llama.cpp would: the projector's embedding width (mtmd.cpp), the draft's vocabulary
-    (common_speculative_are_compatible). None when there is nothing beside the model."""
-    if not args.any:
+    (common_speculative_are_compatible). ``sibling``: the mmproj a model named on the hub
+    brings along (``-hf``), unless ``--no-mmproj`` or an ``--mmproj`` of its own. None when
+    there is nothing beside the model."""
+    sibling = sibling if args.mmproj_auto and args.mmproj is None else None
+    if not args.any and sibling is None:
         return None
     projector = None
-    if args.mmproj is not None:
+    if args.mmproj is not None or sibling is not None:
         from pathlib import Path
 
         from moetune.core.projector import load_projector
 
-        facts = load_projector(Path(args.mmproj))
+        facts = sibling if sibling is not None else load_projector(Path(str(args.mmproj)))
         check_projector(facts, target)
         projector = Projector(facts, offload=args.mmproj_offload, device=args.mmproj_device,
                               image_min_tokens=args.image_min_tokens,

@@ -90,7 +90,8 @@ class DeviceCheck(BaseModel):
 class PlanRequest(BaseModel):
     """Everything a plan depends on besides the model; sizes in bytes."""
 
-    model_path: str
+    model_path: str  # a file, or a -hf name / -mu URL (model_flag)
+    model_flag: str = "-m"
     device_bytes: int  # the GPU's memory: given (--vram), a hardware profile, or detected
     target_bytes: int | None = None  # --target-vram: the peak allowed, the budget itself
     headroom_bytes: int = DEFAULT_HEADROOM_BYTES  # without a target: budget = device - this
@@ -189,7 +190,7 @@ def _placement_result(req: PlanRequest, plan: OffloadPlan, settings: Settings,
     placement = plan.placement
     args = args_for(req.model_path, settings, placement, threads=req.physical_cores,
                     extra=(*req.device_args, *req.extra_args),
-                    bufts=bufts(req.devices))  # fmt: skip
+                    bufts=bufts(req.devices), model_flag=req.model_flag)  # fmt: skip
     ngl = placement.n_gpu_layers
     fits = all(d.total_bytes <= b for d, b in zip(plan.memory.devices, budgets, strict=True))
     return PlacementResult(

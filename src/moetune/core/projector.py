@@ -65,6 +65,7 @@ __all__ = [
     "ProjectorFacts",
     "load_projector",
     "projector_compute",
+    "projector_from_header",
 ]
 
 # clip-impl.h PROJECTOR_TYPE_NAMES (build 11434)
@@ -300,7 +301,11 @@ def _check_data(h: GGUFHeader) -> None:
 
 def load_projector(path: Path) -> ProjectorFacts:
     """Read an mmproj GGUF's header; ProjectorError if llama.cpp's clip would refuse it."""
-    h = read_header(path)
+    return projector_from_header(read_header(path))
+
+
+def projector_from_header(h: GGUFHeader) -> ProjectorFacts:
+    """The facts of an mmproj header already read (from a file, or from the hub)."""
     arch = h.metadata.get("general.architecture")
     if arch != "clip":
         raise ProjectorError(f"{h.path.name}: not a projector (general.architecture is "
@@ -324,7 +329,7 @@ def load_projector(path: Path) -> ProjectorFacts:
     n_deep = sum(f"v.deepstack.{il}.fc1.weight" in by_name for il in range(main.n_layer))
     types = tuple(hp.projector_type for hp in (vision, audio) if hp is not None)
     return ProjectorFacts(
-        path=Path(path), projector_types=types, has_vision=has_vision, has_audio=has_audio,
+        path=Path(h.path), projector_types=types, has_vision=has_vision, has_audio=has_audio,
         vision=vision, audio=audio, tensors=h.tensors,
         weights_bytes=sum(t.nbytes or 0 for t in h.tensors),
         n_embd_out=_n_embd_out(main, by_name, n_deep), n_deepstack_layers=n_deep,

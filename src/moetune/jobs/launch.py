@@ -49,6 +49,10 @@ class LaunchSpec:
     log_dir: Path | None = None
     ready_timeout_s: float = 600.0
     devices: tuple[DeviceSpec, ...] = ()  # set by prepare_device: the -ot targets' names
+    # the model came by Hugging Face name: the -hf a printed command uses instead of -m, and
+    # the mmproj sibling -hf brings (its --mmproj left out of the printed command)
+    hf: str | None = None
+    hf_sibling: str | None = None
 
     def args(self, placement: Placement, flags: tuple[str, ...] = ()) -> list[str]:
         """llama-server's arguments (no binary) for ``placement``, ``flags`` before ``extra``."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from moetune.core.command import hf_argv
 from moetune.core.devices import default_overhead
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, estimate
@@ -68,7 +69,8 @@ def command_for(spec: LaunchSpec, n_cpu_moe: int, counts: tuple[int, ...] = ()) 
     """The llama-server command of a tuned ``--n-cpu-moe n`` (``-ts counts`` on several
     devices), as a user would type it."""
     placement = Placement.with_n_cpu_moe(n_cpu_moe, tensor_split=counts_split(counts))
-    return ["llama-server", *spec.args(placement)]
+    command = ["llama-server", *spec.args(placement)]
+    return hf_argv(command, spec.hf, spec.hf_sibling) if spec.hf else command
 
 
 # --- one trial ---------------------------------------------------------------------------------
@@ -317,13 +319,14 @@ def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
     """The ``moetune run`` that tunes this again, as typed: the server, the target, the
     context and cache types, the overhead, and the arguments after ``--``."""
     s = spec.settings
-    command = ["moetune", "run", spec.model, "--server", str(spec.binary),
+    command = ["moetune", "run", spec.hf or spec.model, "--server", str(spec.binary),
                "--target-vram", Sizes(setup.budgets).arg, "--ctx", tokens_arg(s.n_ctx),
                "--cache-type", s.type_k]  # fmt: skip
     costs = tuple(d.overhead_bytes for d in setup.devices)
     if any(c != default_overhead(d.kind) for c, d in zip(costs, setup.devices, strict=True)):
         command += ["--overhead", Sizes(costs).arg]
-    return [*command, "--", *spec.extra] if spec.extra else command
+    extra = hf_argv(spec.extra, spec.hf, spec.hf_sibling) if spec.hf else list(spec.extra)
+    return [*command, "--", *extra] if extra else command
 
 
 def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:

@@ -78,12 +78,16 @@ def compare(name: str, projection: Projection, predicted: DeviceMemory) -> Devic
     )  # fmt: skip
 
 
-def check_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult,
-               tool: Path) -> list[DeviceCheck]:  # fmt: skip
+def check_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult, tool: Path, *,
+               model_path: str | None = None) -> list[DeviceCheck]:  # fmt: skip
     """Each device's projection by ``llama-fit-params`` of the recommended command, beside
-    the prediction of the same dry run."""
+    the prediction of the same dry run (``model_path``: the file on disk a ``-hf`` name's
+    command names, so that the tool reads it and never downloads)."""
     rec = result.recommended
-    projected = parse_projection(fit_projection(tool, without_extras(rec.command[1:])))
+    args = without_extras(rec.command[1:])
+    if model_path is not None:
+        args = on_disk(args, model_path)
+    projected = parse_projection(fit_projection(tool, args))
     settings = _dry_run_settings(result.settings)
     predicted = estimate(facts, rec.placement, settings, _bare(req.devices))
     names = [d.name for d in predicted.devices] if req.multi else []
@@ -115,10 +119,20 @@ def corrected(req: PlanRequest, checks: Sequence[DeviceCheck]) -> PlanRequest | 
     return req.model_copy(update={"devices": devices})
 
 
-def checked_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult,
-                 tool: Path) -> PlanResult:  # fmt: skip
+def on_disk(args: Sequence[str], model_path: str) -> list[str]:
+    """``args`` with the model named by its file (``-m``), not by ``-hf``/``-mu``."""
+    found = list(args)
+    for index, arg in enumerate(found[:-1]):
+        if arg in ("-hf", "-hfr", "--hf-repo", "-mu", "--model-url"):
+            found[index : index + 2] = ["-m", model_path]
+            break
+    return found
+
+
+def checked_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult, tool: Path, *,
+                 model_path: str | None = None) -> PlanResult:  # fmt: skip
     """The plan checked by llama.cpp, and made again with its figures where they differ."""
-    checks = check_plan(facts, req, result, tool)
+    checks = check_plan(facts, req, result, tool, model_path=model_path)
     if not checks:
         return result.model_copy(update={"checked": "prediction"})
     again = corrected(req, checks)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from moetune.core.plan import PlanResult
     from moetune.errors import ProfileError
     from moetune.jobs.doctor import DoctorReport
+    from moetune.jobs.quants import QuantsResult
     from moetune.jobs.results import BenchResult, RunResult
     from moetune.store.hardware import HardwareProfile
     from moetune.store.tuned import TunedProfile
@@ -79,6 +80,12 @@ def extras_payload(mem: MemoryEstimate) -> dict[str, Any]:
                   "mtp_compute_bytes": mt.mtp_compute_bytes,
                   "mtp_host_bytes": mt.host_bytes}  # fmt: skip
     return found
+
+
+def quants_payload(result: QuantsResult) -> dict[str, Any]:
+    """``plan user/model``: ``quants`` (each with ``file``, ``size_bytes``, ``fits``,
+    ``n_cpu_moe``, ``max_ctx``, ``gpu_bytes``, ...), ``best`` and ``best_gpu_only`` (tags)."""
+    return result.model_dump(mode="json")
 
 
 def run_payload(result: RunResult) -> dict[str, Any]:
