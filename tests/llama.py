@@ -116,13 +116,17 @@ def _wait_healthy(server: Server, timeout: float) -> None:
 
 
 @contextlib.contextmanager
-def running_server(model: Path, *extra_args: str, timeout: float = 120) -> Iterator[Server]:
-    """Start llama-server on ``model`` (plus ``extra_args``), yield it once ``/health`` is 200."""
+def running_server(model: Path | None, *extra_args: str, timeout: float = 120,
+                   verbose: bool = True) -> Iterator[Server]:  # fmt: skip
+    """Start llama-server on ``model`` (plus ``extra_args``), yield it once ``/health`` is 200;
+    ``model`` None: the router (``--models-preset`` in ``extra_args``)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="llama-server-") as tmp:
         log_path = Path(tmp) / "server.log"
-        argv = [str(bin_path("llama-server")), "-m", str(model), "--host", HOST]
-        argv += ["--port", str(port), "-lv", "4", "--no-log-prefix", *extra_args]
+        argv = [str(bin_path("llama-server")), *(["-m", str(model)] if model else []), "--host",
+                HOST, "--port", str(port)]  # fmt: skip
+        argv += ["-lv", "4", "--no-log-prefix"] if verbose else []
+        argv += extra_args
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -29,6 +29,7 @@ from moetune.store.tuned import (
 from moetune.units import GIB
 
 from factory import write_model
+from helpers import MOETUNE, moetune_env
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "dotfiles"
 TRICKY = [
@@ -253,3 +254,25 @@ def test_cli_picks_the_profile_tuned_with_the_projector(tiny: Path, tmp_path: Pa
     result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--mmproj", str(other)])
     assert result.exit_code == ExitCode.FILE_NOT_FOUND
     assert "with other-mmproj.gguf" in result.output and "--mmproj" in result.output
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_alias_from_a_plan_without_a_profile(tiny: Path, shell: Shell) -> None:
+    """No tuned profile: the plan for --gpu, marked PREDICTED in the comment and on stderr;
+    the function passes the shell's syntax check, and bash runs llama-server with it."""
+    done = subprocess.run([*MOETUNE, "alias", "tiny", str(tiny), "--gpu", "rtx4090",
+                           "--shell", shell], capture_output=True, text=True, timeout=120,
+                          env=moetune_env(), check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "PREDICTED" in done.stdout and "predicted, not measured" in done.stderr
+    body = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("#"))
+    assert f"-m {tiny}" in done.stdout and "--n-cpu-moe" not in body  # all on the GPU
+    if have(shell):
+        subprocess.run([shell, "-n"], input=done.stdout, text=True, check=True)
+    if shell == "bash":
+        ran = subprocess.run(["bash", "-c", f"{done.stdout}\ntiny --version"],
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert ran.returncode == 0 and "version" in (ran.stdout + ran.stderr)
+    refused = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--gpu", "rtx4090",
+                                       "--require-tuned"])  # fmt: skip
+    assert refused.exit_code == ExitCode.FILE_NOT_FOUND

@@ -48,6 +48,13 @@ class Model:
     def local(self) -> bool:
         return self.path is not None
 
+    def absolute(self) -> Model:
+        """The same model, its file named absolutely (a command kept in dotfiles or a preset
+        runs from any folder)."""
+        from dataclasses import replace
+
+        return replace(self, path=self.path.absolute()) if self.path is not None else self
+
 
 def open_model(text: str | Path) -> Model:
     """The model ``text`` names, its headers read (a name: the quant llama.cpp would pick)."""

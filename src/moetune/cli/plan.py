@@ -27,8 +27,8 @@ from moetune.cli.options import (
     VramOpt,
     pass_through,
 )
-from moetune.errors import DoesNotFitError
-from moetune.units import Ctx
+from moetune.errors import DoesNotFitError, MoetuneError, NoGpuError
+from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
     from moetune.cli.models import Model
@@ -122,6 +122,34 @@ def plan(
         print_report(render_plan(result, chosen.facts, found.source))
     if not result.fits:  # the document is out; the exit code and one line on stderr say it
         raise DoesNotFitError(f"does not fit: {result.reason}")
+
+
+def predicted_plan(
+    chosen: Model, *, vram: Sizes | None = None, gpu: str | None = None,
+    ctx: Ctx | None = None, cache_type: str = DEFAULT_CACHE_TYPE, extra: tuple[str, ...] = (),
+    missing: MoetuneError | None = None,
+) -> tuple[PlanResult, str]:  # fmt: skip
+    """The plan `moetune plan MODEL` makes with these options and the defaults (for a command
+    that falls back to it when nothing is tuned: alias, export), and which GPU it is for.
+    ``missing``: why nothing was tuned, the error when there is no GPU to plan for either."""
+    from moetune.cli.machine import host_ram, plan_devices
+    from moetune.core.plan import make_plan
+    from moetune.units import parse_sizes, per_device
+
+    try:
+        found = plan_devices(vram=vram, rpc=None, gpu_index=None, gpu_profile=gpu,
+                             overhead=None, server=None)  # fmt: skip
+    except NoGpuError as exc:
+        if missing is None:
+            raise
+        hint = (missing.hint + "; " if missing.hint else "") + "or give --gpu ID or --vram SIZE"
+        raise type(missing)(f"{missing.message}, and no GPU here to plan for", hint=hint) from exc
+    headroom = parse_sizes(DEFAULT_HEADROOM)
+    headrooms = tuple(per_device(headroom, len(found.devices), "--headroom") or headroom)
+    inputs = _Inputs(found=found, extra=extra, ctx=ctx, cache_type=cache_type, ubatch=512,
+                     parallel=None, n_cpu_moe=None, targets=(), headrooms=headrooms,
+                     ram=host_ram(None))  # fmt: skip
+    return make_plan(chosen.facts, _request(chosen, inputs)), found.source
 
 
 class _Inputs(NamedTuple):

@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from moetune.errors import BadValueError
 from moetune.store.tuned import TunedProfile, retune_command
 from moetune.units import format_bytes, format_speed
+
+if TYPE_CHECKING:
+    from moetune.core.plan import PlanResult
 
 Shell = Literal["bash", "zsh", "fish"]
 SHELLS: tuple[Shell, ...] = ("bash", "zsh", "fish")
@@ -80,6 +83,20 @@ def _comments(name: str, profile: TunedProfile) -> list[str]:
         f"peak {format_bytes(m.vram_bytes)}{speed}",
         f"# after a new GPU, model file or llama.cpp: {shlex.join(retune_command(profile))}, "
         f"then moetune alias {name} again",
+    ]
+
+
+def predicted_comments(name: str, plan: PlanResult, gpu_source: str) -> list[str]:
+    """The comments above an alias made from a plan: predicted, not measured."""
+    rec = plan.recommended
+    placement = (f"--n-cpu-moe {rec.n_cpu_moe}" if rec.n_cpu_moe is not None
+                 else f"-ngl {rec.n_gpu_layers}")  # fmt: skip
+    s = plan.settings
+    return [
+        f"# moetune: PREDICTED (no tuned profile): {placement}, ctx {s.n_ctx} "
+        f"{s.type_k}/{s.type_v}, predicted peak {format_bytes(rec.memory.gpu_bytes)} of a "
+        f"{format_bytes(plan.budget_bytes)} budget, GPU {gpu_source}",
+        f"# measure it: moetune run {shlex.quote(rec.command[2])}, then moetune alias {name} again",
     ]
 
 

