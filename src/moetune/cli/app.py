@@ -6,10 +6,11 @@ the command, so that starting moetune costs only typer and the command that runs
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import typer
@@ -19,6 +20,8 @@ from moetune.errors import ExitCode, MoetuneError
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+
+    from moetune.jobs.status import LiveStatus
 
 app = typer.Typer(
     name="moetune",
@@ -51,6 +54,22 @@ def err() -> Console:
     from rich.console import Console
 
     return Console(stderr=True, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def live_status(label: str) -> Iterator[LiveStatus]:
+    """A job's live status on stderr: a spinner line (starting as ``label``) on a terminal,
+    else plain lines (a phase change, the fill done, memory at most every few seconds)."""
+    from rich.text import Text
+
+    from moetune.jobs.status import LiveStatus
+
+    console = err()
+    if not console.is_terminal:
+        yield LiveStatus(emit=lambda line: console.print(line, markup=False, highlight=False))
+        return
+    with console.status(label) as spinner:
+        yield LiveStatus(show=lambda line: spinner.update(Text(line)))
 
 
 def print_report(report: RenderableType, console: Console | None = None) -> None:

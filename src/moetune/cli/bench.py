@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors, print_report, stop_on_signals, write_json
+from moetune.cli.app import (
+    app,
+    err,
+    handle_errors,
+    live_status,
+    print_report,
+    stop_on_signals,
+    write_json,
+)
 from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
@@ -162,8 +170,8 @@ def bench(
             raise BadValueError(
                 "--server-url measures a running server: leave out MODEL and llama-server flags"
             )
-        with err().status("measuring...") as status:
-            result = bench_url(server_url, workload, name, status.update)
+        with live_status("measuring...") as live:
+            result = bench_url(server_url, workload, name, live=live)
         _emit(result, as_json, out_file, save)
         return
     if model is None:
@@ -216,7 +224,7 @@ def _bench_model(model: str, extra: tuple[str, ...], workload: Workload, choice:
                       settings=settings_from_extra(settings, extra, facts), extra=extra,
                       threads=physical_cores(), hf=chosen.hf,
                       hf_sibling=str(sibling.absolute()) if sibling else None)  # fmt: skip
-    with err().status("benchmarking...") as status:
+    with live_status("benchmarking...") as live:
         spec, setup = prepare_device(spec, target_bytes=choice.target,
                                      headroom_bytes=choice.headroom, gpus=detect_gpu_probe(),
                                      overhead=choice.overhead,
@@ -225,7 +233,7 @@ def _bench_model(model: str, extra: tuple[str, ...], workload: Workload, choice:
             f"warning: {text}", style="yellow", highlight=False))  # fmt: skip
         capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)
         req = BenchRequest(spec=spec, setup=setup, names=names, workload=workload)
-        result = bench_model(facts, req, status.update)
+        result = bench_model(facts, req, live.message, live=live)
     _emit(result, *emit)
 
 

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors, print_report, stop_on_signals, write_json
+from moetune.cli.app import (
+    app,
+    err,
+    handle_errors,
+    live_status,
+    print_report,
+    stop_on_signals,
+    write_json,
+)
 from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
@@ -101,16 +109,17 @@ def run(
                       settings=settings_from_extra(settings, extra, facts), extra=extra,
                       port=port, threads=physical_cores(), hf=chosen.hf,
                       hf_sibling=str(sibling.absolute()) if sibling else None)  # fmt: skip
-    with err().status("tuning...") as status:
+    with live_status("tuning...") as live:
         spec, setup = prepare_device(spec, target_bytes=target_vram, headroom_bytes=headroom,
                                      gpus=detect_gpu_probe(), overhead=overhead,
                                      rpc=split_endpoints(rpc))  # fmt: skip
         spec = resolve_context(facts, spec, setup, ctx, warn=lambda text: err().print(
             f"warning: {text}", style="yellow", highlight=False))  # fmt: skip
         progress = Progress(
-            on_event=status.update,
+            on_event=live.message,
             on_attempt=lambda attempt: err().print(describe(attempt), highlight=False),
             on_note=lambda note: err().print(note, highlight=False),
+            live=live,
         )
         result = tune_with_profiles(facts, spec, setup, store=ProfileStore(), retune=retune,
                                     save=save, fill=Fill(tokens=fill, repeats=repeats),

@@ -35,6 +35,7 @@ from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
 from moetune.jobs.names import CONFIG_NAMES
 from moetune.jobs.results import BenchResult, ConfigRun, DepthResult, verdicts
+from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
 from moetune.llamacpp.memprobe import MemoryProbe
@@ -239,6 +240,8 @@ class Launcher:
     workload: Workload
     prompts: Prompts
     on_event: Event
+    live: StatusSink = NO_STATUS  # phases and device memory while a server runs
+    device_names: tuple[str, ...] = ()  # one per probe (default: RPC0-style names by index)
 
 
 def _ended(spec: ConfigSpec, status: Literal["ok", "failed"], *, server: RunningServer | None,
@@ -272,15 +275,14 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
     try:
         events(f"{spec.name}: starting llama-server ({spec.description})")
         server = launcher.spec.start(list(spec.args))
+        launcher.live.phase("loading", subject=spec.name)
         timeout = launcher.spec.ready_timeout_s
-        with server, ServerClient(server.url, timeout=timeout) as client:
-            load_s = client.wait_ready(
-                timeout, server.check_alive,
-                lambda s: events(f"{spec.name}: loading ({s:.0f} s)"),
-            )  # fmt: skip
+        read = probe_reader(launcher.probes, _names(launcher), server)
+        with server, sampling(read, launcher.live), ServerClient(server.url, timeout) as client:
+            load_s = client.wait_ready(timeout, server.check_alive)
             measure_depths(client, launcher.workload, launcher.prompts, config=spec.name,
-                           probe=_probe_of(launcher.probes, server, peaks), on_event=events,
-                           into=results)  # fmt: skip
+                           probe=_probe_of(launcher.probes, server, peaks), into=results,
+                           live=launcher.live)  # fmt: skip
     except ServerFailedError as exc:
         line = (server.failure() if server is not None else None) or exc.message.splitlines()[0]
         failed = _ended(spec, "failed", server=server, load_s=load_s, results=results,
@@ -294,6 +296,13 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
 
 
 _LOG_HINT = "full log: "  # server.RunningServer.exit_error's hint
+
+
+def _names(launcher: Launcher) -> tuple[str, ...]:
+    """The devices' names, one per probe."""
+    given = launcher.device_names
+    return given if len(given) == len(launcher.probes) else tuple(
+        f"device {i}" for i in range(len(launcher.probes)))  # fmt: skip
 
 
 def _probe_of(probes: Sequence[MemoryProbe], server: RunningServer,
@@ -333,13 +342,16 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event) -> BenchResult:
-    """Launch and measure each configuration in turn; the results and the verdict."""
+def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event,
+                live: StatusSink = NO_STATUS) -> BenchResult:  # fmt: skip
+    """Launch and measure each configuration in turn; the results and the verdict (each
+    launch's phases and device memory told to ``live``)."""
     spec, setup = req.spec, req.setup
     specs = build_configs(facts, spec, setup, req.names)
     workload = req.workload
     prompts = Prompts(workload.endpoint)
-    launcher = Launcher(spec, setup.probes, workload, prompts, on_event)
+    launcher = Launcher(spec, setup.probes, workload, prompts, on_event, live,
+                        tuple(d.name for d in setup.devices))  # fmt: skip
     runs: list[ConfigRun] = []
     results: list[DepthResult] = []
     for config in specs:
@@ -363,9 +375,10 @@ def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event) -> BenchR
     )  # fmt: skip
 
 
-def bench_url(url: str, workload: Workload, name: str, on_event: Event,
-              ready_timeout_s: float = 60.0) -> BenchResult:  # fmt: skip
-    """Measure an already running llama-server at ``url``; nothing is launched or stopped."""
+def bench_url(url: str, workload: Workload, name: str, *, ready_timeout_s: float = 60.0,
+              live: StatusSink = NO_STATUS) -> BenchResult:  # fmt: skip
+    """Measure an already running llama-server at ``url``; nothing is launched or stopped
+    (its phases told to ``live``, without memory: it is not ours to probe)."""
     prompts = Prompts(workload.endpoint)
     results: list[DepthResult] = []
     with ServerClient(url, timeout=max(ready_timeout_s, 600.0)) as client:
@@ -373,11 +386,13 @@ def bench_url(url: str, workload: Workload, name: str, on_event: Event,
             raise ServerFailedError(
                 f"nothing answers at {url}", hint="start llama-server first, or check --server-url"
             )
-        load_s = client.wait_ready(ready_timeout_s, client.reachable)
-        props = client.props()
-        n_ctx = int(props["default_generation_settings"]["n_ctx"])
-        measure_depths(client, workload, prompts, config=name, probe=lambda: None,
-                       on_event=on_event, into=results)  # fmt: skip
+        live.phase("waiting", subject=name)
+        with sampling(lambda: (), live):  # no probe: the clock ticks on
+            load_s = client.wait_ready(ready_timeout_s, client.reachable)
+            props = client.props()
+            n_ctx = int(props["default_generation_settings"]["n_ctx"])
+            measure_depths(client, workload, prompts, config=name, probe=lambda: None,
+                           into=results, live=live)  # fmt: skip
     run = ConfigRun(name=name, status="ok", description=f"running server at {url}", args=[],
                     predicted_bytes=None, peak_device_bytes=None, load_s=load_s)  # fmt: skip
     return BenchResult(

@@ -11,10 +11,10 @@ from pathlib import Path
 from moetune.errors import BadValueError
 from moetune.jobs.names import DEFAULT_DEPTHS, DEFAULT_N_PREDICT, DEFAULT_REPEATS
 from moetune.jobs.results import DepthResult, Sample, capped_depths, summarize
+from moetune.jobs.status import NO_STATUS, StatusSink
 from moetune.llamacpp.client import CompletionResult, ServerClient
 
 WARM_UP_TOKENS = 4
-Event = Callable[[str], None]
 
 
 _IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg",
@@ -94,22 +94,25 @@ def request(client: ServerClient, endpoint: str, text: str, n_predict: int,
 
 
 def measure_depths(client: ServerClient, workload: Workload, prompts: Prompts, *, config: str,
-                   probe: Callable[[], int | None], on_event: Event,
-                   into: list[DepthResult]) -> None:  # fmt: skip
-    """A warm-up, then ``repeats`` requests per depth; a DepthResult per depth into ``into``.
+                   probe: Callable[[], int | None], into: list[DepthResult],
+                   live: StatusSink = NO_STATUS) -> None:  # fmt: skip
+    """A warm-up, then ``repeats`` requests per depth; a DepthResult per depth into ``into``;
+    each phase and request told to ``live``.
 
     Depths are capped by the server's context and raised to the shortest prompt (the chat
     template's own tokens), so each prompt is exactly its depth.
     """
     shortest = prompts.minimum(client)
     depths = capped_depths(workload.depths, client.n_ctx(), workload.n_predict, shortest)
+    live.phase("warming up")
     request(client, workload.endpoint, prompts.text(client, shortest), WARM_UP_TOKENS,
             workload.image)  # fmt: skip
     for depth in depths:
         samples: list[Sample] = []
+        live.phase("measuring", depth=depth)
         text = prompts.text(client, depth)
         for index in range(workload.repeats):
-            on_event(f"{config}: depth {depth}, run {index + 1} of {workload.repeats}")
+            live.progress(index + 1, workload.repeats)
             samples.append(sample_of(request(client, workload.endpoint, text,
                                              workload.n_predict, workload.image)))  # fmt: skip
         into.append(summarize(config, depth, samples, probe()))

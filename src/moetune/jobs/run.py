@@ -32,6 +32,7 @@ from moetune.errors import (
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
 from moetune.jobs.results import DepthResult, RunResult
+from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
 from moetune.llamacpp.memprobe import MemoryProbe
@@ -104,25 +105,30 @@ def _oom(n: int, predicted: tuple[int, ...], server: RunningServer, message: str
 
 
 def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int | tuple[int, ...],
-              fill: Fill, on_event: Event, counts: tuple[int, ...] = ()) -> Attempt:  # fmt: skip
+              fill: Fill, on_event: Event, counts: tuple[int, ...] = (),
+              live: StatusSink = NO_STATUS) -> Attempt:  # fmt: skip
     """Launch at ``--n-cpu-moe n`` (and ``-ts counts`` on several devices), fill the
-    context, measure each device, stop the server."""
+    context, measure each device, stop the server; each phase and the devices' memory
+    (sampled while the server runs) told to ``live``."""
     guesses = predicted if isinstance(predicted, tuple) else (predicted,)
     split = list(counts_split(counts)) if counts else []
     on_event(f"N={n}: starting llama-server")
     server = spec.start(spec.args(Placement.with_n_cpu_moe(n, tensor_split=tuple(split))))
-    with server:
+    live.phase("loading", subject=f"N={n}")
+    names = [device.name for device in setup.devices]
+    with server, sampling(probe_reader(setup.probes, names, server), live):
         try:
             with ServerClient(server.url) as client:
-                client.wait_ready(spec.ready_timeout_s, server.check_alive,
-                                  lambda s: on_event(f"N={n}: loading ({s:.0f} s)"))  # fmt: skip
+                client.wait_ready(spec.ready_timeout_s, server.check_alive)
+                live.phase("warming up")
                 client.complete("Hello", 4, stream=False)  # warm-up: first-call costs
-                on_event(f"N={n}: filling the context")
-                done = fill_context(client, fill.tokens or spec.settings.n_ctx, fill.n_predict)
+                live.phase("filling")
+                done = fill_context(client, fill.tokens or spec.settings.n_ctx, fill.n_predict,
+                                    on_progress=live.progress)  # fmt: skip
                 measured = [_measure(server, probe, device.overhead_bytes) for probe, device
                             in zip(setup.probes, setup.devices, strict=True)]  # fmt: skip
                 status = _status(measured, guesses, setup.budgets)
-                speed = _speed(client, fill, on_event) if status == "ok" else None
+                speed = _speed(client, fill, live) if status == "ok" else None
         except OutOfMemoryError as exc:
             return _oom(n, guesses, server, exc.message.splitlines()[0], split)
         except ServerFailedError:
@@ -145,12 +151,12 @@ def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int | 
                                       "repeats": len(speed.samples)})  # fmt: skip
 
 
-def _speed(client: ServerClient, fill: Fill, on_event: Event) -> DepthResult:
+def _speed(client: ServerClient, fill: Fill, live: StatusSink) -> DepthResult:
     """Decode speed of the configuration: ``fill.repeats`` timed requests (median, range)."""
     workload = Workload((fill.speed_depth,), fill.repeats, fill.speed_tokens, "completion")
     results: list[DepthResult] = []
     measure_depths(client, workload, Prompts("completion"), config="run", probe=lambda: None,
-                   on_event=on_event, into=results)  # fmt: skip
+                   into=results, live=live)  # fmt: skip
     return results[0]
 
 
@@ -159,11 +165,13 @@ def _speed(client: ServerClient, fill: Fill, on_event: Event) -> DepthResult:
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a run reports what it does."""
+    """Where a run reports what it does: steps (``on_event``), each attempt, notes to keep,
+    and the live status of each launch (phases, fill progress, device memory)."""
 
     on_event: Event = lambda text: None
     on_attempt: Callable[[Attempt], None] = lambda attempt: None
     on_note: Event = lambda text: None
+    live: StatusSink = NO_STATUS
 
 
 def _limiting(best: Attempt | None, setup: DeviceSetup) -> str | None:
@@ -214,7 +222,7 @@ def tune_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill:
 
     def measure(n: int) -> Attempt:
         attempt = run_trial(spec, setup, n, predicted=predict(n), fill=fill,
-                            on_event=progress.on_event)  # fmt: skip
+                            on_event=progress.on_event, live=progress.live)  # fmt: skip
         progress.on_attempt(attempt)
         return attempt
 
@@ -296,7 +304,7 @@ def tune_split_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *,
 
     def measure(n: int, split: Split) -> Attempt:
         attempt = run_trial(spec, setup, n, predicted=split[1], counts=split[0], fill=fill,
-                            on_event=progress.on_event)  # fmt: skip
+                            on_event=progress.on_event, live=progress.live)  # fmt: skip
         progress.on_attempt(attempt)
         return attempt
 
@@ -353,7 +361,7 @@ def confirm_n(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, n: int, *
     else:
         predicted = predictor(facts, spec.settings)(n)
     attempt = run_trial(spec, setup, n, predicted=predicted, fill=fill, counts=counts,
-                        on_event=progress.on_event)  # fmt: skip
+                        on_event=progress.on_event, live=progress.live)  # fmt: skip
     progress.on_attempt(attempt)
     return _result(spec, setup, n, [attempt], reused=True)
 

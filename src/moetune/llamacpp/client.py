@@ -19,6 +19,10 @@ Facts from llama.cpp build 11434 (tools/server):
   with ``finish_reason`` (and ``timings``), then ``data: [DONE]``.  The templated prompt is
   tokenized with ``add_special`` and ``parse_special`` like ``/completion``'s; ``/apply-template``
   returns that templated prompt without generating.
+- ``"return_progress": true`` in a stream adds chunks with ``prompt_progress {total, cache,
+  processed, time_ms}`` while the prompt is processed: one when it starts (0), one after each
+  batch (``-b``, default 2048 tokens), the last with ``processed == total``; they carry
+  ``content ""`` and a placeholder ``tokens [0]``, never a generated token.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 from moetune.errors import BadValueError, ServerFailedError
 
 POLL_S = 0.1
+Progress = Callable[[int, int], None]  # (prompt tokens processed, of total)
 HEALTH_TIMEOUT_S = 2.0
 # Filler words for prompts of an exact token count (each word is its own pre-token in BPE).
 _FILLER_TEXT = (
@@ -168,6 +173,8 @@ class _StreamClock:
         now = time.perf_counter()
         if event.get("stop") is True:
             self.final = now
+        elif "prompt_progress" in event:  # its tokens [0] is a placeholder
+            return
         elif self.first is None and (event.get("tokens") or event.get("content")):
             self.first = now
 
@@ -422,14 +429,19 @@ class ServerClient:
         return result.model_copy(update={"client_decode_tps": clock.decode_tps(result.predicted_n)})
 
     def complete(self, prompt: str | list[int], n_predict: int, stream: bool = True,
-                 *, ignore_eos: bool = True) -> CompletionResult:  # fmt: skip
-        """One uncached ``/completion``, timed; ``ignore_eos`` makes it generate ``n_predict``."""
+                 *, ignore_eos: bool = True,
+                 on_progress: Progress | None = None) -> CompletionResult:  # fmt: skip
+        """One uncached ``/completion``, timed; ``ignore_eos`` makes it generate ``n_predict``.
+        ``on_progress(processed, total)``: the prompt's progress as the server reports it
+        (streamed requests only)."""
         body = {
             "prompt": prompt, "n_predict": n_predict, "cache_prompt": False, "stream": stream,
             "ignore_eos": ignore_eos, "return_tokens": True,
         }  # fmt: skip
+        if stream and on_progress is not None:
+            body["return_progress"] = True
         try:
-            return self._stream(body) if stream else self._complete_once(body)
+            return self._stream(body, on_progress) if stream else self._complete_once(body)
         except httpx.HTTPError as exc:
             raise ServerFailedError(f"llama-server /completion failed: {exc!r}") from exc
 
@@ -439,7 +451,7 @@ class ServerClient:
         wall_s = time.perf_counter() - start
         return _result(answer, str(answer.get("content", "")), wall_s, None, None)
 
-    def _stream(self, body: dict[str, Any]) -> CompletionResult:
+    def _stream(self, body: dict[str, Any], on_progress: Progress | None) -> CompletionResult:
         clock = _StreamClock()
         parts: list[str] = []
         final: dict[str, Any] | None = None
@@ -453,6 +465,8 @@ class ServerClient:
                 )
             for event in parse_sse_lines(response.iter_lines()):
                 clock.chunk(event)
+                if _report_progress(event, on_progress):
+                    continue
                 parts.append(str(event.get("content", "")))
                 final = event if "timings" in event else final
         finally:
@@ -463,6 +477,16 @@ class ServerClient:
         result = _result(final, "".join(parts), wall_s, clock.ttft_s(), None)
         tps = clock.decode_tps(result.predicted_n)
         return result.model_copy(update={"client_decode_tps": tps})
+
+
+def _report_progress(event: dict[str, Any], on_progress: Progress | None) -> bool:
+    """True for a ``prompt_progress`` chunk (told to ``on_progress``), which has no token."""
+    progress = event.get("prompt_progress")
+    if not isinstance(progress, dict):
+        return False
+    if on_progress is not None:
+        on_progress(int(progress.get("processed", 0)), int(progress.get("total", 0)))
+    return True
 
 
 def _check_status(response: httpx.Response, path: str) -> None:
@@ -482,8 +506,10 @@ def _body_error(response: httpx.Response) -> str:
         return response.text[:200]
 
 
-def fill_context(client: ServerClient, n_tokens: int, n_predict: int = 16) -> CompletionResult:
-    """Send one prompt of ``n_tokens`` (capped to fit one slot) so KV and compute peak.
+def fill_context(client: ServerClient, n_tokens: int, n_predict: int = 16,
+                 on_progress: Progress | None = None) -> CompletionResult:  # fmt: skip
+    """Send one prompt of ``n_tokens`` (capped to fit one slot) so KV and compute peak;
+    ``on_progress(processed, total)`` as the server processes it (after each batch).
 
     The cap is ``n_ctx - n_predict - 1`` with ``n_ctx`` the per-slot context from ``/props``:
     llama-server refuses a prompt of ``n_ctx`` tokens and stops generating at
@@ -494,4 +520,5 @@ def fill_context(client: ServerClient, n_tokens: int, n_predict: int = 16) -> Co
     n = min(n_tokens, client.n_ctx() - n_predict - 1)
     if n < 1:
         raise BadValueError(f"no room for a prompt: n_ctx {client.n_ctx()}, n_predict {n_predict}")
-    return client.complete(client.prompt_of_tokens(n), n_predict, stream=True)
+    return client.complete(client.prompt_of_tokens(n), n_predict, stream=True,
+                           on_progress=on_progress)  # fmt: skip
