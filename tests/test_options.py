@@ -43,7 +43,9 @@ WHERE: dict[str, tuple[str, ...]] = {
         "--rpc",
         "--overhead",
     ),
-    "alias": ("--ctx", "--cache-type"),
+    # the plan they fall back to without a tuned profile is for a GPU: given or a profile
+    "alias": ("--ctx", "--cache-type", "--vram", "--gpu"),
+    "export": ("--ctx", "--cache-type", "--vram", "--gpu"),
     "inspect": ("--json",),
     "report": ("--json",),
     "profiles list": ("--json",),
