@@ -97,6 +97,17 @@ def load_model_facts(path: str | os.PathLike[str]) -> ModelFacts:
     return facts_from_gguf(read_model(path))
 
 
+# Names whose role depends on the architecture (src/llama-arch.cpp): LFM2's output norm is
+# stored as ``token_embd_norm`` (LLM_TENSOR_OUTPUT_NORM_LFM2, an output-layer tensor).
+_ARCH_ROLES = {("lfm2", "token_embd_norm.weight"): Role.OUTPUT_NORM,
+               ("lfm2moe", "token_embd_norm.weight"): Role.OUTPUT_NORM}  # fmt: skip
+
+
+def _arch_role(tensor: TensorFacts, arch: str) -> TensorFacts:
+    role = _ARCH_ROLES.get((arch, tensor.name))
+    return tensor if role is None else tensor.model_copy(update={"role": role})
+
+
 def _tensor_facts(tensor: TensorInfo, nextn_layers: set[int]) -> TensorFacts:
     """Classify one tensor; every tensor of a NextN/MTP block has the NEXTN role, since
     llama.cpp skips the whole block (TENSOR_SKIP) unless MTP is asked for."""
@@ -137,7 +148,7 @@ def facts_from_gguf(model: GGUFModel) -> ModelFacts:
     if n_layers > MAX_BLOCKS:
         raise GGUFFormatError(f"implausible block count {n_layers} (more than {MAX_BLOCKS})")
     nextn_layers = _nextn_layers(names, n_layers, largest(hparams, keys.NEXTN_PREDICT_LAYERS, 0))
-    tensors = [_tensor_facts(t, nextn_layers) for t in model.tensors]
+    tensors = [_arch_role(_tensor_facts(t, nextn_layers), arch) for t in model.tensors]
     layers = _layer_facts(tensors, n_layers, nextn_layers)
     has_shexp = any(t.role is Role.SHARED_EXPERTS for t in tensors)
     global_roles: dict[Role, int] = defaultdict(int)

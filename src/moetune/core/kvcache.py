@@ -233,6 +233,10 @@ def _layer(layout: Dims, sizing: _Sizing, il: int) -> LayerCache:
     n_cells = sizing.cells[is_swa]
     rows = n_cells * sizing.n_stream
     k = row_bytes(sizing.types[0], layout.k_width(il)) * rows
+    if layout.has_indexer(il):
+        # llama_kv_cache_dsa: a second llama_kv_cache of one key head of the indexer's key
+        # length, same cells and K type, no V (its hparams are still MLA)
+        k += row_bytes(sizing.types[0], layout.indexer_k) * rows
     # llama_kv_cache ctor: no V tensor with MLA; with V transposed (no FA) every V row is
     # n_embd_v_gqa_max() wide [TAG_V_CACHE_VARIABLE].
     v_width = sizing.v_pad or layout.v_width(il)
@@ -293,6 +297,7 @@ def _v_width_max(layout: Dims) -> int:
 
 def _check_types(layout: Dims, type_k: str, type_v: str, flash_attn: bool) -> None:
     """The cache-type checks of llama_init_from_model (src/llama-context.cpp)."""
+    _check_indexer(layout, type_k)
     if layout.mla and type_k != type_v:
         raise BadValueError(
             f"this MLA model needs the same K and V cache types, got {type_k} and {type_v}",
@@ -316,6 +321,17 @@ def _check_types(layout: Dims, type_k: str, type_v: str, flash_attn: bool) -> No
                     f"size {head} of layer {il}",
                     hint="use an f16 or f32 cache for this model",
                 )
+
+
+def _check_indexer(layout: Dims, type_k: str) -> None:
+    """The DSA indexer cache has the K type: its key length must be a multiple of the block."""
+    block = ggml_type_named(type_k).block_size or 1
+    if layout.indexer_k % block:
+        raise BadValueError(
+            f"cache type {type_k} (blocks of {block}) does not divide the indexer key length "
+            f"{layout.indexer_k}",
+            hint="use an f16 or f32 cache for this model",
+        )
 
 
 _CACHES: OrderedDict[tuple[int, Settings], tuple[ModelFacts, CacheEstimate]] = OrderedDict()

@@ -260,7 +260,11 @@ def _warnings(facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan
             "quality may drop unless the model uses RoPE scaling"
         )
     if not plans[0].memory.cache_exact:
-        warnings.append(f"KV cache of architecture {facts.architecture!r} is estimated, not exact")
+        warnings.append(
+            f"architecture {facts.architecture!r} is one moetune has not been taught: its KV "
+            "cache (full context on every layer, the largest heads) and compute buffers "
+            "(+50 %, at least 64 MiB) are conservative estimates, not exact"
+        )
     return warnings
 
 

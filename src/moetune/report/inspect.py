@@ -6,6 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from moetune.core.dims import KNOWN_ARCHS, VERIFIED_ARCHS
 from moetune.core.facts import LayerFacts, ModelFacts
 from moetune.gguf.roles import Role
 from moetune.report.common import new_table, short_path
@@ -51,6 +52,17 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
+def _verified(arch: str) -> Text:
+    """Whether moetune's fixture matrix checks this architecture against llama.cpp."""
+    if arch in VERIFIED_ARCHS:
+        return Text("yes: plans match llama.cpp's own accounting")
+    if arch in KNOWN_ARCHS:
+        return Text("not verified: its cache rules are read from llama.cpp, not yet tested",
+                    style="yellow")  # fmt: skip
+    return Text("not verified: an architecture moetune has not been taught; plans are "
+                "conservative estimates", style="yellow")  # fmt: skip
+
+
 def _summary(facts: ModelFacts) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -64,6 +76,7 @@ def _summary(facts: ModelFacts) -> Table:
         size.append("  header only: tensor data absent", style="yellow")
     grid.add_row("file size", size)
     grid.add_row("architecture", facts.architecture + (f"  ({facts.name})" if facts.name else ""))
+    grid.add_row("verified", _verified(facts.architecture))
     blocks = f"{facts.n_layers}"
     if facts.n_nextn_layers:
         blocks += f" ({facts.n_nextn_layers} NextN/MTP, not loaded by default)"

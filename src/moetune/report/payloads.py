@@ -18,8 +18,12 @@ if TYPE_CHECKING:
 
 
 def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, Any]:
+    from moetune.core.dims import VERIFIED_ARCHS
+
     exclude = None if with_tensors else {"tensors"}
-    return facts.model_dump(mode="json", exclude=exclude)
+    # verified: the architecture is in moetune's fixture matrix (README "Verified architectures")
+    return {**facts.model_dump(mode="json", exclude=exclude),
+            "verified": facts.architecture in VERIFIED_ARCHS}  # fmt: skip
 
 
 def plan_payload(result: PlanResult) -> dict[str, Any]:

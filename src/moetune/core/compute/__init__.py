@@ -173,7 +173,7 @@ def estimate_compute(
     options = _options((device_kind,), flash_attn=flash_attn, type_k=type_k, type_v=type_v,
                        op_offload=op_offload)  # fmt: skip
     peaks = replay_for(facts, run, options).peaks(placement)
-    return ComputeEstimate(devices=(peaks[DEV],), host_bytes=peaks[CPU])
+    return _margin(facts, ComputeEstimate(devices=(peaks[DEV],), host_bytes=peaks[CPU]))
 
 
 def compute_for(
@@ -190,5 +190,24 @@ def compute_for(
                        type_v=settings.type_v, n_copies=4 if pipeline else 1)  # fmt: skip
     placement = Placement(homes, moves)
     peaks = replay_for(facts, run, options).peaks(placement)
-    return ComputeEstimate(devices=tuple(peaks[i] for i in range(len(kinds))),
-                           host_bytes=peaks[CPU])  # fmt: skip
+    return _margin(facts, ComputeEstimate(devices=tuple(peaks[i] for i in range(len(kinds))),
+                                          host_bytes=peaks[CPU]))  # fmt: skip
+
+
+# An architecture moetune has not been taught (core/dims.py KNOWN_ARCHS) is replayed with the
+# generic block; its buffers get half as much again, and at least 64 MiB, on top.
+UNTAUGHT_MARGIN_SHARE, UNTAUGHT_MARGIN_BYTES = 0.5, 64 * 1024 * 1024
+
+
+def untaught_margin(n_bytes: int) -> int:
+    """The generic block's peak plus the safety margin (0 stays 0: an unused buffer)."""
+    if n_bytes <= 0:
+        return n_bytes
+    return n_bytes + max(int(n_bytes * UNTAUGHT_MARGIN_SHARE), UNTAUGHT_MARGIN_BYTES)
+
+
+def _margin(facts: ModelFacts, found: ComputeEstimate) -> ComputeEstimate:
+    if facts.dims.known:
+        return found
+    return ComputeEstimate(devices=tuple(untaught_margin(b) for b in found.devices),
+                           host_bytes=untaught_margin(found.host_bytes))  # fmt: skip

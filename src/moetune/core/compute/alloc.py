@@ -105,8 +105,11 @@ class GAlloc:
         hn.offset = self.allocs[backend].alloc(self.size(t, backend))
 
     def _reuse_parent(self, t: Tensor, hn: State) -> bool:
-        """In place: a parent of the same layout that this node is the last user of."""
+        """In place: a parent of the same layout that this node is the last user of (or a
+        head view of a tensor that nothing else uses, whose extra space is then freed)."""
         for parent in t.srcs:
+            if parent.head_view and self._reuse_view_parent(t, hn, parent):
+                return True
             ph = parent.alloc
             if not ph.allocated or parent.is_output or parent.layout != t.layout:
                 continue
@@ -114,6 +117,23 @@ class GAlloc:
                 hn.offset, ph.allocated = ph.offset, False
                 return True
         return False
+
+    def _reuse_view_parent(self, t: Tensor, hn: State, parent: Tensor) -> bool:
+        """ggml_gallocr_allocate_node's view branch + ggml_gallocr_free_extra_space."""
+        base = parent.view_src
+        if base is None or base.is_output or parent.layout != t.layout:
+            return False
+        ph, bh = parent.alloc, base.alloc
+        if not (ph.children == 1 and ph.views == 0 and bh.views == 1 and bh.children == 0):
+            return False
+        if not bh.allocated or bh.backend != hn.backend:
+            return False
+        hn.offset, bh.allocated = bh.offset, False
+        dyn = self.allocs[hn.backend]
+        used, total = dyn.pad(self.size(t, hn.backend)), dyn.pad(self.size(base, hn.backend))
+        if total > used:
+            dyn.release(bh.offset + used, total - used)
+        return True
 
     def free(self, t: Tensor) -> None:
         """ggml_gallocr_free_node: outputs are never freed."""

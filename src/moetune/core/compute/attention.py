@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from moetune.core.compute.inputs import Inputs, attn_kind, kv_cells
 from moetune.core.compute.ir import Graph, Tensor, weight_rows
 from moetune.core.compute.params import F16
 
+MaskFn = Callable[[Tensor | None], Tensor]
 _QKV_ORDER = {"gpt-oss": "qkv"}  # build order of the Q/K/V projections; default q, v, k
+_NO_ROPE = frozenset({"jamba", "nemotron_h_moe"})  # attention without positions (jamba.cpp,
+# nemotron-h.cpp)
 
 
 def _rotate(g: Graph, cur: Tensor, rot: Tensor | None) -> Tensor:
@@ -74,6 +78,8 @@ def _attn_proj(
     qk_norm = g.w(f"{p}_norm.weight")
     if qk_norm is not None:
         cur = g.norm(cur, qk_norm, f"{part.upper()}cur_normed")
+    if d.arch in _NO_ROPE:
+        return cur, full
     return g.op("rope", f"{part.upper()}cur", cur.ne, cur, inp.pos), full
 
 
@@ -119,14 +125,15 @@ def _attn_gate(g: Graph, q_full: Tensor, cur: Tensor, n_head: int) -> Tensor:
     return g.op("mul", "attn_gated", cur.ne, cur, gate)
 
 
-def attention_mla(g: Graph, inp: Inputs, il: int, x: Tensor) -> Tensor:
+def attention_mla(g: Graph, inp: Inputs, il: int, x: Tensor, mask: MaskFn | None = None) -> Tensor:
     """DeepSeek MLA with the absorption optimisation (src/models/deepseek2.cpp): the cache
-    holds one compressed head (kv_lora_rank + rope dims); V is a view of K."""
+    holds one compressed head (kv_lora_rank + rope dims); V is a view of K. ``mask``: builds
+    the KQ mask after the cache store, from the compressed Q (DSA's top-k mask, dsa.py)."""
     p, t = f"blk.{il}.", g.run.n_tokens
     nope, kv_lora, n_head = g.shape(p + "attn_k_b.weight")[:3]
     v_mla = g.shape(p + "attn_v_b.weight")[1]
     rope = weight_rows(g, p + "attn_kv_a_mqa.weight", kv_lora) - kv_lora
-    q = _mla_query(g, inp, il, x, (nope, rope, kv_lora, n_head))
+    q, qr = _mla_query(g, inp, il, x, (nope, rope, kv_lora, n_head))
     kv = g.mm(g.w(p + "attn_kv_a_mqa.weight"), x, kv_lora + rope, "kv_cmpr_pe")
     kv_c = g.norm(g.view(kv, (kv_lora, t)), g.w(p + "attn_kv_a_norm.weight"), "kv_cmpr")
     v_cur = g.view(kv_c, (kv_lora, 1, t), "reshape")
@@ -139,7 +146,8 @@ def attention_mla(g: Graph, inp: Inputs, il: int, x: Tensor) -> Tensor:
     cache = g.cache(f"cache_k_l{il}", il, (kv_lora + rope, 1, n_kv), g.opts.kv_bytes("k"))
     g.into("set_rows", f"cache_k_l{il}", cache, g.view(k_cur), ai.k_idxs, cache)
     qp = g.view(g.view(q), (kv_lora + rope, t, n_head), "permute")
-    cur = _mla_core(g, il, (qp, cache), ai.mask, v_mla=v_mla)
+    kq_mask = ai.mask if mask is None else mask(qr)
+    cur = _mla_core(g, il, (qp, cache), kq_mask, v_mla=v_mla)
     cur = _rotate(g, cur, ai.k_rot)
     return g.mm(g.w(p + "attn_output.weight"), cur, g.d.n_embd, "attn_output")
 
@@ -171,14 +179,16 @@ def _mla_core(
 
 def _mla_query(
     g: Graph, inp: Inputs, il: int, x: Tensor, dims: tuple[int, int, int, int]
-) -> Tensor:
-    """Q with the nope part absorbed into the compressed space, concatenated with rope."""
+) -> tuple[Tensor, Tensor | None]:
+    """Q with the nope part absorbed into the compressed space, concatenated with rope; and
+    the compressed, normed Q (``qr``: None without Q compression)."""
     p, t = f"blk.{il}.", g.run.n_tokens
     nope, rope, kv_lora, n_head = dims
     q_lora = weight_rows(g, p + "attn_q_a.weight", 0)
+    qr = None
     if q_lora:
         q = g.mm(g.w(p + "attn_q_a.weight"), x, q_lora, "q")
-        q = g.norm(q, g.w(p + "attn_q_a_norm.weight"), "q")
+        q = qr = g.norm(q, g.w(p + "attn_q_a_norm.weight"), "q")
         q = g.mm(g.w(p + "attn_q_b.weight"), q, n_head * (nope + rope), "q")
     else:
         q = g.mm(g.w(p + "attn_q.weight"), x, n_head * (nope + rope), "q")
@@ -189,4 +199,4 @@ def _mla_query(
     )
     absorbed = g.view(absorbed, (kv_lora, n_head, t), "permute")
     q_pe = g.op("rope", "q_pe", (rope, n_head, t), g.view(q3, (rope, n_head, t)), inp.pos)
-    return g.op("concat", "Qcur", (kv_lora + rope, n_head, t), absorbed, q_pe)
+    return g.op("concat", "Qcur", (kv_lora + rope, n_head, t), absorbed, q_pe), qr

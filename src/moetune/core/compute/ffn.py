@@ -85,9 +85,13 @@ def _router(g: Graph, il: int, x: Tensor) -> tuple[Tensor, Tensor]:
     return topk, weights
 
 
+# build_moe_ffn called with norm_w = true whatever the file says (src/models/<arch>.cpp)
+_NORM_W_ARCHS = frozenset({"granitehybrid", "lfm2moe"})
+
+
 def _norm_weights(g: Graph) -> bool:
     """Whether the routing weights are renormalised (qwen3moe and qwen3.5 always)."""
-    if g.d.arch.startswith(("qwen3", "qwen35")):
+    if g.d.arch.startswith(("qwen3", "qwen35")) or g.d.arch in _NORM_W_ARCHS:
         return True
     return bool(g.hparams.get("expert_weights_norm", False))
 

@@ -55,7 +55,8 @@ def gated_delta_net(g: Graph, inp: Inputs, il: int, x: Tensor) -> Tensor:
     qk = []
     for name in ("q_conv", "k_conv"):
         view = g.view(conv, (s.head_k, s.n_k_heads, seq_t, n_seqs))
-        qk.append(g.op("scale", name, view.ne, g.op("rms_norm", name, view.ne, view)))
+        cur = g.op("scale", name, view.ne, g.op("rms_norm", name, view.ne, view))
+        qk.append(_gdn_repeat(g, cur, s) if g.d.arch == "qwen3next" else cur)
     v = g.view(conv, (s.head_v, s.n_v_heads, seq_t, n_seqs))
     gate, beta = _gdn_gates(g, il, x, s)
     out = g.op(
@@ -109,8 +110,40 @@ def _gdn_state(g: Graph, inp: Inputs, il: int, s: _Ssm) -> Tensor:
     return g.view(state, (s.head_v, s.head_v, s.n_v_heads, n_seqs), "reshape")
 
 
+def _gdn_repeat(g: Graph, cur: Tensor, s: _Ssm) -> Tensor:
+    """src/models/qwen3next.cpp: q/k repeated to the value heads when they differ (always,
+    fused op or not): reshape_4d -> repeat_4d -> reshape_4d."""
+    if s.n_k_heads == s.n_v_heads:
+        return cur
+    rows = cur.ne[2] * cur.ne[3]
+    rep = s.n_v_heads // s.n_k_heads
+    flat = g.view(cur, (s.head_k, 1, s.n_k_heads, rows), "reshape")
+    out = g.op("repeat", cur.name + "_repeated", (s.head_k, rep, s.n_k_heads, rows), flat)
+    return g.view(out, (s.head_k, s.n_v_heads, *cur.ne[2:]), "reshape")
+
+
+def _gdn_gates_ba(g: Graph, il: int, x: Tensor, s: _Ssm) -> tuple[Tensor, Tensor]:
+    """src/models/qwen3next.cpp: one ``ssm_ba`` projection split per key head into beta and
+    alpha (views), beta made contiguous and sigmoided, alpha contiguous, biased, softplus."""
+    p, run = f"blk.{il}.", g.run
+    seq_t, n_seqs = run.n_tokens // run.n_seqs, run.n_seqs
+    per_k = s.n_v_heads // s.n_k_heads
+    ba = g.mm(g.w(p + "ssm_ba.weight"), x, 2 * s.n_v_heads, "linear_attn_mixed_ba")
+    ba = g.view(ba, (2 * per_k, s.n_k_heads, seq_t, n_seqs), "reshape")
+    heads, split = (s.n_v_heads, seq_t, n_seqs), (per_k, s.n_k_heads, seq_t, n_seqs)
+    alpha = g.op("cont", "alpha", heads, g.view(ba, split))
+    alpha = g.op("add", "alpha_biased", heads, alpha, g.w(p + "ssm_dt.bias"))
+    alpha = g.op("unary", "a_softplus", heads, alpha)
+    gate = g.view(g.op("mul", "gate", heads, alpha, g.w(p + "ssm_a")), (1, *heads), "reshape")
+    b = g.op("cont", "b", split, g.view(ba, split))
+    beta = g.op("unary", "beta", b.ne, b)
+    return gate, g.view(beta, (1, *heads), "reshape")
+
+
 def _gdn_gates(g: Graph, il: int, x: Tensor, s: _Ssm) -> tuple[Tensor, Tensor]:
     """gate = softplus(alpha + dt_bias) * ssm_a, beta = sigmoid(beta projection)."""
+    if g.has(f"blk.{il}.ssm_ba.weight"):
+        return _gdn_gates_ba(g, il, x, s)
     p, run = f"blk.{il}.", g.run
     heads = (s.n_v_heads, run.n_tokens // run.n_seqs, run.n_seqs)
     alpha = g.mm(g.w(p + "ssm_alpha.weight"), x, s.n_v_heads, "alpha")

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from moetune.core.compute.attention import attention, attention_mla
+from moetune.core.compute.dsa import attention_dsa
 from moetune.core.compute.ffn import ffn, moe
 from moetune.core.compute.gdn import gated_delta_net
 from moetune.core.compute.inputs import Inputs, build_inputs
 from moetune.core.compute.ir import Graph, Tensor
+from moetune.core.compute.mamba import mamba1, mamba2
+from moetune.core.compute.nemotron import nemotron_block
+from moetune.core.compute.shortconv import shortconv
 
-_OUT_IDS_LATE = {"gpt-oss": "l_out", "qwen35moe": "norm", "qwen35": "norm", "qwen3next": "norm"}
+_OUT_IDS_LATE = {
+    "gpt-oss": "l_out",
+    "qwen35moe": "norm",
+    "qwen35": "norm",
+    "qwen3next": "norm",
+    "nemotron_h_moe": "norm",
+}
+# the recurrent layers' mixer by architecture (default: the gated delta net)
+_RECURRENT_MIXERS = {"granitehybrid": mamba2, "jamba": mamba1, "lfm2moe": shortconv}
+# blocks that are one part (mixer or FFN) on a plain residual, by architecture
+_ONE_PART_BLOCKS = {"nemotron_h_moe": nemotron_block}
 
 
 def build_graph(g: Graph) -> None:
@@ -30,15 +44,19 @@ def embeddings(g: Graph, inp: Inputs) -> Tensor:
         rows = g.op("get_rows", "mixed_rows", ne, tok, tokens)
         dup = g.op("dup", "mixed_dup", ne, mixed_embd)  # only its set_rows view uses it
         g.into("set_rows", "mixed", dup, rows, slots, dup)
-    return embd
+    return _scaled(g, embd, "embedding_scale")
 
 
 def layer(g: Graph, inp: Inputs, il: int, res: Tensor, last: bool) -> Tensor:
     """One block: norm, mixer (attention, MLA or delta net), residual, norm, FFN, residual."""
     p = f"blk.{il}."
+    if g.d.arch in _ONE_PART_BLOCKS:
+        return _ONE_PART_BLOCKS[g.d.arch](g, inp, il, res)
     x = g.norm(res, g.w(p + "attn_norm.weight"), "attn_norm")
     if g.d.recurrent[il]:
-        cur = gated_delta_net(g, inp, il, x)
+        cur = _RECURRENT_MIXERS.get(g.d.arch, gated_delta_net)(g, inp, il, x)
+    elif g.d.indexer_k:
+        cur = attention_dsa(g, inp, il, x)
     elif g.has(p + "attn_kv_a_mqa.weight"):
         cur = attention_mla(g, inp, il, x)
     else:
@@ -47,11 +65,33 @@ def layer(g: Graph, inp: Inputs, il: int, res: Tensor, last: bool) -> Tensor:
         n_out = (g.d.n_embd, g.run.n_outputs)
         cur = g.op("get_rows", "attn_out_rows", n_out, cur, inp.out_ids)
         res = g.op("get_rows", "res_rows", n_out, res, inp.out_ids)
-    ffn_inp = g.op("add", "ffn_inp", cur.ne, cur, res)
+    cur = _scaled(g, cur, "residual_scale")
+    ffn_inp = g.op("add", "ffn_inp", cur.ne, *_residual(g, cur, res))
     norm_w = g.w(p + "ffn_norm.weight") or g.w(p + "post_attention_norm.weight")
     x = g.norm(ffn_inp, norm_w, "ffn_norm")
     out = moe(g, il, x) if g.has(p + "ffn_gate_inp.weight") else ffn(g, il, x, "")
-    return g.op("add", "l_out", out.ne, out, ffn_inp)
+    out = _scaled(g, out, "residual_scale")
+    return g.op("add", "l_out", out.ne, *_residual(g, out, ffn_inp))
+
+
+# the residual adds take the residual stream first (ggml-alloc tries src0 first in place)
+_RESIDUAL_FIRST = frozenset({"jamba", "lfm2moe"})
+
+
+def _residual(g: Graph, cur: Tensor, res: Tensor) -> tuple[Tensor, Tensor]:
+    return (res, cur) if g.d.arch in _RESIDUAL_FIRST else (cur, res)
+
+
+def _scaled(g: Graph, cur: Tensor, key: str) -> Tensor:
+    """Granite's scales (residual_scale, embedding_scale, logit_scale): a ggml_scale when
+    the key is set and non-zero."""
+    if not g.hparams.get(key):
+        return cur
+    return g.op("scale", key, cur.ne, cur)
+
+
+# LLM_TENSOR_OUTPUT_NORM_LFM2 (src/llama-arch.cpp): LFM2 files name their output norm so
+_OUTPUT_NORM = {"lfm2moe": "token_embd_norm.weight"}
 
 
 def output(g: Graph, inp: Inputs, res: Tensor) -> None:
@@ -61,10 +101,10 @@ def output(g: Graph, inp: Inputs, res: Tensor) -> None:
     if late == "l_out":
         res.is_output = True  # t_h_nextn
         res = g.op("get_rows", "rows", n_out, res, inp.out_ids)
-    cur = g.norm(res, g.w("output_norm.weight"), "result_norm")
+    cur = g.norm(res, g.w(_OUTPUT_NORM.get(g.d.arch, "output_norm.weight")), "result_norm")
     if late == "norm":
         cur.is_output = True  # t_h_nextn
         cur = g.op("get_rows", "result_norm", n_out, cur, inp.out_ids)
     cur.is_output = True
-    logits = g.mm(g.output_weight(), cur, g.d.n_vocab, "result_output")
+    logits = _scaled(g, g.mm(g.output_weight(), cur, g.d.n_vocab, "result_output"), "logit_scale")
     logits.is_output = True

@@ -35,6 +35,9 @@ class _AttnInputs(NamedTuple):
     mask: Tensor
     k_rot: Tensor | None
     v_rot: Tensor | None
+    # DSA (llm_graph_input_attn_k_dsa): the indexer cache's k_idxs, its KQ mask (F16: the
+    # fused lightning indexer, cparams.fused_lid, is on by default) and its rotation
+    lid: tuple[Tensor, Tensor, Tensor] | None = None
 
 
 def attn_kind(g: Graph, il: int) -> str | None:
@@ -72,11 +75,14 @@ def build_inputs(g: Graph) -> Inputs:
         if kind is None or kind in attn:
             continue
         mla = g.has(f"blk.{il}.attn_kv_a_mqa.weight")
-        k_rot = _rot_input(g, "k", g.d.head_k[0])
+        dsa = g.d.indexer_k > 0  # build_attn_inp_k_dsa: no rotation of the MLA part
+        k_rot = None if dsa else _rot_input(g, "k", g.d.head_k[0])
         if pos is None:
             pos = g.input("inp_pos", (t * g.d.n_pos,), I32)
         v_rot = None if mla else _rot_input(g, "v", g.d.head_v[0])
         attn[kind] = _attn_inputs(g, kind, mla, k_rot, v_rot)
+        if dsa:
+            attn[kind] = attn[kind]._replace(lid=_lid_inputs(g, kind))
     if pos is None:
         pos = g.input("inp_pos", (t * g.d.n_pos,), I32)
     out_ids = g.input("out_ids", (g.run.n_outputs,), I32)
@@ -92,6 +98,18 @@ def _rot_input(g: Graph, kind: str, head: int) -> Tensor | None:
     while kind == "k" and head % (2 * n) == 0:
         n *= 2
     return g.input(f"attn_inp_{kind}_rot", (n, n), F32)
+
+
+def _lid_inputs(g: Graph, kind: str) -> tuple[Tensor, Tensor, Tensor]:
+    """The indexer cache's inputs: k_idxs, an F16 KQ mask, and the Hadamard rotation that
+    llama_kv_cache always gives DSA indexer keys (64 doubled while it divides the key length)."""
+    t, head = g.run.n_tokens, g.d.indexer_k
+    k_idxs = g.input("attn_inp_k_idxs_lid", (t,), I64)
+    mask = g.input("attn_inp_kq_mask_lid", (kv_cells(g, kind), t), KQ_MASK_TYPES[True])
+    n = 64
+    while head % (2 * n) == 0:
+        n *= 2
+    return k_idxs, mask, g.input("attn_inp_k_rot_lid", (n, n), F32)
 
 
 def _attn_inputs(

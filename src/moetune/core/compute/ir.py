@@ -33,12 +33,13 @@ class Tensor:
     in this backend's buffer (weights, caches); ``quant_pad``: the row padding CUDA adds to a
     quantized tensor copied to it; ``cuda_extra``: what CUDA flash attention adds to convert a
     quantized K/V to F16 in place; ``fixed_bytes``: a weight's bytes from the file, or a
-    strided view's span; ``port``: a tensor that crosses segments (replay.py).
+    strided view's span; ``port``: a tensor that crosses segments (replay.py); ``head_view``:
+    a contiguous view at offset 0 of its source, which ggml-alloc lets an in-place op reuse.
     """
 
-    __slots__ = ("alloc", "backend", "buffer", "cuda_extra", "esize", "fixed_bytes", "is_input",
-                 "is_output", "name", "ne", "op", "port", "quant_pad", "srcs", "view_src",
-                 "weight")  # fmt: skip
+    __slots__ = ("alloc", "backend", "buffer", "cuda_extra", "esize", "fixed_bytes", "head_view",
+                 "is_input", "is_output", "name", "ne", "op", "port", "quant_pad", "srcs",
+                 "view_src", "weight")  # fmt: skip
 
     def __init__(  # noqa: PLR0917 - ggml's own order: name, op, shape, type, sources, view
         self, name: str, op: str, ne: tuple[int, ...], esize: float = F32,
@@ -53,6 +54,7 @@ class Tensor:
         self.backend, self.quant_pad, self.cuda_extra = backend, quant_pad, 0
         self.fixed_bytes = fixed_bytes
         self.port: tuple[str, int, int] | None = None
+        self.head_view = False
         self.alloc = State()
 
     def __repr__(self) -> str:
@@ -88,6 +90,8 @@ class Graph:
         # scheduler does not run them on the previous block's device.
         full = all(place.block(il) != CPU for il in self.d.layers) and place.output != CPU
         self.pin_norms = full or run.n_tokens < 32
+        # tensors a later block reuses (glm-dsa's shared indexer layers: the last top-k)
+        self.carry: dict[str, Tensor] = {}
 
     def has(self, name: str) -> bool:
         return name in self._tensors
@@ -110,6 +114,13 @@ class Graph:
         if found is None and "token_embd.weight" in self._tensors:
             found = _weight_tensor(self._tensors["token_embd.weight"], self.place.output)
         return found
+
+    def leaf(self, name: str, ne: tuple[int, ...], esize: float) -> Tensor:
+        """A tensor without an op that is not an input (ggml_new_tensor in a graph builder):
+        a graph leaf, allocated with the inputs before any node, on its first user's backend."""
+        leaf = Tensor(name, "none", ne, esize)
+        self.leafs.append(leaf)
+        return leaf
 
     def input(self, name: str, ne: tuple[int, ...], esize: float) -> Tensor:
         leaf = Tensor(name, "none", ne, esize, is_input=True)

@@ -97,8 +97,8 @@ def is_view(nodes: Sequence[Tensor]) -> list[bool]:
 
 def assign_backends(g: Graph) -> None:
     """Passes 1-4 of ggml_backend_sched_split_graph over the whole graph."""
-    for leaf in g.leafs:
-        leaf.backend = CPU
+    for leaf in g.leafs:  # pass 1: inputs on the CPU; other leafs by pass 4, from a user
+        leaf.backend = CPU if leaf.is_input else -1
     backends, views = pin(g.nodes, g.opts), is_view(g.nodes)
     for skip_cpu, backward in PASSES:
         expand(backends, views, -1, skip_cpu, backward)
