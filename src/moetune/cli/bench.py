@@ -194,36 +194,18 @@ class _Choice(NamedTuple):
 
 def _bench_model(model: str, extra: tuple[str, ...], workload: Workload, choice: _Choice,
                  emit: tuple[bool, Path | None, bool]) -> None:  # fmt: skip
-    from moetune.cli.machine import physical_cores
-    from moetune.cli.models import launch_model, open_model
-    from moetune.core.settings import Settings
+    from moetune.cli.models import launch_spec
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
     from moetune.jobs.devices import split_endpoints
-    from moetune.jobs.launch import (
-        LaunchSpec,
-        check_loadable,
-        prepare_device,
-        resolve_context,
-        settings_from_extra,
-    )
+    from moetune.jobs.launch import prepare_device, resolve_context
     from moetune.jobs.results import capped_depths
-    from moetune.llamacpp.process import find_server
 
     stop_on_signals()
     names = tuple(parse_configs(choice.configs))
-    chosen = open_model(model)
-    facts = chosen.facts
-    check_loadable(facts)
+    facts, spec = launch_spec(model, extra, server=choice.server, cache_type=choice.cache_type)
     if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
-    settings = Settings(n_ctx=1, type_k=choice.cache_type, type_v=choice.cache_type)
-    path, extra = launch_model(chosen, extra)
-    sibling = chosen.sibling_path
-    spec = LaunchSpec(binary=find_server(choice.server), model=path,
-                      settings=settings_from_extra(settings, extra, facts), extra=extra,
-                      threads=physical_cores(), hf=chosen.hf,
-                      hf_sibling=str(sibling.absolute()) if sibling else None)  # fmt: skip
     with live_status("benchmarking...") as live:
         spec, setup = prepare_device(spec, target_bytes=choice.target,
                                      headroom_bytes=choice.headroom, gpus=detect_gpu_probe(),

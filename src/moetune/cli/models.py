@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
     from moetune.core.projector import ProjectorFacts
     from moetune.hub import ModelName, Quant, RepoListing
+    from moetune.jobs.launch import LaunchSpec
 
 
 @dataclass(frozen=True)
@@ -129,3 +130,26 @@ def launch_model(model: Model, extra: tuple[str, ...]) -> tuple[str, tuple[str, 
     if model.sibling_path is not None and args.mmproj is None and args.mmproj_auto:
         extra = ("--mmproj", str(model.sibling_path.absolute()), *extra)
     return str(model.path.absolute()), extra
+
+
+def launch_spec(text: str, extra: tuple[str, ...], *, server: str | None, cache_type: str,
+                port: int | None = None) -> tuple[ModelFacts, LaunchSpec]:  # fmt: skip
+    """The one LaunchSpec of ``run`` and ``bench``: the model opened and checked loadable,
+    its file on disk (and the mmproj sibling -hf would load), the settings the arguments
+    after -- set, the threads; the context is resolved later, with the devices."""
+    from moetune.cli.machine import physical_cores
+    from moetune.core.settings import Settings
+    from moetune.jobs.launch import LaunchSpec, check_loadable, settings_from_extra
+    from moetune.llamacpp.process import find_server
+
+    chosen = open_model(text)
+    check_loadable(chosen.facts)
+    path, extra = launch_model(chosen, extra)
+    settings = settings_from_extra(Settings(n_ctx=1, type_k=cache_type, type_v=cache_type),
+                                   extra, chosen.facts)  # fmt: skip
+    sibling = chosen.sibling_path
+    return chosen.facts, LaunchSpec(
+        binary=find_server(server), model=path, settings=settings, extra=extra, port=port,
+        threads=physical_cores(), hf=chosen.hf,
+        hf_sibling=str(sibling.absolute()) if sibling is not None else None,
+    )  # fmt: skip

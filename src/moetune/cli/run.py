@@ -79,36 +79,19 @@ def run(
     llama.cpp build and settings launches it directly (once, to confirm) unless --retune.
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
-    from moetune.cli.machine import physical_cores
-    from moetune.cli.models import launch_model, open_model
+    from moetune.cli.models import launch_spec
     from moetune.core.extras import absolute_files, extras_args
-    from moetune.core.settings import Settings
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.devices import split_endpoints
-    from moetune.jobs.launch import (
-        LaunchSpec,
-        check_loadable,
-        prepare_device,
-        resolve_context,
-        settings_from_extra,
-    )
+    from moetune.jobs.launch import prepare_device, resolve_context
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
-    from moetune.llamacpp.process import find_server
     from moetune.store.tuned import ProfileStore
 
     stop_on_signals()
-    chosen = open_model(model)
-    facts = chosen.facts
-    check_loadable(facts)
     # absolute: the saved command and the aliases made from it run from any folder
-    path, extra = launch_model(chosen, absolute_files(extras_args(
-        pass_through(context), mmproj=_opt(mmproj), draft=_opt(draft))))  # fmt: skip
-    settings = Settings(n_ctx=1, type_k=cache_type, type_v=cache_type)
-    sibling = chosen.sibling_path
-    spec = LaunchSpec(binary=find_server(server), model=path,
-                      settings=settings_from_extra(settings, extra, facts), extra=extra,
-                      port=port, threads=physical_cores(), hf=chosen.hf,
-                      hf_sibling=str(sibling.absolute()) if sibling else None)  # fmt: skip
+    extra = absolute_files(extras_args(pass_through(context), mmproj=_opt(mmproj),
+                                       draft=_opt(draft)))  # fmt: skip
+    facts, spec = launch_spec(model, extra, server=server, cache_type=cache_type, port=port)
     with live_status("tuning...") as live:
         spec, setup = prepare_device(spec, target_bytes=target_vram, headroom_bytes=headroom,
                                      gpus=detect_gpu_probe(), overhead=overhead,
