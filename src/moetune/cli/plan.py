@@ -208,9 +208,12 @@ def _plan_quants(name: ModelName, inputs: _Inputs, as_json: bool) -> None:
     from moetune.jobs.quants import plan_quants
 
     listing = list_repo(name)
+    opened: dict[str, Model] = {}  # each quant's headers are read once, for both plans
 
     def plan_of(quant: Quant, ctx_max: bool) -> PlanResult:
-        chosen = model_of_quant(name, listing, quant)
+        if quant.tag not in opened:
+            opened[quant.tag] = model_of_quant(name, listing, quant)
+        chosen = opened[quant.tag]
         request = _request(chosen, inputs._replace(ctx=_MAX if ctx_max else inputs.ctx))
         return make_plan(chosen.facts, request)
 

@@ -122,20 +122,15 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
 def hf_argv(argv: Sequence[str], name: str, sibling: str | None = None) -> list[str]:
     """A command launched on the files of a Hugging Face name as the user would type it:
     ``-hf NAME`` for ``-m FILE``, and without the ``--mmproj`` of the sibling -hf brings."""
-    found: list[str] = []
-    skip = False
-    for index, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        nxt = argv[index + 1] if index + 1 < len(argv) else None
-        if arg == "-m" and nxt is not None:
-            found += ["-hf", name]
-            skip = True
-        elif arg in ("--mmproj", "-mm") and sibling is not None and nxt == sibling:
-            skip = True
-        else:
-            found.append(arg)
+    found = list(argv)
+    if "-m" in found[:-1]:
+        at = found.index("-m")
+        found[at : at + 2] = ["-hf", name]
+    for flag in ("--mmproj", "-mm"):
+        if sibling is not None and flag in found[:-1]:
+            at = found.index(flag)
+            if found[at + 1] == sibling:
+                del found[at : at + 2]
     return found
 
 

@@ -83,9 +83,7 @@ class DeviceMemory(BaseModel):
     @property
     def extras_bytes(self) -> int:
         """The projector's, the draft's and MTP's bytes here."""
-        return (self.mmproj_weights_bytes + self.mmproj_compute_bytes + self.draft_weights_bytes
-                + self.draft_kv_bytes + self.draft_compute_bytes + self.mtp_weights_bytes
-                + self.mtp_kv_bytes + self.mtp_compute_bytes)  # fmt: skip
+        return sum(getattr(self, part) for part in _EXTRA_PARTS)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
