@@ -22,27 +22,13 @@ SHARED = ("--ctx", "--vram", "--gpu", "--ram", "--target-vram", "--headroom", "-
 # Where each shared name applies: the commands that plan take the machine (--vram, --gpu,
 # --ram); the ones that launch take the device's own memory and only a target.
 # Several devices add two more: the RPC servers, and the runtime overhead per device.
+LAUNCHING = ("--ctx", "--target-vram", "--headroom", "--cache-type", "--json", "--rpc",
+             "--overhead")  # fmt: skip
 WHERE: dict[str, tuple[str, ...]] = {
     "plan": (*SHARED, "--rpc", "--overhead"),
     "doctor": (*SHARED, "--rpc"),
-    "run": (
-        "--ctx",
-        "--target-vram",
-        "--headroom",
-        "--cache-type",
-        "--json",
-        "--rpc",
-        "--overhead",
-    ),
-    "bench": (
-        "--ctx",
-        "--target-vram",
-        "--headroom",
-        "--cache-type",
-        "--json",
-        "--rpc",
-        "--overhead",
-    ),
+    "run": LAUNCHING,
+    "bench": LAUNCHING,
     # the plan they fall back to without a tuned profile is for a GPU: given or a profile
     "alias": ("--ctx", "--cache-type", "--vram", "--gpu"),
     "export": ("--ctx", "--cache-type", "--vram", "--gpu"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import gguf
 import numpy as np
@@ -30,6 +31,76 @@ def use_more_bits(i_layer: int, n_layers: int) -> bool:
         or i_layer >= 7 * n_layers // 8
         or (i_layer - n_layers // 8) % 3 == 2
     )
+
+
+class _GqaMoe(Protocol):
+    """The shape fields a GQA MoE example shares (Qwen3MoE, GptOss, Llama4Scout)."""
+
+    @property
+    def n_layers(self) -> int: ...
+
+    @property
+    def n_embd(self) -> int: ...
+
+    @property
+    def n_head(self) -> int: ...
+
+    @property
+    def n_head_kv(self) -> int: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+    @property
+    def n_ff_exp(self) -> int: ...
+
+    @property
+    def n_experts(self) -> int: ...
+
+    @property
+    def n_experts_used(self) -> int: ...
+
+    @property
+    def n_ctx_train(self) -> int: ...
+
+
+def moe_keys(w: gguf.GGUFWriter, m: _GqaMoe, n_ff: int) -> None:
+    """Context, widths, block count and the experts, in the order every example writes them."""
+    w.add_context_length(m.n_ctx_train)
+    w.add_embedding_length(m.n_embd)
+    w.add_block_count(m.n_layers)
+    w.add_feed_forward_length(n_ff)
+    w.add_expert_feed_forward_length(m.n_ff_exp)
+    w.add_expert_count(m.n_experts)
+    w.add_expert_used_count(m.n_experts_used)
+
+
+def gqa_keys(w: gguf.GGUFWriter, m: _GqaMoe) -> None:
+    """The attention heads and their K/V sizes."""
+    w.add_head_count(m.n_head)
+    w.add_head_count_kv(m.n_head_kv)
+    w.add_key_length(m.head_dim)
+    w.add_value_length(m.head_dim)
+
+
+def q4_k_m_block(b: str, m: _GqaMoe, more: T) -> Iterator[Tensor]:
+    """A Q4_K_M block's attention (``more``: attn_v's type, Q6_K on use_more_bits layers)."""
+    e, q, kv = m.n_embd, m.n_head * m.head_dim, m.n_head_kv * m.head_dim
+    yield f"{b}.attn_norm.weight", (e,), T.F32
+    yield f"{b}.attn_q.weight", (q, e), T.Q4_K
+    yield f"{b}.attn_k.weight", (kv, e), T.Q4_K
+    yield f"{b}.attn_v.weight", (kv, e), more
+    yield f"{b}.attn_output.weight", (e, q), T.Q4_K
+
+
+def q4_k_m_experts(b: str, m: _GqaMoe, more: T) -> Iterator[Tensor]:
+    """A Q4_K_M block's FFN norm, router and routed experts."""
+    e, ff, x = m.n_embd, m.n_ff_exp, m.n_experts
+    yield f"{b}.ffn_norm.weight", (e,), T.F32
+    yield f"{b}.ffn_gate_inp.weight", (x, e), T.F32
+    yield f"{b}.ffn_gate_exps.weight", (x, ff, e), T.Q4_K
+    yield f"{b}.ffn_up_exps.weight", (x, ff, e), T.Q4_K
+    yield f"{b}.ffn_down_exps.weight", (x, e, ff), more
 
 
 @dataclass(frozen=True)
@@ -50,42 +121,25 @@ class Qwen3MoE:
     def keys(self, w: gguf.GGUFWriter) -> None:
         w.add_name("Qwen3-30B-A3B (header only)")
         w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-        w.add_context_length(self.n_ctx_train)
-        w.add_embedding_length(self.n_embd)
-        w.add_block_count(self.n_layers)
-        w.add_feed_forward_length(6144)
-        w.add_expert_feed_forward_length(self.n_ff_exp)
-        w.add_expert_count(self.n_experts)
-        w.add_expert_used_count(self.n_experts_used)
-        w.add_head_count(self.n_head)
-        w.add_head_count_kv(self.n_head_kv)
-        w.add_key_length(self.head_dim)
-        w.add_value_length(self.head_dim)
+        moe_keys(w, self, 6144)
+        gqa_keys(w, self)
         w.add_rope_freq_base(1e6)
         w.add_layer_norm_rms_eps(1e-6)
         w.add_vocab_size(self.n_vocab)
 
     def tensors(self) -> Iterator[Tensor]:
         """Q4_K_M: Q4_K by default, output Q6_K, attn_v/ffn_down Q6_K on use_more_bits layers."""
-        e, q, kv = self.n_embd, self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        e = self.n_embd
         yield "token_embd.weight", (self.n_vocab, e), T.Q4_K
         yield "output_norm.weight", (e,), T.F32
         yield "output.weight", (self.n_vocab, e), T.Q6_K
         for i in range(self.n_layers):
             more = T.Q6_K if use_more_bits(i, self.n_layers) else T.Q4_K
             b = f"blk.{i}"
-            yield f"{b}.attn_norm.weight", (e,), T.F32
-            yield f"{b}.attn_q.weight", (q, e), T.Q4_K
-            yield f"{b}.attn_k.weight", (kv, e), T.Q4_K
-            yield f"{b}.attn_v.weight", (kv, e), more
-            yield f"{b}.attn_output.weight", (e, q), T.Q4_K
+            yield from q4_k_m_block(b, self, more)
             yield f"{b}.attn_q_norm.weight", (self.head_dim,), T.F32
             yield f"{b}.attn_k_norm.weight", (self.head_dim,), T.F32
-            yield f"{b}.ffn_norm.weight", (e,), T.F32
-            yield f"{b}.ffn_gate_inp.weight", (self.n_experts, e), T.F32
-            yield f"{b}.ffn_gate_exps.weight", (self.n_experts, self.n_ff_exp, e), T.Q4_K
-            yield f"{b}.ffn_up_exps.weight", (self.n_experts, self.n_ff_exp, e), T.Q4_K
-            yield f"{b}.ffn_down_exps.weight", (self.n_experts, e, self.n_ff_exp), more
+            yield from q4_k_m_experts(b, self, more)
 
 
 @dataclass(frozen=True)
@@ -107,17 +161,8 @@ class GptOss:
     def keys(self, w: gguf.GGUFWriter) -> None:
         w.add_name("gpt-oss-120b (header only)")
         w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
-        w.add_context_length(self.n_ctx_train)
-        w.add_embedding_length(self.n_embd)
-        w.add_block_count(self.n_layers)
-        w.add_feed_forward_length(self.n_ff_exp)
-        w.add_expert_feed_forward_length(self.n_ff_exp)
-        w.add_expert_count(self.n_experts)
-        w.add_expert_used_count(self.n_experts_used)
-        w.add_head_count(self.n_head)
-        w.add_head_count_kv(self.n_head_kv)
-        w.add_key_length(self.head_dim)
-        w.add_value_length(self.head_dim)
+        moe_keys(w, self, self.n_ff_exp)
+        gqa_keys(w, self)
         w.add_sliding_window(self.sliding_window)
         w.add_rope_freq_base(150000.0)
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
@@ -181,18 +226,9 @@ class Llama4Scout:
     def keys(self, w: gguf.GGUFWriter) -> None:
         w.add_name("Llama-4-Scout-17B-16E-Instruct (header only)")
         w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
-        w.add_context_length(self.n_ctx_train)
-        w.add_embedding_length(self.n_embd)
-        w.add_block_count(self.n_layers)
-        w.add_feed_forward_length(self.n_ff)
-        w.add_expert_feed_forward_length(self.n_ff_exp)
-        w.add_expert_count(self.n_experts)
-        w.add_expert_used_count(self.n_experts_used)
+        moe_keys(w, self, self.n_ff)
         w.add_interleave_moe_layer_step(1)
-        w.add_head_count(self.n_head)
-        w.add_head_count_kv(self.n_head_kv)
-        w.add_key_length(self.head_dim)
-        w.add_value_length(self.head_dim)
+        gqa_keys(w, self)
         w.add_rope_dimension_count(self.head_dim)
         w.add_rope_freq_base(500000.0)
         w.add_layer_norm_rms_eps(1e-5)
@@ -201,24 +237,15 @@ class Llama4Scout:
     def tensors(self) -> Iterator[Tensor]:
         """Q4_K_M as for Qwen3: Q4_K, output Q6_K, attn_v/ffn_down Q6_K on use_more_bits
         layers; norms and the router F32; the shared expert like the routed ones."""
-        e, q, kv = self.n_embd, self.n_head * self.head_dim, self.n_head_kv * self.head_dim
-        ff, x = self.n_ff_exp, self.n_experts
+        e, ff = self.n_embd, self.n_ff_exp
         yield "token_embd.weight", (self.n_vocab, e), T.Q4_K
         yield "output_norm.weight", (e,), T.F32
         yield "output.weight", (self.n_vocab, e), T.Q6_K
         for i in range(self.n_layers):
             more = T.Q6_K if use_more_bits(i, self.n_layers) else T.Q4_K
             b = f"blk.{i}"
-            yield f"{b}.attn_norm.weight", (e,), T.F32
-            yield f"{b}.attn_q.weight", (q, e), T.Q4_K
-            yield f"{b}.attn_k.weight", (kv, e), T.Q4_K
-            yield f"{b}.attn_v.weight", (kv, e), more
-            yield f"{b}.attn_output.weight", (e, q), T.Q4_K
-            yield f"{b}.ffn_norm.weight", (e,), T.F32
-            yield f"{b}.ffn_gate_inp.weight", (x, e), T.F32
-            yield f"{b}.ffn_gate_exps.weight", (x, ff, e), T.Q4_K
-            yield f"{b}.ffn_up_exps.weight", (x, ff, e), T.Q4_K
-            yield f"{b}.ffn_down_exps.weight", (x, e, ff), more
+            yield from q4_k_m_block(b, self, more)
+            yield from q4_k_m_experts(b, self, more)
             yield f"{b}.ffn_gate_shexp.weight", (ff, e), T.Q4_K
             yield f"{b}.ffn_up_shexp.weight", (ff, e), T.Q4_K
             yield f"{b}.ffn_down_shexp.weight", (e, ff), more
