@@ -35,8 +35,24 @@ def measure_all(model: Path, rpc: str, n_layers: int, ctx: int) -> list[int]:
     """RPC0 model+KV+RS+compute bytes for every --n-cpu-moe N."""
     figures = []
     for n in range(n_layers + 1):
-        args = ["--rpc", rpc, "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
-                "-c", str(ctx), "--fit", "off", "--n-cpu-moe", str(n)]  # fmt: skip
+        args = [
+            "--rpc",
+            rpc,
+            "-ngl",
+            "99",
+            "-fa",
+            "on",
+            "-ctk",
+            "q8_0",
+            "-ctv",
+            "q8_0",
+            "-c",
+            str(ctx),
+            "--fit",
+            "off",
+            "--n-cpu-moe",
+            str(n),
+        ]
         with running_server(model, *args) as server:
             lines = parse_buffers(server.log_text())
         kinds = ("model", "KV", "RS", "compute")
@@ -44,16 +60,18 @@ def measure_all(model: Path, rpc: str, n_layers: int, ctx: int) -> list[int]:
     return figures
 
 
-def moetune_launches(facts: ModelFacts, settings: Settings, figures: list[int],
-                     target: int) -> tuple[int, int]:  # fmt: skip
+def moetune_launches(
+    facts: ModelFacts, settings: Settings, figures: list[int], target: int
+) -> tuple[int, int]:
     predict = predictor(facts, settings)
     search = Search(n_max=facts.n_layers, target_bytes=target, predict=predict)
     start = plan_n_cpu_moe(facts, target, settings).placement.n_cpu_moe or 0
 
     def measure(n: int) -> Attempt:
         status = "ok" if figures[n] <= target else "over"
-        return Attempt(n_cpu_moe=n, predicted_bytes=predict(n), measured_bytes=figures[n],
-                       status=status)  # fmt: skip
+        return Attempt(
+            n_cpu_moe=n, predicted_bytes=predict(n), measured_bytes=figures[n], status=status
+        )
 
     attempts = tune(search, start, measure)
     best = best_attempt(attempts)
@@ -75,8 +93,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--ctx", type=int, default=1024)
     args = parser.parse_args()
-    settings = Settings(n_ctx=args.ctx, type_k="q8_0", type_v="q8_0", gpu_overhead_bytes=0,
-                        device_kind="rpc")  # fmt: skip
+    settings = Settings(
+        n_ctx=args.ctx, type_k="q8_0", type_v="q8_0", gpu_overhead_bytes=0, device_kind="rpc"
+    )
     ours: list[int] = []
     linear: list[int] = []
     with tempfile.TemporaryDirectory() as tmp, rpc_server() as rpc:

@@ -35,8 +35,19 @@ TARGET_S = 0.5
 
 def once(model: Path, rpc: str, home: Path, delay_s: float) -> tuple[float, float]:
     """(seconds to the acknowledgement, seconds to the exit) of one interrupted run."""
-    argv = [*MOETUNE, "run", str(model), "--target-vram", "40M", "--ctx", "8192", "--no-save",
-            "--", "--rpc", rpc]  # fmt: skip
+    argv = [
+        *MOETUNE,
+        "run",
+        str(model),
+        "--target-vram",
+        "40M",
+        "--ctx",
+        "8192",
+        "--no-save",
+        "--",
+        "--rpc",
+        rpc,
+    ]
     proc = subprocess.Popen(
         argv,
         stdout=subprocess.DEVNULL,
@@ -75,13 +86,16 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, rpc_server() as rpc:
         model = write_model(Path(tmp) / "tiny.gguf", "glm4moe", n_layers=8)
-        runs = [once(model, rpc, Path(tmp) / "home", 0.1 + 0.3 * (i % 3))
-                for i in range(args.repeats)]  # fmt: skip
+        runs = [
+            once(model, rpc, Path(tmp) / "home", 0.1 + 0.3 * (i % 3)) for i in range(args.repeats)
+        ]
     acks, exits = [a for a, _ in runs], [d for _, d in runs]
 
     def show(label: str, samples: list[float]) -> str:
-        return (f"  {label:34s} {statistics.median(samples):6.3f} s "
-                f"({min(samples):.3f}-{max(samples):.3f})")  # fmt: skip
+        return (
+            f"  {label:34s} {statistics.median(samples):6.3f} s "
+            f"({min(samples):.3f}-{max(samples):.3f})"
+        )
 
     print(f"SIGINT during `moetune run`, median (min-max) of {args.repeats} runs")
     print(show("acknowledged", acks))

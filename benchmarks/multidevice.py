@@ -69,16 +69,30 @@ def fit_params(model: Path, args: Sequence[str]) -> str:
 def free_mib(endpoints: Sequence[str]) -> list[int]:
     argv = [str(bin_path("llama-server")), "--rpc", ",".join(endpoints), "--list-devices"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
-    return [int(line.split("(")[1].split(",")[1].split()[0])
-            for line in out.splitlines() if line.strip().startswith("RPC")]  # fmt: skip
+    return [
+        int(line.split("(")[1].split(",")[1].split()[0])
+        for line in out.splitlines()
+        if line.strip().startswith("RPC")
+    ]
 
 
 def fit_choice(model: Path, case: Case, endpoints: Sequence[str]) -> list[str]:
     """The arguments llama.cpp's --fit chooses for the budgets (its margins of free memory)."""
-    margins = [max(0, free - round(b * 1024)) for free, b in
-               zip(free_mib(endpoints), case.budgets_gib, strict=True)]  # fmt: skip
-    args = ["--rpc", ",".join(endpoints), "-c", str(case.n_ctx), *COMMON, "--fit", "on",
-            "--fit-target", ",".join(map(str, margins))]  # fmt: skip
+    margins = [
+        max(0, free - round(b * 1024))
+        for free, b in zip(free_mib(endpoints), case.budgets_gib, strict=True)
+    ]
+    args = [
+        "--rpc",
+        ",".join(endpoints),
+        "-c",
+        str(case.n_ctx),
+        *COMMON,
+        "--fit",
+        "on",
+        "--fit-target",
+        ",".join(map(str, margins)),
+    ]
     return shlex.split(fit_params(model, args))
 
 
@@ -98,16 +112,32 @@ def placement_of(args: Sequence[str], bufts: Sequence[str]) -> Placement:
     return Placement(ngl, tuple(rules), tensor_split=split)
 
 
-def moetune_command(facts: ModelFacts, model: Path, case: Case,
-                    endpoints: Sequence[str]) -> list[str]:  # fmt: skip
-    devices = tuple(DeviceSpec(name=f"RPC{i}", buft=rpc_buft(ep), kind="rpc", overhead_bytes=0,
-                               total_bytes=24 * GIB) for i, ep in enumerate(endpoints))  # fmt: skip
-    settings = Settings(n_ctx=case.n_ctx, type_k="q8_0", type_v="q8_0", n_seq=1,
-                        all_outputs=True, gpu_overhead_bytes=0, device_kind="rpc")  # fmt: skip
-    request = PlanRequest(model_path=str(model), device_bytes=0, settings=settings,
-                          devices=devices, device_targets=tuple(round(b * GIB)
-                                                                for b in case.budgets_gib),
-                          device_args=("--rpc", ",".join(endpoints)))  # fmt: skip
+def moetune_command(
+    facts: ModelFacts, model: Path, case: Case, endpoints: Sequence[str]
+) -> list[str]:
+    devices = tuple(
+        DeviceSpec(
+            name=f"RPC{i}", buft=rpc_buft(ep), kind="rpc", overhead_bytes=0, total_bytes=24 * GIB
+        )
+        for i, ep in enumerate(endpoints)
+    )
+    settings = Settings(
+        n_ctx=case.n_ctx,
+        type_k="q8_0",
+        type_v="q8_0",
+        n_seq=1,
+        all_outputs=True,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+    )
+    request = PlanRequest(
+        model_path=str(model),
+        device_bytes=0,
+        settings=settings,
+        devices=devices,
+        device_targets=tuple(round(b * GIB) for b in case.budgets_gib),
+        device_args=("--rpc", ",".join(endpoints)),
+    )
     result = make_plan(facts, request)
     best = result.alternative or result.recommended
     return best.command[1:]
@@ -130,8 +160,15 @@ def project(model: Path, args: Sequence[str]) -> dict[str, Projection]:
 Report = tuple[int, bool, str]  # expert bytes on the devices, all within budget, the text
 
 
-def _report(label: str, facts: ModelFacts, model: Path, args: Sequence[str], *,
-            endpoints: Sequence[str], budgets: Sequence[float]) -> Report:  # fmt: skip
+def _report(
+    label: str,
+    facts: ModelFacts,
+    model: Path,
+    args: Sequence[str],
+    *,
+    endpoints: Sequence[str],
+    budgets: Sequence[float],
+) -> Report:
     bufts = [rpc_buft(ep) for ep in endpoints]
     placement = placement_of(args, bufts)
     experts = split_weights(facts, placement, len(endpoints)).gpu_expert_bytes
@@ -145,8 +182,10 @@ def _report(label: str, facts: ModelFacts, model: Path, args: Sequence[str], *,
         cells.append(
             f"RPC{i} {row.total_mib:,}/{round(budget * 1024):,} MiB{'' if ok else ' OVER'}"
         )
-    line = (f"  {label:8s} experts on devices {experts / GIB:6.2f} GiB | "
-            f"{'; '.join(cells)}\n           {' '.join(args)}")  # fmt: skip
+    line = (
+        f"  {label:8s} experts on devices {experts / GIB:6.2f} GiB | "
+        f"{'; '.join(cells)}\n           {' '.join(args)}"
+    )
     return experts, all(within), line
 
 
@@ -156,29 +195,33 @@ def main() -> None:
         print("moetune's plan vs llama.cpp's --fit, per device, by llama.cpp's own dry run")
         met = True
         for case in CASES:
-            model = loadable_copy(EXAMPLES / f"{case.example}.header.gguf",
-                                  Path(tmp) / f"{case.example}.gguf")  # fmt: skip
+            model = loadable_copy(
+                EXAMPLES / f"{case.example}.header.gguf", Path(tmp) / f"{case.example}.gguf"
+            )
             facts = load_model_facts(model)
             endpoints = trio[: len(case.budgets_gib)]
-            print(f"\n{case.example}, ctx {case.n_ctx}, budgets "
-                  f"{', '.join(f'{b:g} GiB' for b in case.budgets_gib)}")  # fmt: skip
-            fit_args = ["--rpc", ",".join(endpoints), *fit_choice(model, case, endpoints),
-                        *COMMON]  # fmt: skip
-            fit_experts, fit_ok, fit_line = _report("--fit", facts, model, fit_args,
-                                                    endpoints=endpoints,
-                                                    budgets=case.budgets_gib)  # fmt: skip
+            print(
+                f"\n{case.example}, ctx {case.n_ctx}, budgets "
+                f"{', '.join(f'{b:g} GiB' for b in case.budgets_gib)}"
+            )
+            fit_args = ["--rpc", ",".join(endpoints), *fit_choice(model, case, endpoints), *COMMON]
+            fit_experts, fit_ok, fit_line = _report(
+                "--fit", facts, model, fit_args, endpoints=endpoints, budgets=case.budgets_gib
+            )
             ours = moetune_command(facts, model, case, endpoints)
-            our_experts, our_ok, our_line = _report("moetune", facts, model, ours,
-                                                    endpoints=endpoints,
-                                                    budgets=case.budgets_gib)  # fmt: skip
+            our_experts, our_ok, our_line = _report(
+                "moetune", facts, model, ours, endpoints=endpoints, budgets=case.budgets_gib
+            )
             print(fit_line)
             print(our_line)
             ratio = our_experts / fit_experts if fit_experts else float("inf")
             holds = our_ok and our_experts >= fit_experts
             met &= holds
-            print(f"  moetune / --fit expert bytes on devices: {ratio:.3f}; moetune within every "
-                  f"budget: {our_ok}; --fit within every budget: {fit_ok}"
-                  f"{'' if holds else '  TARGET MISSED'}")  # fmt: skip
+            print(
+                f"  moetune / --fit expert bytes on devices: {ratio:.3f}; moetune within every "
+                f"budget: {our_ok}; --fit within every budget: {fit_ok}"
+                f"{'' if holds else '  TARGET MISSED'}"
+            )
         print(
             f"\ntarget (>= --fit's expert bytes, no budget exceeded): {'met' if met else 'MISSED'}"
         )

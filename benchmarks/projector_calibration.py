@@ -73,8 +73,9 @@ def _projector(root: Path, name: str) -> Path:
     if name == "tiny-gemma3":
         return write_projector(path, projector_type="gemma3", image_size=448)
     if name == "tiny-qwen3vl":
-        return write_projector(path, projector_type="qwen3vl_merger", patch_size=16,
-                               deepstack_layers=(0,))  # fmt: skip
+        return write_projector(
+            path, projector_type="qwen3vl_merger", patch_size=16, deepstack_layers=(0,)
+        )
     return write_real_shaped(path, name)
 
 
@@ -87,15 +88,30 @@ def run(case: Case, root: Path, rpc: str) -> tuple[float, ...]:
     mmproj = _projector(root, case.name)
     facts = load_projector(mmproj)
     assert facts.n_embd_out is not None
-    args = ["--mmproj", str(mmproj), "-fa", "on" if case.fa else "off", "-c", "1024",
-            "-ub", str(case.n_ubatch), "-b", str(max(case.n_ubatch, 512))]  # fmt: skip
+    args = [
+        "--mmproj",
+        str(mmproj),
+        "-fa",
+        "on" if case.fa else "off",
+        "-c",
+        "1024",
+        "-ub",
+        str(case.n_ubatch),
+        "-b",
+        str(max(case.n_ubatch, 512)),
+    ]
     args += ["--no-mmproj-offload"] if case.kind == "cpu" else ["--rpc", rpc]
     if case.max_tokens:
         args += ["--image-max-tokens", str(case.max_tokens)]
     with running_server(_text_model(root, facts.n_embd_out), *args, timeout=300) as server:
         model, dev, host = parse_clip_log(server.log_text())
-    pred = projector_compute(facts, kind=case.kind, flash_attn=case.fa,
-                             image_max_tokens=case.max_tokens, n_ubatch=case.n_ubatch)  # fmt: skip
+    pred = projector_compute(
+        facts,
+        kind=case.kind,
+        flash_attn=case.fa,
+        image_max_tokens=case.max_tokens,
+        n_ubatch=case.n_ubatch,
+    )
     return (
         facts.weights_bytes / MIB,
         model or 0.0,
@@ -110,18 +126,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny fixtures only")
     quick = parser.parse_args().quick
-    print(f"{'projector':18} {'kind':4} {'FA':3} {'cap':>5} {'ub':>4} | {'weights':>8} "
-          f"{'printed':>8} | {'device':>8} {'printed':>8} {'err':>7} | {'host':>8} "
-          f"{'printed':>8} {'err':>7}")  # fmt: skip
+    print(
+        f"{'projector':18} {'kind':4} {'FA':3} {'cap':>5} {'ub':>4} | {'weights':>8} "
+        f"{'printed':>8} | {'device':>8} {'printed':>8} {'err':>7} | {'host':>8} "
+        f"{'printed':>8} {'err':>7}"
+    )
     worst = 0.0
     with tempfile.TemporaryDirectory() as tmp, rpc_server() as rpc:
         for case in _cases(quick):
             w, wp, d, dp, h, hp = run(case, Path(tmp), rpc)
             worst = max(worst, abs(d - dp), abs(h - hp))
-            print(f"{case.name:18} {case.kind:4} {'on' if case.fa else 'off':3} "
-                  f"{case.max_tokens or '-':>5} {case.n_ubatch:>4} | {w:8.2f} {wp:8.2f} | "
-                  f"{d:8.2f} {dp:8.2f} {d - dp:+7.3f} | {h:8.2f} {hp:8.2f} {h - hp:+7.3f}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{case.name:18} {case.kind:4} {'on' if case.fa else 'off':3} "
+                f"{case.max_tokens or '-':>5} {case.n_ubatch:>4} | {w:8.2f} {wp:8.2f} | "
+                f"{d:8.2f} {dp:8.2f} {d - dp:+7.3f} | {h:8.2f} {hp:8.2f} {h - hp:+7.3f}",
+                flush=True,
+            )
     print(f"max |err| = {worst:.3f} MiB (printed to 0.01 MiB: 0.005 is exact)")
 
 

@@ -57,8 +57,10 @@ def main() -> int:
         ok = True
         with fake_hub() as hub:
             os.environ["MODEL_ENDPOINT"] = hub.endpoint
-            print(f"{'file':44} {'size':>9} {'header':>9} {'fetched':>9} {'ranges':>6} "
-                  f"{'requests':>8} {'ms':>6} {'warm':>4}")  # fmt: skip
+            print(
+                f"{'file':44} {'size':>9} {'header':>9} {'fetched':>9} {'ranges':>6} "
+                f"{'requests':>8} {'ms':>6} {'warm':>4}"
+            )
             for i, (label, path) in enumerate(sorted(files.items())):
                 repo = f"bench/model-{i}"
                 name = label.split(" ")[0]
@@ -67,12 +69,16 @@ def main() -> int:
                 header = read_header(path).data_offset
                 good = fetched <= GOAL_BYTES and ranges <= GOAL_RANGES and warm == 0
                 ok &= good
-                print(f"{label:44} {path.stat().st_size / 2**20:>8.1f}M "
-                      f"{header / 2**20:>8.2f}M {fetched / 2**20:>8.2f}M {ranges:>6} "
-                      f"{requests:>8} {seconds * 1000:>6.0f} {warm:>4}"
-                      f"{'' if good else '  GOAL MISSED'}")  # fmt: skip
-        print(f"goal: <= {GOAL_BYTES >> 20} MiB and <= {GOAL_RANGES} ranged requests per shard, "
-              f"0 requests warm: {'met' if ok else 'MISSED'}")  # fmt: skip
+                print(
+                    f"{label:44} {path.stat().st_size / 2**20:>8.1f}M "
+                    f"{header / 2**20:>8.2f}M {fetched / 2**20:>8.2f}M {ranges:>6} "
+                    f"{requests:>8} {seconds * 1000:>6.0f} {warm:>4}"
+                    f"{'' if good else '  GOAL MISSED'}"
+                )
+        print(
+            f"goal: <= {GOAL_BYTES >> 20} MiB and <= {GOAL_RANGES} ranged requests per shard, "
+            f"0 requests warm: {'met' if ok else 'MISSED'}"
+        )
     return 0 if ok else 1
 
 

@@ -56,11 +56,17 @@ def main() -> None:
             ("python -c pass", [sys.executable, "-c", "pass"], None),
             ("moetune --version", [*MOETUNE, "--version"], None),
             ("inspect EXAMPLE --json", [*MOETUNE, "inspect", str(EXAMPLE), "--json"], 0.25),
-            ("plan EXAMPLE --vram 24G --json",
-             [*MOETUNE, "plan", str(EXAMPLE), "--vram", "24G", "--json"], 0.25),
-            ("plan 235B-A22B (94 blocks) --vram 24G --json",
-             [*MOETUNE, "plan", str(big), "--vram", "24G", "--json"], 0.5),
-        ]  # fmt: skip
+            (
+                "plan EXAMPLE --vram 24G --json",
+                [*MOETUNE, "plan", str(EXAMPLE), "--vram", "24G", "--json"],
+                0.25,
+            ),
+            (
+                "plan 235B-A22B (94 blocks) --vram 24G --json",
+                [*MOETUNE, "plan", str(big), "--vram", "24G", "--json"],
+                0.5,
+            ),
+        ]
         results = [(label, timed(argv, args.repeats), target) for label, argv, target in cases]
     base = statistics.median(results[0][1])
     print(f"whole-process wall time, median (min-max) of {args.repeats} runs")
@@ -71,8 +77,10 @@ def main() -> None:
             if target is None
             else f"  target <= {target:.2f} s: " + ("met" if median <= target else "MISSED")
         )
-        print(f"  {label:46s} {median:6.3f} s ({min(samples):.3f}-{max(samples):.3f}), "
-              f"{median / base:5.1f}x python -c pass{verdict}")  # fmt: skip
+        print(
+            f"  {label:46s} {median:6.3f} s ({min(samples):.3f}-{max(samples):.3f}), "
+            f"{median / base:5.1f}x python -c pass{verdict}"
+        )
 
 
 if __name__ == "__main__":

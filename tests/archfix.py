@@ -185,8 +185,9 @@ class Tiny:
         if output:
             self.mat("output.weight", self.n_vocab, self.n_embd)
 
-    def attention(self, i: int, *, qk_norm: bool = False, bias: bool = False,
-                  out_bias: bool = False) -> None:  # fmt: skip
+    def attention(
+        self, i: int, *, qk_norm: bool = False, bias: bool = False, out_bias: bool = False
+    ) -> None:
         """attn_norm, q/k/v/output (+ per-head q/k norms, q/k/v biases, output bias)."""
         p, e = f"blk.{i}", self.n_embd
         self.norm(f"{p}.attn_norm.weight", e)

@@ -20,9 +20,15 @@ Writer = Callable[[Path], Path]
 
 
 def _moe_block(
-    t: Tiny, i: int, *, qk_norm: bool = False, bias: bool = False, shared: int = 0,
-    shexp_gate: bool = False, probs_b: bool = False,
-) -> None:  # fmt: skip
+    t: Tiny,
+    i: int,
+    *,
+    qk_norm: bool = False,
+    bias: bool = False,
+    shared: int = 0,
+    shexp_gate: bool = False,
+    probs_b: bool = False,
+) -> None:
     """attn + routed experts (+ ``shared`` shared-expert width, its gate, exp_probs_b)."""
     t.attention(i, qk_norm=qk_norm, bias=bias)
     t.moe(i)

@@ -177,22 +177,42 @@ DEEPSEEK2_LITE = MlaShape(n_layers=26, n_embd=128, q_lora=0, n_experts=4, n_ff_e
 # Kimi-K2 / DeepSeek-V3 routing: 384 experts (8 used), sigmoid gating with a bias, normalised
 # and scaled weights, one dense block.
 KIMI_K2 = MlaShape(
-    n_experts=384, n_used=8, n_ff_exp=32, gating=_GATING_SIGMOID, probs_bias=True,
-    weights_norm=True, weights_scale=2.827,
-)  # fmt: skip
+    n_experts=384,
+    n_used=8,
+    n_ff_exp=32,
+    gating=_GATING_SIGMOID,
+    probs_bias=True,
+    weights_norm=True,
+    weights_scale=2.827,
+)
 # DeepSeek-V3/R1 routing: experts in groups, the tokens routed within the best groups.
 DEEPSEEK_V3 = MlaShape(
-    n_experts=32, n_used=4, n_ff_exp=64, gating=_GATING_SIGMOID, probs_bias=True,
-    weights_norm=True, weights_scale=2.5, expert_groups=(4, 2),
-)  # fmt: skip
+    n_experts=32,
+    n_used=4,
+    n_ff_exp=64,
+    gating=_GATING_SIGMOID,
+    probs_bias=True,
+    weights_norm=True,
+    weights_scale=2.5,
+    expert_groups=(4, 2),
+)
 DEEPSEEK32 = MlaShape(
-    arch="deepseek32", gating=_GATING_SIGMOID, probs_bias=True, weights_norm=True,
-    weights_scale=2.5, indexer=(4, 64, 256),
-)  # fmt: skip
+    arch="deepseek32",
+    gating=_GATING_SIGMOID,
+    probs_bias=True,
+    weights_norm=True,
+    weights_scale=2.5,
+    indexer=(4, 64, 256),
+)
 GLM_DSA = MlaShape(
-    arch="glm-dsa", n_layers=6, gating=_GATING_SIGMOID, probs_bias=True, weights_norm=True,
-    indexer=(4, 64, 256), indexer_types=(1, 1, 0, 0, 1, 0),
-)  # fmt: skip
+    arch="glm-dsa",
+    n_layers=6,
+    gating=_GATING_SIGMOID,
+    probs_bias=True,
+    weights_norm=True,
+    indexer=(4, 64, 256),
+    indexer_types=(1, 1, 0, 0, 1, 0),
+)
 
 
 def _writer(shape: MlaShape) -> Callable[[Path], Path]:

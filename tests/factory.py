@@ -656,8 +656,9 @@ def loadable_copy(header: Path, dst: Path) -> Path:
         data_bytes = 0
         for t in reader.tensors:
             dims = tuple(int(d) for d in reversed(t.shape))
-            writer.add_tensor_info(t.name, dims, np.dtype(np.float32), int(t.n_bytes),
-                                   raw_dtype=t.tensor_type)  # fmt: skip
+            writer.add_tensor_info(
+                t.name, dims, np.dtype(np.float32), int(t.n_bytes), raw_dtype=t.tensor_type
+            )
             data_bytes += gguf.GGUFWriter.ggml_pad(int(t.n_bytes), writer.data_alignment)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

@@ -90,9 +90,10 @@ class FakeHub:
     def requests(self, server: str | None = None, method: str | None = None) -> list[Seen]:
         with self._lock:
             return [
-                s for s in self.seen
+                s
+                for s in self.seen
                 if (server is None or s.server == server) and (method is None or s.method == method)
-            ]  # fmt: skip
+            ]
 
     def record(self, seen: Seen) -> None:
         with self._lock:
@@ -118,8 +119,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._route("HEAD")
 
     def _route(self, method: str) -> None:
-        seen = Seen(self.role, method, self.path, self.headers.get("Range"),
-                    self.headers.get("Authorization"))  # fmt: skip
+        seen = Seen(
+            self.role,
+            method,
+            self.path,
+            self.headers.get("Range"),
+            self.headers.get("Authorization"),
+        )
         self.hub.record(seen)
         path = unquote(urlsplit(self.path).path)
         try:
@@ -151,8 +157,11 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         if repo.token and self.headers.get("Authorization") != f"Bearer {repo.token}":
             status = 403 if self.headers.get("Authorization") else 401
-            self._json({"error": f"Access to model {name} is restricted."}, status,
-                       X_Error_Code="GatedRepo")  # fmt: skip
+            self._json(
+                {"error": f"Access to model {name} is restricted."},
+                status,
+                X_Error_Code="GatedRepo",
+            )
             return None
         return repo
 
@@ -183,8 +192,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         size = str(repo.files[file].stat().st_size)
         target = f"{self.hub.cdn}/cdn/{repo.name}/{file}?sig=pretend-signature"
-        self._send(302, Location=target, X_Linked_Size=size, X_Repo_Commit=repo.commit,
-                   X_Linked_Etag=f'"{repo.oid(file)}"')  # fmt: skip
+        self._send(
+            302,
+            Location=target,
+            X_Linked_Size=size,
+            X_Repo_Commit=repo.commit,
+            X_Linked_Etag=f'"{repo.oid(file)}"',
+        )
 
     def _cdn(self, method: str, path: str) -> None:
         m = re.fullmatch(r"/cdn/([^/]+/[^/]+)/(.+)", path)
@@ -233,13 +247,18 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _tree(repo: FakeRepo) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
-    dirs = sorted({"/".join(p.split("/")[:i]) for p in repo.files
-                   for i in range(1, p.count("/") + 1)})  # fmt: skip
+    dirs = sorted(
+        {"/".join(p.split("/")[:i]) for p in repo.files for i in range(1, p.count("/") + 1)}
+    )
     entries += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": d} for d in dirs]
     for path in sorted(repo.files):
         size = repo.files[path].stat().st_size
-        entry: dict[str, Any] = {"type": "file", "oid": hashlib.sha1(path.encode()).hexdigest(),
-                                 "size": size, "path": path}  # fmt: skip
+        entry: dict[str, Any] = {
+            "type": "file",
+            "oid": hashlib.sha1(path.encode()).hexdigest(),
+            "size": size,
+            "path": path,
+        }
         if path.endswith(".gguf"):
             entry["lfs"] = {"oid": repo.oid(path), "size": size, "pointerSize": 134}
         entries.append(entry)

@@ -37,21 +37,31 @@ def moetune_env(home: Path | None = None, **extra: str) -> dict[str, str]:
     return env
 
 
-def moetune(*args: str, home: Path | None = None, timeout: float = 300,
-            prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def moetune(
+    *args: str, home: Path | None = None, timeout: float = 300, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     """Run ``moetune ARGS`` to completion; stdout and stderr as text."""
     return subprocess.run(
-        [*prefix, *MOETUNE, *args], capture_output=True, text=True, timeout=timeout,
-        check=False, env=moetune_env(home), preexec_fn=default_signals,
-    )  # fmt: skip
+        [*prefix, *MOETUNE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=moetune_env(home),
+        preexec_fn=default_signals,
+    )
 
 
 def start_moetune(*args: str, home: Path | None = None) -> subprocess.Popen[str]:
     """Start ``moetune ARGS`` in the background: stdout discarded, stderr piped."""
     return subprocess.Popen(
-        [*MOETUNE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=moetune_env(home), preexec_fn=default_signals,  # noqa: PLW1509
-    )  # fmt: skip
+        [*MOETUNE, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=moetune_env(home),
+        preexec_fn=default_signals,  # noqa: PLW1509
+    )
 
 
 def cli(*args: str) -> tuple[int, str, str]:

@@ -116,22 +116,32 @@ def _wait_healthy(server: Server, timeout: float) -> None:
 
 
 @contextlib.contextmanager
-def running_server(model: Path | None, *extra_args: str, timeout: float = 120,
-                   verbose: bool = True) -> Iterator[Server]:  # fmt: skip
+def running_server(
+    model: Path | None, *extra_args: str, timeout: float = 120, verbose: bool = True
+) -> Iterator[Server]:
     """Start llama-server on ``model`` (plus ``extra_args``), yield it once ``/health`` is 200;
     ``model`` None: the router (``--models-preset`` in ``extra_args``)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="llama-server-") as tmp:
         log_path = Path(tmp) / "server.log"
-        argv = [str(bin_path("llama-server")), *(["-m", str(model)] if model else []), "--host",
-                HOST, "--port", str(port)]  # fmt: skip
+        argv = [
+            str(bin_path("llama-server")),
+            *(["-m", str(model)] if model else []),
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+        ]
         argv += ["-lv", "4", "--no-log-prefix"] if verbose else []
         argv += extra_args
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         server = Server(f"http://{HOST}:{port}", port, log_path, proc)
         try:
             _wait_healthy(server, timeout)
@@ -157,9 +167,12 @@ def rpc_server(timeout: float = 30) -> Iterator[str]:
     port = free_port()
     argv = [str(bin_path("ggml-rpc-server")), "-H", HOST, "-p", str(port)]
     proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         _wait_port(proc, port, timeout)
         yield f"{HOST}:{port}"

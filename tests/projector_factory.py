@@ -47,8 +47,18 @@ class _W:
         self.writer.add_tensor(name, data)
 
 
-def _keys(w: gguf.GGUFWriter, proj: str, *, n_embd: int, n_head: int, n_layer: int, n_ff: int,
-          image_size: int, patch_size: int, proj_dim: int) -> None:  # fmt: skip
+def _keys(
+    w: gguf.GGUFWriter,
+    proj: str,
+    *,
+    n_embd: int,
+    n_head: int,
+    n_layer: int,
+    n_ff: int,
+    image_size: int,
+    patch_size: int,
+    proj_dim: int,
+) -> None:
     w.add_bool("clip.has_vision_encoder", True)
     w.add_string("clip.projector_type", proj)
     w.add_uint32("clip.vision.embedding_length", n_embd)
@@ -67,8 +77,9 @@ def _keys(w: gguf.GGUFWriter, proj: str, *, n_embd: int, n_head: int, n_layer: i
         w.add_bool("clip.use_gelu", True)
 
 
-def _block(b: _W, il: int, e: int, ff: int, *, fused: bool, biases: bool, gate: bool,
-           layer_norm: bool) -> None:  # fmt: skip
+def _block(
+    b: _W, il: int, e: int, ff: int, *, fused: bool, biases: bool, gate: bool, layer_norm: bool
+) -> None:
     p = f"v.blk.{il}"
     if fused:
         b.mat(f"{p}.attn_qkv.weight", e, 3 * e)
@@ -131,8 +142,17 @@ def write_projector(
         raise ValueError(f"projector_type must be one of {PROJECTOR_TYPES}")
     w = gguf.GGUFWriter(path, "clip")
     proj_dim = n_embd_out // (1 + len(deepstack_layers))
-    _keys(w, projector_type, n_embd=n_embd, n_head=n_head, n_layer=n_layer, n_ff=n_ff,
-          image_size=image_size, patch_size=patch_size, proj_dim=proj_dim)  # fmt: skip
+    _keys(
+        w,
+        projector_type,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_layer=n_layer,
+        n_ff=n_ff,
+        image_size=image_size,
+        patch_size=patch_size,
+        proj_dim=proj_dim,
+    )
     b = _W(w, random)
     e = n_embd
     b.mat("v.patch_embd.weight", patch_size, patch_size, 3, e)
@@ -156,9 +176,16 @@ def write_projector(
             b.vec("v.patch_embd.bias", e)
             b.f32("v.position_embd.weight", e, n_pos_embd or (image_size // patch_size) ** 2)
         for il in range(n_layer):
-            _block(b, il, e, n_ff, fused=qwen3, biases=True,
-                   gate=projector_type == "qwen2.5vl_merger",
-                   layer_norm=projector_type != "qwen2.5vl_merger")  # fmt: skip
+            _block(
+                b,
+                il,
+                e,
+                n_ff,
+                fused=qwen3,
+                biases=True,
+                gate=projector_type == "qwen2.5vl_merger",
+                layer_norm=projector_type != "qwen2.5vl_merger",
+            )
             if il in deepstack_layers:
                 _merger_mlp(b, f"v.deepstack.{il}", 4 * e, proj_dim, True)
         b.vec("v.post_ln.weight", e, 1.0)
@@ -193,21 +220,62 @@ def write_projector(
 
 # Real vision towers (config.json vision_config), with fewer blocks than the real 24-27.
 REAL_SHAPES: dict[str, dict[str, object]] = {
-    "qwen3-vl-30b-a3b": {"projector_type": "qwen3vl_merger", "n_embd": 1152, "n_head": 16,
-                         "n_ff": 4304, "patch_size": 16, "image_size": 768, "n_pos_embd": 2304,
-                         "n_embd_out": 4096, "deepstack_layers": (1,), "n_layer": 3},
-    "qwen3.5-35b-a3b": {"projector_type": "qwen3vl_merger", "n_embd": 1152, "n_head": 16,
-                        "n_ff": 4304, "patch_size": 16, "image_size": 768, "n_pos_embd": 2304,
-                        "n_embd_out": 2048, "n_layer": 2},
-    "gemma-3": {"projector_type": "gemma3", "n_embd": 1152, "n_head": 16, "n_ff": 4304,
-                "patch_size": 14, "image_size": 896, "n_embd_out": 2560, "n_layer": 2},
-    "glm-4.5v": {"projector_type": "glm4v", "n_embd": 1536, "n_head": 12, "n_ff": 4096,
-                 "patch_size": 14, "image_size": 336, "n_embd_out": 4096, "merger_ff": 10944,
-                 "n_layer": 2},
-    "qwen2.5-vl": {"projector_type": "qwen2.5vl_merger", "n_embd": 1280, "n_head": 16,
-                   "n_ff": 3420, "patch_size": 14, "image_size": 560, "n_embd_out": 2048,
-                   "n_layer": 4, "n_wa_pattern": 2},
-}  # fmt: skip
+    "qwen3-vl-30b-a3b": {
+        "projector_type": "qwen3vl_merger",
+        "n_embd": 1152,
+        "n_head": 16,
+        "n_ff": 4304,
+        "patch_size": 16,
+        "image_size": 768,
+        "n_pos_embd": 2304,
+        "n_embd_out": 4096,
+        "deepstack_layers": (1,),
+        "n_layer": 3,
+    },
+    "qwen3.5-35b-a3b": {
+        "projector_type": "qwen3vl_merger",
+        "n_embd": 1152,
+        "n_head": 16,
+        "n_ff": 4304,
+        "patch_size": 16,
+        "image_size": 768,
+        "n_pos_embd": 2304,
+        "n_embd_out": 2048,
+        "n_layer": 2,
+    },
+    "gemma-3": {
+        "projector_type": "gemma3",
+        "n_embd": 1152,
+        "n_head": 16,
+        "n_ff": 4304,
+        "patch_size": 14,
+        "image_size": 896,
+        "n_embd_out": 2560,
+        "n_layer": 2,
+    },
+    "glm-4.5v": {
+        "projector_type": "glm4v",
+        "n_embd": 1536,
+        "n_head": 12,
+        "n_ff": 4096,
+        "patch_size": 14,
+        "image_size": 336,
+        "n_embd_out": 4096,
+        "merger_ff": 10944,
+        "n_layer": 2,
+    },
+    "qwen2.5-vl": {
+        "projector_type": "qwen2.5vl_merger",
+        "n_embd": 1280,
+        "n_head": 16,
+        "n_ff": 3420,
+        "patch_size": 14,
+        "image_size": 560,
+        "n_embd_out": 2048,
+        "n_layer": 4,
+        "n_wa_pattern": 2,
+    },
+}
 
 
 def write_real_shaped(path: Path, name: str) -> Path:
@@ -227,5 +295,9 @@ def png_bytes(width: int = 32, height: int = 32) -> bytes:
         for y in range(height)
     )
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
-            + chunk(b"IEND", b""))  # fmt: skip
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )

@@ -51,9 +51,13 @@ def read_request(conn: socket.socket) -> None:
         data += part
     head, _, body = data.partition(b"\r\n\r\n")
     length = next(
-        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-         if line.lower().startswith(b"content-length:")), 0,
-    )  # fmt: skip
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
     while len(body) < length and (part := conn.recv(65536)):
         body += part
 

@@ -33,12 +33,17 @@ from helpers import MOETUNE, moetune_env
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "dotfiles"
 TRICKY = [
-    "-m", "/models/it's a \"model\" $HOME `x` !1.gguf",
-    "-ngl", "99",
-    "-ot", r"blk\.(3[4-9]|4[0-7])\.ffn_(up|down|gate)_(ch|)exps=CPU,blk\.33\.ffn_(down)_exps=CPU",
-    "--alias", "a;b&&c|d*?[x]{y} \\ end",
-    "--fit", "off",
-]  # fmt: skip
+    "-m",
+    '/models/it\'s a "model" $HOME `x` !1.gguf',
+    "-ngl",
+    "99",
+    "-ot",
+    r"blk\.(3[4-9]|4[0-7])\.ffn_(up|down|gate)_(ch|)exps=CPU,blk\.33\.ffn_(down)_exps=CPU",
+    "--alias",
+    "a;b&&c|d*?[x]{y} \\ end",
+    "--fit",
+    "off",
+]
 
 
 def have(shell: str) -> bool:
@@ -49,30 +54,69 @@ def shells_here() -> list[Shell]:
     return [s for s in SHELLS if have(s)]
 
 
-TUNE_COMMAND = ["moetune", "run", "/models/m.gguf", "--server", "/usr/bin/llama-server",
-                "--target-vram", "22G", "--ctx", "32k", "--cache-type", "q8_0", "--",
-                "--rpc", "10.0.0.2:50052"]  # fmt: skip
+TUNE_COMMAND = [
+    "moetune",
+    "run",
+    "/models/m.gguf",
+    "--server",
+    "/usr/bin/llama-server",
+    "--target-vram",
+    "22G",
+    "--ctx",
+    "32k",
+    "--cache-type",
+    "q8_0",
+    "--",
+    "--rpc",
+    "10.0.0.2:50052",
+]
 
 
-def make_profile(command: list[str], file_name: str = "m.gguf",
-                 identity_path: str = "/models/m.gguf",
-                 n_ctx: int = 32768) -> TunedProfile:  # fmt: skip
-    model = ModelIdentity(file_name=file_name, file_bytes=1, header_sha256="0" * 64,
-                          path=identity_path)  # fmt: skip
+def make_profile(
+    command: list[str],
+    file_name: str = "m.gguf",
+    identity_path: str = "/models/m.gguf",
+    n_ctx: int = 32768,
+) -> TunedProfile:
+    model = ModelIdentity(
+        file_name=file_name, file_bytes=1, header_sha256="0" * 64, path=identity_path
+    )
     gpu = DeviceIdentity(name="NVIDIA GeForce RTX 4090", device="CUDA0", vram_total_bytes=24 * GIB)
-    build = BuildIdentity(build_number=6500, commit="abc1234", version="b6500",
-                          binary="/usr/bin/llama-server", binary_fingerprint="1:1")  # fmt: skip
-    settings = TuneSettings(n_ctx=n_ctx, type_k="q8_0", type_v="q8_0", target_bytes=22 * GIB,
-                            extra_args=["--rpc", "10.0.0.2:50052"],
-                            command=TUNE_COMMAND)  # fmt: skip
+    build = BuildIdentity(
+        build_number=6500,
+        commit="abc1234",
+        version="b6500",
+        binary="/usr/bin/llama-server",
+        binary_fingerprint="1:1",
+    )
+    settings = TuneSettings(
+        n_ctx=n_ctx,
+        type_k="q8_0",
+        type_v="q8_0",
+        target_bytes=22 * GIB,
+        extra_args=["--rpc", "10.0.0.2:50052"],
+        command=TUNE_COMMAND,
+    )
     key = TuneKey(model=model, gpu=gpu, llama_cpp=build, settings=settings)
     return TunedProfile(
-        name=profile_name(key), tuned_at="2025-01-01T00:00:00+00:00", model=model, gpu=gpu,
-        llama_cpp=build, settings=settings, placement=TunedPlacement(n_cpu_moe=12),
-        measured=Measured(vram_bytes=21 * GIB, ttft_s=0.4, decode_tps=41.5, decode_tps_min=40.2,
-                          decode_tps_max=42.0, repeats=3, prompt_tps=900.0),
+        name=profile_name(key),
+        tuned_at="2025-01-01T00:00:00+00:00",
+        model=model,
+        gpu=gpu,
+        llama_cpp=build,
+        settings=settings,
+        placement=TunedPlacement(n_cpu_moe=12),
+        measured=Measured(
+            vram_bytes=21 * GIB,
+            ttft_s=0.4,
+            decode_tps=41.5,
+            decode_tps_min=40.2,
+            decode_tps_max=42.0,
+            repeats=3,
+            prompt_tps=900.0,
+        ),
         command=command,
-    )  # fmt: skip
+    )
 
 
 def fake_server(tmp_path: Path) -> Path:
@@ -95,8 +139,9 @@ def test_syntax_check(shell: Shell) -> None:
         assert shell != "bash", "bash must be there"
         pytest.skip(f"{shell} is not installed")
     text = alias_text("qwen", make_profile(["/opt/llama/llama-server", *TRICKY]), shell)
-    done = subprocess.run([shell, "-n"], input=text, capture_output=True, text=True, timeout=30,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [shell, "-n"], input=text, capture_output=True, text=True, timeout=30, check=False
+    )
     assert done.returncode == 0, done.stderr + text
 
 
@@ -117,16 +162,19 @@ def test_comments_say_what_was_tuned() -> None:
     assert "NVIDIA GeForce RTX 4090" in header[0] and "build 6500" in header[0]
     assert "--n-cpu-moe 12" in header[1] and "41.5 tok/s (40.2-42.0 over 3)" in header[1]
     # the re-tune hint is the user's whole command, --retune before the arguments after --
-    assert header[2].endswith(" ".join([*TUNE_COMMAND[:11], "--retune", *TUNE_COMMAND[11:]])
-                              + ", then moetune alias qwen again")  # fmt: skip
+    assert header[2].endswith(
+        " ".join([*TUNE_COMMAND[:11], "--retune", *TUNE_COMMAND[11:]])
+        + ", then moetune alias qwen again"
+    )
 
 
 def test_newlines_in_names_cannot_escape_the_comment() -> None:
     profile = make_profile(["llama-server"], file_name="a\nrm -rf x.gguf")
     text = alias_text("qwen", profile, "bash")
     body = ("}", 'llama-server "$@"')
-    assert all(line.startswith("#") or "qwen" in line or line.strip() in body
-               for line in text.splitlines())  # fmt: skip
+    assert all(
+        line.startswith("#") or "qwen" in line or line.strip() in body for line in text.splitlines()
+    )
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
 
 
@@ -165,9 +213,12 @@ def tiny(tmp_path: Path) -> Path:
 
 def save_for(model: Path, n_ctx: int = 32768) -> TunedProfile:
     identity = model_identity(model)
-    profile = make_profile(["/usr/bin/llama-server", "-m", str(model), "--n-cpu-moe", "3"],
-                           file_name=identity.file_name, identity_path=identity.path,
-                           n_ctx=n_ctx)  # fmt: skip
+    profile = make_profile(
+        ["/usr/bin/llama-server", "-m", str(model), "--n-cpu-moe", "3"],
+        file_name=identity.file_name,
+        identity_path=identity.path,
+        n_ctx=n_ctx,
+    )
     profile = profile.model_copy(update={"model": identity})
     profile = profile.model_copy(update={"name": profile_name(profile.key)})
     ProfileStore().save(profile)
@@ -224,8 +275,9 @@ def test_example_dotfiles_parse(shell: str, suffix: str) -> None:
     assert path.is_file()
     if not have(shell):
         pytest.skip(f"{shell} is not installed")
-    done = subprocess.run([shell, "-n", str(path)], capture_output=True, text=True, timeout=30,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [shell, "-n", str(path)], capture_output=True, text=True, timeout=30, check=False
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -241,11 +293,14 @@ def test_cli_picks_the_profile_tuned_with_the_projector(tiny: Path, tmp_path: Pa
     absolute); none tuned with it: one line that says how to tune one."""
     mmproj = tmp_path / "mmproj.gguf"
     plain = save_for(tiny, 32768)
-    with_it = plain.model_copy(update={
-        "settings": plain.settings.model_copy(update={
-            "n_ctx": 8192, "extra_args": ["--mmproj", str(mmproj.absolute())]}),
-        "command": [*plain.command, "--mmproj", str(mmproj.absolute())],
-    })  # fmt: skip
+    with_it = plain.model_copy(
+        update={
+            "settings": plain.settings.model_copy(
+                update={"n_ctx": 8192, "extra_args": ["--mmproj", str(mmproj.absolute())]}
+            ),
+            "command": [*plain.command, "--mmproj", str(mmproj.absolute())],
+        }
+    )
     ProfileStore().save(with_it.model_copy(update={"name": profile_name(with_it.key)}))
     result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--mmproj", str(mmproj)])
     assert result.exit_code == 0, result.output
@@ -260,9 +315,14 @@ def test_cli_picks_the_profile_tuned_with_the_projector(tiny: Path, tmp_path: Pa
 def test_alias_from_a_plan_without_a_profile(tiny: Path, shell: Shell) -> None:
     """No tuned profile: the plan for --gpu, marked PREDICTED in the comment and on stderr;
     the function passes the shell's syntax check, and bash runs llama-server with it."""
-    done = subprocess.run([*MOETUNE, "alias", "tiny", str(tiny), "--gpu", "rtx4090",
-                           "--shell", shell], capture_output=True, text=True, timeout=120,
-                          env=moetune_env(), check=False)  # fmt: skip
+    done = subprocess.run(
+        [*MOETUNE, "alias", "tiny", str(tiny), "--gpu", "rtx4090", "--shell", shell],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=moetune_env(),
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "PREDICTED" in done.stdout and "predicted, not measured" in done.stderr
     body = "\n".join(line for line in done.stdout.splitlines() if not line.startswith("#"))
@@ -270,9 +330,15 @@ def test_alias_from_a_plan_without_a_profile(tiny: Path, shell: Shell) -> None:
     if have(shell):
         subprocess.run([shell, "-n"], input=done.stdout, text=True, check=True)
     if shell == "bash":
-        ran = subprocess.run(["bash", "-c", f"{done.stdout}\ntiny --version"],
-                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        ran = subprocess.run(
+            ["bash", "-c", f"{done.stdout}\ntiny --version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert ran.returncode == 0 and "version" in (ran.stdout + ran.stderr)
-    refused = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--gpu", "rtx4090",
-                                       "--require-tuned"])  # fmt: skip
+    refused = CliRunner().invoke(
+        app, ["alias", "tiny", str(tiny), "--gpu", "rtx4090", "--require-tuned"]
+    )
     assert refused.exit_code == ExitCode.FILE_NOT_FOUND

@@ -50,9 +50,22 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
 
 def flags(case: ArchCase, rpc: str) -> list[str]:
     return [
-        "--rpc", rpc, "-ngl", "99", "--n-cpu-moe", str(N_CPU_MOE), "-c", str(N_CTX),
-        "-ctk", CACHE, "-ctv", CACHE, "-fa", "on", *case.server_args,
-    ]  # fmt: skip
+        "--rpc",
+        rpc,
+        "-ngl",
+        "99",
+        "--n-cpu-moe",
+        str(N_CPU_MOE),
+        "-c",
+        str(N_CTX),
+        "-ctk",
+        CACHE,
+        "-ctv",
+        CACHE,
+        "-fa",
+        "on",
+        *case.server_args,
+    ]
 
 
 def context(case: ArchCase) -> int:
@@ -68,9 +81,14 @@ def predict(model: Path, case: ArchCase, fit_params: bool = False) -> MemoryEsti
     """moetune's estimate at the matrix's settings; llama-fit-params has one slot and
     reserves logits for every token of the batch."""
     settings = Settings(
-        n_ctx=context(case), type_k=CACHE, type_v=CACHE, gpu_overhead_bytes=0, device_kind="rpc",
-        n_seq=1 if fit_params else 4, all_outputs=fit_params,
-    )  # fmt: skip
+        n_ctx=context(case),
+        type_k=CACHE,
+        type_v=CACHE,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+        n_seq=1 if fit_params else 4,
+        all_outputs=fit_params,
+    )
     return estimate(load_model_facts(model), Placement.with_n_cpu_moe(N_CPU_MOE), settings)
 
 
@@ -91,11 +109,13 @@ def test_matches_llama_server(models: Models, rpc: str, arch: str) -> None:
         lines = parse_buffers(server.log_text())
     figures = {
         "model": (predicted.gpu_weights_bytes, total_mib(lines, "model", "RPC0")),
-        "kv": (predicted.gpu_kv_bytes,
-               total_mib(lines, "KV", "RPC0") + total_mib(lines, "RS", "RPC0")),
+        "kv": (
+            predicted.gpu_kv_bytes,
+            total_mib(lines, "KV", "RPC0") + total_mib(lines, "RS", "RPC0"),
+        ),
         "compute": (predicted.gpu_compute_bytes, total_mib(lines, "compute", "RPC0")),
         "host compute": (predicted.host_compute_bytes, total_mib(lines, "compute", "CPU")),
-    }  # fmt: skip
+    }
     shown = {k: (round(p / MIB, 3), m) for k, (p, m) in figures.items()}
     print(f"\n{arch} server (predicted MiB, logged MiB): {shown}")
     assert abs(figures["model"][0] / MIB - figures["model"][1]) <= WEIGHTS_MIB, shown
@@ -109,13 +129,25 @@ def test_matches_llama_server(models: Models, rpc: str, arch: str) -> None:
 def test_matches_llama_fit_params(models: Models, rpc: str, arch: str) -> None:
     model = models[arch]
     predicted = predict(model, MATRIX[arch], fit_params=True)
-    argv = [str(bin_path("llama-fit-params")), "-m", str(model), *flags(MATRIX[arch], rpc),
-            "-np", "1", "-fitp", "on"]  # fmt: skip
+    argv = [
+        str(bin_path("llama-fit-params")),
+        "-m",
+        str(model),
+        *flags(MATRIX[arch], rpc),
+        "-np",
+        "1",
+        "-fitp",
+        "on",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     device = parse_projection(done.stdout)["RPC0"]
-    shown = (predicted.gpu_weights_bytes / MIB, predicted.gpu_kv_bytes / MIB,
-             predicted.gpu_compute_bytes / MIB, device)  # fmt: skip
+    shown = (
+        predicted.gpu_weights_bytes / MIB,
+        predicted.gpu_kv_bytes / MIB,
+        predicted.gpu_compute_bytes / MIB,
+        device,
+    )
     print(f"\n{arch} fit-params (predicted model, KV, compute MiB; projection): {shown}")
     # printed as whole MiB, rounded down
     assert int(predicted.gpu_weights_bytes / MIB) == device.model_mib, shown

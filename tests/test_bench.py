@@ -119,10 +119,28 @@ class Bench:
 def bench(model: Path, rpc: str, tmp_path_factory: pytest.TempPathFactory) -> Bench:
     root = tmp_path_factory.mktemp("bench-run")
     out = root / "result.json"
-    done = moetune("bench", str(model), "--ctx", str(CTX), "--depths", "0,64,256",
-                   "--repeats", str(REPEATS), "--n-predict", str(N_PREDICT), "--target-vram",
-                   f"{TARGET_MIB}M", "--overhead", "0", "--out", str(out), "--", "--rpc", rpc,
-                   home=root / "home")  # fmt: skip
+    done = moetune(
+        "bench",
+        str(model),
+        "--ctx",
+        str(CTX),
+        "--depths",
+        "0,64,256",
+        "--repeats",
+        str(REPEATS),
+        "--n-predict",
+        str(N_PREDICT),
+        "--target-vram",
+        f"{TARGET_MIB}M",
+        "--overhead",
+        "0",
+        "--out",
+        str(out),
+        "--",
+        "--rpc",
+        rpc,
+        home=root / "home",
+    )
     return Bench(done, out, root / "home")
 
 
@@ -143,8 +161,13 @@ def test_json_holds_every_sample(bench: Bench) -> None:
     data = bench.data
     assert data["kind"] == "moetune.bench" and data["schema_version"] >= 1
     status = {c["name"]: c["status"] for c in data["configs"]}
-    assert status == {"plan": "ok", "fit": "ok", "cpu-moe": "ok", "layers": "ok",
-                      "gpu-only": "skipped"}  # fmt: skip
+    assert status == {
+        "plan": "ok",
+        "fit": "ok",
+        "cpu-moe": "ok",
+        "layers": "ok",
+        "gpu-only": "skipped",
+    }
     shortest = data["shortest_prompt"]
     assert 0 < shortest < 64  # depth 0 is the chat template alone
     assert data["depths"] == [shortest, 64, 256]
@@ -200,8 +223,11 @@ def test_result_is_kept_and_reported(bench: Bench) -> None:
     # one bar per configuration and depth (a very slow one, e.g. under load, may be shorter
     # than one full block: count the chart's rows by their label, not by a block character)
     chart = shown.stdout.split("decode tok/s by depth", 1)[1]
-    bars = [line for line in chart.splitlines()
-            if re.match(r"^\s+(plan|fit|cpu-moe|layers|gpu-only)\s", line)]  # fmt: skip
+    bars = [
+        line
+        for line in chart.splitlines()
+        if re.match(r"^\s+(plan|fit|cpu-moe|layers|gpu-only)\s", line)
+    ]
     assert len(bars) == 4 * 3, chart
 
 
@@ -209,9 +235,29 @@ def test_result_is_kept_and_reported(bench: Bench) -> None:
 def test_ctx_max_is_the_largest_context_that_fits(model: Path, rpc: str) -> None:
     """`--ctx max` (once a pydantic error): the planner's largest context, capped at the
     model's training context (4096 here), parsed by the one --ctx parser."""
-    done = moetune("bench", str(model), "--ctx", "max", "--configs", "plan", "--depths", "0",
-                   "--repeats", "1", "--n-predict", "4", "--target-vram", "60M", "--overhead",
-                   "0", "--no-save", "--json", "--", "--rpc", rpc)  # fmt: skip
+    done = moetune(
+        "bench",
+        str(model),
+        "--ctx",
+        "max",
+        "--configs",
+        "plan",
+        "--depths",
+        "0",
+        "--repeats",
+        "1",
+        "--n-predict",
+        "4",
+        "--target-vram",
+        "60M",
+        "--overhead",
+        "0",
+        "--no-save",
+        "--json",
+        "--",
+        "--rpc",
+        rpc,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["n_ctx"] == 4096
 
@@ -219,9 +265,23 @@ def test_ctx_max_is_the_largest_context_that_fits(model: Path, rpc: str) -> None
 @pytest.mark.server
 def test_server_url_measures_without_launching(model: Path) -> None:
     with running_server(model, "-c", "512") as server:
-        done = moetune("bench", "--server-url", server.url, "--endpoint", "completion",
-                       "--depths", "0,32,4096", "--repeats", "1", "--n-predict", "4",
-                       "--json", "--no-save", "--name", "mine")  # fmt: skip
+        done = moetune(
+            "bench",
+            "--server-url",
+            server.url,
+            "--endpoint",
+            "completion",
+            "--depths",
+            "0,32,4096",
+            "--repeats",
+            "1",
+            "--n-predict",
+            "4",
+            "--json",
+            "--no-save",
+            "--name",
+            "mine",
+        )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["server_url"] == server.url and data["model"] == str(model)
@@ -245,9 +305,22 @@ def test_server_url_unreachable() -> None:
 
 @pytest.mark.server
 def test_sigterm_mid_bench_leaves_no_server(model: Path, rpc: str, tmp_path: Path) -> None:
-    proc = start_moetune("bench", str(model), "--ctx", str(CTX), "--depths", "0,700",
-                         "--repeats", "50", "--n-predict", "16", "--no-save", "--",
-                         "--rpc", rpc)  # fmt: skip
+    proc = start_moetune(
+        "bench",
+        str(model),
+        "--ctx",
+        str(CTX),
+        "--depths",
+        "0,700",
+        "--repeats",
+        "50",
+        "--n-predict",
+        "16",
+        "--no-save",
+        "--",
+        "--rpc",
+        rpc,
+    )
     servers = wait_for_servers(proc.pid)
     time.sleep(1.5)
     os.kill(proc.pid, signal.SIGTERM)
@@ -266,11 +339,30 @@ def test_an_image_with_every_request(model: Path, rpc: str, tmp_path: Path) -> N
     mmproj = write_projector(tmp_path / "mmproj.gguf")
     image = tmp_path / "cat.png"
     image.write_bytes(png_bytes(64, 48))
-    common = ("--configs", "plan", "--depths", "64", "--repeats", "1", "--n-predict", "4",
-              "--ctx", "2048", "--target-vram", "80M", "--overhead", "0", "--no-save", "--json",
-              "--mmproj", str(mmproj))  # fmt: skip
-    runs = [moetune("bench", str(model), *common, *with_image, "--", "--rpc", rpc)
-            for with_image in ((), ("--image", str(image)))]  # fmt: skip
+    common = (
+        "--configs",
+        "plan",
+        "--depths",
+        "64",
+        "--repeats",
+        "1",
+        "--n-predict",
+        "4",
+        "--ctx",
+        "2048",
+        "--target-vram",
+        "80M",
+        "--overhead",
+        "0",
+        "--no-save",
+        "--json",
+        "--mmproj",
+        str(mmproj),
+    )
+    runs = [
+        moetune("bench", str(model), *common, *with_image, "--", "--rpc", rpc)
+        for with_image in ((), ("--image", str(image)))
+    ]
     for done in runs:
         assert done.returncode == 0, done.stderr
     plain, pictured = (json.loads(done.stdout) for done in runs)

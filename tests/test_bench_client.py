@@ -198,8 +198,10 @@ N_CTX = 512
 
 
 @pytest.fixture(scope="module")
-def live(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
-         ) -> Iterator[ServerClient]:  # fmt: skip
+def live(
+    tiny_models: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ServerClient]:
     """A ready llama-server on the tiny qwen3moe with -c 512 (4 slots, unified KV)."""
     args = ["-m", str(tiny_models["qwen3moe"]), "-c", str(N_CTX)]
     log_dir = tmp_path_factory.mktemp("bench-logs")

@@ -34,15 +34,23 @@ from factory import write_model
 
 def sample(decode: float, prefill: float = 1000.0, ttft: float | None = 0.1) -> res.Sample:
     return res.Sample(
-        prompt_n=64, predicted_n=16, ttft_s=ttft, prompt_ms=64 / prefill * 1000,
-        predicted_ms=16 / decode * 1000 if decode else 0.0, prefill_tps=prefill, decode_tps=decode,
-        client_prefill_tps=64 / ttft if ttft else None, client_decode_tps=decode * 0.98,
-        wall_s=1.0, stop_type="length",
-    )  # fmt: skip
+        prompt_n=64,
+        predicted_n=16,
+        ttft_s=ttft,
+        prompt_ms=64 / prefill * 1000,
+        predicted_ms=16 / decode * 1000 if decode else 0.0,
+        prefill_tps=prefill,
+        decode_tps=decode,
+        client_prefill_tps=64 / ttft if ttft else None,
+        client_decode_tps=decode * 0.98,
+        wall_s=1.0,
+        stop_type="length",
+    )
 
 
-def row(config: str, depth: int, decodes: list[float],
-        prefills: list[float] | None = None) -> res.DepthResult:  # fmt: skip
+def row(
+    config: str, depth: int, decodes: list[float], prefills: list[float] | None = None
+) -> res.DepthResult:
     prefills = prefills or [1000.0] * len(decodes)
     samples = [sample(d, p) for d, p in zip(decodes, prefills, strict=True)]
     return res.summarize(config, depth, samples, 30 * MIB)
@@ -68,8 +76,11 @@ def test_summarize_keeps_every_sample() -> None:
 
 
 def test_verdict_clear_winner() -> None:
-    results = [row("plan", 0, [40.0, 41.0, 42.0]), row("cpu-moe", 0, [20.0, 21.0, 22.0]),
-               row("layers", 0, [10.0, 10.0, 10.0])]  # fmt: skip
+    results = [
+        row("plan", 0, [40.0, 41.0, 42.0]),
+        row("cpu-moe", 0, [20.0, 21.0, 22.0]),
+        row("layers", 0, [10.0, 10.0, 10.0]),
+    ]
     decode = next(v for v in res.verdicts(results) if v.metric == "decode_tps")
     assert (decode.winner, decode.runner_up, decode.within_noise) == ("plan", "cpu-moe", False)
     assert decode.ratio == pytest.approx(41.0 / 21.0)
@@ -96,8 +107,12 @@ def test_verdict_per_depth_and_metric() -> None:
         row("gpu-only", 4096, [40.0, 41.0]),
     ]
     found = {(v.depth, v.metric): v for v in res.verdicts(results)}
-    assert set(found) == {(0, "decode_tps"), (0, "prefill_tps"), (4096, "decode_tps"),
-                          (4096, "prefill_tps")}  # fmt: skip
+    assert set(found) == {
+        (0, "decode_tps"),
+        (0, "prefill_tps"),
+        (4096, "decode_tps"),
+        (4096, "prefill_tps"),
+    }
     assert found[0, "decode_tps"].winner == "plan"
     assert found[0, "prefill_tps"].winner == "gpu-only"
     assert found[0, "prefill_tps"].ratio == pytest.approx(4050 / 925)
@@ -170,8 +185,11 @@ load_tensors: offloaded 9/9 layers to GPU
 def test_parse_fit_log_fitted() -> None:
     fit = log.parse_fit_log(FIT_FITTED, target_mib=24085)
     assert fit.status == "fitted" and fit.offloaded == "9/9" and fit.target_mib == 24085
-    assert fit.devices == [log.FitDevice(device="RPC0 (127.0.0.1:47211)", layers=9,
-                                        overflowing=6, used_mib=20, free_mib=24085)]  # fmt: skip
+    assert fit.devices == [
+        log.FitDevice(
+            device="RPC0 (127.0.0.1:47211)", layers=9, overflowing=6, used_mib=20, free_mib=24085
+        )
+    ]
     assert log.describe_fit(fit) == "fitted: RPC0 9 layers (6 with CPU experts)"
 
 
@@ -196,19 +214,38 @@ def qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _setup(model: Path, budget_mib: float) -> tuple[LaunchSpec, DeviceSetup]:
-    settings = Settings(n_ctx=1024, type_k="q8_0", type_v="q8_0", gpu_overhead_bytes=0,
-                        device_kind="rpc")  # fmt: skip
+    settings = Settings(
+        n_ctx=1024, type_k="q8_0", type_v="q8_0", gpu_overhead_bytes=0, device_kind="rpc"
+    )
     spec = LaunchSpec(Path("llama-server"), str(model), settings, ("--rpc", "h:1"), threads=2)
-    device = Device(name="RPC0", description="h:1", total_bytes=24 * 1024 * MIB,
-                    free_bytes=24 * 1024 * MIB)  # fmt: skip
-    info = ServerInfo(path=Path("llama-server"), version=None, build_number=None, commit=None,
-                      compiler=None, target=None, devices=(device,))  # fmt: skip
-    spec_device = DeviceSpec(name="RPC0", buft="RPC0[h:1]", kind="rpc", overhead_bytes=0,
-                             total_bytes=device.total_bytes,
-                             free_bytes=device.free_bytes)  # fmt: skip
-    setup = DeviceSetup(info=info, devices=(spec_device,), listed=(device,),
-                        probes=(LogProbe("RPC0", "RPC0[h:1]"),),
-                        budgets=(round(budget_mib * MIB),), fit_targets_mib=(100,))  # fmt: skip
+    device = Device(
+        name="RPC0", description="h:1", total_bytes=24 * 1024 * MIB, free_bytes=24 * 1024 * MIB
+    )
+    info = ServerInfo(
+        path=Path("llama-server"),
+        version=None,
+        build_number=None,
+        commit=None,
+        compiler=None,
+        target=None,
+        devices=(device,),
+    )
+    spec_device = DeviceSpec(
+        name="RPC0",
+        buft="RPC0[h:1]",
+        kind="rpc",
+        overhead_bytes=0,
+        total_bytes=device.total_bytes,
+        free_bytes=device.free_bytes,
+    )
+    setup = DeviceSetup(
+        info=info,
+        devices=(spec_device,),
+        listed=(device,),
+        probes=(LogProbe("RPC0", "RPC0[h:1]"),),
+        budgets=(round(budget_mib * MIB),),
+        fit_targets_mib=(100,),
+    )
     return spec, setup
 
 
@@ -264,23 +301,56 @@ def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
 
 
 def _result(**changes: object) -> res.BenchResult:
-    results = [row("plan", 64, [40.0, 42.0]), row("cpu-moe", 64, [20.0, 22.0]),
-               row("plan", 256, [30.0, 31.0]), row("cpu-moe", 256, [29.0, 30.5])]  # fmt: skip
+    results = [
+        row("plan", 64, [40.0, 42.0]),
+        row("cpu-moe", 64, [20.0, 22.0]),
+        row("plan", 256, [30.0, 31.0]),
+        row("cpu-moe", 256, [29.0, 30.5]),
+    ]
     runs = [
-        res.ConfigRun(name=n, status="ok", description=d, args=["-m", "m.gguf"],
-                     predicted_bytes=29 * MIB, peak_device_bytes=30 * MIB, load_s=1.5)
+        res.ConfigRun(
+            name=n,
+            status="ok",
+            description=d,
+            args=["-m", "m.gguf"],
+            predicted_bytes=29 * MIB,
+            peak_device_bytes=30 * MIB,
+            load_s=1.5,
+        )
         for n, d in (("plan", "--n-cpu-moe 2"), ("cpu-moe", "-cmoe"))
-    ]  # fmt: skip
-    runs.append(res.ConfigRun(name="gpu-only", status="skipped", description="-ngl 99", args=[],
-                             predicted_bytes=None, peak_device_bytes=None, load_s=None,
-                             message="does not fit"))  # fmt: skip
+    ]
+    runs.append(
+        res.ConfigRun(
+            name="gpu-only",
+            status="skipped",
+            description="-ngl 99",
+            args=[],
+            predicted_bytes=None,
+            peak_device_bytes=None,
+            load_s=None,
+            message="does not fit",
+        )
+    )
     base = res.BenchResult(
-        created="2025-01-02T03:04:05+00:00", moetune_version="0.1.0", model="/m/q.gguf",
-        server_url=None, endpoint="chat", n_ctx=1024, n_predict=16, repeats=2, depths=[64, 256],
-        device="RPC0[127.0.0.1:5]", device_total_bytes=24 * 1024 * MIB, budget_bytes=30 * MIB,
-        probe="llama.cpp log (RPC0 buffers)", probe_includes_overhead=False, shortest_prompt=41,
-        configs=runs, results=results, verdicts=res.verdicts(results),
-    )  # fmt: skip
+        created="2025-01-02T03:04:05+00:00",
+        moetune_version="0.1.0",
+        model="/m/q.gguf",
+        server_url=None,
+        endpoint="chat",
+        n_ctx=1024,
+        n_predict=16,
+        repeats=2,
+        depths=[64, 256],
+        device="RPC0[127.0.0.1:5]",
+        device_total_bytes=24 * 1024 * MIB,
+        budget_bytes=30 * MIB,
+        probe="llama.cpp log (RPC0 buffers)",
+        probe_includes_overhead=False,
+        shortest_prompt=41,
+        configs=runs,
+        results=results,
+        verdicts=res.verdicts(results),
+    )
     return base.model_copy(update=changes)
 
 
@@ -325,8 +395,9 @@ def test_format_stat() -> None:
     assert rb._secs(12.34) == "12.3"
 
 
-def test_result_round_trip_and_default_path(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_result_round_trip_and_default_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(paths.ENV_HOME, str(tmp_path / "home"))
     result = _result()
     path = saved.default_result_path(result)
@@ -354,7 +425,7 @@ def test_load_result_errors(tmp_path: Path) -> None:
     ):
         bad.write_text(text)
         with pytest.raises(BadValueError, match=message):
-            saved.load_result(bad, SCHEMA_VERSION)  # fmt: skip
+            saved.load_result(bad, SCHEMA_VERSION)
 
 
 def test_merge_results_renames_clashes() -> None:
@@ -413,7 +484,9 @@ def test_bench_server_url_with_a_model_is_refused(qwen: Path) -> None:
 
 def test_dense_model_has_no_expert_configurations(tmp_path: Path) -> None:
     dense = write_model(tmp_path / "dense.gguf", "qwen3")
-    specs = {s.name: s for s in br.build_configs(load_model_facts(dense), *_setup(dense, 1000),
-                                                 CONFIG_NAMES)}  # fmt: skip
+    specs = {
+        s.name: s
+        for s in br.build_configs(load_model_facts(dense), *_setup(dense, 1000), CONFIG_NAMES)
+    }
     assert specs["plan"].skip == specs["cpu-moe"].skip == "a dense model has no experts"
     assert specs["layers"].skip is None and specs["gpu-only"].skip == "same command as layers"

@@ -277,8 +277,9 @@ def test_segment_replay_equals_the_whole_graph(
     for every placement kind, on every fixture architecture; one replay serves them all."""
     root = tmp_path_factory.mktemp("replay")
     if arch == "qwen3moe-q4k-mixed":  # blocks of two signatures, as real Q4_K_M files have
-        facts = load_model_facts(write_header_only(root / "mixed.gguf", n_layers=10,
-                                                   n_vocab=4096, n_merges=10))  # fmt: skip
+        facts = load_model_facts(
+            write_header_only(root / "mixed.gguf", n_layers=10, n_vocab=4096, n_merges=10)
+        )
     else:
         facts = load_model_facts(write_model(root / f"{arch}.gguf", arch, n_layers=6))
     n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
@@ -300,7 +301,7 @@ def _multi_placements(facts: ModelFacts, n_dev: int, rng: random.Random) -> list
         homes = [sum(il >= c for c in cuts) for il in range(n + 1)]
         moves = frozenset(
             (t.name, rng.choice([-1, *range(n_dev)])) for t in experts if rng.random() < 0.3
-        )  # fmt: skip
+        )
         found += [Placement(tuple(homes)), Placement(tuple(homes), moves)]
     return found
 

@@ -55,7 +55,11 @@ def test_v3_header_reads() -> None:
     facts = load_model_facts(V3)
     assert facts.header_only and facts.file_bytes < 1 << 20
     assert (facts.architecture, facts.n_layers, facts.n_experts, facts.n_experts_used) == (
-        "deepseek2", 61, 256, 8)  # fmt: skip
+        "deepseek2",
+        61,
+        256,
+        8,
+    )
     assert round(facts.total_bytes / GIB, 1) == 376.7  # the public Q4_K_M files: 404 GB
     assert [layer.index for layer in facts.layers if not layer.has_experts] == [0, 1, 2]
     assert facts.dims.mla and facts.dims.indexer_k == 0
@@ -84,17 +88,48 @@ def test_matches_llama_fit_params(
 ) -> None:
     header = V3 if which == "v3" else v32_header
     model = loadable_copy(header, tmp_path / f"{which}.gguf")
-    argv = [str(bin_path("llama-fit-params")), "-m", str(model), "--rpc", rpc, "-ngl", "99",
-            "--n-cpu-moe", str(n_cpu_moe), "-c", str(CTX), "-ctk", "q8_0", "-ctv", "q8_0",
-            "-fa", "on", "-np", "1", "-fitp", "on"]  # fmt: skip
+    argv = [
+        str(bin_path("llama-fit-params")),
+        "-m",
+        str(model),
+        "--rpc",
+        rpc,
+        "-ngl",
+        "99",
+        "--n-cpu-moe",
+        str(n_cpu_moe),
+        "-c",
+        str(CTX),
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-fa",
+        "on",
+        "-np",
+        "1",
+        "-fitp",
+        "on",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     projected = parse_projection(done.stdout)["RPC0"]
-    settings = Settings(n_ctx=CTX, type_k="q8_0", type_v="q8_0", n_seq=1, all_outputs=True,
-                        gpu_overhead_bytes=0, device_kind="rpc")  # fmt: skip
+    settings = Settings(
+        n_ctx=CTX,
+        type_k="q8_0",
+        type_v="q8_0",
+        n_seq=1,
+        all_outputs=True,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+    )
     predicted = estimate(load_model_facts(model), Placement.with_n_cpu_moe(n_cpu_moe), settings)
-    shown = (predicted.gpu_weights_bytes / MIB, predicted.gpu_kv_bytes / MIB,
-             predicted.gpu_compute_bytes / MIB, projected)  # fmt: skip
+    shown = (
+        predicted.gpu_weights_bytes / MIB,
+        predicted.gpu_kv_bytes / MIB,
+        predicted.gpu_compute_bytes / MIB,
+        projected,
+    )
     assert int(predicted.gpu_weights_bytes / MIB) == projected.model_mib, shown
     assert abs(predicted.gpu_kv_bytes / MIB - projected.context_mib) <= 0.01 * projected.context_mib
     # measured here: the replay gives llama.cpp's figures to the MiB (V3 424, V3.2 812 at N=61)

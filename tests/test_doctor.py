@@ -39,10 +39,18 @@ HARDWARE = load_hardware_profiles()
 
 
 def cuda_server() -> ServerInfo:
-    device = Device(name="CUDA0", description=RTX_4090, total_bytes=24564 * MIB,
-                    free_bytes=23000 * MIB)  # fmt: skip
-    return ServerInfo(path=Path("/usr/bin/llama-server"), version="b6500", build_number=6500,
-                      commit="abc1234", compiler=None, target=None, devices=(device,))  # fmt: skip
+    device = Device(
+        name="CUDA0", description=RTX_4090, total_bytes=24564 * MIB, free_bytes=23000 * MIB
+    )
+    return ServerInfo(
+        path=Path("/usr/bin/llama-server"),
+        version="b6500",
+        build_number=6500,
+        commit="abc1234",
+        compiler=None,
+        target=None,
+        devices=(device,),
+    )
 
 
 def gpu_4090(**changes: object) -> GpuInfo:
@@ -53,13 +61,25 @@ def host(**changes: object) -> HostInfo:
     return FakeHostProbe.typical(64 * GIB).host().model_copy(update=changes)
 
 
-def run(gpus: list[GpuInfo] | None = None, the_host: HostInfo | None = None, *,
-        server: Callable[[], ServerInfo] = cuda_server, model: Path | None = None,
-        **options: object) -> DoctorReport:  # fmt: skip
-    probe = FakeGpuProbe([gpu_4090()] if gpus is None else gpus,
-                         why=None if gpus != [] else "no NVIDIA driver found (fake)")  # fmt: skip
-    inputs = DoctorInputs(gpus=probe, host=FakeHostProbe(the_host or host()), server=server,
-                          hardware=HARDWARE, **options)  # type: ignore[arg-type]  # fmt: skip
+def run(
+    gpus: list[GpuInfo] | None = None,
+    the_host: HostInfo | None = None,
+    *,
+    server: Callable[[], ServerInfo] = cuda_server,
+    model: Path | None = None,
+    **options: object,
+) -> DoctorReport:
+    probe = FakeGpuProbe(
+        [gpu_4090()] if gpus is None else gpus,
+        why=None if gpus != [] else "no NVIDIA driver found (fake)",
+    )
+    inputs = DoctorInputs(
+        gpus=probe,
+        host=FakeHostProbe(the_host or host()),
+        server=server,
+        hardware=HARDWARE,
+        **options,  # type: ignore[arg-type]
+    )
     return diagnose(inputs, load_model_facts(model) if model else None)
 
 
@@ -72,8 +92,15 @@ def only(report: DoctorReport, check: str) -> Finding:
 def test_healthy_machine() -> None:
     report = run()
     assert report.worst == "ok", [f for f in report.findings if f.status != "ok"]
-    assert {f.check for f in report.findings} == {"gpu", "pcie", "driver", "cpu", "ram", "swap",
-                                                  "llama-server"}  # fmt: skip
+    assert {f.check for f in report.findings} == {
+        "gpu",
+        "pcie",
+        "driver",
+        "cpu",
+        "ram",
+        "swap",
+        "llama-server",
+    }
     assert "PCIe 4.0 x16" in only(report, "pcie").message
     assert "-t 8" in only(report, "cpu").message  # 8 physical of 16 logical
     assert "build 6500" in only(report, "llama-server").message
@@ -171,8 +198,10 @@ def test_model_ceiling_on_a_detected_4090() -> None:
     report = run(model=QWEN, n_ctx=65536)
     c = report.ceiling
     assert c is not None and c.gpu_bandwidth_bytes_per_s == 1008 * 10**9
-    expected = 1 / (c.gpu_bytes_per_token / c.gpu_bandwidth_bytes_per_s
-                    + c.cpu_bytes_per_token / c.ram_bandwidth_bytes_per_s)  # fmt: skip
+    expected = 1 / (
+        c.gpu_bytes_per_token / c.gpu_bandwidth_bytes_per_s
+        + c.cpu_bytes_per_token / c.ram_bandwidth_bytes_per_s
+    )
     assert c.decode_tps == pytest.approx(expected)
     assert c.bottleneck == "GPU memory bandwidth" and c.cpu_bytes_per_token == 0
     assert c.ram_bandwidth_assumed
@@ -216,8 +245,10 @@ def test_unknown_card_without_profile() -> None:
 @pytest.mark.parametrize(("vram", "words"), [("2G", "the GPU needs"), ("512M", "headroom")])
 def test_model_that_cannot_fit(tmp_path: Path, vram: str, words: str) -> None:
     tiny = tmp_path / "tiny.toml"
-    tiny.write_text(f'name = "Tiny"\nvram = "{vram}"\nmemory_bandwidth_gb_s = 100\n'
-                    "pcie_gen = 4\npcie_lanes = 16\n")  # fmt: skip
+    tiny.write_text(
+        f'name = "Tiny"\nvram = "{vram}"\nmemory_bandwidth_gb_s = 100\n'
+        "pcie_gen = 4\npcie_lanes = 16\n"
+    )
     report = run(model=QWEN, gpu_profile=find_hardware_profile(str(tiny), HARDWARE))
     fit = only(report, "model-fit")
     assert fit.status == "fail" and words in fit.message
@@ -232,8 +263,7 @@ def fake_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = gpu_4090(pcie_gen_max=3, pcie_gen_current=3)
     # The command imports these when it runs: patch them where it finds them.
     monkeypatch.setattr(hardware, "detect_gpu_probe", lambda: FakeGpuProbe([gpu]))
-    monkeypatch.setattr(hardware_host, "PsutilHostProbe",
-                        lambda: FakeHostProbe(host(is_wsl=True)))  # fmt: skip
+    monkeypatch.setattr(hardware_host, "PsutilHostProbe", lambda: FakeHostProbe(host(is_wsl=True)))
     monkeypatch.setattr(process, "find_server", lambda explicit: Path("/x/llama-server"))
     monkeypatch.setattr(process, "server_info", lambda path: cuda_server())
 
@@ -249,8 +279,9 @@ def test_cli_doctor() -> None:
 
 @pytest.mark.usefixtures("fake_machine")
 def test_cli_doctor_json() -> None:
-    result = CliRunner().invoke(app, ["doctor", str(QWEN), "--gpu", "rtx5090", "--json",
-                                      "--ram-bandwidth", "90"])  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["doctor", str(QWEN), "--gpu", "rtx5090", "--json", "--ram-bandwidth", "90"]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["schema_version"] == 1 and data["worst"] == "warn"
@@ -271,16 +302,20 @@ def test_cli_doctor_bad_options() -> None:
 def test_cli_doctor_fails_with_a_named_code() -> None:
     """A failing finding (RAM short for the model's CPU side) exits CHECK_FAILED, with the
     report printed first and one line naming what failed."""
-    result = CliRunner().invoke(app, ["doctor", str(QWEN), "--ctx", "32k", "--vram", "8G"],
-                                env={"COLUMNS": "200"})  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["doctor", str(QWEN), "--ctx", "32k", "--vram", "8G"], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == ExitCode.OK, result.output  # 64 GB of RAM: all is well
     tight = CliRunner().invoke(app, ["doctor", str(QWEN), "--vram", "8G", "--ram", "8G"])
     assert tight.exit_code == ExitCode.CHECK_FAILED, tight.output
     assert "model-ram" in tight.stdout and "fail" in tight.stdout
-    assert tight.stderr.strip() == ("moetune: error: 1 check failed: model-ram (each with its "
-                                    "fix above) [CHECK_FAILED, exit 12]")  # fmt: skip
-    as_json = CliRunner().invoke(app, ["doctor", str(QWEN), "--vram", "8G", "--ram", "8G",
-                                       "--json"])  # fmt: skip
+    assert tight.stderr.strip() == (
+        "moetune: error: 1 check failed: model-ram (each with its "
+        "fix above) [CHECK_FAILED, exit 12]"
+    )
+    as_json = CliRunner().invoke(
+        app, ["doctor", str(QWEN), "--vram", "8G", "--ram", "8G", "--json"]
+    )
     assert as_json.exit_code == ExitCode.CHECK_FAILED
     assert json.loads(as_json.stdout)["worst"] == "fail"
 

@@ -50,8 +50,9 @@ CASES = [
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("draft")
     target = write_model(root / "target.gguf", "qwen3moe", n_layers=6, n_embd=256)
-    draft = write_model(root / "draft.gguf", "qwen3moe", n_layers=2, n_embd=128, n_experts=4,
-                        seed=1)  # fmt: skip
+    draft = write_model(
+        root / "draft.gguf", "qwen3moe", n_layers=2, n_embd=128, n_experts=4, seed=1
+    )
     return target, draft
 
 
@@ -61,8 +62,13 @@ def _extra(case: Case, draft: Path) -> tuple[str, ...]:
 
 def _predict(case: Case, target: Path, draft: Path) -> MemoryEstimate:
     facts = load_model_facts(target)
-    settings = Settings(n_ctx=case.n_ctx, type_k=case.main_cache, type_v=case.main_cache,
-                        gpu_overhead_bytes=0, device_kind="rpc")  # fmt: skip
+    settings = Settings(
+        n_ctx=case.n_ctx,
+        type_k=case.main_cache,
+        type_v=case.main_cache,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+    )
     extras = load_extras(parse_extra_args(_extra(case, draft)), facts)
     settings = settings.model_copy(update={"extras": extras})
     placement = Placement.with_n_cpu_moe(case.n_cpu_moe, n_gpu_layers=99 if case.rpc else 0)
@@ -75,10 +81,26 @@ def _logged(case: Case, target: Path, draft: Path, rpc: str) -> tuple[str, str]:
     between them included; without, a buffer of exactly its tensors."""
     devices = ["--rpc", rpc] if case.rpc else []
     with running_server(
-        target, *devices, "-ngl", "99" if case.rpc else "0", "--n-cpu-moe", str(case.n_cpu_moe),
-        "-c", str(case.n_ctx), "-ctk", case.main_cache, "-ctv", case.main_cache, "-fa", "on",
-        "--fit", "off", "-lm", "none", *_extra(case, draft),
-    ) as server:  # fmt: skip
+        target,
+        *devices,
+        "-ngl",
+        "99" if case.rpc else "0",
+        "--n-cpu-moe",
+        str(case.n_cpu_moe),
+        "-c",
+        str(case.n_ctx),
+        "-ctk",
+        case.main_cache,
+        "-ctv",
+        case.main_cache,
+        "-fa",
+        "on",
+        "--fit",
+        "off",
+        "-lm",
+        "none",
+        *_extra(case, draft),
+    ) as server:
         text = server.log_text()
     assert DRAFT_MARK in text, "llama-server did not load the draft"
     main, _, rest = text.partition(DRAFT_MARK)
@@ -124,8 +146,9 @@ def test_speculation_widens_the_targets_logits(pair: tuple[Path, Path]) -> None:
     target, draft = pair
     facts = load_model_facts(target)
     plain = Settings(n_ctx=4096, gpu_overhead_bytes=0, device_kind="rpc")
-    spec = plain.model_copy(update={"extras": load_extras(
-        parse_extra_args(with_draft((), str(draft))), facts)})  # fmt: skip
+    spec = plain.model_copy(
+        update={"extras": load_extras(parse_extra_args(with_draft((), str(draft))), facts)}
+    )
     assert spec.n_outputs == 16 and plain.n_outputs == 4
 
 
@@ -134,9 +157,17 @@ def test_draft_memory_is_counted_on_its_device(pair: tuple[Path, Path]) -> None:
     case = CASES[0]
     with_it = _predict(case, target, draft)
     facts = load_model_facts(target)
-    without = estimate(facts, Placement.with_n_cpu_moe(case.n_cpu_moe),
-                       Settings(n_ctx=case.n_ctx, type_k=case.main_cache, type_v=case.main_cache,
-                                gpu_overhead_bytes=0, device_kind="rpc"))  # fmt: skip
+    without = estimate(
+        facts,
+        Placement.with_n_cpu_moe(case.n_cpu_moe),
+        Settings(
+            n_ctx=case.n_ctx,
+            type_k=case.main_cache,
+            type_v=case.main_cache,
+            gpu_overhead_bytes=0,
+            device_kind="rpc",
+        ),
+    )
     assert with_it.draft is not None and without.draft is None
     extra = with_it.draft.draft_weights_bytes + with_it.draft.draft_kv_bytes
     assert with_it.gpu_bytes - without.gpu_bytes >= extra > 0
@@ -144,8 +175,9 @@ def test_draft_memory_is_counted_on_its_device(pair: tuple[Path, Path]) -> None:
     assert with_it.devices[0].model_dump()["draft_kv_bytes"] == with_it.draft.draft_kv_bytes
 
 
-def test_a_draft_with_another_vocabulary_is_refused(pair: tuple[Path, Path],
-                                                     tmp_path: Path) -> None:  # fmt: skip
+def test_a_draft_with_another_vocabulary_is_refused(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
     target, _ = pair
     other = write_header_only(tmp_path / "other.gguf", n_vocab=4096, n_merges=10, n_layers=2)
     facts = load_model_facts(target)

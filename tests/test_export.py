@@ -67,8 +67,7 @@ def test_the_router_serves_both_tuned_models(tuned: dict[str, Path], tmp_path: P
         log = router.log_text()
     # each child was spawned with its tuned placement and context
     a, b = log.split("name=tiny-a", 1)[1], log.split("name=tiny-b", 1)[1]
-    args_a = [line.split("load:", 1)[1].strip() for line in a.splitlines()[:40]
-              if "load:" in line]  # fmt: skip
+    args_a = [line.split("load:", 1)[1].strip() for line in a.splitlines()[:40] if "load:" in line]
     assert args_a[args_a.index("--n-cpu-moe") + 1] == "2"
     assert "n_ctx_slot = 2048" in a and "n_ctx_slot = 1024" in b
     assert r"blk\.1\.ffn_(up|down|gate)_(ch|)exps=CPU" in b
@@ -87,8 +86,12 @@ def test_every_llama_swap_cmd_is_one_llama_server_takes(tuned: dict[str, Path]) 
         argv = shlex.split(cmd)
         assert argv[0] == str(bin_path("llama-server")) and "-m" in argv
         host = ["--host", "127.0.0.1"]
-        proc = subprocess.Popen([*argv, *host], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [*argv, *host],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             for _ in range(300):
                 try:
@@ -116,10 +119,12 @@ def test_a_model_without_a_profile_is_exported_from_its_plan(tmp_path: Path) -> 
 
 
 def test_reexport_keeps_what_was_written_by_hand() -> None:
-    a = ServeEntry("a", ("-m", "/m/a.gguf", "-ngl", "99", "-c", "4096", "--n-cpu-moe", "3"),
-                   True, "tuned")  # fmt: skip
-    b = ServeEntry("user/b:Q4_K_M", ("-hf", "user/b:Q4_K_M", "-ngl", "99", "-c", "4096"), False,
-                   "plan")  # fmt: skip
+    a = ServeEntry(
+        "a", ("-m", "/m/a.gguf", "-ngl", "99", "-c", "4096", "--n-cpu-moe", "3"), True, "tuned"
+    )
+    b = ServeEntry(
+        "user/b:Q4_K_M", ("-hf", "user/b:Q4_K_M", "-ngl", "99", "-c", "4096"), False, "plan"
+    )
     first = preset_text([a, b])
     assert "hf-repo = user/b:Q4_K_M" in first and "n-cpu-moe = 3" in first
     assert "[*]" in first and "n-gpu-layers = 99" in first.split("[a]")[0]
@@ -135,17 +140,39 @@ def test_reexport_keeps_what_was_written_by_hand() -> None:
     assert again.count("[a]") == 1 and again.count("[*]") == 1
     swap = llama_swap_text([a, b], "/bin/llama-server")
     mine = "  my-model:\n    cmd: /bin/llama-server --port ${PORT} -m /m/mine.gguf\n"
-    again_swap = llama_swap_text([a._replace(args=(*a.args[:-1], "5")), b], "/bin/llama-server",
-                                 swap + mine)  # fmt: skip
+    again_swap = llama_swap_text(
+        [a._replace(args=(*a.args[:-1], "5")), b], "/bin/llama-server", swap + mine
+    )
     parsed = yaml.safe_load(again_swap)
     assert set(parsed["models"]) == {"a", "user/b:Q4_K_M", "my-model"}
     assert "--n-cpu-moe 5" in parsed["models"]["a"]["cmd"]
 
 
 def test_preset_keys_are_long_names() -> None:
-    keys = preset_keys(["-m", "/m.gguf", "-ngl", "99", "-fa", "on", "-ot", "x=CPU",
-                        "--no-mmproj-offload", "-ts", "3,1", "-ngld", "-1"])  # fmt: skip
-    assert keys == {"model": "/m.gguf", "n-gpu-layers": "99", "flash-attn": "on",
-                    "override-tensor": "x=CPU", "no-mmproj-offload": "true",
-                    "tensor-split": "3,1", "spec-draft-ngl": "-1"}  # fmt: skip
+    keys = preset_keys(
+        [
+            "-m",
+            "/m.gguf",
+            "-ngl",
+            "99",
+            "-fa",
+            "on",
+            "-ot",
+            "x=CPU",
+            "--no-mmproj-offload",
+            "-ts",
+            "3,1",
+            "-ngld",
+            "-1",
+        ]
+    )
+    assert keys == {
+        "model": "/m.gguf",
+        "n-gpu-layers": "99",
+        "flash-attn": "on",
+        "override-tensor": "x=CPU",
+        "no-mmproj-offload": "true",
+        "tensor-split": "3,1",
+        "spec-draft-ngl": "-1",
+    }
     assert json.dumps(keys)

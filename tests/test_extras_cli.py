@@ -25,8 +25,7 @@ from llama import running_server
 from projector_factory import write_projector
 from test_cli_errors import assert_one_line_error
 
-BUDGET = ("--vram", "2G", "--target-vram", "37M", "--overhead", "0", "--ctx", "4096",
-          "--no-verify")  # fmt: skip
+BUDGET = ("--vram", "2G", "--target-vram", "37M", "--overhead", "0", "--ctx", "4096", "--no-verify")
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +36,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "draft": write_model(root / "draft.gguf", "qwen3moe", n_layers=2, n_embd=128, seed=1),
         "mmproj": write_projector(root / "mmproj.gguf", image_size=448),
         "wide": write_projector(root / "wide.gguf", n_embd_out=512),
-        "other_vocab": write_header_only(root / "other.gguf", n_vocab=4096, n_merges=10,
-                                         n_layers=2),
-    }  # fmt: skip
+        "other_vocab": write_header_only(
+            root / "other.gguf", n_vocab=4096, n_merges=10, n_layers=2
+        ),
+    }
 
 
 def _plan(files: dict[str, Path], *args: str) -> dict[str, Any]:
@@ -86,11 +86,23 @@ def test_the_draft_and_its_flags(files: dict[str, Path]) -> None:
 
 
 def test_the_memory_table_shows_the_companions(files: dict[str, Path]) -> None:
-    done = moetune("plan", str(files["model"]), *BUDGET, "--mmproj", str(files["mmproj"]),
-                   "--draft", str(files["draft"]))  # fmt: skip
+    done = moetune(
+        "plan",
+        str(files["model"]),
+        *BUDGET,
+        "--mmproj",
+        str(files["mmproj"]),
+        "--draft",
+        str(files["draft"]),
+    )
     assert done.returncode == 0, done.stderr
-    for row in ("projector weights (gemma3)", "projector compute (448x448 image",
-                "draft weights", "draft KV cache", "draft compute buffer"):  # fmt: skip
+    for row in (
+        "projector weights (gemma3)",
+        "projector compute (448x448 image",
+        "draft weights",
+        "draft KV cache",
+        "draft compute buffer",
+    ):
         assert row in done.stdout
 
 
@@ -102,8 +114,9 @@ def test_the_memory_table_shows_the_companions(files: dict[str, Path]) -> None:
         ("--draft", "other_vocab", "cannot draft for target.gguf"),
     ],
 )
-def test_bad_companions_end_in_one_line(files: dict[str, Path], flag: str, name: str,
-                                        words: str) -> None:  # fmt: skip
+def test_bad_companions_end_in_one_line(
+    files: dict[str, Path], flag: str, name: str, words: str
+) -> None:
     done = moetune("plan", str(files["model"]), *BUDGET, flag, str(files[name]))
     assert words in assert_one_line_error(done, ExitCode.BAD_MODEL)
 
@@ -115,16 +128,29 @@ def test_owned_flags_after_dashes_are_still_refused(files: dict[str, Path]) -> N
 
 @pytest.mark.server
 @pytest.mark.parametrize("offload", [True, False], ids=["on-the-rpc-device", "on-the-cpu"])
-def test_projector_memory_matches_llama_server(files: dict[str, Path], rpc: str,
-                                               offload: bool) -> None:  # fmt: skip
+def test_projector_memory_matches_llama_server(
+    files: dict[str, Path], rpc: str, offload: bool
+) -> None:
     """The estimate's projector parts against clip's lines, parsed as ``run`` parses them."""
     extra = with_mmproj(() if offload else ("--no-mmproj-offload",), str(files["mmproj"]))
     facts = load_model_facts(files["model"])
     settings = Settings(n_ctx=4096, gpu_overhead_bytes=0, device_kind="rpc")
     settings = settings.model_copy(update={"extras": load_extras(parse_extra_args(extra), facts)})
     memory = estimate(facts, Placement(), settings)
-    with running_server(files["model"], "--rpc", rpc, "-ngl", "99", "-c", "4096", "-fa", "on",
-                        "--fit", "off", *extra) as server:  # fmt: skip
+    with running_server(
+        files["model"],
+        "--rpc",
+        rpc,
+        "-ngl",
+        "99",
+        "-c",
+        "4096",
+        "-fa",
+        "on",
+        "--fit",
+        "off",
+        *extra,
+    ) as server:
         lines = parse_buffers(server.log_text())
     mm = memory.mmproj
     assert mm is not None and mm.exact
@@ -143,16 +169,34 @@ def test_projector_memory_matches_llama_server(files: dict[str, Path], rpc: str,
 
 
 @pytest.mark.server
-def test_the_planned_command_stays_within_budget_per_llama_cpp(files: dict[str, Path],
-                                                               rpc: str) -> None:  # fmt: skip
+def test_the_planned_command_stays_within_budget_per_llama_cpp(
+    files: dict[str, Path], rpc: str
+) -> None:
     """plan --mmproj --draft on the RPC device, then the planned command itself: the device's
     logged buffers (the model's, clip's and the draft's) stay within the budget, and the
     same command without the companions would have kept more experts on the device."""
     budget_mib = 52
-    args = ("--rpc", rpc, "--vram", f"{budget_mib}M", "--headroom", "0", "--ctx", "4096",
-            "--json", "--no-verify")  # fmt: skip
-    done = moetune("plan", str(files["model"]), *args, "--mmproj", str(files["mmproj"]),
-                   "--draft", str(files["draft"]))  # fmt: skip
+    args = (
+        "--rpc",
+        rpc,
+        "--vram",
+        f"{budget_mib}M",
+        "--headroom",
+        "0",
+        "--ctx",
+        "4096",
+        "--json",
+        "--no-verify",
+    )
+    done = moetune(
+        "plan",
+        str(files["model"]),
+        *args,
+        "--mmproj",
+        str(files["mmproj"]),
+        "--draft",
+        str(files["draft"]),
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     alone = json.loads(moetune("plan", str(files["model"]), *args).stdout)

@@ -59,18 +59,37 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _args(case: Case, rpc: str) -> list[str]:
     return [
-        "--rpc", rpc, "-ngl", "99", "--n-cpu-moe", str(case.n_cpu_moe), "-c", str(case.n_ctx),
-        "-ctk", case.cache, "-ctv", case.cache, "-fa", "on", "-ub", str(case.n_ubatch),
-    ]  # fmt: skip
+        "--rpc",
+        rpc,
+        "-ngl",
+        "99",
+        "--n-cpu-moe",
+        str(case.n_cpu_moe),
+        "-c",
+        str(case.n_ctx),
+        "-ctk",
+        case.cache,
+        "-ctv",
+        case.cache,
+        "-fa",
+        "on",
+        "-ub",
+        str(case.n_ubatch),
+    ]
 
 
 def _predict(facts: ModelFacts, case: Case, fit_params: bool = False) -> MemoryEstimate:
     """llama-fit-params has one slot and reserves logits for every token of the batch."""
     settings = Settings(
-        n_ctx=case.n_ctx, type_k=case.cache, type_v=case.cache, n_ubatch=case.n_ubatch,
-        gpu_overhead_bytes=0, device_kind="rpc", n_seq=1 if fit_params else 4,
+        n_ctx=case.n_ctx,
+        type_k=case.cache,
+        type_v=case.cache,
+        n_ubatch=case.n_ubatch,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+        n_seq=1 if fit_params else 4,
         all_outputs=fit_params,
-    )  # fmt: skip
+    )
     return estimate(facts, Placement.with_n_cpu_moe(case.n_cpu_moe), settings)
 
 

@@ -40,47 +40,113 @@ CASES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("inspect-235b", "235b", ("inspect", "--json")),
     ("plan-qwen-24g", "qwen", ("plan", "--json", "--vram", "24G", "--ram", "64G")),
     ("plan-qwen-16g", "qwen", ("plan", "--json", "--vram", "16G", "--ram", "64G")),
-    ("plan-qwen-12g-f16", "qwen",
-     ("plan", "--json", "--vram", "12G", "--ram", "64G", "--cache-type", "f16")),
-    ("plan-qwen-16g-q4-8k", "qwen",
-     ("plan", "--json", "--vram", "16G", "--ram", "64G", "--cache-type", "q4_0", "--ctx", "8192")),
-    ("plan-qwen-16g-ctxmax", "qwen", ("plan", "--json", "--vram", "16G", "--ram", "64G",
-                                      "--ctx", "max")),
-    ("plan-qwen-16g-ctxmax-n20", "qwen",
-     ("plan", "--json", "--vram", "16G", "--ram", "64G", "--ctx", "max", "--n-cpu-moe", "20")),
-    ("plan-qwen-16g-np2", "qwen",
-     ("plan", "--json", "--vram", "16G", "--ram", "64G", "--parallel", "2")),
-    ("plan-qwen-16g-ub2048", "qwen",
-     ("plan", "--json", "--vram", "16G", "--ram", "64G", "--ubatch", "2048")),
-    ("plan-qwen-20g-target", "qwen",
-     ("plan", "--json", "--vram", "24G", "--target-vram", "20G", "--ram", "64G",
-      "--headroom", "1G")),
+    (
+        "plan-qwen-12g-f16",
+        "qwen",
+        ("plan", "--json", "--vram", "12G", "--ram", "64G", "--cache-type", "f16"),
+    ),
+    (
+        "plan-qwen-16g-q4-8k",
+        "qwen",
+        (
+            "plan",
+            "--json",
+            "--vram",
+            "16G",
+            "--ram",
+            "64G",
+            "--cache-type",
+            "q4_0",
+            "--ctx",
+            "8192",
+        ),
+    ),
+    (
+        "plan-qwen-16g-ctxmax",
+        "qwen",
+        ("plan", "--json", "--vram", "16G", "--ram", "64G", "--ctx", "max"),
+    ),
+    (
+        "plan-qwen-16g-ctxmax-n20",
+        "qwen",
+        ("plan", "--json", "--vram", "16G", "--ram", "64G", "--ctx", "max", "--n-cpu-moe", "20"),
+    ),
+    (
+        "plan-qwen-16g-np2",
+        "qwen",
+        ("plan", "--json", "--vram", "16G", "--ram", "64G", "--parallel", "2"),
+    ),
+    (
+        "plan-qwen-16g-ub2048",
+        "qwen",
+        ("plan", "--json", "--vram", "16G", "--ram", "64G", "--ubatch", "2048"),
+    ),
+    (
+        "plan-qwen-20g-target",
+        "qwen",
+        (
+            "plan",
+            "--json",
+            "--vram",
+            "24G",
+            "--target-vram",
+            "20G",
+            "--ram",
+            "64G",
+            "--headroom",
+            "1G",
+        ),
+    ),
     ("plan-qwen-4g-nofit", "qwen", ("plan", "--json", "--vram", "4G", "--ram", "64G")),
     ("plan-gpt-oss-24g-ram16g", "gpt-oss", ("plan", "--json", "--vram", "24G", "--ram", "16G")),
     ("plan-gpt-oss-24g", "gpt-oss", ("plan", "--json", "--vram", "24G", "--ram", "64G")),
     ("plan-gpt-oss-80g", "gpt-oss", ("plan", "--json", "--vram", "80G", "--ram", "64G")),
-    ("plan-gpt-oss-16g-ctxmax", "gpt-oss",
-     ("plan", "--json", "--vram", "16G", "--ram", "128G", "--ctx", "max")),
+    (
+        "plan-gpt-oss-16g-ctxmax",
+        "gpt-oss",
+        ("plan", "--json", "--vram", "16G", "--ram", "128G", "--ctx", "max"),
+    ),
     ("plan-qwen3moe-tiny", "qwen3moe", ("plan", "--json", "--vram", "24M", "--ctx", "4096", *TINY)),
-    ("plan-qwen3moe-tiny-ctxmax", "qwen3moe",
-     ("plan", "--json", "--vram", "24M", "--ctx", "max", *TINY)),
-    ("plan-gpt-oss-tiny", "tiny-gpt-oss",
-     ("plan", "--json", "--vram", "24M", "--ctx", "4096", *TINY)),
-    ("plan-deepseek2-tiny", "deepseek2",
-     ("plan", "--json", "--vram", "20M", "--ctx", "4096", *TINY)),
+    (
+        "plan-qwen3moe-tiny-ctxmax",
+        "qwen3moe",
+        ("plan", "--json", "--vram", "24M", "--ctx", "max", *TINY),
+    ),
+    (
+        "plan-gpt-oss-tiny",
+        "tiny-gpt-oss",
+        ("plan", "--json", "--vram", "24M", "--ctx", "4096", *TINY),
+    ),
+    (
+        "plan-deepseek2-tiny",
+        "deepseek2",
+        ("plan", "--json", "--vram", "20M", "--ctx", "4096", *TINY),
+    ),
     ("plan-glm4moe-tiny", "glm4moe", ("plan", "--json", "--vram", "22M", "--ctx", "4096", *TINY)),
-    ("plan-qwen35moe-tiny", "qwen35moe",
-     ("plan", "--json", "--vram", "20M", "--ctx", "4096", *TINY)),
-    ("plan-qwen35moe-tiny-f16", "qwen35moe",
-     ("plan", "--json", "--vram", "20M", "--ctx", "2048", "--cache-type", "f16", *TINY)),
+    (
+        "plan-qwen35moe-tiny",
+        "qwen35moe",
+        ("plan", "--json", "--vram", "20M", "--ctx", "4096", *TINY),
+    ),
+    (
+        "plan-qwen35moe-tiny-f16",
+        "qwen35moe",
+        ("plan", "--json", "--vram", "20M", "--ctx", "2048", "--cache-type", "f16", *TINY),
+    ),
     ("plan-qwen3-dense-tiny", "qwen3", ("plan", "--json", "--vram", "14M", "--ctx", "4096", *TINY)),
-    ("plan-qwen3moe-tiny-nofit", "qwen3moe",
-     ("plan", "--json", "--vram", "6M", "--ctx", "4096", *TINY)),
+    (
+        "plan-qwen3moe-tiny-nofit",
+        "qwen3moe",
+        ("plan", "--json", "--vram", "6M", "--ctx", "4096", *TINY),
+    ),
     ("plan-qwen3-dense-cpu", "qwen3", ("plan", "--json", "--vram", "2M", "--ctx", "4096", *TINY)),
     ("plan-235b-24g", "235b", ("plan", "--json", "--vram", "24G", "--ram", "256G")),
-    ("plan-235b-48g-ctxmax", "235b",
-     ("plan", "--json", "--vram", "48G", "--ram", "256G", "--ctx", "max")),
-)  # fmt: skip
+    (
+        "plan-235b-48g-ctxmax",
+        "235b",
+        ("plan", "--json", "--vram", "48G", "--ram", "256G", "--ctx", "max"),
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +167,10 @@ def models(
 def _normalise(value: Any, cores: str) -> Any:
     """``threads`` and the number after ``-t`` become ``<cores>``."""
     if isinstance(value, dict):
-        return {k: "<cores>" if k == "threads" and v is not None else _normalise(v, cores)
-                for k, v in value.items()}  # fmt: skip
+        return {
+            k: "<cores>" if k == "threads" and v is not None else _normalise(v, cores)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         out = [_normalise(v, cores) for v in value]
         for i in range(1, len(out)):

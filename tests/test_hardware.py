@@ -468,8 +468,9 @@ def test_process_tree_includes_children() -> None:
 # --- fakes, protocols, detection ----------------------------------------------------------
 
 
-def test_every_probe_implements_its_protocol(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_every_probe_implements_its_protocol(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Typed as the Protocols (mypy checks the signatures), and each answers like one."""
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi: the probe says so, empty
     gpu_probes: list[GpuProbe] = [

@@ -27,31 +27,81 @@ SOURCE = re.compile(r"TechPowerUp|NVIDIA|nvidia-smi|datasheet", re.IGNORECASE)
 
 # The cards the issue names, by the name NVML reports for them.
 REQUIRED_NAMES = {
-    "NVIDIA GeForce RTX 2070", "NVIDIA GeForce RTX 2080", "NVIDIA GeForce RTX 2080 Ti",
-    "NVIDIA GeForce RTX 3060", "NVIDIA GeForce RTX 3060 Ti", "NVIDIA GeForce RTX 3070",
-    "NVIDIA GeForce RTX 3070 Ti", "NVIDIA GeForce RTX 3080", "NVIDIA GeForce RTX 3080 Ti",
-    "NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 4060 Ti",
-    "NVIDIA GeForce RTX 4070", "NVIDIA GeForce RTX 4070 SUPER", "NVIDIA GeForce RTX 4070 Ti",
-    "NVIDIA GeForce RTX 4070 Ti SUPER", "NVIDIA GeForce RTX 4080",
-    "NVIDIA GeForce RTX 4080 SUPER", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5060 Ti",
-    "NVIDIA GeForce RTX 5070", "NVIDIA GeForce RTX 5070 Ti", "NVIDIA GeForce RTX 5080",
-    "NVIDIA GeForce RTX 5090", "NVIDIA GeForce RTX 4080 Laptop GPU",
-    "NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA GeForce RTX 5090 Laptop GPU",
-    "NVIDIA RTX A4000", "NVIDIA RTX A5000", "NVIDIA RTX A6000", "NVIDIA RTX 6000 Ada Generation",
-    "NVIDIA L4", "NVIDIA L40S", "NVIDIA A100-PCIE-40GB", "NVIDIA A100-SXM4-80GB",
-    "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200",
-}  # fmt: skip
+    "NVIDIA GeForce RTX 2070",
+    "NVIDIA GeForce RTX 2080",
+    "NVIDIA GeForce RTX 2080 Ti",
+    "NVIDIA GeForce RTX 3060",
+    "NVIDIA GeForce RTX 3060 Ti",
+    "NVIDIA GeForce RTX 3070",
+    "NVIDIA GeForce RTX 3070 Ti",
+    "NVIDIA GeForce RTX 3080",
+    "NVIDIA GeForce RTX 3080 Ti",
+    "NVIDIA GeForce RTX 3090",
+    "NVIDIA GeForce RTX 3090 Ti",
+    "NVIDIA GeForce RTX 4060 Ti",
+    "NVIDIA GeForce RTX 4070",
+    "NVIDIA GeForce RTX 4070 SUPER",
+    "NVIDIA GeForce RTX 4070 Ti",
+    "NVIDIA GeForce RTX 4070 Ti SUPER",
+    "NVIDIA GeForce RTX 4080",
+    "NVIDIA GeForce RTX 4080 SUPER",
+    "NVIDIA GeForce RTX 4090",
+    "NVIDIA GeForce RTX 5060 Ti",
+    "NVIDIA GeForce RTX 5070",
+    "NVIDIA GeForce RTX 5070 Ti",
+    "NVIDIA GeForce RTX 5080",
+    "NVIDIA GeForce RTX 5090",
+    "NVIDIA GeForce RTX 4080 Laptop GPU",
+    "NVIDIA GeForce RTX 4090 Laptop GPU",
+    "NVIDIA GeForce RTX 5090 Laptop GPU",
+    "NVIDIA RTX A4000",
+    "NVIDIA RTX A5000",
+    "NVIDIA RTX A6000",
+    "NVIDIA RTX 6000 Ada Generation",
+    "NVIDIA L4",
+    "NVIDIA L40S",
+    "NVIDIA A100-PCIE-40GB",
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H100 PCIe",
+    "NVIDIA H200",
+}
 
 # Nominal memory in GiB (GB as the vendor sells it) of profiles whose id does not say it.
 NOMINAL_GIB = {
-    "rtx2070": 8, "rtx2080": 8, "rtx2080ti": 11, "rtx3060ti": 8, "rtx3070": 8, "rtx3070ti": 8,
-    "rtx3080ti": 12, "rtx3090": 24, "rtx3090ti": 24, "rtx4070": 12, "rtx4070super": 12,
-    "rtx4070ti": 12, "rtx4070tisuper": 16, "rtx4080": 16, "rtx4080super": 16,
-    "rtx4080-laptop": 12, "rtx4090": 24, "rtx4090-laptop": 16, "rtx5070": 12, "rtx5070ti": 16,
-    "rtx5080": 16, "rtx5090": 32, "rtx5090-laptop": 24, "rtx-a4000": 16, "rtx-a5000": 24,
-    "rtx-a6000": 48, "rtx6000-ada": 48, "l4": 24, "l40s": 48, "h100-sxm": 80, "h100-pcie": 80,
+    "rtx2070": 8,
+    "rtx2080": 8,
+    "rtx2080ti": 11,
+    "rtx3060ti": 8,
+    "rtx3070": 8,
+    "rtx3070ti": 8,
+    "rtx3080ti": 12,
+    "rtx3090": 24,
+    "rtx3090ti": 24,
+    "rtx4070": 12,
+    "rtx4070super": 12,
+    "rtx4070ti": 12,
+    "rtx4070tisuper": 16,
+    "rtx4080": 16,
+    "rtx4080super": 16,
+    "rtx4080-laptop": 12,
+    "rtx4090": 24,
+    "rtx4090-laptop": 16,
+    "rtx5070": 12,
+    "rtx5070ti": 16,
+    "rtx5080": 16,
+    "rtx5090": 32,
+    "rtx5090-laptop": 24,
+    "rtx-a4000": 16,
+    "rtx-a5000": 24,
+    "rtx-a6000": 48,
+    "rtx6000-ada": 48,
+    "l4": 24,
+    "l40s": 48,
+    "h100-sxm": 80,
+    "h100-pcie": 80,
     "h200": 141,
-}  # fmt: skip
+}
 
 
 def _shipped() -> list[HardwareProfile]:
@@ -138,8 +188,14 @@ def test_profiles_list_json_carries_the_figures() -> None:
     rows = {row["id"]: row for row in json.loads(out)["hardware"]}
     assert len(rows) >= 25
     for row in rows.values():
-        for field in ("name", "vram", "vram_bytes", "memory_bandwidth_gb_s", "pcie_gen",
-                      "pcie_lanes"):  # fmt: skip
+        for field in (
+            "name",
+            "vram",
+            "vram_bytes",
+            "memory_bandwidth_gb_s",
+            "pcie_gen",
+            "pcie_lanes",
+        ):
             assert row[field], (row["id"], field)
     assert rows["h200"]["vram_bytes"] == 143771 * 2**20
     assert (rows["h100-sxm"]["pcie_gen"], rows["rtx5060ti-16g"]["pcie_lanes"]) == (5, 8)

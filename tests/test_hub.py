@@ -160,10 +160,16 @@ def tags(quant: Quant) -> tuple[str, tuple[str, ...]]:
 
 def test_quant_choice_follows_llama_cpp() -> None:
     files = listing_of(
-        "README.md", "M-F16.gguf", "M-Q8_0.gguf", "M.imatrix.gguf", "mmproj-M-F16.gguf",
-        "Q4_K_M/M-Q4_K_M-00002-of-00002.gguf", "Q4_K_M/M-Q4_K_M-00001-of-00002.gguf",
-        "mtp-M-Q4_K_M.gguf", "M-IQ4_XS.gguf",
-    )  # fmt: skip
+        "README.md",
+        "M-F16.gguf",
+        "M-Q8_0.gguf",
+        "M.imatrix.gguf",
+        "mmproj-M-F16.gguf",
+        "Q4_K_M/M-Q4_K_M-00002-of-00002.gguf",
+        "Q4_K_M/M-Q4_K_M-00001-of-00002.gguf",
+        "mtp-M-Q4_K_M.gguf",
+        "M-IQ4_XS.gguf",
+    )
     split = ("Q4_K_M/M-Q4_K_M-00001-of-00002.gguf", "Q4_K_M/M-Q4_K_M-00002-of-00002.gguf")
     assert tags(choose_quant(files, None)) == ("Q4_K_M", split)
     assert tags(choose_quant(files, "q4_k_m")) == ("Q4_K_M", split)
@@ -185,9 +191,13 @@ def test_quant_choice_follows_llama_cpp() -> None:
 
 def test_mmproj_sibling() -> None:
     files = listing_of(
-        "mmproj-F32.gguf", "mmproj-F16.gguf", "sub/mmproj-BF16.gguf", "other/mmproj-Q8_0.gguf",
-        "sub/M-Q8_0.gguf", "M-Q4_K_M.gguf",
-    )  # fmt: skip
+        "mmproj-F32.gguf",
+        "mmproj-F16.gguf",
+        "sub/mmproj-BF16.gguf",
+        "other/mmproj-Q8_0.gguf",
+        "sub/M-Q8_0.gguf",
+        "M-Q4_K_M.gguf",
+    )
     q8 = choose_quant(files, "Q8_0")
     assert mmproj_for(files, q8) == files.files[2]  # deepest folder shared with the model
     q4 = choose_quant(files, "Q4_K_M")
@@ -311,8 +321,9 @@ def hf_cache_with(tmp_path: Path, repo: str, commit: str, files: dict[str, Path]
     return root
 
 
-def test_local_hf_cache(hub: FakeHub, files: dict[str, Path], tmp_path: Path,
-                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_local_hf_cache(
+    hub: FakeHub, files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     commit = "c" * 40
     q8 = "Qwen3-30B-A3B-Q8_0.gguf"
     split = {k: v for k, v in files.items() if k.startswith("BF16/")}
@@ -332,8 +343,9 @@ def test_local_hf_cache(hub: FakeHub, files: dict[str, Path], tmp_path: Path,
     assert cached_paths(listing, bf16) is None
 
 
-def test_a_cached_shard_is_read_from_disk(hub: FakeHub, files: dict[str, Path],
-                                          tmp_path: Path) -> None:  # fmt: skip
+def test_a_cached_shard_is_read_from_disk(
+    hub: FakeHub, files: dict[str, Path], tmp_path: Path
+) -> None:
     repo = hub.repos[REPO]
     q8 = "Qwen3-30B-A3B-Q8_0.gguf"
     hf_cache_with(tmp_path, REPO, repo.commit, {q8: files[q8]})
@@ -405,8 +417,9 @@ def test_misbehaving_servers(hub: FakeHub, option: str, code: ExitCode, words: s
     assert sum(hub.bytes_served.values()) <= 8 * MiB  # never the whole 17 GiB file
 
 
-def test_token_stays_with_the_hub(hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_token_stays_with_the_hub(
+    hub: FakeHub, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     listing = list_repo(ModelName(REPO))
     remote_model(listing, choose_quant(listing, None))
@@ -424,7 +437,8 @@ def test_importing_the_hub_loads_no_network_stack() -> None:
     import subprocess
 
     code = "import sys, moetune.hub; print(' '.join(sorted(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     loaded = set(done.stdout.split())
     assert not {m for m in loaded if m.startswith(("httpx", "moetune.store", "gguf", "numpy"))}

@@ -93,10 +93,16 @@ class Case:
         slots = SLOTS[self.slots]
         extra = {"n_ubatch": self.n_ubatch} if self.n_ubatch else {}
         return estimate_cache(
-            facts, n_ctx=self.ctx, type_k=self.type_k, type_v=self.type_v,
-            n_seq=slots.n_seq, kv_unified=slots.unified, flash_attn=self.flash_attn,
-            swa_full=self.swa_full, **extra,
-        )  # fmt: skip
+            facts,
+            n_ctx=self.ctx,
+            type_k=self.type_k,
+            type_v=self.type_v,
+            n_seq=slots.n_seq,
+            kv_unified=slots.unified,
+            flash_attn=self.flash_attn,
+            swa_full=self.swa_full,
+            **extra,
+        )
 
 
 def _arch_cases(arch: str, offset: int) -> list[Case]:
@@ -159,11 +165,17 @@ def _logged_kv_caches(log: str) -> list[LoggedCache]:
             continue
         caches.append(
             LoggedCache(
-                sum(buffers), len(buffers), float(match["mib"]), int(match["cells"]),
-                int(match["layers"]), int(match["seqs"]), int(match["streams"]),
-                float(match["k"]), float(match["v"]),
+                sum(buffers),
+                len(buffers),
+                float(match["mib"]),
+                int(match["cells"]),
+                int(match["layers"]),
+                int(match["seqs"]),
+                int(match["streams"]),
+                float(match["k"]),
+                float(match["v"]),
             )
-        )  # fmt: skip
+        )
         buffers = []
     return caches
 
@@ -392,8 +404,11 @@ def test_hybrid_recurrent_state(facts: dict[str, ModelFacts]) -> None:
     assert est.kv_bytes_for([3]) == est.kv_bytes == 2 * 2 * 64 * 2 * 4096
     flagged = _with(facts["qwen35moe"], attention__recurrent_layers=[True, False, True, False])
     assert [c.n_cells > 0 for c in estimate_cache(flagged, n_ctx=4096).layers] == [
-        False, True, False, True,
-    ]  # fmt: skip
+        False,
+        True,
+        False,
+        True,
+    ]
 
 
 def test_nextn_layers_have_no_cache(facts: dict[str, ModelFacts]) -> None:

@@ -19,18 +19,46 @@ PACKAGE = SRC / "moetune"
 STDLIB = frozenset(sys.stdlib_module_names)
 
 # What would make the core impure: processes, hardware, the network, a terminal.
-CORE_FORBIDDEN = frozenset({
-    "subprocess", "socket", "ssl", "http", "urllib", "multiprocessing", "ctypes", "signal",
-    "threading", "asyncio", "select", "rich", "typer", "click", "httpx", "psutil", "pynvml",
-    "platformdirs", "huggingface_hub", "requests",
-})  # fmt: skip
+CORE_FORBIDDEN = frozenset(
+    {
+        "subprocess",
+        "socket",
+        "ssl",
+        "http",
+        "urllib",
+        "multiprocessing",
+        "ctypes",
+        "signal",
+        "threading",
+        "asyncio",
+        "select",
+        "rich",
+        "typer",
+        "click",
+        "httpx",
+        "psutil",
+        "pynvml",
+        "platformdirs",
+        "huggingface_hub",
+        "requests",
+    }
+)
 CORE_MAY_USE = ("moetune.core", "moetune.gguf", "moetune.units", "moetune.errors")
 # Modules that start processes, talk to a server or probe hardware.
-STARTERS = frozenset({
-    "moetune.llamacpp.process", "moetune.llamacpp.client", "moetune.llamacpp.memprobe",
-    "moetune.jobs.launch", "moetune.jobs.run", "moetune.jobs.bench", "moetune.hardware.nvml",
-    "moetune.hardware.smi", "moetune.hardware.host", "moetune.cli",
-})  # fmt: skip
+STARTERS = frozenset(
+    {
+        "moetune.llamacpp.process",
+        "moetune.llamacpp.client",
+        "moetune.llamacpp.memprobe",
+        "moetune.jobs.launch",
+        "moetune.jobs.run",
+        "moetune.jobs.bench",
+        "moetune.hardware.nvml",
+        "moetune.hardware.smi",
+        "moetune.hardware.host",
+        "moetune.cli",
+    }
+)
 # Where each third-party library (and subprocess) may be imported: one package each, as
 # DESIGN.md rule 2 has it; pydantic is the model layer of every package (rule 7).
 HOMES: dict[str, tuple[str, ...]] = {
@@ -116,8 +144,13 @@ def test_core_is_pure(path: Path) -> None:
 
 
 HUB = [p for p in modules() if module_name(p).startswith("moetune.hub")]
-HUB_MAY_USE = ("moetune.hub", "moetune.gguf", "moetune.errors", "moetune.units",
-               "moetune.store.paths")  # fmt: skip
+HUB_MAY_USE = (
+    "moetune.hub",
+    "moetune.gguf",
+    "moetune.errors",
+    "moetune.units",
+    "moetune.store.paths",
+)
 
 
 @pytest.mark.parametrize("path", HUB, ids=module_name)
@@ -187,9 +220,18 @@ def test_each_library_lives_in_its_package() -> None:
 
 # The HTTP and bench stack, the terminal renderer, numpy and the process machinery (typer
 # itself imports the subprocess module, so that one is not a sign of anything here).
-NOT_FOR_PLANS = ("httpx", "rich", "numpy", "gguf", "moetune.jobs.bench", "moetune.jobs.run",
-                 "moetune.jobs.launch", "moetune.jobs.results", "moetune.llamacpp",
-                 "moetune.store")  # fmt: skip
+NOT_FOR_PLANS = (
+    "httpx",
+    "rich",
+    "numpy",
+    "gguf",
+    "moetune.jobs.bench",
+    "moetune.jobs.run",
+    "moetune.jobs.launch",
+    "moetune.jobs.results",
+    "moetune.llamacpp",
+    "moetune.store",
+)
 
 
 @pytest.mark.parametrize(
@@ -199,7 +241,7 @@ NOT_FOR_PLANS = ("httpx", "rich", "numpy", "gguf", "moetune.jobs.bench", "moetun
         (["inspect", "EXAMPLE", "--json"], (*NOT_FOR_PLANS, "moetune.core.planner")),
         (["plan", "EXAMPLE", "--vram", "24G", "--json"], NOT_FOR_PLANS),
     ],
-)  # fmt: skip
+)
 def test_a_command_imports_only_what_it_uses(command: list[str], absent: tuple[str, ...]) -> None:
     """The modules a whole moetune process loaded, read back from the process itself."""
     example = str(SRC.parent / "examples" / "models" / "Qwen3-30B-A3B-Q4_K_M.header.gguf")
@@ -211,8 +253,9 @@ def test_a_command_imports_only_what_it_uses(command: list[str], absent: tuple[s
         "except SystemExit:\n    pass\n"
         "print('\\n'.join(sorted(sys.modules)), file=sys.stderr)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     loaded = set(done.stderr.split())
     assert "moetune" in loaded, done.stderr[-2000:]
     assert not {m for m in loaded if m.startswith(absent)}, sorted(

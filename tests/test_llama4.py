@@ -28,7 +28,11 @@ def test_scout_header_reads() -> None:
     facts = load_model_facts(SCOUT)
     assert facts.header_only and facts.file_bytes < 1 << 20
     assert (facts.architecture, facts.n_layers, facts.n_experts, facts.n_experts_used) == (
-        "llama4", 48, 16, 1)  # fmt: skip
+        "llama4",
+        48,
+        16,
+        1,
+    )
     assert facts.n_experts_shared == 1
     assert round(facts.total_bytes / GIB, 1) == 60.9  # the public Q4_K_M file: 65.4 GB
     assert all(layer.has_experts for layer in facts.layers)
@@ -55,14 +59,39 @@ def test_scout_kv_at_32k() -> None:
 @pytest.mark.server
 def test_scout_kv_matches_llama_fit_params(tmp_path: Path, rpc: str) -> None:
     model = loadable_copy(SCOUT, tmp_path / "scout.gguf")
-    argv = [str(bin_path("llama-fit-params")), "-m", str(model), "--rpc", rpc, "-ngl", "99",
-            "-c", str(CTX), "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "-np", "1",
-            "-fitp", "on"]  # fmt: skip
+    argv = [
+        str(bin_path("llama-fit-params")),
+        "-m",
+        str(model),
+        "--rpc",
+        rpc,
+        "-ngl",
+        "99",
+        "-c",
+        str(CTX),
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-fa",
+        "on",
+        "-np",
+        "1",
+        "-fitp",
+        "on",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     projected = parse_projection(done.stdout)["RPC0"]
-    settings = Settings(n_ctx=CTX, type_k="q8_0", type_v="q8_0", n_seq=1, all_outputs=True,
-                        gpu_overhead_bytes=0, device_kind="rpc")  # fmt: skip
+    settings = Settings(
+        n_ctx=CTX,
+        type_k="q8_0",
+        type_v="q8_0",
+        n_seq=1,
+        all_outputs=True,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+    )
     predicted = estimate(load_model_facts(model), Placement(n_gpu_layers=99), settings)
     kv_mib = predicted.gpu_kv_bytes / MIB
     print(f"\nScout at 32k q8_0: moetune KV {kv_mib} MiB, llama-fit-params {projected}")

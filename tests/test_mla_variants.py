@@ -42,10 +42,23 @@ class Case:
 
     def flags(self, rpc: str) -> list[str]:
         return [
-            "--rpc", rpc, "-ngl", "99", "--n-cpu-moe", str(self.n_cpu_moe), "-c", str(self.n_ctx),
-            "-ctk", self.cache, "-ctv", self.cache, "-fa", "on" if self.flash_attn else "off",
-            "-ub", str(self.n_ubatch),
-        ]  # fmt: skip
+            "--rpc",
+            rpc,
+            "-ngl",
+            "99",
+            "--n-cpu-moe",
+            str(self.n_cpu_moe),
+            "-c",
+            str(self.n_ctx),
+            "-ctk",
+            self.cache,
+            "-ctv",
+            self.cache,
+            "-fa",
+            "on" if self.flash_attn else "off",
+            "-ub",
+            str(self.n_ubatch),
+        ]
 
 
 CASES = [
@@ -66,10 +79,16 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _predict(model: Path, case: Case, fit_params: bool = False) -> MemoryEstimate:
     settings = Settings(
-        n_ctx=case.n_ctx, type_k=case.cache, type_v=case.cache, flash_attn=case.flash_attn,
-        n_ubatch=case.n_ubatch, gpu_overhead_bytes=0, device_kind="rpc",
-        n_seq=1 if fit_params else 4, all_outputs=fit_params,
-    )  # fmt: skip
+        n_ctx=case.n_ctx,
+        type_k=case.cache,
+        type_v=case.cache,
+        flash_attn=case.flash_attn,
+        n_ubatch=case.n_ubatch,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+        n_seq=1 if fit_params else 4,
+        all_outputs=fit_params,
+    )
     return estimate(load_model_facts(model), Placement.with_n_cpu_moe(case.n_cpu_moe), settings)
 
 
@@ -89,9 +108,13 @@ def test_matches_llama_server(models: dict[str, Path], rpc: str, case: Case) -> 
     with running_server(model, *case.flags(rpc), "--fit", "off") as server:
         lines = parse_buffers(server.log_text())
     kv = total_mib(lines, "KV", "RPC0")
-    shown = (predicted.gpu_weights_bytes / MIB, predicted.gpu_kv_bytes / MIB,
-             predicted.gpu_compute_bytes / MIB, predicted.host_compute_bytes / MIB,
-             [(b.device, b.kind, b.mib) for b in lines])  # fmt: skip
+    shown = (
+        predicted.gpu_weights_bytes / MIB,
+        predicted.gpu_kv_bytes / MIB,
+        predicted.gpu_compute_bytes / MIB,
+        predicted.host_compute_bytes / MIB,
+        [(b.device, b.kind, b.mib) for b in lines],
+    )
     assert _printed(predicted.gpu_weights_bytes, total_mib(lines, "model", "RPC0")), shown
     # the DSA cache prints two rounded KV lines (MLA and indexer)
     assert abs(predicted.gpu_kv_bytes / MIB - kv) <= max(0.01 * kv, 0.01), shown
@@ -103,13 +126,25 @@ def test_matches_llama_server(models: dict[str, Path], rpc: str, case: Case) -> 
 def test_matches_llama_fit_params(models: dict[str, Path], rpc: str, case: Case) -> None:
     model = models[case.model]
     predicted = _predict(model, case, fit_params=True)
-    argv = [str(bin_path("llama-fit-params")), "-m", str(model), *case.flags(rpc), "-np", "1",
-            "-fitp", "on"]  # fmt: skip
+    argv = [
+        str(bin_path("llama-fit-params")),
+        "-m",
+        str(model),
+        *case.flags(rpc),
+        "-np",
+        "1",
+        "-fitp",
+        "on",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     device = parse_projection(done.stdout)["RPC0"]
-    shown = (predicted.gpu_weights_bytes / MIB, predicted.gpu_kv_bytes / MIB,
-             predicted.gpu_compute_bytes / MIB, device)  # fmt: skip
+    shown = (
+        predicted.gpu_weights_bytes / MIB,
+        predicted.gpu_kv_bytes / MIB,
+        predicted.gpu_compute_bytes / MIB,
+        device,
+    )
     assert int(predicted.gpu_weights_bytes / MIB) == device.model_mib, shown
     assert int(predicted.gpu_kv_bytes / MIB) == device.context_mib, shown
     assert int(predicted.gpu_compute_bytes / MIB) == device.compute_mib, shown

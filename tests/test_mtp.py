@@ -33,8 +33,7 @@ _MTP_START = "creating MTP draft context"
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("mtp")
-    return {a: write_model(root / f"{a}.gguf", a, n_layers=N_LAYERS, n_nextn=1)
-            for a in MTP_ARCHS}  # fmt: skip
+    return {a: write_model(root / f"{a}.gguf", a, n_layers=N_LAYERS, n_nextn=1) for a in MTP_ARCHS}
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +42,21 @@ def facts(models: dict[str, Path]) -> dict[str, ModelFacts]:
 
 
 def _settings(kind: str = "rpc") -> Settings:
-    return Settings(n_ctx=N_CTX, type_k="q8_0", type_v="q8_0", gpu_overhead_bytes=0,
-                    device_kind=kind)  # fmt: skip
+    return Settings(
+        n_ctx=N_CTX, type_k="q8_0", type_v="q8_0", gpu_overhead_bytes=0, device_kind=kind
+    )
 
 
 def _mtp(f: ModelFacts, placement: Placement, n_devices: int) -> MtpEstimate:
     split = split_weights(f, placement, n_devices)
-    return mtp_memory(f, _settings(), homes=split.homes, moves=split.moves,
-                      kinds=("rpc",) * n_devices, placement=placement)  # fmt: skip
+    return mtp_memory(
+        f,
+        _settings(),
+        homes=split.homes,
+        moves=split.moves,
+        kinds=("rpc",) * n_devices,
+        placement=placement,
+    )
 
 
 # --- pure ------------------------------------------------------------------------------------
@@ -135,14 +141,17 @@ class Printed:
     def mib(self, part: str, kind: str, device: str) -> float:
         lines = self.main if part == "main" else self.mtp
         if kind == "compute":  # the MTP context reserves twice; the buffer keeps the largest
-            return max((b.mib for b in lines if b.kind == kind and b.device.startswith(device)),
-                       default=0.0)  # fmt: skip
+            return max(
+                (b.mib for b in lines if b.kind == kind and b.device.startswith(device)),
+                default=0.0,
+            )
         return total_mib(lines, kind, device)
 
 
 def _serve(model: Path, *args: str) -> Printed:
-    with running_server(model, "-c", str(N_CTX), "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on",
-                        "--fit", "off", *args) as server:  # fmt: skip
+    with running_server(
+        model, "-c", str(N_CTX), "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "--fit", "off", *args
+    ) as server:
         text = server.log_text()
     main, _, mtp = text.partition(_MTP_START)
     return Printed(parse_buffers(main), parse_buffers(mtp))
@@ -179,8 +188,9 @@ def test_cpu_only(models: dict[str, Path], facts: dict[str, ModelFacts], arch: s
 @pytest.mark.server
 @pytest.mark.parametrize("arch", MTP_ARCHS)
 @pytest.mark.parametrize("n_cpu_moe", [0, N_LAYERS + 1])
-def test_rpc_device(models: dict[str, Path], facts: dict[str, ModelFacts], rpc: str, arch: str,
-                    n_cpu_moe: int) -> None:  # fmt: skip
+def test_rpc_device(
+    models: dict[str, Path], facts: dict[str, ModelFacts], rpc: str, arch: str, n_cpu_moe: int
+) -> None:
     f = facts[arch]
     placement = Placement.with_n_cpu_moe(n_cpu_moe)
     args = ("--rpc", rpc, "-ngl", "99", "--n-cpu-moe", str(n_cpu_moe))
@@ -215,8 +225,9 @@ def test_rpc_device(models: dict[str, Path], facts: dict[str, ModelFacts], rpc: 
 def test_own_head_on_the_device(tmp_path: Path, rpc: str, arch: str) -> None:
     """``nextn.embed_tokens``/``shared_head_head`` are the block's own: on its device, and the
     token rows are gathered there (the host buffer shrinks)."""
-    model = write_model(tmp_path / f"{arch}.gguf", arch, n_layers=N_LAYERS, n_nextn=1,
-                        nextn_own_head=True)  # fmt: skip
+    model = write_model(
+        tmp_path / f"{arch}.gguf", arch, n_layers=N_LAYERS, n_nextn=1, nextn_own_head=True
+    )
     f = load_model_facts(model)
     on = _serve(model, "--rpc", rpc, "-ngl", "99", "--spec-type", "draft-mtp")
     today, est = estimate(f, Placement(), _settings()), _mtp(f, Placement(), 1)
@@ -235,8 +246,9 @@ def test_compute_without_flash_attention(
     f = facts[arch]
     args = ("--rpc", rpc, "-ngl", "99", "-fa", "off", "-ctk", "f16", "-ctv", "f16", "-ub", "1024")
     on = _serve(models[arch], *args, "--spec-type", "draft-mtp")
-    settings = Settings(n_ctx=N_CTX, flash_attn=False, n_ubatch=1024, gpu_overhead_bytes=0,
-                        device_kind="rpc")  # fmt: skip
+    settings = Settings(
+        n_ctx=N_CTX, flash_attn=False, n_ubatch=1024, gpu_overhead_bytes=0, device_kind="rpc"
+    )
     split = split_weights(f, Placement(), 1)
     est = mtp_memory(f, settings, homes=split.homes, moves=split.moves, kinds=("rpc",))
     assert on.mib("mtp", "compute", "RPC0") > 40
@@ -257,8 +269,9 @@ def _with_mtp(f: ModelFacts, *args: str) -> Settings:
 
 @pytest.mark.server
 @pytest.mark.parametrize("n_cpu_moe", [0, N_LAYERS + 1])
-def test_estimate_counts_mtp_on_its_device(models: dict[str, Path], facts: dict[str, ModelFacts],
-                                           rpc: str, n_cpu_moe: int) -> None:  # fmt: skip
+def test_estimate_counts_mtp_on_its_device(
+    models: dict[str, Path], facts: dict[str, ModelFacts], rpc: str, n_cpu_moe: int
+) -> None:
     """estimate() with ``--spec-type draft-mtp`` among the arguments: the NextN blocks where
     the split puts them (an --n-cpu-moe rule reaching their experts), the MTP cache in the
     draft cache types, the MTP compute; each compared on its own."""
@@ -267,8 +280,21 @@ def test_estimate_counts_mtp_on_its_device(models: dict[str, Path], facts: dict[
     settings = _with_mtp(f, "-ctkd", "q4_0", "-ctvd", "q4_0")
     memory = estimate(f, Placement.with_n_cpu_moe(n_cpu_moe), settings)
     today = estimate(f, Placement.with_n_cpu_moe(n_cpu_moe), _settings())
-    on = _serve(models[arch], "--rpc", rpc, "-ngl", "99", "--n-cpu-moe", str(n_cpu_moe),
-                "--spec-type", "draft-mtp", "-ctkd", "q4_0", "-ctvd", "q4_0")  # fmt: skip
+    on = _serve(
+        models[arch],
+        "--rpc",
+        rpc,
+        "-ngl",
+        "99",
+        "--n-cpu-moe",
+        str(n_cpu_moe),
+        "--spec-type",
+        "draft-mtp",
+        "-ctkd",
+        "q4_0",
+        "-ctvd",
+        "q4_0",
+    )
     assert memory.mtp is not None and today.mtp is None
     device = memory.devices[0]
     loaded = on.mib("main", "model", "RPC0") - today.gpu_weights_bytes / MIB

@@ -49,8 +49,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def devices(endpoints: list[str]) -> tuple[DeviceSpec, ...]:
-    return tuple(DeviceSpec(name=f"RPC{i}", buft=rpc_buft(ep), kind="rpc", overhead_bytes=0,
-                            description=ep) for i, ep in enumerate(endpoints))  # fmt: skip
+    return tuple(
+        DeviceSpec(name=f"RPC{i}", buft=rpc_buft(ep), kind="rpc", overhead_bytes=0, description=ep)
+        for i, ep in enumerate(endpoints)
+    )
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,22 @@ class Case:
 
     def args(self, endpoints: list[str]) -> list[str]:
         eps = endpoints[: self.n]
-        args = ["--rpc", ",".join(eps), "-ngl", "99", "-ts", ",".join(map(str, self.split)),
-                "-c", str(CTX), "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]  # fmt: skip
+        args = [
+            "--rpc",
+            ",".join(eps),
+            "-ngl",
+            "99",
+            "-ts",
+            ",".join(map(str, self.split)),
+            "-c",
+            str(CTX),
+            "-fa",
+            "on",
+            "-ctk",
+            "q8_0",
+            "-ctv",
+            "q8_0",
+        ]
         if self.to_device is not None:
             args += ["-ot", rf"blk\.1{EXPS_REGEX}={rpc_buft(eps[self.to_device])}"]
         elif self.n_cpu_moe:
@@ -94,11 +110,18 @@ ARCHS = ["qwen3moe", "gpt-oss", "deepseek2", "glm4moe", "qwen35moe"]
 
 
 def _predict(model: Path, case: Case, endpoints: list[str], dry_run: bool) -> MemoryEstimate:
-    settings = Settings(n_ctx=CTX, type_k="q8_0", type_v="q8_0", device_kind="rpc",
-                        gpu_overhead_bytes=0, n_seq=1 if dry_run else 4,
-                        all_outputs=dry_run)  # fmt: skip
-    return estimate(load_model_facts(model), case.placement(), settings,
-                    devices(endpoints[: case.n]))  # fmt: skip
+    settings = Settings(
+        n_ctx=CTX,
+        type_k="q8_0",
+        type_v="q8_0",
+        device_kind="rpc",
+        gpu_overhead_bytes=0,
+        n_seq=1 if dry_run else 4,
+        all_outputs=dry_run,
+    )
+    return estimate(
+        load_model_facts(model), case.placement(), settings, devices(endpoints[: case.n])
+    )
 
 
 def _printed(predicted_bytes: int, printed_mib: float) -> bool:
@@ -106,18 +129,23 @@ def _printed(predicted_bytes: int, printed_mib: float) -> bool:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.n}dev-ts{'_'.join(map(str, c.split))}"
-                         f"-N{c.n_cpu_moe}-to{c.to_device}")  # fmt: skip
-def test_each_device_matches_llama_server(models: dict[str, Path], trio: list[str], arch: str,
-                                          case: Case) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "case",
+    CASES,
+    ids=lambda c: f"{c.n}dev-ts{'_'.join(map(str, c.split))}-N{c.n_cpu_moe}-to{c.to_device}",
+)
+def test_each_device_matches_llama_server(
+    models: dict[str, Path], trio: list[str], arch: str, case: Case
+) -> None:
     """Weights, KV (+ recurrent state) and compute of every device and the host's compute,
     against llama-server's own buffer lines (printed to 0.01 MiB)."""
     predicted = _predict(models[arch], case, trio, dry_run=False)
     with running_server(models[arch], *case.args(trio), "--fit", "off") as server:
         text = server.log_text()
     lines = parse_buffers("\n".join(real_load_lines(text)))
-    assert ("pipeline parallelism enabled" in text) == (case.n_cpu_moe == 0
-                                                         and case.to_device is None)  # fmt: skip
+    assert ("pipeline parallelism enabled" in text) == (
+        case.n_cpu_moe == 0 and case.to_device is None
+    )
     for device, memory in zip(devices(trio[: case.n]), predicted.devices, strict=True):
         mine = [b for b in lines if b.device == device.buft]
         kv = sum(b.mib for b in mine if b.kind in ("KV", "RS"))
@@ -129,8 +157,9 @@ def test_each_device_matches_llama_server(models: dict[str, Path], trio: list[st
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.n}dev-N{c.n_cpu_moe}-to{c.to_device}")
-def test_each_device_matches_llama_fit_params(models: dict[str, Path], trio: list[str],
-                                              case: Case) -> None:  # fmt: skip
+def test_each_device_matches_llama_fit_params(
+    models: dict[str, Path], trio: list[str], case: Case
+) -> None:
     """llama-fit-params's dry run (one sequence, logits for the whole batch), per device:
     weights within 1 MiB, KV within 1 %, compute within 10 % or 64 MiB; in fact to the MiB,
     but with pipeline parallelism, where the dry run's last device reserves 2 MiB more than
@@ -138,8 +167,14 @@ def test_each_device_matches_llama_fit_params(models: dict[str, Path], trio: lis
     pipeline = case.n_cpu_moe == 0 and case.to_device is None
     for arch in ("qwen3moe", "qwen35moe"):
         predicted = _predict(models[arch], case, trio, dry_run=True)
-        argv = [str(bin_path("llama-fit-params")), "-m", str(models[arch]), *case.args(trio),
-                "-fitp", "on"]  # fmt: skip
+        argv = [
+            str(bin_path("llama-fit-params")),
+            "-m",
+            str(models[arch]),
+            *case.args(trio),
+            "-fitp",
+            "on",
+        ]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
         projected = parse_projection(done.stdout)
         for i, memory in enumerate(predicted.devices):
@@ -151,9 +186,21 @@ def test_each_device_matches_llama_fit_params(models: dict[str, Path], trio: lis
 
 
 def _plan(model: Path, endpoints: list[str], budgets: str, ctx: int = CTX) -> dict[str, object]:
-    code, out, err = cli("plan", str(model), "--rpc", ",".join(endpoints), "--vram", budgets,
-                         "--headroom", "0", "--ram", "64G", "--ctx", str(ctx),
-                         "--json")  # fmt: skip
+    code, out, err = cli(
+        "plan",
+        str(model),
+        "--rpc",
+        ",".join(endpoints),
+        "--vram",
+        budgets,
+        "--headroom",
+        "0",
+        "--ram",
+        "64G",
+        "--ctx",
+        str(ctx),
+        "--json",
+    )
     assert code == 0, out + err
     data: dict[str, object] = json.loads(out)
     return data
@@ -181,8 +228,20 @@ def test_planned_command_fits_by_llama_cpp(tmp_path: Path, trio: list[str], n: i
         row = projected[device["name"]]
         assert row.total_mib * MIB <= device["budget_bytes"]
         assert abs(row.model_mib - device["weights_bytes"] / MIB) <= 1
-    code, out, _ = cli("plan", str(model), "--rpc", ",".join(endpoints), "--vram", budgets,
-                       "--headroom", "0", "--ram", "64G", "--ctx", str(CTX))  # fmt: skip
+    code, out, _ = cli(
+        "plan",
+        str(model),
+        "--rpc",
+        ",".join(endpoints),
+        "--vram",
+        budgets,
+        "--headroom",
+        "0",
+        "--ram",
+        "64G",
+        "--ctx",
+        str(CTX),
+    )
     assert code == 0
     for i in range(n):
         assert f"llama.cpp projects RPC{i} " in out and "predicted" in out
@@ -219,15 +278,25 @@ def test_run_on_two_devices(tmp_path: Path, trio: list[str]) -> None:
     """run converges with each device within its own target (measured), in at most 4
     launches, names the device that limited it, saves the device set, and leaves nothing."""
     model = write_model(tmp_path / "q16.gguf", "qwen3moe", n_layers=16)
-    args = ["run", str(model), "--rpc", ",".join(trio[:2]), "--target-vram", "30M,20M",
-            "--ctx", str(CTX), "--json"]  # fmt: skip
+    args = [
+        "run",
+        str(model),
+        "--rpc",
+        ",".join(trio[:2]),
+        "--target-vram",
+        "30M,20M",
+        "--ctx",
+        str(CTX),
+        "--json",
+    ]
     done = moetune(*args)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     best = data["best"]
     budgets = (30 * MIB, 20 * MIB)
-    assert all(m is not None and m <= b for m, b in zip(best["device_measured"], budgets,
-                                                        strict=True))  # fmt: skip
+    assert all(
+        m is not None and m <= b for m, b in zip(best["device_measured"], budgets, strict=True)
+    )
     assert data["launches"] <= 4
     over = [a for a in data["attempts"] if a["n_cpu_moe"] == best["n_cpu_moe"] - 1]
     assert over and over[0]["status"] in ("over", "oom")  # one step tighter is over
@@ -248,9 +317,24 @@ def test_run_on_two_devices(tmp_path: Path, trio: list[str]) -> None:
 def test_bench_on_two_devices(tmp_path: Path, trio: list[str]) -> None:
     """Every configuration on several devices; --fit gets one margin per device."""
     model = write_model(tmp_path / "q16.gguf", "qwen3moe", n_layers=16)
-    done = moetune("bench", str(model), "--rpc", ",".join(trio[:2]), "--target-vram",
-                   "30M,20M", "--ctx", str(CTX), "--depths", "0", "--repeats", "1",
-                   "--n-predict", "4", "--no-save", "--json")  # fmt: skip
+    done = moetune(
+        "bench",
+        str(model),
+        "--rpc",
+        ",".join(trio[:2]),
+        "--target-vram",
+        "30M,20M",
+        "--ctx",
+        str(CTX),
+        "--depths",
+        "0",
+        "--repeats",
+        "1",
+        "--n-predict",
+        "4",
+        "--no-save",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     configs = {c["name"]: c for c in data["configs"]}
@@ -263,11 +347,25 @@ def test_bench_on_two_devices(tmp_path: Path, trio: list[str]) -> None:
 
 def test_split_modes(models: dict[str, Path], trio: list[str]) -> None:
     model = str(models["qwen3moe"])
-    done = moetune("run", model, "--rpc", ",".join(trio[:2]), "--target-vram", "30M",
-                   "--", "-sm", "row")  # fmt: skip
+    done = moetune(
+        "run", model, "--rpc", ",".join(trio[:2]), "--target-vram", "30M", "--", "-sm", "row"
+    )
     assert done.returncode == ExitCode.BAD_VALUE and "-sm row" in done.stderr
-    one = moetune("run", model, "--rpc", ",".join(trio[:2]), "--target-vram", "40M", "--ctx",
-                  str(CTX), "--no-save", "--json", "--", "-dev", "RPC1")  # fmt: skip
+    one = moetune(
+        "run",
+        model,
+        "--rpc",
+        ",".join(trio[:2]),
+        "--target-vram",
+        "40M",
+        "--ctx",
+        str(CTX),
+        "--no-save",
+        "--json",
+        "--",
+        "-dev",
+        "RPC1",
+    )
     assert one.returncode == 0, one.stderr
     assert json.loads(one.stdout)["device"] == "RPC1"  # -dev picked one device: single
 
@@ -282,16 +380,23 @@ def test_dry_run_correction_is_llamas_figure(models: dict[str, Path], trio: list
     wrong = Placement.with_n_cpu_moe(8, tensor_split=(1.0, 1.0))
     right = Case(2, (1, 1), n_cpu_moe=2)
     command = ["-m", str(models["qwen3moe"]), *right.args(trio)]
-    found = dry_run_corrections(facts, settings, wrong, devices(trio[:2]),
-                                tool=bin_path("llama-fit-params"), args=command)  # fmt: skip
+    found = dry_run_corrections(
+        facts, settings, wrong, devices(trio[:2]), tool=bin_path("llama-fit-params"), args=command
+    )
     dry = settings.model_copy(update={"n_seq": 1, "all_outputs": True, "gpu_overhead_bytes": 0})
     should = estimate(facts, right.placement(), dry, devices(trio[:2]))
     was = estimate(facts, wrong, dry, devices(trio[:2]))
     for i, delta in enumerate(found):
         expected = should.devices[i].total_bytes - was.devices[i].total_bytes
         assert delta > 0 and abs(delta - expected) <= 3 * MIB, (i, delta, expected)
-    agreeing = dry_run_corrections(facts, settings, right.placement(), devices(trio[:2]),
-                                   tool=bin_path("llama-fit-params"), args=command)  # fmt: skip
+    agreeing = dry_run_corrections(
+        facts,
+        settings,
+        right.placement(),
+        devices(trio[:2]),
+        tool=bin_path("llama-fit-params"),
+        args=command,
+    )
     assert agreeing == (0, 0)
 
 

@@ -31,11 +31,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("names")
     return {
         "Qwen3-30B-A3B-Q4_K_M.gguf": write_header_only(root / "q4.gguf", sparse=True),
-        "Qwen3-30B-A3B-Q2_K.gguf": write_header_only(root / "q2.gguf", n_layers=20,
-                                                     sparse=True),
-        "Qwen3-30B-A3B-F16.gguf": write_header_only(root / "f16.gguf", quant="F16",
-                                                    sparse=True),
-    }  # fmt: skip
+        "Qwen3-30B-A3B-Q2_K.gguf": write_header_only(root / "q2.gguf", n_layers=20, sparse=True),
+        "Qwen3-30B-A3B-F16.gguf": write_header_only(root / "f16.gguf", quant="F16", sparse=True),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +50,11 @@ def served(files: dict[str, Path], tiny: dict[str, Path]) -> Iterator[FakeHub]:
     with fake_hub() as hub:
         hub.add_repo(REPO, files)
         hub.add_repo(TINY, tiny)
-        hub.add_repo("acme/gated-GGUF", {"gated-Q4_K_M.gguf": files["Qwen3-30B-A3B-Q2_K.gguf"]},
-                     token="hf_" + "Abc123" * 6)  # fmt: skip
+        hub.add_repo(
+            "acme/gated-GGUF",
+            {"gated-Q4_K_M.gguf": files["Qwen3-30B-A3B-Q2_K.gguf"]},
+            token="hf_" + "Abc123" * 6,
+        )
         yield hub
 
 
@@ -76,8 +77,7 @@ def _json(*args: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-def test_plan_lists_the_quants_and_names_the_picks(env: Path,
-                                                   files: dict[str, Path]) -> None:  # fmt: skip
+def test_plan_lists_the_quants_and_names_the_picks(env: Path, files: dict[str, Path]) -> None:
     listed = _json("plan", REPO, *GPU)
     rows = {row["tag"]: row for row in listed["quants"]}
     assert set(rows) == {"Q4_K_M", "Q2_K", "F16"}
@@ -97,8 +97,7 @@ def test_plan_lists_the_quants_and_names_the_picks(env: Path,
     assert rows["Q2_K"]["max_ctx"] >= 16384 and rows["F16"]["max_ctx"] is None
 
 
-def test_a_quant_by_name_matches_case_insensitively(env: Path,
-                                                    files: dict[str, Path]) -> None:  # fmt: skip
+def test_a_quant_by_name_matches_case_insensitively(env: Path, files: dict[str, Path]) -> None:
     by_name = _json("plan", f"{REPO}:q4_k_m", *GPU)
     on_disk = _json("plan", str(files["Qwen3-30B-A3B-Q4_K_M.gguf"]), *GPU)
     assert by_name["command"][1:3] == ["-hf", f"{REPO}:Q4_K_M"]
@@ -118,8 +117,9 @@ def test_a_warm_cache_makes_no_request(env: Path, served: FakeHub) -> None:
     assert inspected.returncode == 0 and served.requests() == []
 
 
-def test_nothing_beyond_headers_is_fetched(env: Path, served: FakeHub,
-                                           files: dict[str, Path]) -> None:  # fmt: skip
+def test_nothing_beyond_headers_is_fetched(
+    env: Path, served: FakeHub, files: dict[str, Path]
+) -> None:
     _json("plan", REPO, *GPU)
     for name, path in files.items():
         fetched = sum(n for p, n in served.bytes_served.items() if p.endswith(name))
@@ -127,16 +127,50 @@ def test_nothing_beyond_headers_is_fetched(env: Path, served: FakeHub,
 
 
 def test_the_mmproj_sibling_is_counted(env: Path) -> None:
-    plan = _json("plan", TINY, "--vram", "2G", "--target-vram", "60M", "--overhead", "0",
-                 "--ctx", "4096", "--no-verify")  # fmt: skip
+    plan = _json(
+        "plan",
+        TINY,
+        "--vram",
+        "2G",
+        "--target-vram",
+        "60M",
+        "--overhead",
+        "0",
+        "--ctx",
+        "4096",
+        "--no-verify",
+    )
     row = plan["quants"][0]
     assert row["command"][1:3] == ["-hf", f"{TINY}:Q8_0"] and "--mmproj" not in row["command"]
-    one = _json("plan", f"{TINY}:Q8_0", "--vram", "2G", "--target-vram", "60M",
-                "--overhead", "0", "--ctx", "4096", "--no-verify")  # fmt: skip
+    one = _json(
+        "plan",
+        f"{TINY}:Q8_0",
+        "--vram",
+        "2G",
+        "--target-vram",
+        "60M",
+        "--overhead",
+        "0",
+        "--ctx",
+        "4096",
+        "--no-verify",
+    )
     assert one["mmproj_type"] == "gemma3" and one["mmproj_weights_bytes"] > 0
-    plain = _json("plan", f"{TINY}:Q8_0", "--vram", "2G", "--target-vram", "60M",
-                  "--overhead", "0", "--ctx", "4096", "--no-verify", "--",
-                  "--no-mmproj")  # fmt: skip
+    plain = _json(
+        "plan",
+        f"{TINY}:Q8_0",
+        "--vram",
+        "2G",
+        "--target-vram",
+        "60M",
+        "--overhead",
+        "0",
+        "--ctx",
+        "4096",
+        "--no-verify",
+        "--",
+        "--no-mmproj",
+    )
     assert "mmproj_type" not in plain
 
 
@@ -147,8 +181,9 @@ def test_run_and_bench_need_the_weights(env: Path) -> None:
         assert "is not downloaded" in line and f"llama-server -hf {TINY}:Q8_0" in line
 
 
-def test_a_downloaded_name_is_read_from_the_hf_cache(env: Path, served: FakeHub,
-                                                     tiny: dict[str, Path]) -> None:  # fmt: skip
+def test_a_downloaded_name_is_read_from_the_hf_cache(
+    env: Path, served: FakeHub, tiny: dict[str, Path]
+) -> None:
     """The Hugging Face cache layout llama-server -hf and huggingface_hub write: the header is
     read from the snapshot, and alias finds the file on disk."""
     commit = served.repos[TINY].commit
@@ -162,7 +197,8 @@ def test_a_downloaded_name_is_read_from_the_hf_cache(env: Path, served: FakeHub,
     done = moetune("alias", "tiny", f"{TINY}:Q8_0")
     # on disk, so the name resolves; no profile is tuned for it yet
     assert "no tuned profile for Tiny-MoE-Q8_0.gguf" in assert_one_line_error(
-        done, ExitCode.FILE_NOT_FOUND)  # fmt: skip
+        done, ExitCode.FILE_NOT_FOUND
+    )
 
 
 @pytest.mark.parametrize(
@@ -173,7 +209,6 @@ def test_a_downloaded_name_is_read_from_the_hf_cache(env: Path, served: FakeHub,
         ("acme/no-such-repo", ExitCode.FILE_NOT_FOUND, "acme/no-such-repo"),
     ],
 )
-def test_hub_errors_end_in_one_line(env: Path, name: str, code: ExitCode,
-                                    words: str) -> None:  # fmt: skip
+def test_hub_errors_end_in_one_line(env: Path, name: str, code: ExitCode, words: str) -> None:
     done = moetune("plan", name, *GPU)
     assert words in assert_one_line_error(done, code)

@@ -17,13 +17,28 @@ from moetune.units import GIB, MIB, Ctx, Sizes
 
 from helpers import EXAMPLE_QWEN, cli
 
-SHARED = ("--ctx", "--vram", "--gpu", "--ram", "--target-vram", "--headroom", "--cache-type",
-          "--json")  # fmt: skip
+SHARED = (
+    "--ctx",
+    "--vram",
+    "--gpu",
+    "--ram",
+    "--target-vram",
+    "--headroom",
+    "--cache-type",
+    "--json",
+)
 # Where each shared name applies: the commands that plan take the machine (--vram, --gpu,
 # --ram); the ones that launch take the device's own memory and only a target.
 # Several devices add two more: the RPC servers, and the runtime overhead per device.
-LAUNCHING = ("--ctx", "--target-vram", "--headroom", "--cache-type", "--json", "--rpc",
-             "--overhead")  # fmt: skip
+LAUNCHING = (
+    "--ctx",
+    "--target-vram",
+    "--headroom",
+    "--cache-type",
+    "--json",
+    "--rpc",
+    "--overhead",
+)
 WHERE: dict[str, tuple[str, ...]] = {
     "plan": (*SHARED, "--rpc", "--overhead"),
     "doctor": (*SHARED, "--rpc"),
@@ -38,19 +53,31 @@ WHERE: dict[str, tuple[str, ...]] = {
     "profiles show": ("--json",),
 }
 GOOD: dict[str, list[tuple[str, Any]]] = {
-    "--ctx": [("32768", Ctx(32768)), ("32k", Ctx(32768)), ("128K", Ctx(131072)),
-              ("max", Ctx(None)), ("MAX", Ctx(None))],
-    "--vram": [("16G", Sizes((16 * GIB,))), ("22.5GiB", Sizes((22 * GIB + GIB // 2,))),
-               ("24000MiB", Sizes((24000 * MIB,))), ("24G,12G", Sizes((24 * GIB, 12 * GIB)))],
+    "--ctx": [
+        ("32768", Ctx(32768)),
+        ("32k", Ctx(32768)),
+        ("128K", Ctx(131072)),
+        ("max", Ctx(None)),
+        ("MAX", Ctx(None)),
+    ],
+    "--vram": [
+        ("16G", Sizes((16 * GIB,))),
+        ("22.5GiB", Sizes((22 * GIB + GIB // 2,))),
+        ("24000MiB", Sizes((24000 * MIB,))),
+        ("24G,12G", Sizes((24 * GIB, 12 * GIB))),
+    ],
     "--ram": [("64G", 64 * GIB), ("512M", 512 * MIB)],
     "--target-vram": [("12G", Sizes((12 * GIB,))), ("40M,30M", Sizes((40 * MIB, 30 * MIB)))],
-    "--headroom": [("1.5G", Sizes((1536 * MIB,))), ("0", Sizes((0,))),
-                   ("800M,1G", Sizes((800 * MIB, GIB)))],
+    "--headroom": [
+        ("1.5G", Sizes((1536 * MIB,))),
+        ("0", Sizes((0,))),
+        ("800M,1G", Sizes((800 * MIB, GIB))),
+    ],
     "--cache-type": [("q8_0", "q8_0"), ("F16", "f16"), ("q4_0", "q4_0")],
     "--gpu": [("rtx4090", "rtx4090")],
     "--rpc": [("127.0.0.1:50052,10.0.0.2:50052", "127.0.0.1:50052,10.0.0.2:50052")],
     "--overhead": [("0", Sizes((0,))), ("512M,0", Sizes((512 * MIB, 0)))],
-}  # fmt: skip
+}
 BAD: dict[str, list[tuple[str, str]]] = {
     "--ctx": [("lots", "not a token count"), ("0", "must be positive")],
     "--vram": [("16", "did you mean 16G?"), ("24Q", "not a size"), ("0", "")],
@@ -58,7 +85,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
     "--target-vram": [("12", "did you mean 12G?"), ("-1G", ""), ("12G,", "not a size list")],
     "--headroom": [("1", "did you mean 1G?")],
     "--cache-type": [("q3_z", "cache type")],
-}  # fmt: skip
+}
 
 
 def commands() -> dict[str, TyperCommand]:
@@ -123,8 +150,9 @@ def test_same_inputs_refused_alike(option: str) -> None:
 def test_unitless_size_is_one_line_and_bad_value(command: str) -> None:
     code, _, err = cli(command, str(EXAMPLE_QWEN), "--vram", "16")
     assert code == 5, err
-    assert err.strip() == ("moetune: error: --vram: '16' has no unit (did you mean 16G?) "
-                           "[BAD_VALUE, exit 5]")  # fmt: skip
+    assert err.strip() == (
+        "moetune: error: --vram: '16' has no unit (did you mean 16G?) [BAD_VALUE, exit 5]"
+    )
 
 
 def test_help_names_real_types() -> None:
@@ -134,6 +162,12 @@ def test_help_names_real_types() -> None:
         assert code == 0
         assert "<bool>" not in out and "{" not in out.split("Options:")[0], out
     code, out, _ = cli("plan", "--help")
-    for shown in ("--ctx N|max", "--vram SIZE", "--target-vram SIZE", "--cache-type TYPE",
-                  "--gpu ID", "MODEL"):  # fmt: skip
+    for shown in (
+        "--ctx N|max",
+        "--vram SIZE",
+        "--target-vram SIZE",
+        "--cache-type TYPE",
+        "--gpu ID",
+        "MODEL",
+    ):
         assert shown in out, out

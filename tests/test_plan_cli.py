@@ -36,9 +36,20 @@ def test_json_keys() -> None:
     code, out = plan(QWEN, "--vram", "16G", "--ram", "64G", "--json")
     assert code == 0, out
     data = json.loads(out)
-    keys = ["schema_version", "n_cpu_moe", "override_tensor", "command", "gpu_bytes",
-            "gpu_weights_bytes", "gpu_kv_bytes", "gpu_compute_bytes", "gpu_overhead_bytes",
-            "cpu_weights_bytes", "budget_bytes", "fits"]  # fmt: skip
+    keys = [
+        "schema_version",
+        "n_cpu_moe",
+        "override_tensor",
+        "command",
+        "gpu_bytes",
+        "gpu_weights_bytes",
+        "gpu_kv_bytes",
+        "gpu_compute_bytes",
+        "gpu_overhead_bytes",
+        "cpu_weights_bytes",
+        "budget_bytes",
+        "fits",
+    ]
     assert all(key in data for key in keys)
     assert data["fits"] is True and data["n_cpu_moe"] > 0
     parts = ("gpu_weights_bytes", "gpu_kv_bytes", "gpu_compute_bytes", "gpu_overhead_bytes")
@@ -72,8 +83,9 @@ def test_target_is_the_budget() -> None:
     code, out = plan(QWEN, "--vram", "24G", "--ram", "64G", "--target-vram", "12G", "--json")
     assert code == 0
     assert json.loads(out)["budget_bytes"] == 12 * GIB
-    code, out = plan(QWEN, "--vram", "24G", "--ram", "64G", "--target-vram", "12G",
-                     "--headroom", "5G", "--json")  # fmt: skip
+    code, out = plan(
+        QWEN, "--vram", "24G", "--ram", "64G", "--target-vram", "12G", "--headroom", "5G", "--json"
+    )
     assert json.loads(out)["budget_bytes"] == 12 * GIB
     code, out = plan(QWEN, "--vram", "24G", "--ram", "64G", "--headroom", "2G", "--json")
     assert json.loads(out)["budget_bytes"] == 22 * GIB
@@ -82,8 +94,9 @@ def test_target_is_the_budget() -> None:
 
 
 def _max_ctx(vram: str, cache: str) -> dict[str, Any]:
-    code, out = plan(QWEN, "--vram", vram, "--ram", "64G", "--ctx", "max", "--cache-type", cache,
-                     "--json")  # fmt: skip
+    code, out = plan(
+        QWEN, "--vram", vram, "--ram", "64G", "--ctx", "max", "--cache-type", cache, "--json"
+    )
     assert code == 0
     return cast(dict[str, Any], json.loads(out))
 
@@ -162,8 +175,9 @@ def test_context_beyond_training_warns() -> None:
 
 
 def test_ctx_max_at_a_given_n() -> None:
-    code, out = plan(QWEN, "--vram", "16G", "--ram", "64G", "--ctx", "max", "--n-cpu-moe", "40",
-                     "--json")  # fmt: skip
+    code, out = plan(
+        QWEN, "--vram", "16G", "--ram", "64G", "--ctx", "max", "--n-cpu-moe", "40", "--json"
+    )
     assert code == 0
     data = json.loads(out)
     assert data["n_cpu_moe"] == 40 and data["n_ctx"] % 256 == 0 and data["n_ctx"] <= 40960

@@ -47,9 +47,11 @@ def all_facts(tiny_models: dict[str, Path]) -> dict[str, ModelFacts]:
 def _settings(facts: ModelFacts) -> Settings:
     big = facts.total_bytes > GIB
     return Settings(
-        n_ctx=32768 if big else 4096, type_k="q8_0", type_v="q8_0",
+        n_ctx=32768 if big else 4096,
+        type_k="q8_0",
+        type_v="q8_0",
         gpu_overhead_bytes=512 * MIB if big else 0,
-    )  # fmt: skip
+    )
 
 
 def _budgets(facts: ModelFacts, settings: Settings) -> list[int]:
@@ -58,8 +60,10 @@ def _budgets(facts: ModelFacts, settings: Settings) -> list[int]:
     return [low + (high - low) * k // 9 for k in range(10)]
 
 
-@pytest.mark.parametrize("name", ["qwen3moe", "gpt-oss", "deepseek2", "glm4moe", "qwen35moe",
-                                  "qwen3-30b", "gpt-oss-120b"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    ["qwen3moe", "gpt-oss", "deepseek2", "glm4moe", "qwen35moe", "qwen3-30b", "gpt-oss-120b"],
+)
 def test_smallest_n_and_ot_plan(all_facts: dict[str, ModelFacts], name: str) -> None:
     facts = all_facts[name]
     settings = _settings(facts)
@@ -108,9 +112,13 @@ def test_max_context_is_the_largest_that_fits(all_facts: dict[str, ModelFacts]) 
 def test_make_plan_for_a_24g_card(all_facts: dict[str, ModelFacts]) -> None:
     facts = all_facts["qwen3-30b"]
     request = PlanRequest(
-        model_path=str(QWEN), device_bytes=24 * GIB, settings=_settings(facts),
-        ram_total_bytes=64 * GIB, ram_available_bytes=48 * GIB, physical_cores=8,
-    )  # fmt: skip
+        model_path=str(QWEN),
+        device_bytes=24 * GIB,
+        settings=_settings(facts),
+        ram_total_bytes=64 * GIB,
+        ram_available_bytes=48 * GIB,
+        physical_cores=8,
+    )
     result = make_plan(facts, request)
     assert result.fits
     assert result.budget_bytes == 24 * GIB - request.headroom_bytes

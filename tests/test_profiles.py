@@ -74,11 +74,19 @@ def test_every_figure_has_its_source(path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("query", "expected"),
-    [("rtx4090", "rtx4090"), ("RTX 4090", "rtx4090"), ("NVIDIA GeForce RTX 4090", "rtx4090"),
-     ("4090", "rtx4090"), ("rtx-4090-laptop", "rtx4090-laptop"), ("4090 Laptop", "rtx4090-laptop"),
-     ("NVIDIA GeForce RTX 4090 Laptop GPU", "rtx4090-laptop"), ("4060 Ti", "rtx4060ti-16g"),
-     ("rtx5090", "rtx5090"), ("3090", "rtx3090")],
-)  # fmt: skip
+    [
+        ("rtx4090", "rtx4090"),
+        ("RTX 4090", "rtx4090"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        ("4090", "rtx4090"),
+        ("rtx-4090-laptop", "rtx4090-laptop"),
+        ("4090 Laptop", "rtx4090-laptop"),
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", "rtx4090-laptop"),
+        ("4060 Ti", "rtx4060ti-16g"),
+        ("rtx5090", "rtx5090"),
+        ("3090", "rtx3090"),
+    ],
+)
 def test_find_by_loose_name(query: str, expected: str) -> None:
     assert find_hardware_profile(query, load_hardware_profiles()).id == expected
 
@@ -179,20 +187,41 @@ def test_built_package_ships_the_profiles(tmp_path: Path) -> None:
     """A non-editable install finds the profiles: setuptools copies them as package data, and
     moetune loads them from the built tree (not from this checkout)."""
     work = tmp_path / "copy"
-    shutil.copytree(ROOT / "src", work / "src",
-                    ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))  # fmt: skip
+    shutil.copytree(
+        ROOT / "src", work / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__")
+    )
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, work / name)
     built = tmp_path / "built"
-    subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "-q",
-                    "build_py", "--build-lib", str(built)],
-                   cwd=work, check=True, capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import setuptools; setuptools.setup()",
+            "-q",
+            "build_py",
+            "--build-lib",
+            str(built),
+        ],
+        cwd=work,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert {p.stem for p in (built / "moetune" / "profiles_data").glob("*.toml")} >= REQUIRED
     shutil.rmtree(work)
-    check = ("import json, moetune, moetune.store.hardware as p; print(moetune.__file__); "
-             "print(json.dumps([x.id for x in p.load_hardware_profiles()]))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", check], env={"PYTHONPATH": str(built)},
-                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    check = (
+        "import json, moetune, moetune.store.hardware as p; print(moetune.__file__); "
+        "print(json.dumps([x.id for x in p.load_hardware_profiles()]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check],
+        env={"PYTHONPATH": str(built)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     where, ids = done.stdout.splitlines()
     assert where.startswith(str(built))
     assert set(json.loads(ids)) >= REQUIRED
@@ -209,12 +238,18 @@ def tiny(tmp_path: Path) -> Path:
 def a_key(model: Path, **changes: Any) -> TuneKey:
     key = TuneKey(
         model=model_identity(model),
-        gpu=DeviceIdentity(name="NVIDIA GeForce RTX 4090", device="CUDA0",
-                           vram_total_bytes=24564 * MIB),
-        llama_cpp=BuildIdentity(build_number=11434, commit="0123abc", version="b11434",
-                                binary="/usr/bin/llama-server", binary_fingerprint="1:2"),
+        gpu=DeviceIdentity(
+            name="NVIDIA GeForce RTX 4090", device="CUDA0", vram_total_bytes=24564 * MIB
+        ),
+        llama_cpp=BuildIdentity(
+            build_number=11434,
+            commit="0123abc",
+            version="b11434",
+            binary="/usr/bin/llama-server",
+            binary_fingerprint="1:2",
+        ),
         settings=TuneSettings(n_ctx=4096, type_k="q8_0", type_v="q8_0", target_bytes=22 * GIB),
-    )  # fmt: skip
+    )
     return key.model_copy(update=changes)
 
 
@@ -246,8 +281,9 @@ def test_profile_name(tiny: Path) -> None:
     key = a_key(tiny)
     name = profile_name(key)
     assert re.fullmatch(r"Tiny-Q8-4k-q8_0-22G-[0-9a-f]{6}", name), name
-    settings = key.settings.model_copy(update={"target_bytes": 20 * GIB, "type_v": "f16",
-                                               "n_ctx": 5000})  # fmt: skip
+    settings = key.settings.model_copy(
+        update={"target_bytes": 20 * GIB, "type_v": "f16", "n_ctx": 5000}
+    )
     assert profile_name(key.model_copy(update={"settings": settings})).startswith(
         "Tiny-Q8-5000-q8_0-f16-20G-"
     )
@@ -261,8 +297,9 @@ def test_profile_name(tiny: Path) -> None:
 
 def test_two_targets_keep_two_profiles(tiny: Path) -> None:
     key = a_key(tiny)
-    lower = key.model_copy(update={"settings": key.settings.model_copy(
-        update={"target_bytes": 20 * GIB})})  # fmt: skip
+    lower = key.model_copy(
+        update={"settings": key.settings.model_copy(update={"target_bytes": 20 * GIB})}
+    )
     saved(key, n=5)
     saved(lower, n=7)
     store = ProfileStore()
@@ -294,7 +331,7 @@ def test_match_and_invalidation(tiny: Path) -> None:
     cases: dict[str, dict[str, Any]] = {
         "llama.cpp changed": {"llama_cpp": other_build},
         "other arguments after --": {"settings": other_args},
-    }  # fmt: skip
+    }
     for words, change in cases.items():
         miss = store.match(key.model_copy(update=change))
         assert miss.profile is None and words in miss.notes[0], miss.notes
@@ -307,8 +344,13 @@ def test_match_and_invalidation(tiny: Path) -> None:
 
 
 def test_unrecorded_builds_compare_the_binary(tiny: Path) -> None:
-    build = BuildIdentity(build_number=None, commit=None, version="0.6.0-dev",
-                          binary="/x/llama-server", binary_fingerprint="10:20")  # fmt: skip
+    build = BuildIdentity(
+        build_number=None,
+        commit=None,
+        version="0.6.0-dev",
+        binary="/x/llama-server",
+        binary_fingerprint="10:20",
+    )
     key = a_key(tiny, llama_cpp=build)
     saved(key)
     assert ProfileStore().match(key).profile is not None
@@ -365,8 +407,20 @@ def test_profiles_commands(tiny: Path) -> None:
 @pytest.mark.server
 def test_run_saves_then_reuses(tmp_path: Path, rpc: str, _moetune_home: Path) -> None:
     model = write_model(tmp_path / "Tiny-MoE.gguf", "qwen3moe", n_layers=8)
-    args = ["run", str(model), "--target-vram", "40M", "--ctx", "1024", "--overhead", "0",
-            "--json", "--", "--rpc", rpc]  # fmt: skip
+    args = [
+        "run",
+        str(model),
+        "--target-vram",
+        "40M",
+        "--ctx",
+        "1024",
+        "--overhead",
+        "0",
+        "--json",
+        "--",
+        "--rpc",
+        rpc,
+    ]
     first = moetune(*args)
     assert first.returncode == 0, first.stderr
     tuned = json.loads(first.stdout)
@@ -409,8 +463,11 @@ def test_run_saves_then_reuses(tmp_path: Path, rpc: str, _moetune_home: Path) ->
 def test_show_and_rm_take_a_unique_prefix(tiny: Path) -> None:
     key = a_key(tiny)
     first = saved(key).stem
-    second = saved(key.model_copy(update={"settings": key.settings.model_copy(
-        update={"target_bytes": 20 * GIB})})).stem  # fmt: skip
+    second = saved(
+        key.model_copy(
+            update={"settings": key.settings.model_copy(update={"target_bytes": 20 * GIB})}
+        )
+    ).stem
     code, out, _ = cli("profiles", "show", "Tiny-Q8-4k-q8_0-22", "--json")
     assert code == 0 and json.loads(out)["name"] == first
     code, _, err = cli("profiles", "show", "Tiny-Q8")

@@ -127,12 +127,17 @@ def test_cpu_gemma3_and_image_request(files: dict[str, Path]) -> None:
         _check(server.log_text(), files["gemma3"], "cpu", fa=True, max_tokens=None)
         uri = "data:image/png;base64," + base64.b64encode(png_bytes()).decode()
         body = {
-            "messages": [{"role": "user", "content": [
-                {"type": "text", "text": "What is in the image?"},
-                {"type": "image_url", "image_url": {"url": uri}},
-            ]}],
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "What is in the image?"},
+                        {"type": "image_url", "image_url": {"url": uri}},
+                    ],
+                }
+            ],
             "max_tokens": 4,
-        }  # fmt: skip
+        }
         response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] is not None

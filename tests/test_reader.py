@@ -204,16 +204,23 @@ def test_metadata_keys_match_gguf_py() -> None:
     from moetune.gguf import keys
 
     assert (keys.ALIGNMENT, keys.ARCHITECTURE, keys.NAME) == (
-        gguf.Keys.General.ALIGNMENT, gguf.Keys.General.ARCHITECTURE, gguf.Keys.General.NAME,
-    )  # fmt: skip
+        gguf.Keys.General.ALIGNMENT,
+        gguf.Keys.General.ARCHITECTURE,
+        gguf.Keys.General.NAME,
+    )
     split = gguf.Keys.Split
     assert (keys.SPLIT_NO, keys.SPLIT_COUNT, keys.SPLIT_TENSORS_COUNT) == (
-        split.LLM_KV_SPLIT_NO, split.LLM_KV_SPLIT_COUNT, split.LLM_KV_SPLIT_TENSORS_COUNT,
-    )  # fmt: skip
+        split.LLM_KV_SPLIT_NO,
+        split.LLM_KV_SPLIT_COUNT,
+        split.LLM_KV_SPLIT_TENSORS_COUNT,
+    )
     llm = gguf.Keys.LLM
-    for ours, theirs in ((keys.BLOCK_COUNT, llm.BLOCK_COUNT), (keys.EXPERT_COUNT, llm.EXPERT_COUNT),
-                         (keys.EXPERT_USED_COUNT, llm.EXPERT_USED_COUNT),
-                         (keys.EXPERT_SHARED_COUNT, llm.EXPERT_SHARED_COUNT),
-                         (keys.CONTEXT_LENGTH, llm.CONTEXT_LENGTH),
-                         (keys.NEXTN_PREDICT_LAYERS, llm.NEXTN_PREDICT_LAYERS)):  # fmt: skip
+    for ours, theirs in (
+        (keys.BLOCK_COUNT, llm.BLOCK_COUNT),
+        (keys.EXPERT_COUNT, llm.EXPERT_COUNT),
+        (keys.EXPERT_USED_COUNT, llm.EXPERT_USED_COUNT),
+        (keys.EXPERT_SHARED_COUNT, llm.EXPERT_SHARED_COUNT),
+        (keys.CONTEXT_LENGTH, llm.CONTEXT_LENGTH),
+        (keys.NEXTN_PREDICT_LAYERS, llm.NEXTN_PREDICT_LAYERS),
+    ):
         assert theirs == "{arch}." + ours

@@ -43,10 +43,15 @@ def test_try_it_without_a_gpu(tmp_path: Path) -> None:
     # stop the RPC server however the lines end; fail on the first line that fails
     script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
     done = subprocess.run(
-        ["bash", "-c", script + "\n".join(lines)], cwd=ROOT, capture_output=True, text=True,
-        timeout=600, env=moetune_env(tmp_path / "home"), preexec_fn=default_signals,
+        ["bash", "-c", script + "\n".join(lines)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=moetune_env(tmp_path / "home"),
+        preexec_fn=default_signals,
         check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "best: --n-cpu-moe" in done.stdout and "tuned profile" in done.stdout
     assert "verdict" in done.stdout and "nothing was measured" not in done.stdout

@@ -54,8 +54,17 @@ def test_converges_to_the_sweep(models: dict[str, Path], rpc: str, arch: str) ->
     for n_target in (2, 6):  # targets just above the peak at N=2 and at N=6
         target_mib = (measured[n_target] + measured[n_target - 1]) / 2
         truth = min(n for n, mib in enumerate(measured) if mib <= target_mib)
-        result = moetune("run", str(models[arch]), "--target-vram", f"{target_mib:.3f}M",
-                         *COMMON, "--json", "--", "--rpc", rpc)  # fmt: skip
+        result = moetune(
+            "run",
+            str(models[arch]),
+            "--target-vram",
+            f"{target_mib:.3f}M",
+            *COMMON,
+            "--json",
+            "--",
+            "--rpc",
+            rpc,
+        )
         assert result.returncode == 0, result.stderr
         data = json.loads(result.stdout)
         assert data["best"]["n_cpu_moe"] == truth == n_target
@@ -67,15 +76,17 @@ def test_converges_to_the_sweep(models: dict[str, Path], rpc: str, arch: str) ->
 
 
 def test_cannot_fit(models: dict[str, Path], rpc: str) -> None:
-    result = moetune("run", str(models["qwen3moe"]), "--target-vram", "5M", *COMMON, "--",
-                     "--rpc", rpc)  # fmt: skip
+    result = moetune(
+        "run", str(models["qwen3moe"]), "--target-vram", "5M", *COMMON, "--", "--rpc", rpc
+    )
     assert result.returncode == ExitCode.DOES_NOT_FIT, result.stderr
     assert "does not fit" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_table_names_the_probe(models: dict[str, Path], rpc: str) -> None:
-    result = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON, "--",
-                     "--rpc", rpc)  # fmt: skip
+    result = moetune(
+        "run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON, "--", "--rpc", rpc
+    )
     assert result.returncode == 0, result.stderr
     assert "memory: llama.cpp log (RPC0 buffers)" in result.stdout
     assert "best: --n-cpu-moe" in result.stdout
@@ -86,8 +97,18 @@ def test_port_in_use(models: dict[str, Path], rpc: str) -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        result = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON,
-                         "--port", str(port), "--", "--rpc", rpc)  # fmt: skip
+        result = moetune(
+            "run",
+            str(models["qwen3moe"]),
+            "--target-vram",
+            "40M",
+            *COMMON,
+            "--port",
+            str(port),
+            "--",
+            "--rpc",
+            rpc,
+        )
     assert result.returncode == ExitCode.PORT_IN_USE, result.stderr
     assert str(port) in result.stderr
 
@@ -102,9 +123,9 @@ def one_error_line(result: subprocess.CompletedProcess[str], code: ExitCode) -> 
 
 
 @pytest.mark.parametrize("command", ["run", "bench"])
-def test_header_only_is_refused_before_launch(tmp_path: Path, rpc: str, command: str,
-                                              models: dict[str, Path],
-                                              _moetune_home: Path) -> None:  # fmt: skip
+def test_header_only_is_refused_before_launch(
+    tmp_path: Path, rpc: str, command: str, models: dict[str, Path], _moetune_home: Path
+) -> None:
     """moetune reads the header and knows the weights are missing: llama-server never starts
     (it would leave a log behind)."""
     data = models["qwen3moe"].read_bytes()
@@ -121,19 +142,37 @@ def test_unreachable_rpc_server_is_one_line(models: dict[str, Path]) -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    result = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON, "--",
-                     "--rpc", f"127.0.0.1:{port}")  # fmt: skip
+    result = moetune(
+        "run",
+        str(models["qwen3moe"]),
+        "--target-vram",
+        "40M",
+        *COMMON,
+        "--",
+        "--rpc",
+        f"127.0.0.1:{port}",
+    )
     line = one_error_line(result, ExitCode.SERVER_FAILED)
     assert f"(connection refused): Failed to connect to 127.0.0.1:{port}" in line, line
     log = Path(line.split("full log: ", 1)[1].split(")", 1)[0])
     assert "ggml_abort" in log.read_text() or "Failed to connect" in log.read_text()
 
 
-def test_server_exiting_at_load_is_one_line(models: dict[str, Path], rpc: str,
-                                            _moetune_home: Path) -> None:  # fmt: skip
+def test_server_exiting_at_load_is_one_line(
+    models: dict[str, Path], rpc: str, _moetune_home: Path
+) -> None:
     """llama-server refuses a flag given after --: the cause from its log, the log's path."""
-    result = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON, "--",
-                     "--rpc", rpc, "--no-such-llama-flag")  # fmt: skip
+    result = moetune(
+        "run",
+        str(models["qwen3moe"]),
+        "--target-vram",
+        "40M",
+        *COMMON,
+        "--",
+        "--rpc",
+        rpc,
+        "--no-such-llama-flag",
+    )
     line = one_error_line(result, ExitCode.SERVER_FAILED)
     assert "llama-server exited with 1 (invalid argument)" in line, line
     assert "--no-such-llama-flag" in line
@@ -141,13 +180,19 @@ def test_server_exiting_at_load_is_one_line(models: dict[str, Path], rpc: str,
     assert log.parent == _moetune_home / "logs" and log.is_file()
 
 
-@pytest.mark.parametrize("args", [
-    ["run", "--target-vrm", "40M"], ["run", "--vram", "16G"], ["run", "--bogus"],
-    ["bench", "--bogus"], ["bench", "--target-vrm", "40M"],
-])  # fmt: skip
-def test_unknown_flags_before_the_separator(tmp_path: Path, models: dict[str, Path],
-                                            args: list[str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--target-vrm", "40M"],
+        ["run", "--vram", "16G"],
+        ["run", "--bogus"],
+        ["bench", "--bogus"],
+        ["bench", "--target-vrm", "40M"],
+    ],
+)
+def test_unknown_flags_before_the_separator(
+    tmp_path: Path, models: dict[str, Path], args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Exit 2 with a did-you-mean, and no llama-server starts (this one would leave a mark)."""
     mark = tmp_path / "started"
     server = tmp_path / "llama-server"
@@ -165,24 +210,56 @@ def test_unknown_flags_before_the_separator(tmp_path: Path, models: dict[str, Pa
 
 def test_speeds_carry_their_range(models: dict[str, Path], rpc: str) -> None:
     """The winner's decode speed is the median of 3 timed requests, with min and max."""
-    result = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON,
-                     "--no-save", "--json", "--", "--rpc", rpc)  # fmt: skip
+    result = moetune(
+        "run",
+        str(models["qwen3moe"]),
+        "--target-vram",
+        "40M",
+        *COMMON,
+        "--no-save",
+        "--json",
+        "--",
+        "--rpc",
+        rpc,
+    )
     assert result.returncode == 0, result.stderr
     best = json.loads(result.stdout)["best"]
     assert best["repeats"] == 3
     assert best["decode_tps_min"] <= best["decode_tps"] <= best["decode_tps_max"]
     assert isinstance(best["noisy"], bool)
-    text = moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON,
-                   "--no-save", "--", "--rpc", rpc)  # fmt: skip
-    assert re.search(r"best: --n-cpu-moe \d+, decode [\d.]+ tok/s \([\d.]+-[\d.]+ over 3",
-                     text.stdout), text.stdout  # fmt: skip
+    text = moetune(
+        "run",
+        str(models["qwen3moe"]),
+        "--target-vram",
+        "40M",
+        *COMMON,
+        "--no-save",
+        "--",
+        "--rpc",
+        rpc,
+    )
+    assert re.search(
+        r"best: --n-cpu-moe \d+, decode [\d.]+ tok/s \([\d.]+-[\d.]+ over 3", text.stdout
+    ), text.stdout
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_mid_run_leaves_no_server(models: dict[str, Path], rpc: str,
-                                         sig: signal.Signals) -> None:  # fmt: skip
-    proc = start_moetune("run", str(models["glm4moe"]), "--target-vram", "40M", "--ctx", "8192",
-                         "--overhead", "0", "--", "--rpc", rpc)  # fmt: skip
+def test_signal_mid_run_leaves_no_server(
+    models: dict[str, Path], rpc: str, sig: signal.Signals
+) -> None:
+    proc = start_moetune(
+        "run",
+        str(models["glm4moe"]),
+        "--target-vram",
+        "40M",
+        "--ctx",
+        "8192",
+        "--overhead",
+        "0",
+        "--",
+        "--rpc",
+        rpc,
+    )
     servers = wait_for_servers(proc.pid)
     time.sleep(1.0)
     os.kill(proc.pid, sig)
@@ -197,8 +274,17 @@ def test_signal_mid_run_leaves_no_server(models: dict[str, Path], rpc: str,
 
 
 def test_keep_serves_the_best_until_ctrl_c(models: dict[str, Path], rpc: str) -> None:
-    proc = start_moetune("run", str(models["qwen3moe"]), "--target-vram", "40M", *COMMON,
-                         "--keep", "--", "--rpc", rpc)  # fmt: skip
+    proc = start_moetune(
+        "run",
+        str(models["qwen3moe"]),
+        "--target-vram",
+        "40M",
+        *COMMON,
+        "--keep",
+        "--",
+        "--rpc",
+        rpc,
+    )
     try:
         _serves_then_stops(proc)
     finally:
@@ -224,8 +310,9 @@ def _serves_then_stops(proc: subprocess.Popen[str]) -> None:
     assert not alive
 
 
-def test_converges_with_a_projector_and_a_draft(models: dict[str, Path], rpc: str,
-                                                tmp_path: Path) -> None:  # fmt: skip
+def test_converges_with_a_projector_and_a_draft(
+    models: dict[str, Path], rpc: str, tmp_path: Path
+) -> None:
     """run measures with the projector and the draft loaded: the truth is the sweep of the
     same launches (clip's weights and compute and the draft's buffers on the device)."""
     from projector_factory import write_projector
@@ -239,9 +326,21 @@ def test_converges_with_a_projector_and_a_draft(models: dict[str, Path], rpc: st
     plain = device_mib(model, rpc, *base, "--n-cpu-moe", "3")
     assert measured[1] > plain + 1  # the companions are on the device
     target_mib = (measured[0] + measured[1]) / 2
-    result = moetune("run", str(model), "--target-vram", f"{target_mib:.3f}M", *COMMON,
-                     "--mmproj", str(mmproj), "--draft", str(draft), "--json", "--",
-                     "--rpc", rpc)  # fmt: skip
+    result = moetune(
+        "run",
+        str(model),
+        "--target-vram",
+        f"{target_mib:.3f}M",
+        *COMMON,
+        "--mmproj",
+        str(mmproj),
+        "--draft",
+        str(draft),
+        "--json",
+        "--",
+        "--rpc",
+        rpc,
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["best"]["n_cpu_moe"] == 3

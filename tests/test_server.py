@@ -140,15 +140,17 @@ def no_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return empty
 
 
-def test_find_server_explicit_wins(fake_server: Path, no_search: Path, tmp_path: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_find_server_explicit_wins(
+    fake_server: Path, no_search: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     other = _script(tmp_path / "other-server", "")
     monkeypatch.setenv(srv_info.ENV_SERVER, str(other))
     assert srv.find_server(str(fake_server)) == fake_server
 
 
-def test_find_server_env_beats_path(fake_server: Path, no_search: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_find_server_env_beats_path(
+    fake_server: Path, no_search: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _script(no_search / "llama-server", "")
     monkeypatch.setenv(srv_info.ENV_SERVER, str(fake_server))
     assert srv.find_server() == fake_server
@@ -178,8 +180,9 @@ def test_find_server_nothing(no_search: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.parametrize("where", ["explicit", "env"])
-def test_find_server_not_executable(tmp_path: Path, no_search: Path, where: str,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_find_server_not_executable(
+    tmp_path: Path, no_search: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plain = tmp_path / "llama-server"
     plain.write_text("not a program")
     if where == "env":
@@ -202,9 +205,12 @@ def test_find_server_missing_path(tmp_path: Path, no_search: Path) -> None:
 def test_parse_version() -> None:
     found = srv_info.parse_version(VERSION_TEXT)
     assert found == {
-        "version": "0.6.0-dev", "build_number": None, "commit": None,
-        "compiler": "GNU 12.2.0", "target": "Linux x86_64",
-    }  # fmt: skip
+        "version": "0.6.0-dev",
+        "build_number": None,
+        "commit": None,
+        "compiler": "GNU 12.2.0",
+        "target": "Linux x86_64",
+    }
     tagged = srv_info.parse_version("version: 6123 (build 6123, commit 1a2b3c4)")
     assert (tagged["build_number"], tagged["commit"]) == (6123, "1a2b3c4")
 
@@ -272,8 +278,15 @@ def test_logs_go_to_moetune_home_else_user_cache(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with srv.launch(fake_server, ["-m", "model.gguf"]) as server:
         assert server.log_path.parent == tmp_path / "cache" / "moetune" / "logs"
-        assert server.argv[-7:] == ["--host", "127.0.0.1", "--port", str(server.port),
-                                    "-lv", "4", "--no-log-prefix"]  # fmt: skip
+        assert server.argv[-7:] == [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(server.port),
+            "-lv",
+            "4",
+            "--no-log-prefix",
+        ]
         assert server.url == f"http://127.0.0.1:{server.port}"
         assert server in srv.live_servers()
         deadline = time.monotonic() + 5
@@ -297,8 +310,9 @@ def test_stop_kills_the_whole_group(fake_server: Path, tmp_path: Path) -> None:
     assert server.stop() == -signal.SIGTERM  # idempotent
 
 
-def test_stop_escalates_to_sigkill(fake_server: Path, tmp_path: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_stop_escalates_to_sigkill(
+    fake_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_IGNORE_TERM", "1")
     server = srv.launch(fake_server, [], log_dir=tmp_path)
     time.sleep(0.3)  # let it install its SIG_IGN
@@ -335,9 +349,12 @@ def test_server_info(llama_server: Path) -> None:
 
 
 @pytest.mark.server
-def test_launch_tiny_model_and_read_buffers(llama_server: Path, tiny_models: dict[str, Path],
-                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            ) -> None:  # fmt: skip
+def test_launch_tiny_model_and_read_buffers(
+    llama_server: Path,
+    tiny_models: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("LLAMA_ARG_LOG_JSONL", "1")  # scrubbed: it would turn the log into JSON
     monkeypatch.setenv("LLAMA_ARG_LOG_COLORS", "on")
     args = ["-m", str(tiny_models["qwen3moe"]), "-c", "1024", "-ctk", "q8_0", "-ctv", "q8_0"]
@@ -371,9 +388,11 @@ def _start_and_wait(
 
 @pytest.mark.server
 def test_port_taken_after_the_check_is_read_from_the_log(
-    llama_server: Path, tiny_models: dict[str, Path], tmp_path: Path,
+    llama_server: Path,
+    tiny_models: dict[str, Path],
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setattr(srv, "ensure_port_free", lambda host, port: None)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -394,8 +413,9 @@ def test_bad_flag_fails_at_launch_with_the_log(llama_server: Path, tmp_path: Pat
 
 
 @pytest.mark.server
-def test_corrupt_model_fails_while_loading(llama_server: Path, tiny_models: dict[str, Path],
-                                           tmp_path: Path) -> None:  # fmt: skip
+def test_corrupt_model_fails_while_loading(
+    llama_server: Path, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     corrupt = tmp_path / "corrupt.gguf"
     corrupt.write_bytes(tiny_models["qwen3moe"].read_bytes()[:3_000_000])
     with pytest.raises(ServerFailedError) as info:
@@ -418,8 +438,9 @@ def _memory_refuses(n_bytes: int) -> bool:
 
 @pytest.mark.server
 @pytest.mark.skipif(not _memory_refuses(117 * 2**30), reason="the 117 GiB KV cache might fit")
-def test_huge_context_is_out_of_memory(llama_server: Path, tiny_models: dict[str, Path],
-                                       tmp_path: Path) -> None:  # fmt: skip
+def test_huge_context_is_out_of_memory(
+    llama_server: Path, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
     # 60M cells x 4 layers x 2 x 128 x 2 bytes = 117 GiB of f16 KV cache on the CPU
     args = ["-m", str(tiny_models["qwen3moe"]), "-c", "60000000", "--fit", "off"]
     with pytest.raises(OutOfMemoryError) as info:
@@ -451,9 +472,12 @@ def child_with_server(
     monkeypatch.setenv(srv_info.ENV_SERVER, str(bin_path("llama-server")))
     model = str(tiny_models["qwen3moe"])
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, model, str(tmp_path)], stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True, preexec_fn=default_signals,  # noqa: PLW1509
-    )  # fmt: skip
+        [sys.executable, "-c", CHILD, model, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=default_signals,  # noqa: PLW1509
+    )
     try:
         assert child.stdout is not None
         pid_text, url = child.stdout.readline().split()
@@ -467,8 +491,9 @@ def child_with_server(
 
 @pytest.mark.server
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
-def test_no_server_outlives_moetune(child_with_server: tuple[subprocess.Popen[str], int],
-                                    sig: signal.Signals) -> None:  # fmt: skip
+def test_no_server_outlives_moetune(
+    child_with_server: tuple[subprocess.Popen[str], int], sig: signal.Signals
+) -> None:
     child, server_pid = child_with_server
     assert psutil.Process(server_pid).name().startswith("llama-server")
     child.send_signal(sig)

@@ -36,8 +36,12 @@ def rpc0(mib: float | None) -> Figures:
 
 def test_elapsed_text() -> None:
     assert [elapsed_text(s) for s in (0, 7.9, 65, 3723, -1)] == [
-        "0:00", "0:07", "1:05", "1:02:03", "0:00",
-    ]  # fmt: skip
+        "0:00",
+        "0:07",
+        "1:05",
+        "1:02:03",
+        "0:00",
+    ]
 
 
 def test_a_recorded_launch() -> None:
@@ -160,8 +164,11 @@ def test_live_status_shows_and_emits() -> None:
     live.phase("loading", subject="N=4")
     clock.now += 1
     live.reading(rpc0(8.0))
-    assert shown == ["N=4: starting llama-server | 0:00", "N=4: loading | 0:02",
-                     "N=4: loading | RPC0 8.00 MiB | 0:03"]  # fmt: skip
+    assert shown == [
+        "N=4: starting llama-server | 0:00",
+        "N=4: loading | 0:02",
+        "N=4: loading | RPC0 8.00 MiB | 0:03",
+    ]
     assert emitted == ["N=4: loading | 0:02"]
     assert live.peaks == {"RPC0": 8 * MIB}
 
@@ -220,8 +227,10 @@ def test_fill_progress_is_streamed(tiny: Path) -> None:
     """``return_progress``: 0 at the start, one report per batch, the last one complete; the
     progress chunks' placeholder token does not count as the first token."""
     seen: list[tuple[int, int]] = []
-    with (running_server(tiny, "-c", "1024", "-b", "256", "-ub", "256") as server,
-          ServerClient(server.url) as client):  # fmt: skip
+    with (
+        running_server(tiny, "-c", "1024", "-b", "256", "-ub", "256") as server,
+        ServerClient(server.url) as client,
+    ):
         done = fill_context(client, 700, n_predict=4, on_progress=lambda *p: seen.append(p))
     assert seen[0] == (0, 700) and seen[-1] == (700, 700)
     assert [p for p, _ in seen] == [0, 256, 512, 700]
@@ -233,19 +242,35 @@ def test_fill_progress_is_streamed(tiny: Path) -> None:
 def test_run_prints_plain_status_lines(tiny: Path, rpc: str) -> None:
     """On a pipe, `moetune run` prints each launch's phases with the device's memory, the fill
     progress and the time; no spinner, no flood."""
-    result = moetune("run", str(tiny), "--target-vram", "40M", "--ctx", "1024", "--overhead",
-                     "0", "--cache-type", "q8_0", "--no-save", "--repeats", "1", "--",
-                     "--rpc", rpc)  # fmt: skip
+    result = moetune(
+        "run",
+        str(tiny),
+        "--target-vram",
+        "40M",
+        "--ctx",
+        "1024",
+        "--overhead",
+        "0",
+        "--cache-type",
+        "q8_0",
+        "--no-save",
+        "--repeats",
+        "1",
+        "--",
+        "--rpc",
+        rpc,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
-    status = [line for line in lines if re.match(r"N=\d+: (loading|warming|filling|measuring)",
-                                                 line)]  # fmt: skip
+    status = [
+        line for line in lines if re.match(r"N=\d+: (loading|warming|filling|measuring)", line)
+    ]
     assert status, result.stderr
     memory = r" \| RPC0 \d+\.\d\d MiB( \(peak \d+\.\d\d MiB\))? \| \d+:\d\d$"
     assert re.match(r"N=\d+: loading \| \d+:\d\d$", status[0]) or re.match(
-        r"N=\d+: loading" + memory, status[0]), status[0]  # fmt: skip
-    filled = [line for line in status if re.match(r"N=\d+: filling (\d+)/\1 tokens" + memory,
-                                                  line)]  # fmt: skip
+        r"N=\d+: loading" + memory, status[0]
+    ), status[0]
+    filled = [line for line in status if re.match(r"N=\d+: filling (\d+)/\1 tokens" + memory, line)]
     assert filled, result.stderr
     assert any(re.match(r"N=\d+: measuring at depth 64" + memory, line) for line in status)
     launches = len([line for line in lines if re.match(r"N=\d+: (ok|over|oom),", line)])

@@ -25,11 +25,13 @@ def device(error: int, target: int, oom_above: int | None = None) -> Callable[[i
     def measure(n: int) -> Attempt:
         real = predicted(n) + error
         if oom_above is not None and real > oom_above:
-            return Attempt(n_cpu_moe=n, predicted_bytes=predicted(n), measured_bytes=None,
-                           status="oom")  # fmt: skip
+            return Attempt(
+                n_cpu_moe=n, predicted_bytes=predicted(n), measured_bytes=None, status="oom"
+            )
         status = "ok" if real <= target else "over"
-        return Attempt(n_cpu_moe=n, predicted_bytes=predicted(n), measured_bytes=real,
-                       status=status)  # fmt: skip
+        return Attempt(
+            n_cpu_moe=n, predicted_bytes=predicted(n), measured_bytes=real, status=status
+        )
 
     return measure
 

@@ -59,8 +59,9 @@ def test_rnd1_is_untaught() -> None:
 def test_plan_warns_and_inspect_says_not_verified(tmp_path: Path) -> None:
     facts = load_model_facts(write_rnd1(tmp_path / "rnd1.gguf"))
     assert not facts.dims.known
-    request = PlanRequest(model_path=str(facts.paths[0]), device_bytes=8 << 30,
-                          settings=Settings(n_ctx=4096))  # fmt: skip
+    request = PlanRequest(
+        model_path=str(facts.paths[0]), device_bytes=8 << 30, settings=Settings(n_ctx=4096)
+    )
     result = make_plan(facts, request)
     assert any(UNTAUGHT_REAL in w and "not been taught" in w for w in result.warnings)
     assert inspect_payload(facts)["verified"] is False
@@ -82,10 +83,11 @@ def _assert_covers(model: Path, case: ArchCase, rpc: str) -> None:
         "host compute": total_mib(lines, "compute", "CPU"),
     }
     mine = {
-        "model": predicted.gpu_weights_bytes / MIB, "kv": predicted.gpu_kv_bytes / MIB,
+        "model": predicted.gpu_weights_bytes / MIB,
+        "kv": predicted.gpu_kv_bytes / MIB,
         "compute": predicted.gpu_compute_bytes / MIB,
         "host compute": predicted.host_compute_bytes / MIB,
-    }  # fmt: skip
+    }
     print(f"\nuntaught {case.arch}: predicted {mine}, logged {logged}")
     for term, value in logged.items():
         assert mine[term] >= value - 0.005, (term, mine, logged)
@@ -98,7 +100,8 @@ def test_untaught_real_architecture_is_covered(tmp_path: Path, rpc: str) -> None
 
 @pytest.mark.server
 @pytest.mark.parametrize("arch", FORGOTTEN)
-def test_forgotten_architecture_is_covered(tmp_path: Path, rpc: str, arch: str,
-                                           forget: None) -> None:  # fmt: skip
+def test_forgotten_architecture_is_covered(
+    tmp_path: Path, rpc: str, arch: str, forget: None
+) -> None:
     case = matrix()[arch]
     _assert_covers(case.write(tmp_path / f"{arch}.gguf"), case, rpc)

@@ -30,9 +30,15 @@ def test_verified_archs_are_known() -> None:
 
 
 def test_script_prints_the_matrix() -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True,
-                          check=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, check=True, timeout=60
+    )
     assert done.stdout.split() == matrix_archs()
-    check = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
-                           text=True, check=False, timeout=60)  # fmt: skip
+    check = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stderr

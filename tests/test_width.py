@@ -40,9 +40,14 @@ _FLAG_RE = re.compile(r"^--?[a-z][a-z0-9-]*$")
 
 def run_at(columns: int, *args: str, home: Path | None = None) -> str:
     done = subprocess.run(
-        [*MOETUNE, *args], capture_output=True, text=True, timeout=120, check=False,
-        env=moetune_env(home, COLUMNS=str(columns)), preexec_fn=default_signals,
-    )  # fmt: skip
+        [*MOETUNE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=moetune_env(home, COLUMNS=str(columns)),
+        preexec_fn=default_signals,
+    )
     assert done.returncode in (0, 6, 12), done.stderr
     return done.stdout
 
@@ -84,7 +89,7 @@ CASES = {
     "plan-three-devices": ("plan", str(EXAMPLE_GPT_OSS), "--vram", "24G,16G,12G", "--ram", "64G"),
     "inspect-layers": ("inspect", str(EXAMPLE_QWEN), "--layers"),
     "doctor": ("doctor", str(EXAMPLE_GPT_OSS), "--vram", "24G"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -107,15 +112,27 @@ def test_tuned_profiles_with_long_names(tiny_models: dict[str, Path], tmp_path: 
     for target in (22, 20):
         key = TuneKey(
             model=model_identity(model),
-            gpu=DeviceIdentity(name="NVIDIA GeForce RTX 4090", device="CUDA0",
-                               vram_total_bytes=24564 * MIB),
-            llama_cpp=BuildIdentity(build_number=11434, commit="0123abc", version="b11434",
-                                    binary="/usr/bin/llama-server", binary_fingerprint="1:2"),
-            settings=TuneSettings(n_ctx=32768, type_k="q8_0", type_v="q8_0",
-                                  target_bytes=target * GIB),
-        )  # fmt: skip
-        measured = Measured(vram_bytes=21 * GIB, decode_tps=41.5, decode_tps_min=40.0,
-                            decode_tps_max=43.0, repeats=3)  # fmt: skip
+            gpu=DeviceIdentity(
+                name="NVIDIA GeForce RTX 4090", device="CUDA0", vram_total_bytes=24564 * MIB
+            ),
+            llama_cpp=BuildIdentity(
+                build_number=11434,
+                commit="0123abc",
+                version="b11434",
+                binary="/usr/bin/llama-server",
+                binary_fingerprint="1:2",
+            ),
+            settings=TuneSettings(
+                n_ctx=32768, type_k="q8_0", type_v="q8_0", target_bytes=target * GIB
+            ),
+        )
+        measured = Measured(
+            vram_bytes=21 * GIB,
+            decode_tps=41.5,
+            decode_tps_min=40.0,
+            decode_tps_max=43.0,
+            repeats=3,
+        )
         store.save(new_profile(key, 12, measured, ["llama-server", "-m", str(model)]))
     narrow = run_at(WIDTH, "profiles", "list", home=home)
     assert "Qwen3-Coder-480B-A35B-Instruct-UD-Q4_K_XL-32k-q8_0-22G-" in narrow
@@ -133,9 +150,11 @@ def _render(renderable: RenderableType, width: int) -> str:
 
 
 def test_bench_tables_stack_the_ranges_when_narrow() -> None:
-    results = [row("plan", 64, [1412.0, 11086.0, 1469.0], [12805.0, 15000.0, 14875.0]),
-               row("cpu-moe", 64, [278.0, 295.0, 361.0], [2156.0, 2876.0, 4889.0]),
-               row("layers", 16384, [203.0, 379.0, 467.0], [2174.0, 2194.0, 2222.0])]  # fmt: skip
+    results = [
+        row("plan", 64, [1412.0, 11086.0, 1469.0], [12805.0, 15000.0, 14875.0]),
+        row("cpu-moe", 64, [278.0, 295.0, 361.0], [2156.0, 2876.0, 4889.0]),
+        row("layers", 16384, [203.0, 379.0, 467.0], [2174.0, 2194.0, 2222.0]),
+    ]
     result = _result(results=results, verdicts=res.verdicts(results))
     narrow, wide = _render(rb.render_report(result), WIDTH), _render(rb.render_report(result), 200)
     check(narrow, wide)
@@ -145,17 +164,38 @@ def test_bench_tables_stack_the_ranges_when_narrow() -> None:
 
 def test_run_attempts_at_80_columns() -> None:
     attempts = [
-        Attempt(n_cpu_moe=12, predicted_bytes=21 * GIB, measured_bytes=21 * GIB + 5 * MIB,
-                status="ok", ttft_s=3.21, prompt_tps=1234.5, decode_tps=41.5, decode_tps_min=31.0,
-                decode_tps_max=43.0, repeats=3, log_path="/x.log"),
-        Attempt(n_cpu_moe=11, predicted_bytes=22 * GIB, measured_bytes=None, status="oom",
-                message="cudaMalloc failed: out of memory"),
-    ]  # fmt: skip
+        Attempt(
+            n_cpu_moe=12,
+            predicted_bytes=21 * GIB,
+            measured_bytes=21 * GIB + 5 * MIB,
+            status="ok",
+            ttft_s=3.21,
+            prompt_tps=1234.5,
+            decode_tps=41.5,
+            decode_tps_min=31.0,
+            decode_tps_max=43.0,
+            repeats=3,
+            log_path="/x.log",
+        ),
+        Attempt(
+            n_cpu_moe=11,
+            predicted_bytes=22 * GIB,
+            measured_bytes=None,
+            status="oom",
+            message="cudaMalloc failed: out of memory",
+        ),
+    ]
     result = res.RunResult(
-        model="/models/m.gguf", device="CUDA0", probe="NVML (the server process)",
-        target_bytes=22 * GIB, settings=Settings(n_ctx=32768), planned_n_cpu_moe=12,
-        attempts=attempts, best=attempts[0], command=["llama-server", "-m", "/models/m.gguf"],
-    )  # fmt: skip
+        model="/models/m.gguf",
+        device="CUDA0",
+        probe="NVML (the server process)",
+        target_bytes=22 * GIB,
+        settings=Settings(n_ctx=32768),
+        planned_n_cpu_moe=12,
+        attempts=attempts,
+        best=attempts[0],
+        command=["llama-server", "-m", "/models/m.gguf"],
+    )
     narrow = _render(render_run(result), WIDTH)
     check(narrow, _render(render_run(result), 200))
     assert "2 launches" in narrow and "31.0-43.0" in narrow and "noisy" in narrow

@@ -156,8 +156,9 @@ def is_noisy(median: float | None, low: float | None, high: float | None) -> boo
     return (high - low) / median > NOISY_SPREAD
 
 
-def format_speed(median: float | None, low: float | None = None, high: float | None = None,
-                 repeats: int = 0) -> str:  # fmt: skip
+def format_speed(
+    median: float | None, low: float | None = None, high: float | None = None, repeats: int = 0
+) -> str:
     """``41.5 tok/s (40.2-42.0 over 3, noisy)``; the median alone when there is no range."""
     if median is None:
         return "?"

@@ -62,14 +62,18 @@ def alias(
     if ctx is not None and ctx.is_max:
         raise BadValueError("alias picks the profile tuned at one context: give --ctx N")
     tokens = ctx.tokens if ctx is not None else None
-    beside = [(flag, str(path.absolute())) for flag, path in (("--mmproj", mmproj),
-              ("--draft", draft)) if path is not None]  # fmt: skip
+    beside = [
+        (flag, str(path.absolute()))
+        for flag, path in (("--mmproj", mmproj), ("--draft", draft))
+        if path is not None
+    ]
     named = open_model(model)
     missing: ProfileNotFoundError | None = None
     if named.path is not None:
         try:
-            profile = model_profile(ProfileStore(), model_identity(named.path), tokens,
-                                    cache_type, beside)  # fmt: skip
+            profile = model_profile(
+                ProfileStore(), model_identity(named.path), tokens, cache_type, beside
+            )
             write_text(alias_text(name, profile, chosen))
             return
         except ProfileNotFoundError as exc:
@@ -82,8 +86,13 @@ def alias(
     write_text(_predicted(name, named.absolute(), chosen, options, missing))
 
 
-def _predicted(name: str, named: Model, shell: Shell, options: tuple[Any, ...],
-               missing: ProfileNotFoundError | None) -> str:  # fmt: skip
+def _predicted(
+    name: str,
+    named: Model,
+    shell: Shell,
+    options: tuple[Any, ...],
+    missing: ProfileNotFoundError | None,
+) -> str:
     """The alias of moetune's plan when nothing is tuned, with a warning on stderr."""
     from moetune.cli.app import err
     from moetune.cli.options import DEFAULT_CACHE_TYPE
@@ -94,15 +103,20 @@ def _predicted(name: str, named: Model, shell: Shell, options: tuple[Any, ...],
     from moetune.llamacpp.process import server_for_commands
 
     gpu, vram, ctx, cache_type, mmproj, draft = options
-    extra = extras_args((), mmproj=str(mmproj) if mmproj else None,
-                        draft=str(draft) if draft else None)  # fmt: skip
+    extra = extras_args(
+        (), mmproj=str(mmproj) if mmproj else None, draft=str(draft) if draft else None
+    )
     cache = cache_type or DEFAULT_CACHE_TYPE
-    plan, source = predicted_plan(named, vram=vram, gpu=gpu, ctx=ctx, cache_type=cache,
-                                  extra=extra, missing=missing)  # fmt: skip
+    plan, source = predicted_plan(
+        named, vram=vram, gpu=gpu, ctx=ctx, cache_type=cache, extra=extra, missing=missing
+    )
     if not plan.fits:
         raise DoesNotFitError(f"does not fit: {plan.reason}")
     argv = [server_for_commands(), *plan.recommended.command[1:]]
-    err().print(f"warning: no tuned profile for {named.facts.paths[0]}: the alias runs "
-                "moetune's plan (predicted, not measured); `moetune run` tunes it",
-                style="yellow", highlight=False)  # fmt: skip
+    err().print(
+        f"warning: no tuned profile for {named.facts.paths[0]}: the alias runs "
+        "moetune's plan (predicted, not measured); `moetune run` tunes it",
+        style="yellow",
+        highlight=False,
+    )
     return render_function(name, argv, shell, predicted_comments(name, plan, source))

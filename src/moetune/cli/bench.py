@@ -44,8 +44,9 @@ if TYPE_CHECKING:
     from moetune.jobs.results import BenchResult
 
 
-def _workload(depths: str, repeats: int, n_predict: int, endpoint: str,
-              image: Path | None = None) -> Workload:  # fmt: skip
+def _workload(
+    depths: str, repeats: int, n_predict: int, endpoint: str, image: Path | None = None
+) -> Workload:
     from moetune.jobs.bench import parse_depths
     from moetune.jobs.measure import Workload, image_data_uri
 
@@ -56,8 +57,14 @@ def _workload(depths: str, repeats: int, n_predict: int, endpoint: str,
     if image is not None and endpoint != "chat":
         raise BadValueError("--image is sent with chat requests: use --endpoint chat")
     uri = image_data_uri(image) if image is not None else None
-    return Workload(tuple(parse_depths(depths)), repeats, n_predict, endpoint, uri,
-                    image.name if image is not None else None)  # fmt: skip
+    return Workload(
+        tuple(parse_depths(depths)),
+        repeats,
+        n_predict,
+        endpoint,
+        uri,
+        image.name if image is not None else None,
+    )
 
 
 def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool) -> None:
@@ -161,8 +168,11 @@ def bench(
     from moetune.jobs.bench import bench_url
 
     workload = _workload(depths, repeats, n_predict, endpoint, image)
-    extra = extras_args(pass_through(context), mmproj=str(mmproj) if mmproj else None,
-                        draft=str(draft) if draft else None)  # fmt: skip
+    extra = extras_args(
+        pass_through(context),
+        mmproj=str(mmproj) if mmproj else None,
+        draft=str(draft) if draft else None,
+    )
     if image is not None and server_url is None and parse_extra_args(extra).mmproj is None:
         raise BadValueError("--image needs a projector to encode it: give --mmproj FILE")
     if server_url is not None:
@@ -176,8 +186,16 @@ def bench(
         return
     if model is None:
         raise BadValueError("give a MODEL to launch, or --server-url of a running server")
-    choice = _Choice(configs=configs, ctx=ctx, cache_type=cache_type, target=target_vram,
-                     headroom=headroom, overhead=overhead, server=server, rpc=rpc)  # fmt: skip
+    choice = _Choice(
+        configs=configs,
+        ctx=ctx,
+        cache_type=cache_type,
+        target=target_vram,
+        headroom=headroom,
+        overhead=overhead,
+        server=server,
+        rpc=rpc,
+    )
     _bench_model(model, extra, workload, choice, (as_json, out_file, save))
 
 
@@ -192,8 +210,13 @@ class _Choice(NamedTuple):
     rpc: str | None
 
 
-def _bench_model(model: str, extra: tuple[str, ...], workload: Workload, choice: _Choice,
-                 emit: tuple[bool, Path | None, bool]) -> None:  # fmt: skip
+def _bench_model(
+    model: str,
+    extra: tuple[str, ...],
+    workload: Workload,
+    choice: _Choice,
+    emit: tuple[bool, Path | None, bool],
+) -> None:
     from moetune.cli.models import launch_spec
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
@@ -207,12 +230,21 @@ def _bench_model(model: str, extra: tuple[str, ...], workload: Workload, choice:
     if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     with live_status("benchmarking...") as live:
-        spec, setup = prepare_device(spec, target_bytes=choice.target,
-                                     headroom_bytes=choice.headroom, gpus=detect_gpu_probe(),
-                                     overhead=choice.overhead,
-                                     rpc=split_endpoints(choice.rpc))  # fmt: skip
-        spec = resolve_context(facts, spec, setup, choice.ctx, warn=lambda text: err().print(
-            f"warning: {text}", style="yellow", highlight=False))  # fmt: skip
+        spec, setup = prepare_device(
+            spec,
+            target_bytes=choice.target,
+            headroom_bytes=choice.headroom,
+            gpus=detect_gpu_probe(),
+            overhead=choice.overhead,
+            rpc=split_endpoints(choice.rpc),
+        )
+        spec = resolve_context(
+            facts,
+            spec,
+            setup,
+            choice.ctx,
+            warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
+        )
         capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)
         req = BenchRequest(spec=spec, setup=setup, names=names, workload=workload)
         result = bench_model(facts, req, live.message, live=live)

@@ -83,21 +83,34 @@ def doctor(
         return server_info(path, rpc=endpoints) if endpoints else server_info(path)
 
     several = model is not None and ((vram is not None and len(vram) > 1) or bool(endpoints))
-    devices = plan_devices(vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None,
-                           server=server) if several else None  # fmt: skip
+    devices = (
+        plan_devices(
+            vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None, server=server
+        )
+        if several
+        else None
+    )
     n = len(devices.devices) if devices else 1
     targets = per_device(target_vram, n, "--target-vram")
     headrooms = per_device(headroom, n, "--headroom") or headroom.values
     inputs = DoctorInputs(
-        gpus=detect_gpu_probe(), host=PsutilHostProbe(), server=lookup, hardware=hardware,
+        gpus=detect_gpu_probe(),
+        host=PsutilHostProbe(),
+        server=lookup,
+        hardware=hardware,
         gpu_profile=find_hardware_profile(gpu, hardware) if gpu else None,
-        vram_bytes=vram[0] if vram is not None and not devices else None, ram_bytes=ram,
+        vram_bytes=vram[0] if vram is not None and not devices else None,
+        ram_bytes=ram,
         ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth else None,
-        n_ctx=ctx.tokens if ctx is not None else None, cache_type=cache_type,
-        target_bytes=targets[0] if targets else None, headroom_bytes=headrooms[0],
-        devices=devices.devices if devices else (), device_targets=tuple(targets or ()),
-        device_headrooms=headrooms, device_args=devices.device_args if devices else (),
-    )  # fmt: skip
+        n_ctx=ctx.tokens if ctx is not None else None,
+        cache_type=cache_type,
+        target_bytes=targets[0] if targets else None,
+        headroom_bytes=headrooms[0],
+        devices=devices.devices if devices else (),
+        device_targets=tuple(targets or ()),
+        device_headrooms=headrooms,
+        device_args=devices.device_args if devices else (),
+    )
     found = diagnose(inputs, load_model_facts(model) if model is not None else None)
     if as_json:
         write_json(to_json(doctor_payload(found)))
@@ -106,5 +119,7 @@ def doctor(
     if failed := [f.check for f in found.findings if f.status == "fail"]:
         from moetune.report.common import plural
 
-        raise CheckFailedError(f"{plural(len(failed), 'check')} failed: {', '.join(failed)}",
-                               hint=None if as_json else "each with its fix above")  # fmt: skip
+        raise CheckFailedError(
+            f"{plural(len(failed), 'check')} failed: {', '.join(failed)}",
+            hint=None if as_json else "each with its fix above",
+        )

@@ -60,8 +60,11 @@ def export(
         raise BadValueError("export uses the profile tuned at one context: give --ctx N")
     entries, binary = _entries(models or [], ctx, cache_type, (gpu, vram), require_tuned)
     existing = out.read_text(encoding="utf-8") if out is not None and out.is_file() else None
-    text = (preset_text(entries, existing) if fmt == "preset"
-            else llama_swap_text(entries, binary, existing))  # fmt: skip
+    text = (
+        preset_text(entries, existing)
+        if fmt == "preset"
+        else llama_swap_text(entries, binary, existing)
+    )
     if out is None:
         write_text(text)
         return
@@ -69,9 +72,13 @@ def export(
     err().print(f"wrote {len(entries)} model(s) to {out}", highlight=False)
 
 
-def _entries(models: list[str], ctx: Ctx | None, cache_type: str | None,
-             hardware: tuple[str | None, Sizes | None],
-             require_tuned: bool) -> tuple[list[ServeEntry], str]:  # fmt: skip
+def _entries(
+    models: list[str],
+    ctx: Ctx | None,
+    cache_type: str | None,
+    hardware: tuple[str | None, Sizes | None],
+    require_tuned: bool,
+) -> tuple[list[ServeEntry], str]:
     """Each model's entry (tuned, else planned) and the llama-server the commands run."""
     from moetune.errors import ProfileError
     from moetune.store.tuned import ProfileStore
@@ -96,9 +103,14 @@ def _entries(models: list[str], ctx: Ctx | None, cache_type: str | None,
     return entries, binary or server_for_commands()
 
 
-def _entry(store: ProfileStore, text: str, ctx: Ctx | None, cache_type: str | None,
-           hardware: tuple[str | None, Sizes | None],
-           require_tuned: bool) -> tuple[ServeEntry, str | None]:  # fmt: skip
+def _entry(
+    store: ProfileStore,
+    text: str,
+    ctx: Ctx | None,
+    cache_type: str | None,
+    hardware: tuple[str | None, Sizes | None],
+    require_tuned: bool,
+) -> tuple[ServeEntry, str | None]:
     """One model's entry: its tuned profile, else its plan; and the binary it was tuned with."""
     from moetune.cli.models import open_model, require_weights
     from moetune.errors import ProfileNotFoundError
@@ -108,8 +120,9 @@ def _entry(store: ProfileStore, text: str, ctx: Ctx | None, cache_type: str | No
     missing: ProfileNotFoundError | None = None
     if named.path is not None:
         try:
-            profile = model_profile(store, model_identity(named.path),
-                                    ctx.tokens if ctx else None, cache_type)  # fmt: skip
+            profile = model_profile(
+                store, model_identity(named.path), ctx.tokens if ctx else None, cache_type
+            )
             return _tuned(profile), profile.command[0]
         except ProfileNotFoundError as exc:
             if require_tuned:
@@ -141,15 +154,21 @@ def _tuned(profile: TunedProfile) -> ServeEntry:
 
     m = profile.measured
     speed = f", decode {m.decode_tps:.1f} tok/s" if m.decode_tps is not None else ""
-    note = (f"{profile.model.file_name} on {profile.gpu.name}, {profile.tuned_at[:10]}, "
-            f"ctx {profile.settings.n_ctx}, peak {format_bytes(m.vram_bytes)}{speed}")  # fmt: skip
+    note = (
+        f"{profile.model.file_name} on {profile.gpu.name}, {profile.tuned_at[:10]}, "
+        f"ctx {profile.settings.n_ctx}, peak {format_bytes(m.vram_bytes)}{speed}"
+    )
     args = list(profile.command[1:])
     return ServeEntry(_name(args, profile.model.file_name), tuple(args), True, note)
 
 
-def _planned(named: Model, ctx: Ctx | None, cache_type: str | None,
-             hardware: tuple[str | None, Sizes | None],
-             missing: ProfileNotFoundError | None) -> ServeEntry:  # fmt: skip
+def _planned(
+    named: Model,
+    ctx: Ctx | None,
+    cache_type: str | None,
+    hardware: tuple[str | None, Sizes | None],
+    missing: ProfileNotFoundError | None,
+) -> ServeEntry:
     from moetune.cli.options import DEFAULT_CACHE_TYPE
     from moetune.cli.plan import predicted_plan
     from moetune.errors import DoesNotFitError
@@ -157,16 +176,26 @@ def _planned(named: Model, ctx: Ctx | None, cache_type: str | None,
     from moetune.units import format_bytes
 
     gpu, vram = hardware
-    plan, source = predicted_plan(named, vram=vram, gpu=gpu, ctx=ctx,
-                                  cache_type=cache_type or DEFAULT_CACHE_TYPE,
-                                  missing=missing)  # fmt: skip
+    plan, source = predicted_plan(
+        named,
+        vram=vram,
+        gpu=gpu,
+        ctx=ctx,
+        cache_type=cache_type or DEFAULT_CACHE_TYPE,
+        missing=missing,
+    )
     if not plan.fits:
         raise DoesNotFitError(f"{named.facts.paths[0]} does not fit: {plan.reason}")
     rec = plan.recommended
-    err().print(f"warning: no tuned profile for {named.facts.paths[0]}: exporting moetune's "
-                "plan (predicted, not measured)", style="yellow", highlight=False)  # fmt: skip
-    note = (f"no tuned profile; plan for GPU {source}, ctx {plan.settings.n_ctx}, predicted "
-            f"peak {format_bytes(rec.memory.gpu_bytes)}")  # fmt: skip
+    err().print(
+        f"warning: no tuned profile for {named.facts.paths[0]}: exporting moetune's "
+        "plan (predicted, not measured)",
+        style="yellow",
+        highlight=False,
+    )
+    note = (
+        f"no tuned profile; plan for GPU {source}, ctx {plan.settings.n_ctx}, predicted "
+        f"peak {format_bytes(rec.memory.gpu_bytes)}"
+    )
     args = list(rec.command[1:])
-    return ServeEntry(_name(args, Path(str(named.facts.paths[0])).name), tuple(args), False,
-                      note)  # fmt: skip
+    return ServeEntry(_name(args, Path(str(named.facts.paths[0])).name), tuple(args), False, note)

@@ -69,9 +69,15 @@ def gpu_target(
     return gpu.vram_total_bytes, gpu.vram_free_bytes, f"{gpu.name} ({probe.name})"
 
 
-def plan_devices(*, vram: Sizes | None, rpc: str | None, gpu_index: int | None,
-                 gpu_profile: str | None, overhead: Sizes | None,
-                 server: str | None) -> DeviceSet:  # fmt: skip
+def plan_devices(
+    *,
+    vram: Sizes | None,
+    rpc: str | None,
+    gpu_index: int | None,
+    gpu_profile: str | None,
+    overhead: Sizes | None,
+    server: str | None,
+) -> DeviceSet:
     """The devices to plan for: one GPU as before (given, a hardware profile, detected), or
     several: ``--vram`` with more than one size, RPC servers, or several detected GPUs."""
     from moetune.core.devices import DeviceSpec, default_overhead
@@ -80,17 +86,23 @@ def plan_devices(*, vram: Sizes | None, rpc: str | None, gpu_index: int | None,
     one_gpu(vram, gpu_profile)
     endpoints = split_endpoints(rpc)
     if gpu_profile is not None and endpoints:
-        raise BadValueError("--gpu plans for one GPU",
-                            hint="for RPC devices give each one's memory with --vram")  # fmt: skip
+        raise BadValueError(
+            "--gpu plans for one GPU", hint="for RPC devices give each one's memory with --vram"
+        )
     if vram is not None and (len(vram) > 1 or endpoints):
-        return DeviceSet(described(vram, endpoints, overhead), "given (--vram)",
-                         _rpc_args(endpoints))  # fmt: skip
+        return DeviceSet(
+            described(vram, endpoints, overhead), "given (--vram)", _rpc_args(endpoints)
+        )
     if vram is not None or gpu_profile is not None or (not endpoints and _one_gpu_here(gpu_index)):
         total, free, source = gpu_target(vram[0] if vram else None, gpu_index or 0, gpu_profile)
         cost = overhead[0] if overhead else default_overhead("cuda")
         detected = vram is None and gpu_profile is None
-        return DeviceSet((DeviceSpec(total_bytes=total, free_bytes=free, overhead_bytes=cost),),
-                         source, gpu_free_bytes=free, here=detected)  # fmt: skip
+        return DeviceSet(
+            (DeviceSpec(total_bytes=total, free_bytes=free, overhead_bytes=cost),),
+            source,
+            gpu_free_bytes=free,
+            here=detected,
+        )
     return _detected_devices(endpoints, gpu_index, overhead, server)
 
 
@@ -107,8 +119,9 @@ def _one_gpu_here(gpu_index: int | None) -> bool:
     return len(detect_gpu_probe().gpus()) <= 1
 
 
-def _detected_devices(endpoints: tuple[str, ...], gpu_index: int | None,
-                      overhead: Sizes | None, server: str | None) -> DeviceSet:  # fmt: skip
+def _detected_devices(
+    endpoints: tuple[str, ...], gpu_index: int | None, overhead: Sizes | None, server: str | None
+) -> DeviceSet:
     """RPC servers (their memory from llama-server) and the detected GPUs, in llama.cpp's
     order; llama-server's list decides the GPUs' order where CUDA's may differ from NVML's."""
     from moetune.hardware import detect_gpu_probe
@@ -127,15 +140,23 @@ def _detected_devices(endpoints: tuple[str, ...], gpu_index: int | None,
         specs = tuple(gpu_specs(gpus, overhead))
         return DeviceSet(specs, f"{len(specs)} GPUs ({probe.name})", here=True)
     info = server_info(find_server(server), rpc=endpoints)
-    listed = [d for d in info.devices
-              if d.name.startswith("RPC") or gpu_index is None or _is_picked(d, gpus)]  # fmt: skip
+    listed = [
+        d
+        for d in info.devices
+        if d.name.startswith("RPC") or gpu_index is None or _is_picked(d, gpus)
+    ]
     if not listed:
-        raise NoGpuError("llama-server lists no device to plan for",
-                         hint="check the --rpc servers, or pass --vram")  # fmt: skip
+        raise NoGpuError(
+            "llama-server lists no device to plan for",
+            hint="check the --rpc servers, or pass --vram",
+        )
     specs = specs_from_listed(listed, overhead, gpus)
     return DeviceSet(specs, "llama-server --list-devices", _rpc_args(endpoints), here=True)
 
 
 def _is_picked(device: Device, gpus: Sequence[GpuInfo]) -> bool:
-    return any(device.description == g.name and abs(device.total_bytes - (g.vram_total_bytes or 0))
-               < 256 * 1024**2 for g in gpus)  # fmt: skip
+    return any(
+        device.description == g.name
+        and abs(device.total_bytes - (g.vram_total_bytes or 0)) < 256 * 1024**2
+        for g in gpus
+    )

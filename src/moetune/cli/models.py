@@ -94,8 +94,14 @@ def model_of_quant(name: ModelName, listing: RepoListing, quant: Quant) -> Model
         cached = cached_paths(listing, alone)
         sibling_path = cached[0] if cached else None
     files = tuple(f.path for f in quant.files) + ((mmproj.path,) if mmproj else ())
-    return Model(facts, local[0] if local else None, hf=f"{name.repo}:{quant.tag}",
-                 sibling=sibling, sibling_path=sibling_path, hf_files=files)  # fmt: skip
+    return Model(
+        facts,
+        local[0] if local else None,
+        hf=f"{name.repo}:{quant.tag}",
+        sibling=sibling,
+        sibling_path=sibling_path,
+        hf_files=files,
+    )
 
 
 def require_weights(model: Model) -> Model:
@@ -132,8 +138,14 @@ def launch_model(model: Model, extra: tuple[str, ...]) -> tuple[str, tuple[str, 
     return str(model.path.absolute()), extra
 
 
-def launch_spec(text: str, extra: tuple[str, ...], *, server: str | None, cache_type: str,
-                port: int | None = None) -> tuple[ModelFacts, LaunchSpec]:  # fmt: skip
+def launch_spec(
+    text: str,
+    extra: tuple[str, ...],
+    *,
+    server: str | None,
+    cache_type: str,
+    port: int | None = None,
+) -> tuple[ModelFacts, LaunchSpec]:
     """The one LaunchSpec of ``run`` and ``bench``: the model opened and checked loadable,
     its file on disk (and the mmproj sibling -hf would load), the settings the arguments
     after -- set, the threads; the context is resolved later, with the devices."""
@@ -145,11 +157,17 @@ def launch_spec(text: str, extra: tuple[str, ...], *, server: str | None, cache_
     chosen = open_model(text)
     check_loadable(chosen.facts)
     path, extra = launch_model(chosen, extra)
-    settings = settings_from_extra(Settings(n_ctx=1, type_k=cache_type, type_v=cache_type),
-                                   extra, chosen.facts)  # fmt: skip
+    settings = settings_from_extra(
+        Settings(n_ctx=1, type_k=cache_type, type_v=cache_type), extra, chosen.facts
+    )
     sibling = chosen.sibling_path
     return chosen.facts, LaunchSpec(
-        binary=find_server(server), model=path, settings=settings, extra=extra, port=port,
-        threads=physical_cores(), hf=chosen.hf,
+        binary=find_server(server),
+        model=path,
+        settings=settings,
+        extra=extra,
+        port=port,
+        threads=physical_cores(),
+        hf=chosen.hf,
         hf_sibling=str(sibling.absolute()) if sibling is not None else None,
-    )  # fmt: skip
+    )

@@ -223,8 +223,9 @@ class Command(TyperCommand):
             index = args.index("--")
             args, rest = args[:index], tuple(args[index + 1 :])
             if not self.takes_pass_through:
-                raise typer.BadParameter(f"`moetune {self.name}` passes nothing to llama-server",
-                                         param_hint="--")  # fmt: skip
+                raise typer.BadParameter(
+                    f"`moetune {self.name}` passes nothing to llama-server", param_hint="--"
+                )
         ctx.meta[PASS_THROUGH] = rest
         return list(super().parse_args(ctx, args))
 

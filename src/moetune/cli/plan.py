@@ -90,18 +90,28 @@ def plan(
     from moetune.hub import ModelName, parse_model_arg
     from moetune.units import per_device
 
-    extra = extras_args(pass_through(context), mmproj=str(mmproj) if mmproj else None,
-                        draft=str(draft) if draft else None)  # fmt: skip
+    extra = extras_args(
+        pass_through(context),
+        mmproj=str(mmproj) if mmproj else None,
+        draft=str(draft) if draft else None,
+    )
     check_extra(extra)
-    found = plan_devices(vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu,
-                         overhead=overhead, server=server)  # fmt: skip
+    found = plan_devices(
+        vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu, overhead=overhead, server=server
+    )
     n = len(found.devices)
     inputs = _Inputs(
-        found=found, extra=extra, ctx=ctx, cache_type=cache_type, ubatch=ubatch,
-        parallel=parallel, n_cpu_moe=n_cpu_moe, targets=tuple(per_device(target_vram, n,
-        "--target-vram") or ()), headrooms=tuple(per_device(headroom, n, "--headroom") or headroom),
+        found=found,
+        extra=extra,
+        ctx=ctx,
+        cache_type=cache_type,
+        ubatch=ubatch,
+        parallel=parallel,
+        n_cpu_moe=n_cpu_moe,
+        targets=tuple(per_device(target_vram, n, "--target-vram") or ()),
+        headrooms=tuple(per_device(headroom, n, "--headroom") or headroom),
         ram=host_ram(ram),
-    )  # fmt: skip
+    )
     arg = parse_model_arg(model)
     if isinstance(arg, ModelName) and arg.quant is None:
         _plan_quants(arg, inputs, as_json)
@@ -109,8 +119,11 @@ def plan(
     chosen = open_model(model)
     request = _request(chosen, inputs)
     result = make_plan(chosen.facts, request)
-    result = _checked(chosen, request, result, found, server) if verify else (
-        result.model_copy(update={"checked": "skipped (--no-verify)"}))  # fmt: skip
+    result = (
+        _checked(chosen, request, result, found, server)
+        if verify
+        else (result.model_copy(update={"checked": "skipped (--no-verify)"}))
+    )
     if as_json:
         from moetune.report import to_json
         from moetune.report.payloads import plan_payload
@@ -125,10 +138,15 @@ def plan(
 
 
 def predicted_plan(
-    chosen: Model, *, vram: Sizes | None = None, gpu: str | None = None,
-    ctx: Ctx | None = None, cache_type: str = DEFAULT_CACHE_TYPE, extra: tuple[str, ...] = (),
+    chosen: Model,
+    *,
+    vram: Sizes | None = None,
+    gpu: str | None = None,
+    ctx: Ctx | None = None,
+    cache_type: str = DEFAULT_CACHE_TYPE,
+    extra: tuple[str, ...] = (),
     missing: MoetuneError | None = None,
-) -> tuple[PlanResult, str]:  # fmt: skip
+) -> tuple[PlanResult, str]:
     """The plan `moetune plan MODEL` makes with these options and the defaults (for a command
     that falls back to it when nothing is tuned: alias, export), and which GPU it is for.
     ``missing``: why nothing was tuned, the error when there is no GPU to plan for either."""
@@ -137,8 +155,9 @@ def predicted_plan(
     from moetune.units import parse_sizes, per_device
 
     try:
-        found = plan_devices(vram=vram, rpc=None, gpu_index=None, gpu_profile=gpu,
-                             overhead=None, server=None)  # fmt: skip
+        found = plan_devices(
+            vram=vram, rpc=None, gpu_index=None, gpu_profile=gpu, overhead=None, server=None
+        )
     except NoGpuError as exc:
         if missing is None:
             raise
@@ -146,9 +165,18 @@ def predicted_plan(
         raise type(missing)(f"{missing.message}, and no GPU here to plan for", hint=hint) from exc
     headroom = parse_sizes(DEFAULT_HEADROOM)
     headrooms = tuple(per_device(headroom, len(found.devices), "--headroom") or headroom)
-    inputs = _Inputs(found=found, extra=extra, ctx=ctx, cache_type=cache_type, ubatch=512,
-                     parallel=None, n_cpu_moe=None, targets=(), headrooms=headrooms,
-                     ram=host_ram(None))  # fmt: skip
+    inputs = _Inputs(
+        found=found,
+        extra=extra,
+        ctx=ctx,
+        cache_type=cache_type,
+        ubatch=512,
+        parallel=None,
+        n_cpu_moe=None,
+        targets=(),
+        headrooms=headrooms,
+        ram=host_ram(None),
+    )
     return make_plan(chosen.facts, _request(chosen, inputs)), found.source
 
 
@@ -177,9 +205,14 @@ def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
     n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
     devices, first = inputs.found.devices, inputs.found.devices[0]
     n = len(devices)
-    settings = Settings(n_ctx=n_ctx, type_k=inputs.cache_type, type_v=inputs.cache_type,
-                        n_ubatch=inputs.ubatch, gpu_overhead_bytes=first.overhead_bytes,
-                        device_kind=first.kind)  # fmt: skip
+    settings = Settings(
+        n_ctx=n_ctx,
+        type_k=inputs.cache_type,
+        type_v=inputs.cache_type,
+        n_ubatch=inputs.ubatch,
+        gpu_overhead_bytes=first.overhead_bytes,
+        device_kind=first.kind,
+    )
     settings = with_extras(settings, facts, inputs.extra, sibling=chosen.sibling)
     if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
         settings = settings.model_copy(
@@ -189,15 +222,24 @@ def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
     ram_total, ram_available, cores = inputs.ram
     targets, headrooms = inputs.targets, inputs.headrooms
     return PlanRequest(
-        model_path=source, model_flag=flag, device_bytes=first.total_bytes or 0,
-        target_bytes=targets[0] if targets else None, headroom_bytes=headrooms[0],
-        settings=settings, ctx_max=ctx is not None and ctx.is_max, n_cpu_moe=inputs.n_cpu_moe,
-        ram_total_bytes=ram_total, ram_available_bytes=ram_available, physical_cores=cores,
-        gpu_free_bytes=inputs.found.gpu_free_bytes, devices=devices if n > 1 else (),
+        model_path=source,
+        model_flag=flag,
+        device_bytes=first.total_bytes or 0,
+        target_bytes=targets[0] if targets else None,
+        headroom_bytes=headrooms[0],
+        settings=settings,
+        ctx_max=ctx is not None and ctx.is_max,
+        n_cpu_moe=inputs.n_cpu_moe,
+        ram_total_bytes=ram_total,
+        ram_available_bytes=ram_available,
+        physical_cores=cores,
+        gpu_free_bytes=inputs.found.gpu_free_bytes,
+        devices=devices if n > 1 else (),
         device_targets=targets if targets and n > 1 else (),
-        device_headrooms=headrooms if n > 1 else (), device_args=inputs.found.device_args,
+        device_headrooms=headrooms if n > 1 else (),
+        device_args=inputs.found.device_args,
         extra_args=inputs.extra,
-    )  # fmt: skip
+    )
 
 
 def _plan_quants(name: ModelName, inputs: _Inputs, as_json: bool) -> None:
@@ -234,8 +276,9 @@ def _plan_quants(name: ModelName, inputs: _Inputs, as_json: bool) -> None:
 _MAX = Ctx(None)
 
 
-def _checked(chosen: Model, request: PlanRequest, result: PlanResult, found: DeviceSet,
-             server: str | None) -> PlanResult:  # fmt: skip
+def _checked(
+    chosen: Model, request: PlanRequest, result: PlanResult, found: DeviceSet, server: str | None
+) -> PlanResult:
     """The plan checked by llama.cpp where the devices are here and llama-fit-params is
     installed; else it says it is a prediction, and why."""
     if not (found.here or _described_here(found)):
@@ -262,8 +305,12 @@ def _checked(chosen: Model, request: PlanRequest, result: PlanResult, found: Dev
     try:
         return checked_plan(chosen.facts, request, result, tool, model_path=str(chosen.path))
     except MoetuneError as exc:  # the check is a bonus: the plan stands as a prediction
-        return result.model_copy(update={"checked": "prediction (llama.cpp's check failed)",
-                                         "warnings": [*result.warnings, exc.message]})  # fmt: skip
+        return result.model_copy(
+            update={
+                "checked": "prediction (llama.cpp's check failed)",
+                "warnings": [*result.warnings, exc.message],
+            }
+        )
 
 
 def _described_here(found: DeviceSet) -> bool:

@@ -89,24 +89,42 @@ def run(
 
     stop_on_signals()
     # absolute: the saved command and the aliases made from it run from any folder
-    extra = absolute_files(extras_args(pass_through(context), mmproj=_opt(mmproj),
-                                       draft=_opt(draft)))  # fmt: skip
+    extra = absolute_files(
+        extras_args(pass_through(context), mmproj=_opt(mmproj), draft=_opt(draft))
+    )
     facts, spec = launch_spec(model, extra, server=server, cache_type=cache_type, port=port)
     with live_status("tuning...") as live:
-        spec, setup = prepare_device(spec, target_bytes=target_vram, headroom_bytes=headroom,
-                                     gpus=detect_gpu_probe(), overhead=overhead,
-                                     rpc=split_endpoints(rpc))  # fmt: skip
-        spec = resolve_context(facts, spec, setup, ctx, warn=lambda text: err().print(
-            f"warning: {text}", style="yellow", highlight=False))  # fmt: skip
+        spec, setup = prepare_device(
+            spec,
+            target_bytes=target_vram,
+            headroom_bytes=headroom,
+            gpus=detect_gpu_probe(),
+            overhead=overhead,
+            rpc=split_endpoints(rpc),
+        )
+        spec = resolve_context(
+            facts,
+            spec,
+            setup,
+            ctx,
+            warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
+        )
         progress = Progress(
             on_event=live.message,
             on_attempt=lambda attempt: err().print(describe(attempt), highlight=False),
             on_note=lambda note: err().print(note, highlight=False),
             live=live,
         )
-        result = tune_with_profiles(facts, spec, setup, store=ProfileStore(), retune=retune,
-                                    save=save, fill=Fill(tokens=fill, repeats=repeats),
-                                    progress=progress)  # fmt: skip
+        result = tune_with_profiles(
+            facts,
+            spec,
+            setup,
+            store=ProfileStore(),
+            retune=retune,
+            save=save,
+            fill=Fill(tokens=fill, repeats=repeats),
+            progress=progress,
+        )
     from moetune.report import run as rendered
 
     if as_json:
@@ -121,9 +139,13 @@ def run(
         if (lines := rendered.render_run_profile(result, str(model))) is not None:
             print_report(lines)
     if keep and result.best is not None:
-        keep_serving(spec, result.best.n_cpu_moe,
-                     loading=lambda: err().status("loading the best configuration"),
-                     on_ready=err().print, on_stop=err().print)  # fmt: skip
+        keep_serving(
+            spec,
+            result.best.n_cpu_moe,
+            loading=lambda: err().status("loading the best configuration"),
+            on_ready=err().print,
+            on_stop=err().print,
+        )
 
 
 def _opt(path: Path | None) -> str | None:

@@ -12,12 +12,35 @@ from moetune.core.settings import Settings
 from moetune.errors import BadValueError
 
 # Flags whose value moetune decides for the configurations it launches.
-OWNED_FLAGS = frozenset({
-    "-ngl", "--gpu-layers", "--n-gpu-layers", "-ncmoe", "--n-cpu-moe", "-cmoe", "--cpu-moe",
-    "-ot", "--override-tensor", "-fit", "--fit", "-c", "--ctx-size", "-ctk", "--cache-type-k",
-    "-ctv", "--cache-type-v", "-fa", "--flash-attn", "-m", "--model", "-np", "--parallel",
-    "-ts", "--tensor-split",
-})  # fmt: skip
+OWNED_FLAGS = frozenset(
+    {
+        "-ngl",
+        "--gpu-layers",
+        "--n-gpu-layers",
+        "-ncmoe",
+        "--n-cpu-moe",
+        "-cmoe",
+        "--cpu-moe",
+        "-ot",
+        "--override-tensor",
+        "-fit",
+        "--fit",
+        "-c",
+        "--ctx-size",
+        "-ctk",
+        "--cache-type-k",
+        "-ctv",
+        "--cache-type-v",
+        "-fa",
+        "--flash-attn",
+        "-m",
+        "--model",
+        "-np",
+        "--parallel",
+        "-ts",
+        "--tensor-split",
+    }
+)
 
 
 class FitMode(NamedTuple):

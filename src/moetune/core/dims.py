@@ -21,11 +21,28 @@ if TYPE_CHECKING:
 # (src/llama-model.cpp) gives a plain ``llama_kv_cache``: the base loader's GQA rules are exact.
 PLAIN_ARCHS = frozenset(
     {
-        "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "qwen3vlmoe", "phimoe", "dbrx",
-        "olmoe", "deepseek", "granitemoe", "bailingmoe2", "dots1", "ernie4_5-moe",
-        "hunyuan-moe", "minimax-m2", "grovemoe", "mistral3", "seed_oss", "glm4moe",
+        "llama",
+        "qwen2",
+        "qwen2moe",
+        "qwen3",
+        "qwen3moe",
+        "qwen3vlmoe",
+        "phimoe",
+        "dbrx",
+        "olmoe",
+        "deepseek",
+        "granitemoe",
+        "bailingmoe2",
+        "dots1",
+        "ernie4_5-moe",
+        "hunyuan-moe",
+        "minimax-m2",
+        "grovemoe",
+        "mistral3",
+        "seed_oss",
+        "glm4moe",
     }
-)  # fmt: skip
+)
 # Loaders that call ``load_swa_pattern(ml, n_pattern, dense_first)`` with these defaults and
 # read ``attention.sliding_window`` (src/models/openai-moe.cpp: pattern 2, SWA on even layers).
 SWA_ARCHS: dict[str, tuple[int, bool]] = {
@@ -60,24 +77,49 @@ NEMOTRON_H_ARCHS = frozenset({"nemotron_h_moe"})
 # one conv state of n_embd * (shortconv.l_cache - 1) per sequence, no SSM state.
 SHORTCONV_ARCHS = frozenset({"lfm2moe"})
 KNOWN_ARCHS = (
-    PLAIN_ARCHS | MLA_ARCHS | HYBRID_ARCHS | MAMBA_HYBRID_ARCHS | NEMOTRON_H_ARCHS
-    | SHORTCONV_ARCHS | frozenset(SWA_ARCHS)
-)  # fmt: skip
+    PLAIN_ARCHS
+    | MLA_ARCHS
+    | HYBRID_ARCHS
+    | MAMBA_HYBRID_ARCHS
+    | NEMOTRON_H_ARCHS
+    | SHORTCONV_ARCHS
+    | frozenset(SWA_ARCHS)
+)
 # The architectures the fixture matrix checks against llama-server and llama-fit-params
 # (tests/test_arch_matrix.py, which fails when this set and the matrix differ); ``inspect``
 # calls them verified. Add an architecture here together with its tests/archfix_*.py fixture.
 VERIFIED_ARCHS = frozenset(
     {
-        "qwen3moe", "gpt-oss", "deepseek2", "glm4moe", "qwen35moe",  # tests/factory.py
+        "qwen3moe",
+        "gpt-oss",
+        "deepseek2",
+        "glm4moe",
+        "qwen35moe",  # tests/factory.py
         # tests/archfix_a.py
-        "qwen2moe", "olmoe", "granitemoe", "ernie4_5-moe", "hunyuan-moe", "dots1",
-        "bailingmoe2", "smallthinker", "minimax-m2", "grovemoe", "qwen3vlmoe", "phimoe",
-        "dbrx", "llama", "llama4",
-        "qwen3next", "granitehybrid", "jamba",  # tests/archfix_b.py
-        "deepseek32", "glm-dsa",  # tests/archfix_c.py
-        "nemotron_h_moe", "lfm2moe",  # tests/archfix_b2.py
+        "qwen2moe",
+        "olmoe",
+        "granitemoe",
+        "ernie4_5-moe",
+        "hunyuan-moe",
+        "dots1",
+        "bailingmoe2",
+        "smallthinker",
+        "minimax-m2",
+        "grovemoe",
+        "qwen3vlmoe",
+        "phimoe",
+        "dbrx",
+        "llama",
+        "llama4",
+        "qwen3next",
+        "granitehybrid",
+        "jamba",  # tests/archfix_b.py
+        "deepseek32",
+        "glm-dsa",  # tests/archfix_c.py
+        "nemotron_h_moe",
+        "lfm2moe",  # tests/archfix_b2.py
     }
-)  # fmt: skip
+)
 
 
 class SsmDims(NamedTuple):
@@ -219,13 +261,23 @@ def untaught(dims: Dims, hp: HParams) -> Dims:
     n_kv = max(max(dims.n_head_kv, default=0), 1 if head else 0)
     n_all = dims.n_layer_all
     return dims._replace(
-        n_head_kv=(n_kv,) * n_all, head_k=(head, head), head_v=(head, head),
-        swa=(False,) * n_all, n_swa=0, mla=False,
-    )  # fmt: skip
+        n_head_kv=(n_kv,) * n_all,
+        head_k=(head, head),
+        head_v=(head, head),
+        swa=(False,) * n_all,
+        n_swa=0,
+        mla=False,
+    )
 
 
-_HEAD_SIZE_KEYS = ("key_length", "value_length", "key_length_swa", "value_length_swa",
-                   "key_length_mla", "value_length_mla")  # fmt: skip
+_HEAD_SIZE_KEYS = (
+    "key_length",
+    "value_length",
+    "key_length_swa",
+    "value_length_swa",
+    "key_length_mla",
+    "value_length_mla",
+)
 
 
 _SSM_KEYS = ("conv_kernel", "inner_size", "state_size", "group_count", "time_step_rank")
@@ -235,9 +287,14 @@ def _ssm_dims(hp: HParams) -> SsmDims:
     """The ``ssm.*`` keys, plus what LFM2's conv state row needs."""
     conv, inner, state, groups, dt_rank = (scalar(hp, f"ssm.{k}", 0) for k in _SSM_KEYS)
     return SsmDims(
-        conv, inner, state, groups, dt_rank, n_embd=largest(hp, "embedding_length", 0),
+        conv,
+        inner,
+        state,
+        groups,
+        dt_rank,
+        n_embd=largest(hp, "embedding_length", 0),
         shortconv_l_cache=scalar(hp, "shortconv.l_cache", 0),
-    )  # fmt: skip
+    )
 
 
 def _head_sizes(hp: HParams, key: str) -> tuple[int, int]:

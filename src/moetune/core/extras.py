@@ -47,8 +47,7 @@ DRAFT_NGL_FLAGS = ("-ngld", "--spec-draft-ngl", "--gpu-layers-draft", "--n-gpu-l
 DRAFT_DEVICE_FLAGS = ("-devd", "--spec-draft-device", "--device-draft")
 DRAFT_OT_FLAGS = ("-otd", "--spec-draft-override-tensor", "--override-tensor-draft")
 DRAFT_CMOE_FLAGS = ("-cmoed", "--spec-draft-cpu-moe", "--cpu-moe-draft")
-DRAFT_NCMOE_FLAGS = ("-ncmoed", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe",
-                     "--n-cpu-moe-draft")  # fmt: skip
+DRAFT_NCMOE_FLAGS = ("-ncmoed", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "--n-cpu-moe-draft")
 DRAFT_CTK_FLAGS = ("-ctkd", "--spec-draft-type-k", "--cache-type-k-draft")
 DRAFT_CTV_FLAGS = ("-ctvd", "--spec-draft-type-v", "--cache-type-v-draft")
 SPEC_TYPE_FLAG = "--spec-type"
@@ -66,12 +65,24 @@ _N_MAX_FLAGS = {
 }
 _NGRAM_CACHE_N_MAX = 8
 # the flags above that take a value, as llama-server reads them
-_VALUED = frozenset({
-    *MMPROJ_FLAGS, *MMPROJ_DEVICE_FLAGS, *DRAFT_FLAGS, *DRAFT_NGL_FLAGS, *DRAFT_DEVICE_FLAGS,
-    *DRAFT_OT_FLAGS, *DRAFT_NCMOE_FLAGS, *DRAFT_CTK_FLAGS, *DRAFT_CTV_FLAGS, SPEC_TYPE_FLAG,
-    *MAIN_DEVICE_FLAGS,
-    "--image-min-tokens", "--image-max-tokens", *(flag for flag, _ in _N_MAX_FLAGS.values()),
-})  # fmt: skip
+_VALUED = frozenset(
+    {
+        *MMPROJ_FLAGS,
+        *MMPROJ_DEVICE_FLAGS,
+        *DRAFT_FLAGS,
+        *DRAFT_NGL_FLAGS,
+        *DRAFT_DEVICE_FLAGS,
+        *DRAFT_OT_FLAGS,
+        *DRAFT_NCMOE_FLAGS,
+        *DRAFT_CTK_FLAGS,
+        *DRAFT_CTV_FLAGS,
+        SPEC_TYPE_FLAG,
+        *MAIN_DEVICE_FLAGS,
+        "--image-min-tokens",
+        "--image-max-tokens",
+        *(flag for flag, _ in _N_MAX_FLAGS.values()),
+    }
+)
 
 
 class DraftRule(NamedTuple):
@@ -224,13 +235,13 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
         elif flag in DRAFT_CMOE_FLAGS:
             rules.append(DraftRule(EXPS_REGEX, "CPU"))
         elif flag in DRAFT_NCMOE_FLAGS and value is not None:
-            rules += [DraftRule(f"blk\\.{i}{EXPS_REGEX}", "CPU")
-                      for i in range(_int(flag, value))]  # fmt: skip
+            rules += [DraftRule(f"blk\\.{i}{EXPS_REGEX}", "CPU") for i in range(_int(flag, value))]
         elif flag in (*DRAFT_CTK_FLAGS, *DRAFT_CTV_FLAGS) and value is not None:
             from moetune.core.kvcache import parse_cache_type  # kvcache imports settings
 
             update["draft_type_k" if flag in DRAFT_CTK_FLAGS else "draft_type_v"] = (
-                parse_cache_type(value))  # fmt: skip
+                parse_cache_type(value)
+            )
         elif flag == SPEC_TYPE_FLAG and value is not None:
             types += _spec_types(value)
         elif flag == "--spec-default":  # n-gram-mod, drafting up to 64 tokens
@@ -244,8 +255,12 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
         update["mmproj_offload"] = not none
         update["mmproj_device"] = None if none else main_devices[0]
     enabled = tuple(dict.fromkeys(t for t in types if t != "none"))
-    return parsed._replace(**update, draft_rules=tuple(rules), spec_types=enabled,  # type: ignore[arg-type]
-                           n_draft=n_max(enabled, values))  # fmt: skip
+    return parsed._replace(
+        **update,  # type: ignore[arg-type]
+        draft_rules=tuple(rules),
+        spec_types=enabled,
+        n_draft=n_max(enabled, values),
+    )
 
 
 def with_draft(extra: Sequence[str], draft: str) -> tuple[str, ...]:
@@ -260,8 +275,9 @@ def with_mmproj(extra: Sequence[str], mmproj: str) -> tuple[str, ...]:
     return ("--mmproj", mmproj, *extra)
 
 
-def extras_args(extra: Sequence[str], *, mmproj: str | None = None,
-                draft: str | None = None) -> tuple[str, ...]:  # fmt: skip
+def extras_args(
+    extra: Sequence[str], *, mmproj: str | None = None, draft: str | None = None
+) -> tuple[str, ...]:
     """llama-server's arguments with moetune's ``--mmproj``/``--draft`` turned into its own."""
     found = tuple(extra)
     if draft is not None:
@@ -289,8 +305,13 @@ def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def with_extras(settings: Settings, target: ModelFacts, extra: Sequence[str], *,
-                sibling: ProjectorFacts | None = None) -> Settings:  # fmt: skip
+def with_extras(
+    settings: Settings,
+    target: ModelFacts,
+    extra: Sequence[str],
+    *,
+    sibling: ProjectorFacts | None = None,
+) -> Settings:
     """``settings`` with what ``extra`` loads beside ``target`` (its files read and checked;
     ``sibling``: the mmproj ``-hf`` brings); unchanged when it loads nothing."""
     extras = load_extras(parse_extra_args(extra), target, sibling=sibling)
@@ -298,13 +319,34 @@ def with_extras(settings: Settings, target: ModelFacts, extra: Sequence[str], *,
 
 
 # what only a projector or a draft uses: flags llama-fit-params refuses (it counts neither)
-_BARE_EXTRAS = frozenset({*MMPROJ_OFFLOAD_FLAGS, *DRAFT_CMOE_FLAGS, "--spec-default",
-                          "--spec-draft-backend-sampling", *NO_MMPROJ_FLAGS,
-                          "--mmproj-auto"})  # fmt: skip
-_VALUED_EXTRAS = frozenset({
-    *(_VALUED - set(MAIN_DEVICE_FLAGS)), "-hfd", "-hfrd", "-td", "-tbd", "-Cd", "-Crd", "-Cbd",
-    "-Crbd", "--draft", "--draft-n", "--draft-max", "--draft-min", "--draft-n-min",
-})  # fmt: skip
+_BARE_EXTRAS = frozenset(
+    {
+        *MMPROJ_OFFLOAD_FLAGS,
+        *DRAFT_CMOE_FLAGS,
+        "--spec-default",
+        "--spec-draft-backend-sampling",
+        *NO_MMPROJ_FLAGS,
+        "--mmproj-auto",
+    }
+)
+_VALUED_EXTRAS = frozenset(
+    {
+        *(_VALUED - set(MAIN_DEVICE_FLAGS)),
+        "-hfd",
+        "-hfrd",
+        "-td",
+        "-tbd",
+        "-Cd",
+        "-Crd",
+        "-Cbd",
+        "-Crbd",
+        "--draft",
+        "--draft-n",
+        "--draft-max",
+        "--draft-min",
+        "--draft-n-min",
+    }
+)
 
 
 def without_extras(args: Sequence[str]) -> list[str]:
@@ -364,10 +406,11 @@ class Draft:
             elif rule.buft in bufts:
                 found.append(Override(rule.pattern, bufts.index(rule.buft)))
             else:
-                raise BadValueError(f"-otd {rule.pattern}={rule.buft}: no such buffer type "
-                                    "among the draft's devices",
-                                    hint="its devices' buffer types: "
-                                    + ", ".join(("CPU", *bufts)))  # fmt: skip
+                raise BadValueError(
+                    f"-otd {rule.pattern}={rule.buft}: no such buffer type "
+                    "among the draft's devices",
+                    hint="its devices' buffer types: " + ", ".join(("CPU", *bufts)),
+                )
         return tuple(found)
 
 
@@ -408,8 +451,9 @@ SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
 _TOKENS = "tokenizer.ggml.tokens"
 
 
-def load_extras(args: ExtraArgs, target: ModelFacts, *,
-                sibling: ProjectorFacts | None = None) -> Extras | None:  # fmt: skip
+def load_extras(
+    args: ExtraArgs, target: ModelFacts, *, sibling: ProjectorFacts | None = None
+) -> Extras | None:
     """Read the projector's and the draft's headers and check them against the target as
     llama.cpp would: the projector's embedding width (mtmd.cpp), the draft's vocabulary
     (common_speculative_are_compatible). ``sibling``: the mmproj a model named on the hub
@@ -426,30 +470,49 @@ def load_extras(args: ExtraArgs, target: ModelFacts, *,
 
         facts = sibling if sibling is not None else load_projector(Path(str(args.mmproj)))
         check_projector(facts, target)
-        projector = Projector(facts, offload=args.mmproj_offload, device=args.mmproj_device,
-                              image_min_tokens=args.image_min_tokens,
-                              image_max_tokens=args.image_max_tokens)  # fmt: skip
+        projector = Projector(
+            facts,
+            offload=args.mmproj_offload,
+            device=args.mmproj_device,
+            image_min_tokens=args.image_min_tokens,
+            image_max_tokens=args.image_max_tokens,
+        )
     draft = None
     if args.draft is not None:
         from moetune.core.facts import load_model_facts
 
         draft_facts = load_model_facts(args.draft)
         check_vocabulary(draft_facts, target)
-        draft = Draft(draft_facts, args.draft, n_gpu_layers=args.draft_n_gpu_layers,
-                      devices=args.draft_devices, rules=args.draft_rules,
-                      type_k=args.draft_type_k, type_v=args.draft_type_v)  # fmt: skip
+        draft = Draft(
+            draft_facts,
+            args.draft,
+            n_gpu_layers=args.draft_n_gpu_layers,
+            devices=args.draft_devices,
+            rules=args.draft_rules,
+            type_k=args.draft_type_k,
+            type_v=args.draft_type_v,
+        )
     if args.mtp and args.draft is not None:
-        raise BadValueError("--spec-type draft-mtp with -md (an MTP context on a separate "
-                            "draft file) is not modelled",
-                            hint="use draft-mtp on a model that carries its NextN layers, or "
-                            "-md with --spec-type draft-simple")  # fmt: skip
+        raise BadValueError(
+            "--spec-type draft-mtp with -md (an MTP context on a separate "
+            "draft file) is not modelled",
+            hint="use draft-mtp on a model that carries its NextN layers, or "
+            "-md with --spec-type draft-simple",
+        )
     if args.mtp and not target.n_nextn_layers:
-        raise BadValueError(f"--spec-type draft-mtp: {_name(target.paths[0])} has no NextN/MTP "
-                            "layers to draft with",
-                            hint="leave draft-mtp out, or use a model that ships them "
-                            "(GLM-4.5, Qwen3.5/3.6-MoE)")  # fmt: skip
-    return Extras(projector=projector, draft=draft, n_draft=args.n_draft, mtp=args.mtp,
-                  mtp_type_k=args.draft_type_k, mtp_type_v=args.draft_type_v)  # fmt: skip
+        raise BadValueError(
+            f"--spec-type draft-mtp: {_name(target.paths[0])} has no NextN/MTP "
+            "layers to draft with",
+            hint="leave draft-mtp out, or use a model that ships them (GLM-4.5, Qwen3.5/3.6-MoE)",
+        )
+    return Extras(
+        projector=projector,
+        draft=draft,
+        n_draft=args.n_draft,
+        mtp=args.mtp,
+        mtp_type_k=args.draft_type_k,
+        mtp_type_v=args.draft_type_v,
+    )
 
 
 def text_embd_inp(target: ModelFacts) -> int:
@@ -488,13 +551,18 @@ def check_vocabulary(draft: ModelFacts, target: ModelFacts) -> None:
     from moetune.gguf.reader import read_header, read_string_array
 
     mine, theirs = read_header(draft.paths[0]).metadata, read_header(target.paths[0]).metadata
-    for key in ("tokenizer.ggml.model", "tokenizer.ggml.bos_token_id",
-                "tokenizer.ggml.eos_token_id"):  # fmt: skip
+    for key in (
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+    ):
         if key in mine and key in theirs and mine[key] != theirs[key]:
             raise refuse(f"{key.rsplit('.', 1)[1]} {mine[key]} vs {theirs[key]}")
 
-    tokens_d, tokens_t = read_string_array(draft.paths[0], _TOKENS), read_string_array(
-        target.paths[0], _TOKENS)  # fmt: skip
+    tokens_d, tokens_t = (
+        read_string_array(draft.paths[0], _TOKENS),
+        read_string_array(target.paths[0], _TOKENS),
+    )
     if tokens_d is None or tokens_t is None:
         return
     if abs(len(tokens_d) - len(tokens_t)) > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:

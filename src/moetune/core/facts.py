@@ -99,8 +99,10 @@ def load_model_facts(path: str | os.PathLike[str]) -> ModelFacts:
 
 # Names whose role depends on the architecture (src/llama-arch.cpp): LFM2's output norm is
 # stored as ``token_embd_norm`` (LLM_TENSOR_OUTPUT_NORM_LFM2, an output-layer tensor).
-_ARCH_ROLES = {("lfm2", "token_embd_norm.weight"): Role.OUTPUT_NORM,
-               ("lfm2moe", "token_embd_norm.weight"): Role.OUTPUT_NORM}  # fmt: skip
+_ARCH_ROLES = {
+    ("lfm2", "token_embd_norm.weight"): Role.OUTPUT_NORM,
+    ("lfm2moe", "token_embd_norm.weight"): Role.OUTPUT_NORM,
+}
 
 
 def _arch_role(tensor: TensorFacts, arch: str) -> TensorFacts:

@@ -167,10 +167,21 @@ def estimate_cache(
 
 
 # llm_arch_supports_rs_rollback (src/llama-arch.cpp): recurrent state with rollback snapshots
-RS_ROLLBACK_ARCHS = frozenset({
-    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
-    "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
-})  # fmt: skip
+RS_ROLLBACK_ARCHS = frozenset(
+    {
+        "kimi-k3",
+        "qwen35",
+        "qwen35moe",
+        "qwen4exp",
+        "deepseek4",
+        "glm5-next",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "lfm2",
+        "lfm2moe",
+        "bailingmoe3",
+    }
+)
 
 
 def rs_snapshots(arch: str, n_rs_seq: int) -> int:
@@ -199,13 +210,17 @@ def nextn_cache(
     nextn = range(layout.kv_end, layout.n_layer_all) if layout.kv_end < layout.n_layer_all else ()
     ctx, ctx_seq, n_stream = _context_sizes(n_ctx, n_seq, kv_unified)
     plain = layout._replace(
-        kv_end=layout.n_layer_all, recurrent=(False,) * layout.n_layer_all,
+        kv_end=layout.n_layer_all,
+        recurrent=(False,) * layout.n_layer_all,
         swa=(False,) * layout.n_layer_all,
-    )  # fmt: skip
+    )
     sizing = _Sizing(
-        cells=(ctx_seq, ctx_seq), n_stream=n_stream, types=types,
-        v_pad=0 if flash_attn else _v_width_max(layout), rs_rows=0,
-    )  # fmt: skip
+        cells=(ctx_seq, ctx_seq),
+        n_stream=n_stream,
+        types=types,
+        v_pad=0 if flash_attn else _v_width_max(layout),
+        rs_rows=0,
+    )
     layers = tuple(_layer(plain, sizing, il) for il in nextn)
     return CacheEstimate(
         layers=layers, n_ctx=ctx, exact=layout.known, n_ctx_seq=ctx_seq, n_stream=n_stream
@@ -346,10 +361,16 @@ def cache_for(facts: ModelFacts, settings: Settings) -> CacheEstimate:
         _CACHES.move_to_end(key)
         return found[1]
     cache = estimate_cache(
-        facts, n_ctx=settings.n_ctx, type_k=settings.type_k, type_v=settings.type_v,
-        n_seq=settings.n_seq, kv_unified=settings.kv_unified, flash_attn=settings.flash_attn,
-        n_ubatch=settings.n_ubatch, n_batch=settings.n_batch,
-    )  # fmt: skip
+        facts,
+        n_ctx=settings.n_ctx,
+        type_k=settings.type_k,
+        type_v=settings.type_v,
+        n_seq=settings.n_seq,
+        kv_unified=settings.kv_unified,
+        flash_attn=settings.flash_attn,
+        n_ubatch=settings.n_ubatch,
+        n_batch=settings.n_batch,
+    )
     _CACHES[key] = (facts, cache)
     while len(_CACHES) > 16:
         _CACHES.popitem(last=False)

@@ -49,9 +49,16 @@ __all__ = [
 
 # the parts that only a projector or a draft model brings: left out of the JSON when zero, so
 # an estimate without them serializes exactly as before they existed
-_EXTRA_PARTS = ("mmproj_weights_bytes", "mmproj_compute_bytes", "draft_weights_bytes",
-                "draft_kv_bytes", "draft_compute_bytes", "mtp_weights_bytes", "mtp_kv_bytes",
-                "mtp_compute_bytes")  # fmt: skip
+_EXTRA_PARTS = (
+    "mmproj_weights_bytes",
+    "mmproj_compute_bytes",
+    "draft_weights_bytes",
+    "draft_kv_bytes",
+    "draft_compute_bytes",
+    "mtp_weights_bytes",
+    "mtp_kv_bytes",
+    "mtp_compute_bytes",
+)
 
 
 def _without_absent(data: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
@@ -88,8 +95,14 @@ class DeviceMemory(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def total_bytes(self) -> int:
-        return (self.weights_bytes + self.kv_bytes + self.compute_bytes + self.overhead_bytes
-                + self.correction_bytes + self.extras_bytes)  # fmt: skip
+        return (
+            self.weights_bytes
+            + self.kv_bytes
+            + self.compute_bytes
+            + self.overhead_bytes
+            + self.correction_bytes
+            + self.extras_bytes
+        )
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -112,7 +125,8 @@ class ProjectorMemory(BaseModel):
         """What it holds in host memory (weights and compute when on the CPU)."""
         on_cpu = self.device == CPU_NAME
         return self.host_compute_bytes + (
-            self.mmproj_weights_bytes + self.mmproj_compute_bytes if on_cpu else 0)  # fmt: skip
+            self.mmproj_weights_bytes + self.mmproj_compute_bytes if on_cpu else 0
+        )
 
 
 class _HostParts(BaseModel):
@@ -185,20 +199,27 @@ class MemoryEstimate(BaseModel):
     @property
     def host_extras_bytes(self) -> int:
         """The projector's and the draft's bytes in host memory."""
-        return ((self.mmproj.host_bytes if self.mmproj else 0)
-                + (self.draft.host_bytes if self.draft else 0)
-                + (self.mtp.host_bytes if self.mtp else 0))  # fmt: skip
+        return (
+            (self.mmproj.host_bytes if self.mmproj else 0)
+            + (self.draft.host_bytes if self.draft else 0)
+            + (self.mtp.host_bytes if self.mtp else 0)
+        )
 
     @property
     def host_bytes(self) -> int:
-        return (self.cpu_weights_bytes + self.host_kv_bytes + self.host_compute_bytes
-                + self.host_extras_bytes)  # fmt: skip
+        return (
+            self.cpu_weights_bytes
+            + self.host_kv_bytes
+            + self.host_compute_bytes
+            + self.host_extras_bytes
+        )
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        return {k: v for k, v in data.items()
-                if k not in ("mmproj", "draft", "mtp") or v is not None}  # fmt: skip
+        return {
+            k: v for k, v in data.items() if k not in ("mmproj", "draft", "mtp") or v is not None
+        }
 
     def over(self, budgets: Sequence[int]) -> list[int]:
         """The devices whose predicted peak is above their budget."""
@@ -214,15 +235,25 @@ def pipeline_parallel(weights: WeightSplit, placement_has_overrides: bool) -> bo
 
 
 def estimate_from_split(
-    facts: ModelFacts, weights: WeightSplit, settings: Settings,
-    devices: Sequence[DeviceSpec] | None = None, *, pipeline: bool = False,
-) -> MemoryEstimate:  # fmt: skip
+    facts: ModelFacts,
+    weights: WeightSplit,
+    settings: Settings,
+    devices: Sequence[DeviceSpec] | None = None,
+    *,
+    pipeline: bool = False,
+) -> MemoryEstimate:
     """The estimate for an already computed weight split (lets the planner skip regexes)."""
     specs = tuple(devices) if devices is not None else single_device(settings)
     cache = cache_for(facts, settings)
     host_layers = [layer.index for layer in facts.layers if weights.homes[layer.index] < 0]
-    compute = compute_for(facts, settings, homes=weights.homes, moves=weights.moves,
-                          kinds=[d.kind for d in specs], pipeline=pipeline)  # fmt: skip
+    compute = compute_for(
+        facts,
+        settings,
+        homes=weights.homes,
+        moves=weights.moves,
+        kinds=[d.kind for d in specs],
+        pipeline=pipeline,
+    )
     extras = _extras_on(facts, settings, specs, weights, pipeline)
     per_device: list[DeviceMemory] = []
     for index, spec in enumerate(specs):
@@ -230,15 +261,18 @@ def estimate_from_split(
         used = bool(layers) or weights.homes[-1] == index or weights.device_bytes[index] > 0
         parts = extras.devices[index]
         used = used or any(parts.values())
-        per_device.append(DeviceMemory(
-            name=spec.name, weights_bytes=weights.device_bytes[index],
-            expert_bytes=weights.device_expert_bytes[index],
-            kv_bytes=cache.kv_bytes_for(layers) + cache.rs_bytes_for(layers),
-            compute_bytes=compute.devices[index] if used else 0,
-            overhead_bytes=spec.overhead_bytes if used else 0,
-            correction_bytes=spec.correction_bytes if used else 0,
-            **parts,
-        ))  # fmt: skip
+        per_device.append(
+            DeviceMemory(
+                name=spec.name,
+                weights_bytes=weights.device_bytes[index],
+                expert_bytes=weights.device_expert_bytes[index],
+                kv_bytes=cache.kv_bytes_for(layers) + cache.rs_bytes_for(layers),
+                compute_bytes=compute.devices[index] if used else 0,
+                overhead_bytes=spec.overhead_bytes if used else 0,
+                correction_bytes=spec.correction_bytes if used else 0,
+                **parts,
+            )
+        )
     return MemoryEstimate(
         gpu_weights_bytes=weights.gpu_bytes,
         gpu_expert_bytes=weights.gpu_expert_bytes,
@@ -270,8 +304,13 @@ class _ExtrasOn(BaseModel):
     mtp: MtpMemory | None = None
 
 
-def _extras_on(facts: ModelFacts, settings: Settings, specs: tuple[DeviceSpec, ...],
-               weights: WeightSplit, pipeline: bool) -> _ExtrasOn:  # fmt: skip
+def _extras_on(
+    facts: ModelFacts,
+    settings: Settings,
+    specs: tuple[DeviceSpec, ...],
+    weights: WeightSplit,
+    pipeline: bool,
+) -> _ExtrasOn:
     """Where the projector, the draft and MTP land and what they hold, beside the model
     ``facts`` split as ``weights``."""
     extras, homes = settings.extras, weights.homes
@@ -287,22 +326,26 @@ def _extras_on(facts: ModelFacts, settings: Settings, specs: tuple[DeviceSpec, .
             )
     if extras.draft is not None:
         counts = tuple(sum(1 for h in homes if h == i) for i in range(len(specs)))
-        draft = _draft_estimate(extras.draft, _draft_settings(settings, extras.draft), specs,
-                                counts)  # fmt: skip
+        draft = _draft_estimate(
+            extras.draft, _draft_settings(settings, extras.draft), specs, counts
+        )
         indices = _draft_devices(extras.draft, specs)
         for memory, index in zip(draft.devices[: len(indices)], indices, strict=True):
             found.devices[index].update(
-                draft_weights_bytes=memory.weights_bytes, draft_kv_bytes=memory.kv_bytes,
+                draft_weights_bytes=memory.weights_bytes,
+                draft_kv_bytes=memory.kv_bytes,
                 draft_compute_bytes=memory.compute_bytes,
-            )  # fmt: skip
+            )
         found.draft = DraftMemory(
             model=extras.draft.path,
             devices=[d.name for d in draft.devices if d.total_bytes],
-            draft_weights_bytes=draft.gpu_weights_bytes, draft_kv_bytes=draft.gpu_kv_bytes,
+            draft_weights_bytes=draft.gpu_weights_bytes,
+            draft_kv_bytes=draft.gpu_kv_bytes,
             draft_compute_bytes=draft.gpu_compute_bytes,
-            host_weights_bytes=draft.cpu_weights_bytes, host_kv_bytes=draft.host_kv_bytes,
+            host_weights_bytes=draft.cpu_weights_bytes,
+            host_kv_bytes=draft.host_kv_bytes,
             host_compute_bytes=draft.host_compute_bytes,
-        )  # fmt: skip
+        )
     if extras.mtp:
         found.mtp, parts = _mtp_on(facts, extras, settings, specs, weights, pipeline=pipeline)
         for index, part in enumerate(parts):
@@ -310,23 +353,39 @@ def _extras_on(facts: ModelFacts, settings: Settings, specs: tuple[DeviceSpec, .
     return found
 
 
-def _mtp_on(facts: ModelFacts, extras: Extras, settings: Settings,
-            specs: tuple[DeviceSpec, ...], weights: WeightSplit, *,
-            pipeline: bool) -> tuple[MtpMemory, list[dict[str, int]]]:  # fmt: skip
+def _mtp_on(
+    facts: ModelFacts,
+    extras: Extras,
+    settings: Settings,
+    specs: tuple[DeviceSpec, ...],
+    weights: WeightSplit,
+    *,
+    pipeline: bool,
+) -> tuple[MtpMemory, list[dict[str, int]]]:
     """MTP's summary, and its parts on each device."""
     from moetune.core.mtp import mtp_memory
 
     loaded = dict(weights.nextn_homes)
     homes = tuple(loaded.get(i, home) for i, home in enumerate(weights.homes))
-    mtp = mtp_memory(facts, settings, homes=homes, moves=weights.moves,
-                     kinds=[d.kind for d in specs], type_k=extras.mtp_type_k,
-                     type_v=extras.mtp_type_v, pipeline=pipeline,
-                     nextn_moves=weights.nextn_moves)  # fmt: skip
+    mtp = mtp_memory(
+        facts,
+        settings,
+        homes=homes,
+        moves=weights.moves,
+        kinds=[d.kind for d in specs],
+        type_k=extras.mtp_type_k,
+        type_v=extras.mtp_type_v,
+        pipeline=pipeline,
+        nextn_moves=weights.nextn_moves,
+    )
     parts = [
-        {"mtp_weights_bytes": mtp.weights_bytes[i], "mtp_compute_bytes": mtp.compute_bytes[i],
-         "mtp_kv_bytes": mtp.kv_bytes[i] + mtp.main_rs_bytes[i]}
+        {
+            "mtp_weights_bytes": mtp.weights_bytes[i],
+            "mtp_compute_bytes": mtp.compute_bytes[i],
+            "mtp_kv_bytes": mtp.kv_bytes[i] + mtp.main_rs_bytes[i],
+        }
         for i in range(len(specs))
-    ]  # fmt: skip
+    ]
     return MtpMemory(
         mtp_weights_bytes=sum(mtp.weights_bytes),
         mtp_kv_bytes=sum(mtp.kv_bytes) + sum(mtp.main_rs_bytes),
@@ -349,8 +408,10 @@ def projector_home(projector: Projector, specs: Sequence[DeviceSpec]) -> int:
             return names.index(projector.device)
         if len(specs) == 1:
             return 0  # a one-device plan names its device generically
-        raise BadValueError(f"-mmdev {projector.device}: not one of the devices",
-                            hint="the devices: " + ", ".join(names))  # fmt: skip
+        raise BadValueError(
+            f"-mmdev {projector.device}: not one of the devices",
+            hint="the devices: " + ", ".join(names),
+        )
     for kind in ("cuda", "rpc", "cpu-like"):
         for index, spec in enumerate(specs):
             if spec.kind == kind:
@@ -358,8 +419,9 @@ def projector_home(projector: Projector, specs: Sequence[DeviceSpec]) -> int:
     return CPU
 
 
-def _projector_memory(projector: Projector, settings: Settings,
-                      specs: Sequence[DeviceSpec]) -> tuple[int, ProjectorMemory]:  # fmt: skip
+def _projector_memory(
+    projector: Projector, settings: Settings, specs: Sequence[DeviceSpec]
+) -> tuple[int, ProjectorMemory]:
     index = projector_home(projector, specs)
     kind = "cpu" if index == CPU else "cuda" if specs[index].kind == "cuda" else "rpc"
     compute = _projector_compute(projector, kind, settings.flash_attn, settings.n_ubatch)
@@ -377,14 +439,19 @@ def _projector_memory(projector: Projector, settings: Settings,
 
 
 @lru_cache(maxsize=64)
-def _projector_compute(projector: Projector, kind: str, flash_attn: bool,
-                       n_ubatch: int) -> ProjectorCompute:  # fmt: skip
+def _projector_compute(
+    projector: Projector, kind: str, flash_attn: bool, n_ubatch: int
+) -> ProjectorCompute:
     from moetune.core.projector import projector_compute
 
-    return projector_compute(projector.facts, kind=kind, flash_attn=flash_attn,
-                             image_min_tokens=projector.image_min_tokens,
-                             image_max_tokens=projector.image_max_tokens,
-                             n_ubatch=n_ubatch)  # fmt: skip
+    return projector_compute(
+        projector.facts,
+        kind=kind,
+        flash_attn=flash_attn,
+        image_min_tokens=projector.image_min_tokens,
+        image_max_tokens=projector.image_max_tokens,
+        n_ubatch=n_ubatch,
+    )
 
 
 def _draft_devices(draft: Draft, specs: Sequence[DeviceSpec]) -> list[int]:
@@ -394,39 +461,56 @@ def _draft_devices(draft: Draft, specs: Sequence[DeviceSpec]) -> list[int]:
     names = [spec.name for spec in specs]
     missing = [name for name in draft.devices if name not in names]
     if missing and not (len(specs) == 1 and len(draft.devices) == 1):
-        raise BadValueError(f"-devd {','.join(draft.devices)}: {missing[0]} is not one of the "
-                            "devices", hint="the devices: " + ", ".join(names))  # fmt: skip
+        raise BadValueError(
+            f"-devd {','.join(draft.devices)}: {missing[0]} is not one of the devices",
+            hint="the devices: " + ", ".join(names),
+        )
     return [names.index(name) if name in names else 0 for name in draft.devices]
 
 
 def _draft_settings(settings: Settings, draft: Draft) -> Settings:
     """The draft's context (common_base_params_to_speculative): the target's cells, slots,
     batch sizes and flash attention; its own cache types; logits for one row per slot."""
-    return settings.model_copy(update={
-        "type_k": draft.type_k, "type_v": draft.type_v, "extras": None, "all_outputs": False,
-        "gpu_overhead_bytes": 0, "device_correction_bytes": 0,
-    })  # fmt: skip
+    return settings.model_copy(
+        update={
+            "type_k": draft.type_k,
+            "type_v": draft.type_v,
+            "extras": None,
+            "all_outputs": False,
+            "gpu_overhead_bytes": 0,
+            "device_correction_bytes": 0,
+        }
+    )
 
 
 @lru_cache(maxsize=256)
-def _draft_estimate(draft: Draft, settings: Settings, specs: tuple[DeviceSpec, ...],
-                    counts: tuple[int, ...]) -> MemoryEstimate:  # fmt: skip
+def _draft_estimate(
+    draft: Draft, settings: Settings, specs: tuple[DeviceSpec, ...], counts: tuple[int, ...]
+) -> MemoryEstimate:
     """The draft's own estimate over its devices: ``-ngld`` layers, its ``-otd`` rules, the
     target's ``-ts`` (moetune's is the layer count per device, ``counts``; by position when
     ``-devd`` picks fewer devices)."""
     indices = _draft_devices(draft, specs)
-    mine = tuple(specs[i].model_copy(update={"overhead_bytes": 0, "correction_bytes": 0})
-                 for i in indices)  # fmt: skip
+    mine = tuple(
+        specs[i].model_copy(update={"overhead_bytes": 0, "correction_bytes": 0}) for i in indices
+    )
     if not mine:  # -devd none: every draft layer on the CPU
         return estimate(draft.facts, Placement(n_gpu_layers=0), settings, single_device(settings))
     split = counts[: len(mine)] if len(mine) > 1 and any(counts[: len(mine)]) else ()
-    placement = Placement(n_gpu_layers=draft.n_gpu_layers, overrides=draft.overrides(bufts(mine)),
-                          tensor_split=tuple(float(c) for c in split))  # fmt: skip
+    placement = Placement(
+        n_gpu_layers=draft.n_gpu_layers,
+        overrides=draft.overrides(bufts(mine)),
+        tensor_split=tuple(float(c) for c in split),
+    )
     return estimate(draft.facts, placement, settings, mine)
 
 
-def estimate(facts: ModelFacts, placement: Placement, settings: Settings,
-             devices: Sequence[DeviceSpec] | None = None) -> MemoryEstimate:  # fmt: skip
+def estimate(
+    facts: ModelFacts,
+    placement: Placement,
+    settings: Settings,
+    devices: Sequence[DeviceSpec] | None = None,
+) -> MemoryEstimate:
     """Predicted peak bytes on each device and on the host for ``placement`` at ``settings``
     over ``devices`` (default: the one device ``settings`` describes)."""
     specs = tuple(devices) if devices is not None else single_device(settings)

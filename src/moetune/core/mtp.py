@@ -91,8 +91,12 @@ class MtpEstimate(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def host_bytes(self) -> int:
-        return (self.host_weights_bytes + self.host_kv_bytes + self.host_compute_bytes
-                + self.host_main_rs_bytes)  # fmt: skip
+        return (
+            self.host_weights_bytes
+            + self.host_kv_bytes
+            + self.host_compute_bytes
+            + self.host_main_rs_bytes
+        )
 
 
 def nextn_layers(facts: ModelFacts) -> tuple[int, ...]:
@@ -100,8 +104,13 @@ def nextn_layers(facts: ModelFacts) -> tuple[int, ...]:
     return tuple(layer.index for layer in facts.layers if layer.is_nextn)
 
 
-def mtp_layer_homes(facts: ModelFacts, homes: Sequence[int], placement: Placement | None = None,
-                    free: Sequence[int] = (), n_devices: int = 1) -> tuple[int, ...]:  # fmt: skip
+def mtp_layer_homes(
+    facts: ModelFacts,
+    homes: Sequence[int],
+    placement: Placement | None = None,
+    free: Sequence[int] = (),
+    n_devices: int = 1,
+) -> tuple[int, ...]:
     """``homes`` (a WeightSplit's: SKIPPED for NextN blocks, the output layer last) with each
     NextN block's device once it is loaded.
 
@@ -122,8 +131,9 @@ def mtp_layer_homes(facts: ModelFacts, homes: Sequence[int], placement: Placemen
     return tuple(derived if i in nextn and h == SKIPPED else h for i, h in enumerate(homes))
 
 
-def _nextn_home(tensor: TensorFacts, homes: Sequence[int], placement: Placement | None,
-                moved: dict[str, int]) -> int:  # fmt: skip
+def _nextn_home(
+    tensor: TensorFacts, homes: Sequence[int], placement: Placement | None, moved: dict[str, int]
+) -> int:
     """A NextN tensor's home: the first matching override (or where ``moved`` says one put
     it), else its block's device."""
     if tensor.name in moved:
@@ -138,8 +148,13 @@ def _nextn_home(tensor: TensorFacts, homes: Sequence[int], placement: Placement 
 _Weights = tuple[list[int], list[int], frozenset[tuple[str, int]]]
 
 
-def _weights(facts: ModelFacts, homes: Sequence[int], placement: Placement | None,
-             n_devices: int, moved: dict[str, int]) -> _Weights:  # fmt: skip
+def _weights(
+    facts: ModelFacts,
+    homes: Sequence[int],
+    placement: Placement | None,
+    n_devices: int,
+    moved: dict[str, int],
+) -> _Weights:
     """Bytes per home (the CPU last) of the NextN blocks, their experts apart, and the
     tensors an override moved away from their block."""
     nextn = set(nextn_layers(facts))
@@ -158,16 +173,33 @@ def _weights(facts: ModelFacts, homes: Sequence[int], placement: Placement | Non
     return total, experts, frozenset(moves)
 
 
-def mtp_compute(facts: ModelFacts, settings: Settings, *, homes: tuple[int, ...],
-                moves: frozenset[tuple[str, int]], kinds: Sequence[str],
-                type_k: str = "f16", type_v: str = "f16",
-                pipeline: bool = False) -> ComputeEstimate:  # fmt: skip
+def mtp_compute(
+    facts: ModelFacts,
+    settings: Settings,
+    *,
+    homes: tuple[int, ...],
+    moves: frozenset[tuple[str, int]],
+    kinds: Sequence[str],
+    type_k: str = "f16",
+    type_v: str = "f16",
+    pipeline: bool = False,
+) -> ComputeEstimate:
     """The MTP context's compute buffers: ``homes`` with the NextN blocks' devices filled in
     (mtp_layer_homes), ``moves`` including the NextN tensors an override moved."""
-    run = run_params(settings.n_ctx, settings.n_ubatch, settings.n_batch, settings.n_seq,
-                     None if settings.all_outputs else settings.n_seq)  # fmt: skip
-    opts = _options(kinds, flash_attn=settings.flash_attn, type_k=type_k, type_v=type_v,
-                    n_copies=4 if pipeline else 1)  # fmt: skip
+    run = run_params(
+        settings.n_ctx,
+        settings.n_ubatch,
+        settings.n_batch,
+        settings.n_seq,
+        None if settings.all_outputs else settings.n_seq,
+    )
+    opts = _options(
+        kinds,
+        flash_attn=settings.flash_attn,
+        type_k=type_k,
+        type_v=type_v,
+        n_copies=4 if pipeline else 1,
+    )
     devices, host = mtp_peaks(facts, run, ComputePlacement(homes, moves), opts, kinds)
     return ComputeEstimate(devices=devices, host_bytes=host)
 
@@ -178,12 +210,20 @@ def _main_rs_growth(facts: ModelFacts, settings: Settings, n_rs_seq: int) -> dic
         return {}
     base = cache_for(facts, settings)
     grown = estimate_cache(
-        facts, n_ctx=settings.n_ctx, type_k=settings.type_k, type_v=settings.type_v,
-        n_seq=settings.n_seq, kv_unified=settings.kv_unified, flash_attn=settings.flash_attn,
-        n_ubatch=settings.n_ubatch, n_batch=settings.n_batch, n_rs_seq=n_rs_seq,
-    )  # fmt: skip
-    return {b.layer: g.rs_bytes - b.rs_bytes for b, g in zip(base.layers, grown.layers,
-                                                              strict=True)}  # fmt: skip
+        facts,
+        n_ctx=settings.n_ctx,
+        type_k=settings.type_k,
+        type_v=settings.type_v,
+        n_seq=settings.n_seq,
+        kv_unified=settings.kv_unified,
+        flash_attn=settings.flash_attn,
+        n_ubatch=settings.n_ubatch,
+        n_batch=settings.n_batch,
+        n_rs_seq=n_rs_seq,
+    )
+    return {
+        b.layer: g.rs_bytes - b.rs_bytes for b, g in zip(base.layers, grown.layers, strict=True)
+    }
 
 
 def _draft_n_max(settings: Settings) -> int:
@@ -192,13 +232,21 @@ def _draft_n_max(settings: Settings) -> int:
 
 
 def mtp_memory(
-    facts: ModelFacts, settings: Settings, *, homes: tuple[int, ...],
-    moves: frozenset[tuple[str, int]], kinds: Sequence[str],
-    placement: Placement | None = None, free: Sequence[int] = (),
-    type_k: str = "f16", type_v: str = "f16", n_rs_seq: int | None = None,
-    offload_kqv: bool = True, pipeline: bool = False,
+    facts: ModelFacts,
+    settings: Settings,
+    *,
+    homes: tuple[int, ...],
+    moves: frozenset[tuple[str, int]],
+    kinds: Sequence[str],
+    placement: Placement | None = None,
+    free: Sequence[int] = (),
+    type_k: str = "f16",
+    type_v: str = "f16",
+    n_rs_seq: int | None = None,
+    offload_kqv: bool = True,
+    pipeline: bool = False,
     nextn_moves: frozenset[tuple[str, int]] = frozenset(),
-) -> MtpEstimate:  # fmt: skip
+) -> MtpEstimate:
     """What ``--spec-type draft-mtp`` adds to the estimate core/memory.py makes from ``homes``,
     ``moves`` and ``kinds`` (exactly what it passes to compute_for).
 
@@ -213,27 +261,47 @@ def mtp_memory(
     n_dev = len(kinds)
     full = mtp_layer_homes(facts, homes, placement, free, n_dev)
     total, experts, moved = _weights(facts, full, placement, n_dev, dict(nextn_moves))
-    cache = nextn_cache(facts, n_ctx=settings.n_ctx, type_k=type_k, type_v=type_v,
-                        n_seq=settings.n_seq, kv_unified=settings.kv_unified,
-                        flash_attn=settings.flash_attn)  # fmt: skip
+    cache = nextn_cache(
+        facts,
+        n_ctx=settings.n_ctx,
+        type_k=type_k,
+        type_v=type_v,
+        n_seq=settings.n_seq,
+        kv_unified=settings.kv_unified,
+        flash_attn=settings.flash_attn,
+    )
     kv = [0] * (n_dev + 1)
     for layer in cache.layers:
         home = full[layer.layer] if offload_kqv else CPU
         kv[home if home >= 0 else n_dev] += layer.kv_bytes
-    compute = mtp_compute(facts, settings, homes=full, moves=moves | moved, kinds=kinds,
-                          type_k=type_k, type_v=type_v, pipeline=pipeline)  # fmt: skip
-    snapshots = rs_snapshots(facts.architecture, _draft_n_max(settings) if n_rs_seq is None
-                             else n_rs_seq)  # fmt: skip
+    compute = mtp_compute(
+        facts,
+        settings,
+        homes=full,
+        moves=moves | moved,
+        kinds=kinds,
+        type_k=type_k,
+        type_v=type_v,
+        pipeline=pipeline,
+    )
+    snapshots = rs_snapshots(
+        facts.architecture, _draft_n_max(settings) if n_rs_seq is None else n_rs_seq
+    )
     rs = [0] * (n_dev + 1)
     for il, grown in _main_rs_growth(facts, settings, snapshots).items():
         home = full[il] if offload_kqv else CPU
         rs[home if home >= 0 else n_dev] += grown
     return MtpEstimate(
-        weights_bytes=tuple(total[:n_dev]), expert_bytes=tuple(experts[:n_dev]),
-        kv_bytes=tuple(kv[:n_dev]), compute_bytes=compute.devices,
+        weights_bytes=tuple(total[:n_dev]),
+        expert_bytes=tuple(experts[:n_dev]),
+        kv_bytes=tuple(kv[:n_dev]),
+        compute_bytes=compute.devices,
         main_rs_bytes=tuple(rs[:n_dev]),
-        host_weights_bytes=total[n_dev], host_expert_bytes=experts[n_dev],
-        host_kv_bytes=kv[n_dev], host_compute_bytes=compute.host_bytes,
+        host_weights_bytes=total[n_dev],
+        host_expert_bytes=experts[n_dev],
+        host_kv_bytes=kv[n_dev],
+        host_compute_bytes=compute.host_bytes,
         host_main_rs_bytes=rs[n_dev],
-        nextn_homes=tuple(full[il] for il in nextn_layers(facts)), n_rs_seq=snapshots,
-    )  # fmt: skip
+        nextn_homes=tuple(full[il] for il in nextn_layers(facts)),
+        n_rs_seq=snapshots,
+    )

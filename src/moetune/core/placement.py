@@ -65,14 +65,16 @@ class Placement(NamedTuple):
     tensor_split: tuple[float, ...] = ()  # -ts; empty: by free memory (one device: all on it)
 
     @classmethod
-    def with_n_cpu_moe(cls, n: int, n_gpu_layers: int = ALL_LAYERS,
-                       tensor_split: tuple[float, ...] = ()) -> Placement:  # fmt: skip
+    def with_n_cpu_moe(
+        cls, n: int, n_gpu_layers: int = ALL_LAYERS, tensor_split: tuple[float, ...] = ()
+    ) -> Placement:
         rules = tuple(Override(f"blk\\.{i}{EXPS_REGEX}") for i in range(n))
         return cls(n_gpu_layers, rules, n_cpu_moe=n, tensor_split=tensor_split)
 
     @classmethod
-    def all_experts_on_cpu(cls, n_gpu_layers: int = ALL_LAYERS,
-                           tensor_split: tuple[float, ...] = ()) -> Placement:  # fmt: skip
+    def all_experts_on_cpu(
+        cls, n_gpu_layers: int = ALL_LAYERS, tensor_split: tuple[float, ...] = ()
+    ) -> Placement:
         return cls(n_gpu_layers, (Override(EXPS_REGEX),), tensor_split=tensor_split)
 
 
@@ -128,8 +130,9 @@ def _split_weights_of(placement: Placement, free: Sequence[int], n_devices: int)
     return [float(f) for f in free] if free else [1.0] * n_devices
 
 
-def homes_for(n_layer_all: int, placement: Placement, n_devices: int = 1,
-              free: Sequence[int] = ()) -> tuple[int, ...]:  # fmt: skip
+def homes_for(
+    n_layer_all: int, placement: Placement, n_devices: int = 1, free: Sequence[int] = ()
+) -> tuple[int, ...]:
     """Each layer's device under ``placement`` (then the output layer's)."""
     weights = _split_weights_of(placement, free, n_devices)
     return layer_homes(n_layer_all, placement.n_gpu_layers, weights)
@@ -188,8 +191,9 @@ class WeightSplit(NamedTuple):
 
     @property
     def device_bytes(self) -> tuple[int, ...]:
-        return tuple(e + o for e, o in zip(self.device_expert_bytes, self.device_other_bytes,
-                                           strict=True))  # fmt: skip
+        return tuple(
+            e + o for e, o in zip(self.device_expert_bytes, self.device_other_bytes, strict=True)
+        )
 
     @property
     def n_devices(self) -> int:
@@ -237,16 +241,18 @@ class WeightSplit(NamedTuple):
                 del moves[tensor.name]
             else:
                 moves[tensor.name] = target
-        return self._replace(device_expert_bytes=tuple(expert), cpu_expert_bytes=cpu,
-                             moves=frozenset(moves.items()))  # fmt: skip
+        return self._replace(
+            device_expert_bytes=tuple(expert), cpu_expert_bytes=cpu, moves=frozenset(moves.items())
+        )
 
 
 def _block_of(name: str) -> int:
     return int(name.split(".", 2)[1])
 
 
-def split_weights(facts: ModelFacts, placement: Placement, n_devices: int = 1,
-                  free: Sequence[int] = ()) -> WeightSplit:  # fmt: skip
+def split_weights(
+    facts: ModelFacts, placement: Placement, n_devices: int = 1, free: Sequence[int] = ()
+) -> WeightSplit:
     """Bytes per home for ``placement`` over ``n_devices`` devices (``free``: their free
     memory, llama.cpp's split when no ``-ts`` is given)."""
     homes = homes_for(facts.n_layers, placement, n_devices, free)
@@ -267,8 +273,9 @@ def split_weights(facts: ModelFacts, placement: Placement, n_devices: int = 1,
         is_expert = tensor.role is Role.EXPERTS
         nbytes = tensor.nbytes or 0
         if home == CPU:
-            cpu_expert, cpu_other = (cpu_expert + nbytes, cpu_other) if is_expert else (
-                cpu_expert, cpu_other + nbytes)  # fmt: skip
+            cpu_expert, cpu_other = (
+                (cpu_expert + nbytes, cpu_other) if is_expert else (cpu_expert, cpu_other + nbytes)
+            )
         elif is_expert:
             expert[home] += nbytes
         else:
@@ -276,10 +283,15 @@ def split_weights(facts: ModelFacts, placement: Placement, n_devices: int = 1,
         if home != _default_home(tensor, homes):
             moves.add((tensor.name, home))
     return WeightSplit(
-        device_expert_bytes=tuple(expert), device_other_bytes=tuple(other),
-        cpu_expert_bytes=cpu_expert, cpu_other_bytes=cpu_other, homes=homes,
-        moves=frozenset(moves), nextn_homes=nextn_homes, nextn_moves=frozenset(nextn_moves),
-    )  # fmt: skip
+        device_expert_bytes=tuple(expert),
+        device_other_bytes=tuple(other),
+        cpu_expert_bytes=cpu_expert,
+        cpu_other_bytes=cpu_other,
+        homes=homes,
+        moves=frozenset(moves),
+        nextn_homes=nextn_homes,
+        nextn_moves=frozenset(nextn_moves),
+    )
 
 
 def _rule_home(tensor: TensorFacts, placement: Placement) -> int | None:

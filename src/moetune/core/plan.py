@@ -58,20 +58,34 @@ def check_ram(memory: MemoryEstimate, ram_total: int | None, ram_available: int 
     needed = memory.host_bytes
     if ram_total is None:
         unknown = "host RAM unknown: pass --ram to check it"
-        return RamCheck(needed_bytes=needed, available_bytes=None, total_bytes=None,
-                        status="unknown", message=unknown)  # fmt: skip
+        return RamCheck(
+            needed_bytes=needed,
+            available_bytes=None,
+            total_bytes=None,
+            status="unknown",
+            message=unknown,
+        )
     available = ram_available if ram_available is not None else ram_total
     short = f"needs {format_bytes(needed)} of RAM, {format_bytes(available)} available"
     if needed > ram_total:
-        status, message = "fail", (f"{short}: experts would be read from disk on every token "
-                                   "(far under 1 tok/s)")  # fmt: skip
+        status, message = (
+            "fail",
+            (f"{short}: experts would be read from disk on every token (far under 1 tok/s)"),
+        )
     elif needed > available:
-        status, message = "warn", (f"{short}: it will page (mmap re-reading experts from disk); "
-                                   "close other programs")  # fmt: skip
+        status, message = (
+            "warn",
+            (f"{short}: it will page (mmap re-reading experts from disk); close other programs"),
+        )
     else:
         status, message = "ok", f"{format_bytes(needed)} of {format_bytes(available)} available"
-    return RamCheck(needed_bytes=needed, available_bytes=available, total_bytes=ram_total,
-                    status=status, message=message)  # fmt: skip
+    return RamCheck(
+        needed_bytes=needed,
+        available_bytes=available,
+        total_bytes=ram_total,
+        status=status,
+        message=message,
+    )
 
 
 class DeviceCheck(BaseModel):
@@ -128,8 +142,9 @@ class PlanRequest(BaseModel):
         found = []
         for i, device in enumerate(self.devices):
             target = self.device_targets[i] if i < len(self.device_targets) else None
-            headroom = (self.device_headrooms[i] if i < len(self.device_headrooms)
-                        else self.headroom_bytes)  # fmt: skip
+            headroom = (
+                self.device_headrooms[i] if i < len(self.device_headrooms) else self.headroom_bytes
+            )
             found.append(target if target is not None else (device.total_bytes or 0) - headroom)
         return tuple(found)
 
@@ -185,24 +200,37 @@ class PlanResult(BaseModel):
         return self.fails is None
 
 
-def _placement_result(req: PlanRequest, plan: OffloadPlan, settings: Settings,
-                      budgets: Sequence[int]) -> PlacementResult:  # fmt: skip
+def _placement_result(
+    req: PlanRequest, plan: OffloadPlan, settings: Settings, budgets: Sequence[int]
+) -> PlacementResult:
     placement = plan.placement
-    args = args_for(req.model_path, settings, placement, threads=req.physical_cores,
-                    extra=(*req.device_args, *req.extra_args),
-                    bufts=bufts(req.devices), model_flag=req.model_flag)  # fmt: skip
+    args = args_for(
+        req.model_path,
+        settings,
+        placement,
+        threads=req.physical_cores,
+        extra=(*req.device_args, *req.extra_args),
+        bufts=bufts(req.devices),
+        model_flag=req.model_flag,
+    )
     ngl = placement.n_gpu_layers
     fits = all(d.total_bytes <= b for d, b in zip(plan.memory.devices, budgets, strict=True))
     return PlacementResult(
         n_cpu_moe=placement.n_cpu_moe,
-        override_tensor=[] if placement.n_cpu_moe is not None
+        override_tensor=[]
+        if placement.n_cpu_moe is not None
         else [o.arg(args.bufts) for o in placement.overrides],
         n_gpu_layers=SERVER_ALL_LAYERS if ngl >= ALL_LAYERS else ngl,
-        n_ctx=settings.n_ctx, memory=plan.memory, command=server_argv(args),
-        moved_layers=list(plan.moved_layers), partial_layer=plan.partial_layer,
-        partial_parts=list(plan.partial_parts), fits=fits,
-        tensor_split=list(placement.tensor_split), placement=placement,
-    )  # fmt: skip
+        n_ctx=settings.n_ctx,
+        memory=plan.memory,
+        command=server_argv(args),
+        moved_layers=list(plan.moved_layers),
+        partial_layer=plan.partial_layer,
+        partial_parts=list(plan.partial_parts),
+        fits=fits,
+        tensor_split=list(placement.tensor_split),
+        placement=placement,
+    )
 
 
 def _context_for(facts: ModelFacts, req: PlanRequest, budget: int) -> Settings:
@@ -211,23 +239,32 @@ def _context_for(facts: ModelFacts, req: PlanRequest, budget: int) -> Settings:
     settings = req.settings
     if not req.ctx_max:
         return settings
-    placement = (Placement.with_n_cpu_moe(req.n_cpu_moe) if req.n_cpu_moe is not None
-                 else floor_placement(facts))  # fmt: skip
+    placement = (
+        Placement.with_n_cpu_moe(req.n_cpu_moe)
+        if req.n_cpu_moe is not None
+        else floor_placement(facts)
+    )
     best = max_context(facts, placement, budget, settings)
     return settings.model_copy(update={"n_ctx": best or 256})
 
 
 def _fixed_n(facts: ModelFacts, n: int, settings: Settings) -> OffloadPlan:
     if n > facts.n_layers:
-        raise BadValueError(f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
-                            hint=f"use 0 to {facts.n_layers}")  # fmt: skip
+        raise BadValueError(
+            f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
+            hint=f"use 0 to {facts.n_layers}",
+        )
     placement = Placement.with_n_cpu_moe(n)
     moved = tuple(layer.index for layer in facts.layers[:n] if layer.has_experts)
     return OffloadPlan(placement, estimate(facts, placement, settings), moved)
 
 
-def _main_plan(facts: ModelFacts, req: PlanRequest, budget: int, settings: Settings,
-               ) -> tuple[OffloadPlan, OffloadPlan | None]:  # fmt: skip
+def _main_plan(
+    facts: ModelFacts,
+    req: PlanRequest,
+    budget: int,
+    settings: Settings,
+) -> tuple[OffloadPlan, OffloadPlan | None]:
     """The N plan (or -ngl K for a dense model) and the -ot plan; the placement that needs the
     least GPU memory when nothing fits."""
     if not facts.is_moe:
@@ -268,8 +305,9 @@ def _warnings(facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan
     return warnings
 
 
-def _ubatch_hint(facts: ModelFacts, plan: OffloadPlan, budget: int,
-                 settings: Settings) -> str | None:  # fmt: skip
+def _ubatch_hint(
+    facts: ModelFacts, plan: OffloadPlan, budget: int, settings: Settings
+) -> str | None:
     """Seed finding: with experts on the CPU, -ub 2048 speeds up prefill of long prompts."""
     if not facts.is_moe or not plan.moved_layers or settings.n_ubatch >= 2048:
         return None
@@ -302,13 +340,16 @@ class _Failure(BaseModel):
     nearest: PlacementResult | None = None
 
 
-def _gpu_failure(facts: ModelFacts, req: PlanRequest, main: OffloadPlan, budget: int,
-                 settings: Settings) -> _Failure:  # fmt: skip
+def _gpu_failure(
+    facts: ModelFacts, req: PlanRequest, main: OffloadPlan, budget: int, settings: Settings
+) -> _Failure:
     """The GPU cannot hold the placement: the figures, and the nearest plan that fits."""
     need = main.memory.gpu_bytes
-    reason = (f"the GPU needs {format_bytes(need)} at -c {settings.n_ctx} "
-              f"{'with every expert on the CPU' if facts.is_moe and req.n_cpu_moe is None else ''}"
-              f" but the budget is {format_bytes(budget)}").replace("  ", " ")  # fmt: skip
+    reason = (
+        f"the GPU needs {format_bytes(need)} at -c {settings.n_ctx} "
+        f"{'with every expert on the CPU' if facts.is_moe and req.n_cpu_moe is None else ''}"
+        f" but the budget is {format_bytes(budget)}"
+    ).replace("  ", " ")
     suggestions: list[str] = []
     nearest = None
     if req.n_cpu_moe is not None:
@@ -322,8 +363,9 @@ def _gpu_failure(facts: ModelFacts, req: PlanRequest, main: OffloadPlan, budget:
     suggestions += [fit.text for fit in fits]
     if nearest is None and fits:
         first = fits[0]
-        at = settings.model_copy(update={"n_ctx": first.n_ctx, "type_k": first.cache_type,
-                                         "type_v": first.cache_type})  # fmt: skip
+        at = settings.model_copy(
+            update={"n_ctx": first.n_ctx, "type_k": first.cache_type, "type_v": first.cache_type}
+        )
         plan, _ = _main_plan(facts, req.model_copy(update={"n_cpu_moe": None}), budget, at)
         nearest = _placement_result(req, plan, at, (budget,))
     if not fits:
@@ -340,9 +382,11 @@ def _ram_failure(main: OffloadPlan, ram: RamCheck) -> _Failure:
     return _Failure(
         fails="ram",
         reason=f"the CPU side {ram.message}",
-        suggestions=[f"{format_bytes(more)} more RAM would fit {placement}",
-                     "or a smaller quant of the model (its experts take the RAM)"],
-    )  # fmt: skip
+        suggestions=[
+            f"{format_bytes(more)} more RAM would fit {placement}",
+            "or a smaller quant of the model (its experts take the RAM)",
+        ],
+    )
 
 
 def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
@@ -367,19 +411,27 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         failure = _ram_failure(main, ram)
     gain = alt.memory.gpu_weights_bytes - main.memory.gpu_weights_bytes if alt else 0
     return PlanResult(
-        model=req.model_path, architecture=facts.architecture, is_moe=facts.is_moe,
-        device_bytes=req.device_bytes, target_bytes=req.target_bytes,
-        headroom_bytes=req.headroom_bytes, budget_bytes=budget, settings=settings,
+        model=req.model_path,
+        architecture=facts.architecture,
+        is_moe=facts.is_moe,
+        device_bytes=req.device_bytes,
+        target_bytes=req.target_bytes,
+        headroom_bytes=req.headroom_bytes,
+        budget_bytes=budget,
+        settings=settings,
         training_context=facts.context_length,
         recommended=_placement_result(req, main, settings, (budget,)),
         alternative=_placement_result(req, alt, settings, (budget,)) if alt else None,
-        override_gain_bytes=gain, ram=ram, threads=req.physical_cores,
+        override_gain_bytes=gain,
+        ram=ram,
+        threads=req.physical_cores,
         ubatch_hint=None if failure else _ubatch_hint(facts, main, budget, settings),
         warnings=_warnings(facts, settings, [main]) + _free_warning(req, main.memory),
-        fails=failure.fails if failure else None, reason=failure.reason if failure else None,
+        fails=failure.fails if failure else None,
+        reason=failure.reason if failure else None,
         suggestions=failure.suggestions if failure else [],
         nearest=failure.nearest if failure else None,
-    )  # fmt: skip
+    )
 
 
 # --- several devices ---------------------------------------------------------------------------
@@ -391,8 +443,9 @@ def _target(req: PlanRequest) -> Target:
         if budget <= 0:
             raise BadValueError(
                 f"{device.name}'s {format_bytes(device.total_bytes)} leaves nothing after its "
-                "headroom", hint="pass --target-vram for it, or a smaller --headroom",
-            )  # fmt: skip
+                "headroom",
+                hint="pass --target-vram for it, or a smaller --headroom",
+            )
     return Target(req.devices, budgets)
 
 
@@ -408,8 +461,10 @@ def _multi_context(facts: ModelFacts, req: PlanRequest, target: Target) -> Setti
 def _fixed_split(facts: ModelFacts, target: Target, settings: Settings, n: int) -> OffloadPlan:
     """--n-cpu-moe N given: the split for it (every device at its largest share)."""
     if n > facts.n_layers:
-        raise BadValueError(f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
-                            hint=f"use 0 to {facts.n_layers}")  # fmt: skip
+        raise BadValueError(
+            f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
+            hint=f"use 0 to {facts.n_layers}",
+        )
     search = _Search(facts, target, settings)
     blocks = [layer.index for layer in facts.layers[:n] if layer.has_experts]
     found = distribute(search, blocks, overridden=n > 0)
@@ -428,8 +483,9 @@ def even_split(facts: ModelFacts, target: Target) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _multi_main(facts: ModelFacts, req: PlanRequest, target: Target,
-                settings: Settings) -> tuple[OffloadPlan, OffloadPlan | None]:  # fmt: skip
+def _multi_main(
+    facts: ModelFacts, req: PlanRequest, target: Target, settings: Settings
+) -> tuple[OffloadPlan, OffloadPlan | None]:
     """The -ts/--n-cpu-moe plan and the -ts/-ot plan (when it keeps more on the devices)."""
     if req.n_cpu_moe is not None or not facts.is_moe:
         return _fixed_split(facts, target, settings, req.n_cpu_moe or 0), None
@@ -453,11 +509,15 @@ def _limiting(memory: MemoryEstimate, target: Target) -> str:
     return target.devices[rooms.index(min(rooms))].name
 
 
-def _multi_failure(facts: ModelFacts, req: PlanRequest, main: OffloadPlan, target: Target,
-                   settings: Settings) -> _Failure:  # fmt: skip
+def _multi_failure(
+    facts: ModelFacts, req: PlanRequest, main: OffloadPlan, target: Target, settings: Settings
+) -> _Failure:
     over = target.over(main.memory)
-    parts = [f"{target.devices[i].name} needs {format_bytes(main.memory.devices[i].total_bytes)}"
-             f" of {format_bytes(target.budgets[i])}" for i in over]  # fmt: skip
+    parts = [
+        f"{target.devices[i].name} needs {format_bytes(main.memory.devices[i].total_bytes)}"
+        f" of {format_bytes(target.budgets[i])}"
+        for i in over
+    ]
     where = "with every expert on the CPU" if facts.is_moe and req.n_cpu_moe is None else ""
     reason = f"at -c {settings.n_ctx} {where}: {'; '.join(parts)}".replace("  ", " ")
     fits: list[ContextFit] = []
@@ -467,13 +527,22 @@ def _multi_failure(facts: ModelFacts, req: PlanRequest, main: OffloadPlan, targe
         if found is not None and (not fits or found[0] > fits[-1].n_ctx):
             fits.append(ContextFit(found[0], cache))
     suggestions = [fit.text for fit in fits] or [
-        "not even -c 256 fits: a smaller quant, or more or bigger devices"]  # fmt: skip
+        "not even -c 256 fits: a smaller quant, or more or bigger devices"
+    ]
     nearest = None
     if fits:
-        at = settings.model_copy(update={"n_ctx": fits[0].n_ctx, "type_k": fits[0].cache_type,
-                                         "type_v": fits[0].cache_type})  # fmt: skip
-        plan = (plan_split(facts, target, at) if req.n_cpu_moe is None
-                else _fixed_split(facts, target, at, req.n_cpu_moe))  # fmt: skip
+        at = settings.model_copy(
+            update={
+                "n_ctx": fits[0].n_ctx,
+                "type_k": fits[0].cache_type,
+                "type_v": fits[0].cache_type,
+            }
+        )
+        plan = (
+            plan_split(facts, target, at)
+            if req.n_cpu_moe is None
+            else _fixed_split(facts, target, at, req.n_cpu_moe)
+        )
         nearest = _placement_result(req, plan, at, target.budgets)
     return _Failure(fails="gpu", reason=reason, suggestions=suggestions, nearest=nearest)
 
@@ -492,17 +561,27 @@ def _multi_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
     gain = alt.memory.gpu_weights_bytes - main.memory.gpu_weights_bytes if alt else 0
     total = sum(d.total_bytes or 0 for d in req.devices)
     return PlanResult(
-        model=req.model_path, architecture=facts.architecture, is_moe=facts.is_moe,
-        device_bytes=total, target_bytes=None, headroom_bytes=req.headroom_bytes,
-        budget_bytes=sum(target.budgets), settings=settings,
+        model=req.model_path,
+        architecture=facts.architecture,
+        is_moe=facts.is_moe,
+        device_bytes=total,
+        target_bytes=None,
+        headroom_bytes=req.headroom_bytes,
+        budget_bytes=sum(target.budgets),
+        settings=settings,
         training_context=facts.context_length,
         recommended=_placement_result(req, main, settings, target.budgets),
         alternative=_placement_result(req, alt, settings, target.budgets) if alt else None,
-        override_gain_bytes=gain, ram=ram, threads=req.physical_cores, ubatch_hint=None,
+        override_gain_bytes=gain,
+        ram=ram,
+        threads=req.physical_cores,
+        ubatch_hint=None,
         warnings=_warnings(facts, settings, [main]),
-        fails=failure.fails if failure else None, reason=failure.reason if failure else None,
+        fails=failure.fails if failure else None,
+        reason=failure.reason if failure else None,
         suggestions=failure.suggestions if failure else [],
         nearest=failure.nearest if failure else None,
-        device_names=[d.name for d in req.devices], device_budgets=list(target.budgets),
+        device_names=[d.name for d in req.devices],
+        device_budgets=list(target.budgets),
         limiting_device=_limiting(main.memory, target),
-    )  # fmt: skip
+    )

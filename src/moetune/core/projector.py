@@ -69,18 +69,73 @@ __all__ = [
 ]
 
 # clip-impl.h PROJECTOR_TYPE_NAMES (build 11434)
-KNOWN_TYPES = frozenset((
-    "mlp", "ldp", "ldpv2", "resampler", "adapter", "qwen2vl_merger", "qwen2.5vl_merger",
-    "qwen3vl_merger", "ling3vl", "step3vl", "gemma3", "gemma3nv", "gemma3na", "gemma4v",
-    "gemma4a", "gemma4uv", "gemma4ua", "phi4", "idefics3", "pixtral", "ultravox", "internvl",
-    "llama4", "qwen2a", "qwen3a", "glma", "qwen2.5o", "voxtral", "meralion", "musicflamingo",
-    "lfm2", "kimivl", "paddleocr", "lightonocr", "cogvlm", "janus_pro", "dots_ocr",
-    "dots3note_v", "dots3note_a", "deepseekocr", "deepseekocr2", "deepseek4v", "lfm2a", "glm4v",
-    "glm5v", "youtuvl", "yasa2", "kimik25", "nemotron_v2_vl", "exaone4_5", "hunyuanvl",
-    "minicpmv4_6", "granite_speech", "mimovl", "minimax_m3", "granite4_vision", "mimo_audio",
-    "parakeet", "qwen3tts_spkenc", "qwen3tts_gen", "pockettts_spkenc", "pockettts_gen",
-    "muse-glimmer",
-))  # fmt: skip
+KNOWN_TYPES = frozenset(
+    (
+        "mlp",
+        "ldp",
+        "ldpv2",
+        "resampler",
+        "adapter",
+        "qwen2vl_merger",
+        "qwen2.5vl_merger",
+        "qwen3vl_merger",
+        "ling3vl",
+        "step3vl",
+        "gemma3",
+        "gemma3nv",
+        "gemma3na",
+        "gemma4v",
+        "gemma4a",
+        "gemma4uv",
+        "gemma4ua",
+        "phi4",
+        "idefics3",
+        "pixtral",
+        "ultravox",
+        "internvl",
+        "llama4",
+        "qwen2a",
+        "qwen3a",
+        "glma",
+        "qwen2.5o",
+        "voxtral",
+        "meralion",
+        "musicflamingo",
+        "lfm2",
+        "kimivl",
+        "paddleocr",
+        "lightonocr",
+        "cogvlm",
+        "janus_pro",
+        "dots_ocr",
+        "dots3note_v",
+        "dots3note_a",
+        "deepseekocr",
+        "deepseekocr2",
+        "deepseek4v",
+        "lfm2a",
+        "glm4v",
+        "glm5v",
+        "youtuvl",
+        "yasa2",
+        "kimik25",
+        "nemotron_v2_vl",
+        "exaone4_5",
+        "hunyuanvl",
+        "minicpmv4_6",
+        "granite_speech",
+        "mimovl",
+        "minimax_m3",
+        "granite4_vision",
+        "mimo_audio",
+        "parakeet",
+        "qwen3tts_spkenc",
+        "qwen3tts_gen",
+        "pockettts_spkenc",
+        "pockettts_gen",
+        "muse-glimmer",
+    )
+)
 MODELLED_TYPES = frozenset(GRAPHS)
 # mtmd_decode_use_non_causal: the image must fit one ubatch (llama-server caps its tokens)
 _NON_CAUSAL = frozenset({"gemma3", "gemma4uv", "deepseek4v", "gemma4v"})
@@ -98,10 +153,19 @@ _LIMITS: dict[str, tuple[tuple[int, int] | None, int | None]] = {
     "pixtral": ((8, 1024), 256),
     "lfm2": ((64, 256), None),
 }
-_DEFAULT_MERGE = {"qwen2vl_merger": 2, "qwen2.5vl_merger": 2, "qwen3vl_merger": 2, "glm4v": 2,
-                  "ling3vl": 2, "gemma3": 4, "gemma4v": 3}  # fmt: skip
-_MERGE_KEY = {"gemma3": "clip.vision.projector.scale_factor",
-              "gemma4v": "clip.vision.projector.scale_factor"}  # fmt: skip
+_DEFAULT_MERGE = {
+    "qwen2vl_merger": 2,
+    "qwen2.5vl_merger": 2,
+    "qwen3vl_merger": 2,
+    "glm4v": 2,
+    "ling3vl": 2,
+    "gemma3": 4,
+    "gemma4v": 3,
+}
+_MERGE_KEY = {
+    "gemma3": "clip.vision.projector.scale_factor",
+    "gemma4v": "clip.vision.projector.scale_factor",
+}
 
 
 @dataclass(frozen=True)
@@ -197,11 +261,14 @@ def _proj_type(h: GGUFHeader, modality: str) -> str:
         f"clip.{modality}.projector_type"
     )
     if not isinstance(value, str) or not value:
-        raise ProjectorError(f"{h.path.name}: no clip.projector_type (nor clip.{modality}."
-                             "projector_type): not a projector llama.cpp can load")  # fmt: skip
+        raise ProjectorError(
+            f"{h.path.name}: no clip.projector_type (nor clip.{modality}."
+            "projector_type): not a projector llama.cpp can load"
+        )
     if value not in KNOWN_TYPES:
-        raise ProjectorError(f"{h.path.name}: unknown projector type {value!r} for llama.cpp "
-                             "build 11434")  # fmt: skip
+        raise ProjectorError(
+            f"{h.path.name}: unknown projector type {value!r} for llama.cpp build 11434"
+        )
     if value == "qwen2.5o":
         return "qwen2.5vl_merger" if modality == "vision" else "qwen2a"
     return value
@@ -255,33 +322,68 @@ def _required(hp: ClipHparams) -> list[str]:
     names += [f"v.blk.{il}.ffn_{k}.weight" for il in range(hp.n_layer) for k in ("up", "down")]
     per_type = {
         "gemma3": ["v.patch_embd.weight", "mm.input_projection.weight", "mm.soft_emb_norm.weight"],
-        "qwen2vl_merger": ["v.patch_embd.weight", "v.patch_embd.weight.1", "mm.0.weight",
-                           "mm.0.bias", "mm.2.weight", "mm.2.bias"],
-        "qwen3vl_merger": ["v.patch_embd.weight", "v.patch_embd.weight.1", "v.patch_embd.bias",
-                           "v.position_embd.weight", "mm.0.weight", "mm.0.bias", "mm.2.weight",
-                           "mm.2.bias"],
-        "glm4v": ["v.patch_embd.weight", "v.patch_embd.weight.1", "v.patch_embd.bias",
-                  "mm.model.fc.weight", "mm.up.weight", "mm.gate.weight", "mm.down.weight",
-                  "mm.post_norm.weight", "mm.patch_merger.weight", "mm.patch_merger.bias"],
-    }  # fmt: skip
+        "qwen2vl_merger": [
+            "v.patch_embd.weight",
+            "v.patch_embd.weight.1",
+            "mm.0.weight",
+            "mm.0.bias",
+            "mm.2.weight",
+            "mm.2.bias",
+        ],
+        "qwen3vl_merger": [
+            "v.patch_embd.weight",
+            "v.patch_embd.weight.1",
+            "v.patch_embd.bias",
+            "v.position_embd.weight",
+            "mm.0.weight",
+            "mm.0.bias",
+            "mm.2.weight",
+            "mm.2.bias",
+        ],
+        "glm4v": [
+            "v.patch_embd.weight",
+            "v.patch_embd.weight.1",
+            "v.patch_embd.bias",
+            "mm.model.fc.weight",
+            "mm.up.weight",
+            "mm.gate.weight",
+            "mm.down.weight",
+            "mm.post_norm.weight",
+            "mm.patch_merger.weight",
+            "mm.patch_merger.bias",
+        ],
+    }
     per_type["qwen2.5vl_merger"] = per_type["qwen2vl_merger"]
     return names + per_type.get(hp.projector_type, [])
 
 
 # clip_n_mmproj_embd: (tensor, ggml dim) per projector type
 _OUT_WIDTH: dict[str, tuple[str, int]] = {
-    "mlp": ("mm.2.weight", 1), "mlp_norm": ("mm.3.bias", 0), "phi4": ("mm.2.weight", 1),
-    "pixtral": ("mm.2.weight", 1), "lightonocr": ("mm.2.weight", 1),
-    "dots_ocr": ("mm.2.weight", 1), "qwen2vl_merger": ("mm.2.bias", 0),
-    "qwen2.5vl_merger": ("mm.2.bias", 0), "qwen3vl_merger": ("mm.2.bias", 0),
-    "ling3vl": ("mm.2.bias", 0), "exaone4_5": ("mm.2.bias", 0), "youtuvl": ("mm.2.bias", 0),
-    "gemma3": ("mm.input_projection.weight", 0), "gemma3nv": ("mm.input_projection.weight", 0),
-    "gemma4v": ("mm.input_projection.weight", 1), "gemma4uv": ("mm.input_projection.weight", 1),
-    "idefics3": ("mm.model.fc.weight", 1), "internvl": ("mm.3.weight", 1),
-    "lfm2": ("mm.2.weight", 1), "kimivl": ("mm.2.weight", 1), "paddleocr": ("mm.2.weight", 1),
-    "kimik25": ("mm.2.weight", 1), "glm4v": ("mm.down.weight", 1),
+    "mlp": ("mm.2.weight", 1),
+    "mlp_norm": ("mm.3.bias", 0),
+    "phi4": ("mm.2.weight", 1),
+    "pixtral": ("mm.2.weight", 1),
+    "lightonocr": ("mm.2.weight", 1),
+    "dots_ocr": ("mm.2.weight", 1),
+    "qwen2vl_merger": ("mm.2.bias", 0),
+    "qwen2.5vl_merger": ("mm.2.bias", 0),
+    "qwen3vl_merger": ("mm.2.bias", 0),
+    "ling3vl": ("mm.2.bias", 0),
+    "exaone4_5": ("mm.2.bias", 0),
+    "youtuvl": ("mm.2.bias", 0),
+    "gemma3": ("mm.input_projection.weight", 0),
+    "gemma3nv": ("mm.input_projection.weight", 0),
+    "gemma4v": ("mm.input_projection.weight", 1),
+    "gemma4uv": ("mm.input_projection.weight", 1),
+    "idefics3": ("mm.model.fc.weight", 1),
+    "internvl": ("mm.3.weight", 1),
+    "lfm2": ("mm.2.weight", 1),
+    "kimivl": ("mm.2.weight", 1),
+    "paddleocr": ("mm.2.weight", 1),
+    "kimik25": ("mm.2.weight", 1),
+    "glm4v": ("mm.down.weight", 1),
     "glm5v": ("mm.down.weight", 1),
-}  # fmt: skip
+}
 
 
 def _n_embd_out(hp: ClipHparams, by_name: dict[str, TensorInfo], n_deepstack: int) -> int | None:
@@ -295,8 +397,9 @@ def _n_embd_out(hp: ClipHparams, by_name: dict[str, TensorInfo], n_deepstack: in
 def _check_data(h: GGUFHeader) -> None:
     end = max((h.data_offset + t.offset + (t.nbytes or 0) for t in h.tensors), default=0)
     if end > h.file_bytes:
-        raise ProjectorError(f"{h.path.name}: truncated: its tensors end at byte {end}, the file "
-                             f"has {h.file_bytes}")  # fmt: skip
+        raise ProjectorError(
+            f"{h.path.name}: truncated: its tensors end at byte {end}, the file has {h.file_bytes}"
+        )
 
 
 def load_projector(path: Path) -> ProjectorFacts:
@@ -308,13 +411,15 @@ def projector_from_header(h: GGUFHeader) -> ProjectorFacts:
     """The facts of an mmproj header already read (from a file, or from the hub)."""
     arch = h.metadata.get("general.architecture")
     if arch != "clip":
-        raise ProjectorError(f"{h.path.name}: not a projector (general.architecture is "
-                             f"{arch!r}, expected 'clip')")  # fmt: skip
+        raise ProjectorError(
+            f"{h.path.name}: not a projector (general.architecture is {arch!r}, expected 'clip')"
+        )
     has_vision = _meta_bool(h, "clip.has_vision_encoder")
     has_audio = _meta_bool(h, "clip.has_audio_encoder")
     if not (has_vision or has_audio):
-        raise ProjectorError(f"{h.path.name}: neither clip.has_vision_encoder nor "
-                             "clip.has_audio_encoder is set")  # fmt: skip
+        raise ProjectorError(
+            f"{h.path.name}: neither clip.has_vision_encoder nor clip.has_audio_encoder is set"
+        )
     vision = _hparams(h, "vision") if has_vision else None
     skip_audio = vision is not None and vision.projector_type == "gemma3nv"
     audio = _hparams(h, "audio") if has_audio and not skip_audio else None
@@ -323,17 +428,24 @@ def projector_from_header(h: GGUFHeader) -> ProjectorFacts:
     assert main is not None
     missing = [n for n in _required(main) if n not in by_name] if vision else []
     if missing:
-        raise ProjectorError(f"{h.path.name}: missing tensor {missing[0]} "
-                             f"({main.projector_type} needs it)")  # fmt: skip
+        raise ProjectorError(
+            f"{h.path.name}: missing tensor {missing[0]} ({main.projector_type} needs it)"
+        )
     _check_data(h)
     n_deep = sum(f"v.deepstack.{il}.fc1.weight" in by_name for il in range(main.n_layer))
     types = tuple(hp.projector_type for hp in (vision, audio) if hp is not None)
     return ProjectorFacts(
-        path=Path(h.path), projector_types=types, has_vision=has_vision, has_audio=has_audio,
-        vision=vision, audio=audio, tensors=h.tensors,
+        path=Path(h.path),
+        projector_types=types,
+        has_vision=has_vision,
+        has_audio=has_audio,
+        vision=vision,
+        audio=audio,
+        tensors=h.tensors,
         weights_bytes=sum(t.nbytes or 0 for t in h.tensors),
-        n_embd_out=_n_embd_out(main, by_name, n_deep), n_deepstack_layers=n_deep,
-    )  # fmt: skip
+        n_embd_out=_n_embd_out(main, by_name, n_deep),
+        n_deepstack_layers=n_deep,
+    )
 
 
 # --- compute --------------------------------------------------------------------------------
@@ -364,8 +476,9 @@ def warmup_side(hp: ClipHparams, custom_min: int, custom_max: int) -> tuple[int,
     return side, max_px
 
 
-def _server_caps(hp: ClipHparams, n_embd_out: int | None, image_min: int, image_max: int,
-                 n_ubatch: int) -> tuple[int, int]:  # fmt: skip
+def _server_caps(
+    hp: ClipHparams, n_embd_out: int | None, image_min: int, image_max: int, n_ubatch: int
+) -> tuple[int, int]:
     """server-context.cpp: a non-causal projector's image must fit one ubatch."""
     non_causal = hp.projector_type in _NON_CAUSAL
     if hp.projector_type == "gemma4v":
@@ -379,8 +492,17 @@ def _server_caps(hp: ClipHparams, n_embd_out: int | None, image_min: int, image_
 
 
 def _shape(hp: ClipHparams, side: int) -> Shape:
-    return Shape(hp.projector_type, hp.n_embd, hp.n_head, hp.d_head, hp.n_layer, hp.patch_size,
-                 hp.n_merge, hp.n_wa_pattern, side)  # fmt: skip
+    return Shape(
+        hp.projector_type,
+        hp.n_embd,
+        hp.n_head,
+        hp.d_head,
+        hp.n_layer,
+        hp.patch_size,
+        hp.n_merge,
+        hp.n_wa_pattern,
+        side,
+    )
 
 
 def estimate_compute(hp: ClipHparams, side: int, flash_attn: bool) -> tuple[int, int]:
@@ -417,8 +539,9 @@ def projector_compute(
     hp = p.vision
     if hp is None:  # audio only: not modelled
         return ProjectorCompute(0, 0, "audio (not modelled)", False)
-    cmin, cmax = _server_caps(hp, p.n_embd_out, image_min_tokens or -1, image_max_tokens or -1,
-                              n_ubatch)  # fmt: skip
+    cmin, cmax = _server_caps(
+        hp, p.n_embd_out, image_min_tokens or -1, image_max_tokens or -1, n_ubatch
+    )
     side, _ = warmup_side(hp, cmin, cmax)
     n_patches = (side // hp.patch_size) ** 2
     warmup = f"{side}x{side} image, {n_patches} patches"
@@ -426,8 +549,9 @@ def projector_compute(
     tries = [True, False] if flash_attn is None and not fa_ok else [flash_attn is not False]
     if hp.projector_type not in MODELLED_TYPES:
         dev, host = estimate_compute(hp, side, tries[-1])
-        return ProjectorCompute(dev if kind != "cpu" else 0, host + (dev if kind == "cpu" else 0),
-                                warmup, False)  # fmt: skip
+        return ProjectorCompute(
+            dev if kind != "cpu" else 0, host + (dev if kind == "cpu" else 0), warmup, False
+        )
     weights = _weights(p)
     dev = host = 0
     for fa in tries:  # ggml-alloc only grows a buffer: the larger of the reserves

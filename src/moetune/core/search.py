@@ -105,8 +105,9 @@ class Search(NamedTuple):
         return high
 
 
-def tune(search: Search, start_n: int, measure: Callable[[int], Attempt],
-         max_launches: int = 12) -> list[Attempt]:  # fmt: skip
+def tune(
+    search: Search, start_n: int, measure: Callable[[int], Attempt], max_launches: int = 12
+) -> list[Attempt]:
     """Launch from ``start_n`` until the smallest fitting N is confirmed; the attempts."""
     attempts = [measure(max(0, min(start_n, search.n_max)))]
     while not search.done(attempts):
@@ -168,8 +169,9 @@ class SplitSearch(NamedTuple):
         return done(attempts)
 
 
-def tune_split(search: SplitSearch, measure: Callable[[int, Split], Attempt],
-               max_launches: int = 12) -> list[Attempt]:  # fmt: skip
+def tune_split(
+    search: SplitSearch, measure: Callable[[int, Split], Attempt], max_launches: int = 12
+) -> list[Attempt]:
     """Launch until the smallest N whose split fits every device is confirmed by N-1 (at
     its best split) being over; the attempts."""
     attempts: list[Attempt] = []

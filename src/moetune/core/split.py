@@ -59,8 +59,9 @@ class Target(NamedTuple):
         return not self.over(memory, upto)
 
     def describe(self) -> str:
-        return ", ".join(f"{d.name} {format_bytes(b)}"
-                         for d, b in zip(self.devices, self.budgets, strict=True))  # fmt: skip
+        return ", ".join(
+            f"{d.name} {format_bytes(b)}" for d, b in zip(self.devices, self.budgets, strict=True)
+        )
 
 
 def counts_split(counts: Sequence[int]) -> tuple[float, ...]:
@@ -71,8 +72,9 @@ def counts_split(counts: Sequence[int]) -> tuple[float, ...]:
 class _Search:
     """Estimates for one model, target and settings, with the weight splits they start from."""
 
-    def __init__(self, facts: ModelFacts, target: Target, settings: Settings,
-                 n_gpu_layers: int = ALL_LAYERS) -> None:  # fmt: skip
+    def __init__(
+        self, facts: ModelFacts, target: Target, settings: Settings, n_gpu_layers: int = ALL_LAYERS
+    ) -> None:
         self.facts, self.target, self.settings = facts, target, settings
         self.n_gpu_layers = n_gpu_layers
         self.parts: Parts = _expert_parts_of(facts)
@@ -88,8 +90,9 @@ class _Search:
 
     def memory(self, weights: WeightSplit, overridden: bool) -> MemoryEstimate:
         pipeline = pipeline_parallel(weights, overridden)
-        return estimate_from_split(self.facts, weights, self.settings, self.target.devices,
-                                   pipeline=pipeline)  # fmt: skip
+        return estimate_from_split(
+            self.facts, weights, self.settings, self.target.devices, pipeline=pipeline
+        )
 
     def with_cpu_blocks(self, counts: tuple[int, ...], blocks: Sequence[int]) -> WeightSplit:
         return self.base(counts).move_experts(_block_experts(self.parts, blocks))
@@ -114,8 +117,9 @@ def _largest(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
 Distribution = tuple[tuple[int, ...], MemoryEstimate]  # layer counts per device, the estimate
 
 
-def distribute(search: _Search, cpu_blocks: Sequence[int], overridden: bool,
-               best_effort: bool = False) -> Distribution | None:  # fmt: skip
+def distribute(
+    search: _Search, cpu_blocks: Sequence[int], overridden: bool, best_effort: bool = False
+) -> Distribution | None:
     """Layer counts per device, front to back, each device taking as many as fit; None when
     the last device cannot hold what is left (``best_effort``: the split all the same)."""
     n, total = search.target.n, search.total_layers
@@ -175,28 +179,36 @@ def _fill_weights(search: _Search, counts: tuple[int, ...], fill: _Fill) -> Weig
     for block, parts in fill.partial:
         weights = weights.move_experts([t for p in parts for t in search.parts[block].get(p, [])])
     for block, device, parts in fill.elsewhere:
-        tensors = [t for p in parts for t in search.parts[block].get(p, [])] if parts else (
-            _block_experts(search.parts, [block]))  # fmt: skip
+        tensors = (
+            [t for p in parts for t in search.parts[block].get(p, [])]
+            if parts
+            else (_block_experts(search.parts, [block]))
+        )
         weights = weights.move_experts(tensors, device)
     return weights
 
 
-def _keep_on_device(search: _Search, counts: tuple[int, ...], device: int, fill: _Fill,
-                    both_orders: bool = True) -> _Fill:  # fmt: skip
+def _keep_on_device(
+    search: _Search, counts: tuple[int, ...], device: int, fill: _Fill, both_orders: bool = True
+) -> _Fill:
     """Move the fewest of ``device``'s own experts to the CPU for it to fit: its last blocks
     first (as ``--fit`` moves them) or (``both_orders``) its first blocks first (the compute
     buffer's peak moves with them), the boundary block split; whichever keeps more on it."""
     homes = search.base(counts).homes
-    own = [b for b in reversed(range(search.facts.n_layers)) if homes[b] == device
-           and search.facts.layers[b].has_experts]  # fmt: skip
+    own = [
+        b
+        for b in reversed(range(search.facts.n_layers))
+        if homes[b] == device and search.facts.layers[b].has_experts
+    ]
     options = [_keep_in_order(search, counts, device, fill, own)]
     if both_orders:
         options.append(_keep_in_order(search, counts, device, fill, own[::-1]))
     return max(options, key=lambda f: _fill_weights(search, counts, f).device_bytes[device])
 
 
-def _keep_in_order(search: _Search, counts: tuple[int, ...], device: int, fill: _Fill,
-                   order: Sequence[int]) -> _Fill:  # fmt: skip
+def _keep_in_order(
+    search: _Search, counts: tuple[int, ...], device: int, fill: _Fill, order: Sequence[int]
+) -> _Fill:
     """``_keep_on_device`` moving the blocks of ``order`` to the CPU, in that order."""
     others = tuple(b for b in fill.cpu_blocks if b not in order)
 
@@ -228,8 +240,10 @@ def _use_room(search: _Search, counts: tuple[int, ...], fill: _Fill) -> _Fill:
             nbytes = _nbytes(_block_experts(search.parts, [block]))
             if nbytes > _room(search, counts, fill, device):
                 continue
-            moved = fill._replace(cpu_blocks=tuple(b for b in fill.cpu_blocks if b != block),
-                                  elsewhere=(*fill.elsewhere, (block, device, ())))  # fmt: skip
+            moved = fill._replace(
+                cpu_blocks=tuple(b for b in fill.cpu_blocks if b != block),
+                elsewhere=(*fill.elsewhere, (block, device, ())),
+            )
             if _fits(search, counts, moved):
                 fill = moved
         taken = {(b, p) for b, _, parts in fill.elsewhere for p in parts}
@@ -291,8 +305,9 @@ def _shifted(counts: tuple[int, ...], boundary: int, shift: int) -> tuple[int, .
     return tuple(moved) if min(moved) >= 0 and moved[-1] > 0 else None
 
 
-def _fill_at(search: _Search, counts: tuple[int, ...],
-             both_orders: bool) -> tuple[_Fill, MemoryEstimate]:  # fmt: skip
+def _fill_at(
+    search: _Search, counts: tuple[int, ...], both_orders: bool
+) -> tuple[_Fill, MemoryEstimate]:
     fill = _Fill((), (), ())
     for device in range(search.target.n):
         fill = _keep_on_device(search, counts, device, fill, both_orders)
@@ -300,8 +315,9 @@ def _fill_at(search: _Search, counts: tuple[int, ...],
     return fill, search.memory(_fill_weights(search, counts, fill), overridden=True)
 
 
-def plan_split_override(facts: ModelFacts, target: Target, settings: Settings,
-                        counts: tuple[int, ...]) -> OffloadPlan:  # fmt: skip
+def plan_split_override(
+    facts: ModelFacts, target: Target, settings: Settings, counts: tuple[int, ...]
+) -> OffloadPlan:
     """``-ts`` with ``-ot``: at the split ``counts`` (and at splits a few layers either side
     of each boundary: a part of an expert block is the grain of what fits, so where the
     boundaries fall decides what room is left), each device keeps all of its own experts
@@ -309,8 +325,12 @@ def plan_split_override(facts: ModelFacts, target: Target, settings: Settings,
     most expert bytes on the devices wins."""
     search = _Search(facts, target, settings)
     best: tuple[int, tuple[int, ...], _Fill, MemoryEstimate] | None = None
-    candidates = [counts] + [c for b in range(target.n - 1) for s in SHIFTS[1:]
-                             if (c := _shifted(counts, b, s)) is not None]  # fmt: skip
+    candidates = [counts] + [
+        c
+        for b in range(target.n - 1)
+        for s in SHIFTS[1:]
+        if (c := _shifted(counts, b, s)) is not None
+    ]
     for trial in candidates:
         fill, memory = _fill_at(search, trial, both_orders=trial == counts)
         if target.fits(memory) and (best is None or memory.gpu_expert_bytes > best[0]):
@@ -319,8 +339,9 @@ def plan_split_override(facts: ModelFacts, target: Target, settings: Settings,
         raise split_does_not_fit(facts, target, settings)
     _, counts, fill, memory = best
     weights = _fill_weights(search, counts, fill)
-    placement = Placement(overrides=fill_rules(fill, weights.homes),
-                          tensor_split=counts_split(counts))  # fmt: skip
+    placement = Placement(
+        overrides=fill_rules(fill, weights.homes), tensor_split=counts_split(counts)
+    )
     partial = fill.partial[0] if fill.partial else (None, ())
     return OffloadPlan(placement, memory, fill.cpu_blocks, partial[0], partial[1])
 
@@ -361,8 +382,9 @@ def bufts_of(target: Target) -> tuple[str, ...]:
     return bufts(target.devices)
 
 
-def split_layers(facts: ModelFacts, target: Target,
-                 settings: Settings) -> tuple[int, Distribution] | None:  # fmt: skip
+def split_layers(
+    facts: ModelFacts, target: Target, settings: Settings
+) -> tuple[int, Distribution] | None:
     """Classic layer offload over several devices: the largest -ngl K whose K layers can be
     split to fit (None: not even one)."""
     for ngl in range(facts.n_layers + 1, 0, -1):

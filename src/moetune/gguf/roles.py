@@ -32,10 +32,23 @@ EXPERT_RE = re.compile(r"^ffn_(?P<part>up|down|gate|gate_up)_(?:ch|)exps$")
 _BLOCK_RE = re.compile(r"^blk\.(?P<layer>\d+)\.(?P<stem>.+?)(?:\.(?:weight|bias|scale))?$")
 
 _ATTENTION = {
-    "attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv", "attn_sinks", "attn_gate",
-    "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_kv_b", "attn_k_b", "attn_v_b",
-    "attn_rel_b", "attn_out", "attn_o",
-}  # fmt: skip
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "attn_qkv",
+    "attn_sinks",
+    "attn_gate",
+    "attn_q_a",
+    "attn_q_b",
+    "attn_kv_a_mqa",
+    "attn_kv_b",
+    "attn_k_b",
+    "attn_v_b",
+    "attn_rel_b",
+    "attn_out",
+    "attn_o",
+}
 _DENSE_FFN = {"ffn_gate", "ffn_up", "ffn_down", "ffn_gate_up"}
 _SHARED = {"ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "ffn_gate_inp_shexp"}
 _ROUTER = {"ffn_gate_inp", "exp_probs_b", "ffn_exp_probs_b"}

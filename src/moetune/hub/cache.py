@@ -155,8 +155,9 @@ def load_ref(repo: str) -> CachedRef | None:
     if not isinstance(data, dict) or not _HEX40.fullmatch(str(data.get("commit", ""))):
         return None
     etag = data.get("etag")
-    return CachedRef(data["commit"], etag if isinstance(etag, str) else None,
-                     float(data.get("checked", 0)))  # fmt: skip
+    return CachedRef(
+        data["commit"], etag if isinstance(etag, str) else None, float(data.get("checked", 0))
+    )
 
 
 def save_ref(repo: str, commit: str, etag: str | None) -> None:

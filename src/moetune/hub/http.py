@@ -104,8 +104,9 @@ class Http:
             response.close()
             target = urljoin(url, response.headers["location"])
             if target in seen:
-                raise NetworkError(f"redirect loop: {host_of(url)} sends {what} back to "
-                                   f"{shown(target)}")  # fmt: skip
+                raise NetworkError(
+                    f"redirect loop: {host_of(url)} sends {what} back to {shown(target)}"
+                )
             url = target
         raise NetworkError(f"more than {MAX_REDIRECTS} redirects for {what} (last {shown(url)})")
 
@@ -115,13 +116,16 @@ class Http:
         try:
             return self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
-            raise NetworkError(f"{host} did not answer in time ({type(exc).__name__})",
-                               hint="check the network, or try again") from None  # fmt: skip
+            raise NetworkError(
+                f"{host} did not answer in time ({type(exc).__name__})",
+                hint="check the network, or try again",
+            ) from None
         except httpx.HTTPError as exc:
             reason = str(exc).strip() or type(exc).__name__
-            raise NetworkError(f"cannot reach {host}: {reason}",
-                               hint="check the network, or set MODEL_ENDPOINT/HF_ENDPOINT",
-                               ) from None  # fmt: skip
+            raise NetworkError(
+                f"cannot reach {host}: {reason}",
+                hint="check the network, or set MODEL_ENDPOINT/HF_ENDPOINT",
+            ) from None
 
     def _check(self, response: httpx.Response, url: str, what: str) -> None:
         status, host = response.status_code, host_of(url)
@@ -131,9 +135,12 @@ class Http:
         if status in (401, 403) and code != "RepoNotFound":
             raise self._auth_error(status, host, what, gated=code == "GatedRepo")
         if status in (401, 403, 404):
-            raise HubNotFoundError(f"no {what} on {host} ({status})",
-                                   hint="check the name; a private repository needs HF_TOKEN"
-                                   if status != 404 else None)  # fmt: skip
+            raise HubNotFoundError(
+                f"no {what} on {host} ({status})",
+                hint="check the name; a private repository needs HF_TOKEN"
+                if status != 404
+                else None,
+            )
         raise NetworkError(f"{host} answered {status} for {what}")
 
     def _auth_error(self, status: int, host: str, what: str, *, gated: bool) -> HubAuthError:
@@ -162,11 +169,16 @@ class Http:
             try:
                 data = response.json()
             except ValueError:
-                raise NetworkError(f"{host_of(url)} answered {what} with something "
-                                   "that is not JSON") from None  # fmt: skip
+                raise NetworkError(
+                    f"{host_of(url)} answered {what} with something that is not JSON"
+                ) from None
             next_link = response.links.get("next", {}).get("url")
-            return Json(200, data, response.headers.get("etag"),
-                        urljoin(url, next_link) if next_link else None)  # fmt: skip
+            return Json(
+                200,
+                data,
+                response.headers.get("etag"),
+                urljoin(url, next_link) if next_link else None,
+            )
 
     def head_etag(self, url: str, what: str) -> str | None:
         with self.open("HEAD", url, what) as response:

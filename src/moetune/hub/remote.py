@@ -87,9 +87,11 @@ def _main_commit(data: Any, repo: str, host: str) -> str:
     found = [
         (b["name"], b["targetCommit"])
         for b in branches or []
-        if isinstance(b, dict) and isinstance(b.get("name"), str)
-        and isinstance(b.get("targetCommit"), str) and _COMMIT.fullmatch(b["targetCommit"])
-    ]  # fmt: skip
+        if isinstance(b, dict)
+        and isinstance(b.get("name"), str)
+        and isinstance(b.get("targetCommit"), str)
+        and _COMMIT.fullmatch(b["targetCommit"])
+    ]
     for branch, commit in found:
         if branch == "main":
             return str(commit)
@@ -121,8 +123,9 @@ def _tree_file(item: Any) -> RepoFile | None:
     oid = lfs.get("oid") if isinstance(lfs, dict) else None
     if isinstance(lfs, dict) and isinstance(lfs.get("size"), int):
         size = lfs["size"]
-    return RepoFile(path, size if isinstance(size, int) else 0,
-                    oid if isinstance(oid, str) else None)  # fmt: skip
+    return RepoFile(
+        path, size if isinstance(size, int) else 0, oid if isinstance(oid, str) else None
+    )
 
 
 # --- headers --------------------------------------------------------------------------------
@@ -142,8 +145,9 @@ def read_remote_header(
         url, size, etag = part.url, part.total, etag or part.etag
         buf += part.data
         if len(buf) >= 4 and bytes(buf[:4]) != b"GGUF":
-            raise GGUFFormatError(f"{name} is not a GGUF file ({host_of(url)} sent "
-                                  f"{bytes(buf[:16])!r}...)")  # fmt: skip
+            raise GGUFFormatError(
+                f"{name} is not a GGUF file ({host_of(url)} sent {bytes(buf[:16])!r}...)"
+            )
         try:
             header = read_header_prefix(bytes(buf), size, name)
         except TruncatedHeaderError as exc:
@@ -151,8 +155,9 @@ def read_remote_header(
                 raise GGUFFormatError(f"truncated GGUF header in {name}") from None
             end = min(size, _next_end(len(buf), exc.needed_bytes))
             if end > MAX_HEADER_BYTES:
-                raise GGUFFormatError(f"{name}: header larger than {MAX_HEADER_BYTES >> 20} "
-                                      "MiB, not read") from None  # fmt: skip
+                raise GGUFFormatError(
+                    f"{name}: header larger than {MAX_HEADER_BYTES >> 20} MiB, not read"
+                ) from None
             continue
         held = bytes(buf[: min(len(buf), header.data_offset)])
         return header, cache.CachedHeader(held, size, etag)

@@ -23,12 +23,46 @@ Shell = Literal["bash", "zsh", "fish"]
 SHELLS: tuple[Shell, ...] = ("bash", "zsh", "fish")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 # Words a function must not be called (shell keywords and builtins people rely on).
-_RESERVED = frozenset({
-    "if", "then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do", "done",
-    "in", "function", "select", "time", "coproc", "end", "begin", "switch", "not", "and", "or",
-    "return", "exit", "set", "cd", "test", "alias", "source", "builtin", "command", "eval",
-    "exec", "export", "unset",
-})  # fmt: skip
+_RESERVED = frozenset(
+    {
+        "if",
+        "then",
+        "else",
+        "elif",
+        "fi",
+        "case",
+        "esac",
+        "for",
+        "while",
+        "until",
+        "do",
+        "done",
+        "in",
+        "function",
+        "select",
+        "time",
+        "coproc",
+        "end",
+        "begin",
+        "switch",
+        "not",
+        "and",
+        "or",
+        "return",
+        "exit",
+        "set",
+        "cd",
+        "test",
+        "alias",
+        "source",
+        "builtin",
+        "command",
+        "eval",
+        "exec",
+        "export",
+        "unset",
+    }
+)
 _FISH_SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
@@ -73,8 +107,9 @@ def _comments(name: str, profile: TunedProfile) -> list[str]:
         placement = "-ot " + ",".join(profile.placement.override_tensor)
     speed = ""
     if m.decode_tps is not None:
-        speed = ", decode " + format_speed(m.decode_tps, m.decode_tps_min, m.decode_tps_max,
-                                           m.repeats)  # fmt: skip
+        speed = ", decode " + format_speed(
+            m.decode_tps, m.decode_tps_min, m.decode_tps_max, m.repeats
+        )
     return [
         f"# moetune: {profile.model.file_name} on {profile.gpu.name} "
         f"({format_bytes(profile.gpu.vram_total_bytes)}), llama.cpp "
@@ -89,8 +124,9 @@ def _comments(name: str, profile: TunedProfile) -> list[str]:
 def predicted_comments(name: str, plan: PlanResult, gpu_source: str) -> list[str]:
     """The comments above an alias made from a plan: predicted, not measured."""
     rec = plan.recommended
-    placement = (f"--n-cpu-moe {rec.n_cpu_moe}" if rec.n_cpu_moe is not None
-                 else f"-ngl {rec.n_gpu_layers}")  # fmt: skip
+    placement = (
+        f"--n-cpu-moe {rec.n_cpu_moe}" if rec.n_cpu_moe is not None else f"-ngl {rec.n_gpu_layers}"
+    )
     s = plan.settings
     return [
         f"# moetune: PREDICTED (no tuned profile): {placement}, ctx {s.n_ctx} "
@@ -100,8 +136,9 @@ def predicted_comments(name: str, plan: PlanResult, gpu_source: str) -> list[str
     ]
 
 
-def render_function(name: str, argv: Sequence[str], shell: Shell,
-                    comments: Sequence[str] = ()) -> str:  # fmt: skip
+def render_function(
+    name: str, argv: Sequence[str], shell: Shell, comments: Sequence[str] = ()
+) -> str:
     """A function ``name`` that runs ``argv`` plus its own arguments, for ``shell``."""
     check_name(name)
     if not argv:
@@ -109,8 +146,11 @@ def render_function(name: str, argv: Sequence[str], shell: Shell,
     head = ["# " + " ".join(line.lstrip("# ").split()) for line in comments]
     if shell == "fish":
         words = " ".join(fish_quote(word) for word in argv)
-        body = [f"function {name} --description 'llama-server tuned by moetune'",
-                f"    {words} $argv", "end"]  # fmt: skip
+        body = [
+            f"function {name} --description 'llama-server tuned by moetune'",
+            f"    {words} $argv",
+            "end",
+        ]
     else:
         words = " ".join(shlex.quote(word) for word in argv)
         body = [f"{name}() {{", f'    {words} "$@"', "}"]

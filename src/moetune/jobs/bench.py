@@ -127,8 +127,10 @@ def _layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Con
 def _gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     memory = estimate(facts, Placement(), spec.settings)
     if memory.gpu_bytes > setup.target_bytes:
-        why = (f"does not fit: needs {format_bytes(memory.gpu_bytes)}, budget "
-               f"{format_bytes(setup.target_bytes)}")  # fmt: skip
+        why = (
+            f"does not fit: needs {format_bytes(memory.gpu_bytes)}, budget "
+            f"{format_bytes(setup.target_bytes)}"
+        )
         return ConfigSpec("gpu-only", "-ngl 99", skip=why)
     return ConfigSpec("gpu-only", "-ngl 99", tuple(spec.args(Placement())), memory.gpu_bytes)
 
@@ -150,8 +152,7 @@ def _multi_plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) ->
     n = plan.placement.n_cpu_moe or 0
     counts = tuple(int(c) for c in plan.placement.tensor_split)
     args = spec.args(plan.placement)
-    return ConfigSpec("plan", f"--n-cpu-moe {n} {_ts(counts)}", tuple(args),
-                      plan.memory.gpu_bytes)  # fmt: skip
+    return ConfigSpec("plan", f"--n-cpu-moe {n} {_ts(counts)}", tuple(args), plan.memory.gpu_bytes)
 
 
 def _multi_fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
@@ -160,11 +161,17 @@ def _multi_fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> 
     return ConfigSpec("fit", about, tuple(spec.fit_args(tuple(margins))))
 
 
-def _split_of(facts: ModelFacts, setup: DeviceSetup, settings: Settings, skipped: ConfigSpec,
-              cpu_blocks: Sequence[int]) -> tuple[tuple[int, ...], int] | ConfigSpec:  # fmt: skip
+def _split_of(
+    facts: ModelFacts,
+    setup: DeviceSetup,
+    settings: Settings,
+    skipped: ConfigSpec,
+    cpu_blocks: Sequence[int],
+) -> tuple[tuple[int, ...], int] | ConfigSpec:
     """The -ts split for experts of ``cpu_blocks`` on the CPU, or ``skipped``, saying why."""
-    found = distribute(_Search(facts, setup.target, settings), cpu_blocks,
-                       overridden=bool(cpu_blocks))  # fmt: skip
+    found = distribute(
+        _Search(facts, setup.target, settings), cpu_blocks, overridden=bool(cpu_blocks)
+    )
     if found is None:
         return replace(skipped, skip=f"does not fit {setup.target.describe()}")
     return found[0], found[1].gpu_bytes
@@ -203,19 +210,26 @@ def _multi_gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup
 
 
 _MULTI_BUILDERS: dict[str, Builder] = {
-    "plan": _multi_plan_spec, "fit": _multi_fit_spec, "cpu-moe": _multi_cpu_moe_spec,
-    "layers": _multi_layers_spec, "gpu-only": _multi_gpu_only_spec,
-}  # fmt: skip
+    "plan": _multi_plan_spec,
+    "fit": _multi_fit_spec,
+    "cpu-moe": _multi_cpu_moe_spec,
+    "layers": _multi_layers_spec,
+    "gpu-only": _multi_gpu_only_spec,
+}
 
 
 _BUILDERS: dict[str, Builder] = {
-    "plan": _plan_spec, "fit": _fit_spec, "cpu-moe": _cpu_moe_spec, "layers": _layers_spec,
+    "plan": _plan_spec,
+    "fit": _fit_spec,
+    "cpu-moe": _cpu_moe_spec,
+    "layers": _layers_spec,
     "gpu-only": _gpu_only_spec,
-}  # fmt: skip
+}
 
 
-def build_configs(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup,
-                  names: Sequence[str]) -> list[ConfigSpec]:  # fmt: skip
+def build_configs(
+    facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, names: Sequence[str]
+) -> list[ConfigSpec]:
     """The configurations asked for; one whose command repeats an earlier one is skipped."""
     specs: list[ConfigSpec] = []
     seen: dict[tuple[str, ...], str] = {}
@@ -223,8 +237,13 @@ def build_configs(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup,
     for name in names:
         config = builders[name](facts, spec, setup)
         if config.skip is None and config.args in seen:
-            config = ConfigSpec(name, config.description, config.args, config.predicted_bytes,
-                                skip=f"same command as {seen[config.args]}")  # fmt: skip
+            config = ConfigSpec(
+                name,
+                config.description,
+                config.args,
+                config.predicted_bytes,
+                skip=f"same command as {seen[config.args]}",
+            )
         elif config.skip is None:
             seen[config.args] = name
         specs.append(config)
@@ -244,28 +263,48 @@ class Launcher:
     device_names: tuple[str, ...] = ()  # one per probe (default: RPC0-style names by index)
 
 
-def _ended(spec: ConfigSpec, status: Literal["ok", "failed"], *, server: RunningServer | None,
-           load_s: float | None, results: Sequence[DepthResult], message: str | None = None,
-           device_peaks: Sequence[int | None] = ()) -> ConfigRun:  # fmt: skip
+def _ended(
+    spec: ConfigSpec,
+    status: Literal["ok", "failed"],
+    *,
+    server: RunningServer | None,
+    load_s: float | None,
+    results: Sequence[DepthResult],
+    message: str | None = None,
+    device_peaks: Sequence[int | None] = (),
+) -> ConfigRun:
     peaks = [r.device_bytes for r in results if r.device_bytes is not None]
     fit = None
     if spec.name == "fit" and server is not None:
         fit = parse_fit_log(server.log_text(), spec.fit_target_mib)
     return ConfigRun(
-        name=spec.name, status=status, description=spec.description, args=list(spec.args),
-        predicted_bytes=spec.predicted_bytes, peak_device_bytes=max(peaks, default=None),
-        load_s=load_s, fit=fit, message=message,
+        name=spec.name,
+        status=status,
+        description=spec.description,
+        args=list(spec.args),
+        predicted_bytes=spec.predicted_bytes,
+        peak_device_bytes=max(peaks, default=None),
+        load_s=load_s,
+        fit=fit,
+        message=message,
         log_path=str(server.log_path) if server is not None else None,
         device_peaks=list(device_peaks) if len(device_peaks) > 1 else [],
-    )  # fmt: skip
+    )
 
 
 def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[DepthResult]]:
     """Launch one configuration, measure it, stop it; a failure of llama-server is recorded."""
     if spec.skip is not None:
-        run = ConfigRun(name=spec.name, status="skipped", description=spec.description,
-                        args=list(spec.args), predicted_bytes=spec.predicted_bytes,
-                        peak_device_bytes=None, load_s=None, message=spec.skip)  # fmt: skip
+        run = ConfigRun(
+            name=spec.name,
+            status="skipped",
+            description=spec.description,
+            args=list(spec.args),
+            predicted_bytes=spec.predicted_bytes,
+            peak_device_bytes=None,
+            load_s=None,
+            message=spec.skip,
+        )
         return run, []
     results: list[DepthResult] = []
     server: RunningServer | None = None
@@ -280,13 +319,20 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
         read = probe_reader(launcher.probes, _names(launcher), server)
         with server, sampling(read, launcher.live), ServerClient(server.url, timeout) as client:
             load_s = client.wait_ready(timeout, server.check_alive)
-            measure_depths(client, launcher.workload, launcher.prompts, config=spec.name,
-                           probe=_probe_of(launcher.probes, server, peaks), into=results,
-                           live=launcher.live)  # fmt: skip
+            measure_depths(
+                client,
+                launcher.workload,
+                launcher.prompts,
+                config=spec.name,
+                probe=_probe_of(launcher.probes, server, peaks),
+                into=results,
+                live=launcher.live,
+            )
     except ServerFailedError as exc:
         line = (server.failure() if server is not None else None) or exc.message.splitlines()[0]
-        failed = _ended(spec, "failed", server=server, load_s=load_s, results=results,
-                        message=line.rstrip(":"))  # fmt: skip
+        failed = _ended(
+            spec, "failed", server=server, load_s=load_s, results=results, message=line.rstrip(":")
+        )
         if failed.log_path is None and exc.hint and exc.hint.startswith(_LOG_HINT):
             failed = failed.model_copy(update={"log_path": exc.hint.removeprefix(_LOG_HINT)})
         return failed, results
@@ -301,12 +347,16 @@ _LOG_HINT = "full log: "  # server.RunningServer.exit_error's hint
 def _names(launcher: Launcher) -> tuple[str, ...]:
     """The devices' names, one per probe."""
     given = launcher.device_names
-    return given if len(given) == len(launcher.probes) else tuple(
-        f"device {i}" for i in range(len(launcher.probes)))  # fmt: skip
+    return (
+        given
+        if len(given) == len(launcher.probes)
+        else tuple(f"device {i}" for i in range(len(launcher.probes)))
+    )
 
 
-def _probe_of(probes: Sequence[MemoryProbe], server: RunningServer,
-              peaks: list[int | None]) -> Callable[[], int | None]:  # fmt: skip
+def _probe_of(
+    probes: Sequence[MemoryProbe], server: RunningServer, peaks: list[int | None]
+) -> Callable[[], int | None]:
     """The devices' memory together (each device's peak kept in ``peaks``)."""
 
     def read() -> int | None:
@@ -342,16 +392,18 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event,
-                live: StatusSink = NO_STATUS) -> BenchResult:  # fmt: skip
+def bench_model(
+    facts: ModelFacts, req: BenchRequest, on_event: Event, live: StatusSink = NO_STATUS
+) -> BenchResult:
     """Launch and measure each configuration in turn; the results and the verdict (each
     launch's phases and device memory told to ``live``)."""
     spec, setup = req.spec, req.setup
     specs = build_configs(facts, spec, setup, req.names)
     workload = req.workload
     prompts = Prompts(workload.endpoint)
-    launcher = Launcher(spec, setup.probes, workload, prompts, on_event, live,
-                        tuple(d.name for d in setup.devices))  # fmt: skip
+    launcher = Launcher(
+        spec, setup.probes, workload, prompts, on_event, live, tuple(d.name for d in setup.devices)
+    )
     runs: list[ConfigRun] = []
     results: list[DepthResult] = []
     for config in specs:
@@ -360,23 +412,38 @@ def bench_model(facts: ModelFacts, req: BenchRequest, on_event: Event,
         results += measured
     multi = setup.multi
     return BenchResult(
-        created=_now(), moetune_version=__version__, model=spec.model, server_url=None,
-        endpoint=workload.endpoint, image=workload.image_name,
-        n_ctx=spec.settings.n_ctx, n_predict=workload.n_predict,
-        repeats=workload.repeats, depths=_depths(results, workload),
+        created=_now(),
+        moetune_version=__version__,
+        model=spec.model,
+        server_url=None,
+        endpoint=workload.endpoint,
+        image=workload.image_name,
+        n_ctx=spec.settings.n_ctx,
+        n_predict=workload.n_predict,
+        repeats=workload.repeats,
+        depths=_depths(results, workload),
         device=", ".join(d.name for d in setup.devices) if multi else setup.device.name,
         device_total_bytes=sum(d.total_bytes or 0 for d in setup.devices),
-        budget_bytes=sum(setup.budgets), probe="; ".join(p.name for p in setup.probes),
+        budget_bytes=sum(setup.budgets),
+        probe="; ".join(p.name for p in setup.probes),
         probe_includes_overhead=all(p.includes_overhead for p in setup.probes),
         device_names=[d.name for d in setup.devices] if multi else [],
         device_budgets=list(setup.budgets) if multi else [],
-        shortest_prompt=prompts.shortest, configs=runs, results=results,
+        shortest_prompt=prompts.shortest,
+        configs=runs,
+        results=results,
         verdicts=verdicts(results),
-    )  # fmt: skip
+    )
 
 
-def bench_url(url: str, workload: Workload, name: str, *, ready_timeout_s: float = 60.0,
-              live: StatusSink = NO_STATUS) -> BenchResult:  # fmt: skip
+def bench_url(
+    url: str,
+    workload: Workload,
+    name: str,
+    *,
+    ready_timeout_s: float = 60.0,
+    live: StatusSink = NO_STATUS,
+) -> BenchResult:
     """Measure an already running llama-server at ``url``; nothing is launched or stopped
     (its phases told to ``live``, without memory: it is not ours to probe)."""
     prompts = Prompts(workload.endpoint)
@@ -391,16 +458,36 @@ def bench_url(url: str, workload: Workload, name: str, *, ready_timeout_s: float
             load_s = client.wait_ready(ready_timeout_s, client.reachable)
             props = client.props()
             n_ctx = int(props["default_generation_settings"]["n_ctx"])
-            measure_depths(client, workload, prompts, config=name, probe=lambda: None,
-                           into=results, live=live)  # fmt: skip
-    run = ConfigRun(name=name, status="ok", description=f"running server at {url}", args=[],
-                    predicted_bytes=None, peak_device_bytes=None, load_s=load_s)  # fmt: skip
+            measure_depths(
+                client, workload, prompts, config=name, probe=lambda: None, into=results, live=live
+            )
+    run = ConfigRun(
+        name=name,
+        status="ok",
+        description=f"running server at {url}",
+        args=[],
+        predicted_bytes=None,
+        peak_device_bytes=None,
+        load_s=load_s,
+    )
     return BenchResult(
-        created=_now(), moetune_version=__version__, model=props.get("model_path"),
-        server_url=url, endpoint=workload.endpoint, image=workload.image_name, n_ctx=n_ctx,
+        created=_now(),
+        moetune_version=__version__,
+        model=props.get("model_path"),
+        server_url=url,
+        endpoint=workload.endpoint,
+        image=workload.image_name,
+        n_ctx=n_ctx,
         n_predict=workload.n_predict,
-        repeats=workload.repeats, depths=_depths(results, workload), device=None,
-        device_total_bytes=None, budget_bytes=None, probe=None, probe_includes_overhead=False,
-        shortest_prompt=prompts.shortest, configs=[run], results=results,
+        repeats=workload.repeats,
+        depths=_depths(results, workload),
+        device=None,
+        device_total_bytes=None,
+        budget_bytes=None,
+        probe=None,
+        probe_includes_overhead=False,
+        shortest_prompt=prompts.shortest,
+        configs=[run],
+        results=results,
         verdicts=verdicts(results),
-    )  # fmt: skip
+    )

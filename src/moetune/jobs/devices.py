@@ -48,8 +48,9 @@ def rpc_devices(listed: Sequence[Device]) -> list[Device]:
     return [d for d in listed if d.name.startswith("RPC")]
 
 
-def specs_from_listed(listed: Sequence[Device], overheads: Sizes | None,
-                      gpus: Sequence[GpuInfo] = ()) -> tuple[DeviceSpec, ...]:  # fmt: skip
+def specs_from_listed(
+    listed: Sequence[Device], overheads: Sizes | None, gpus: Sequence[GpuInfo] = ()
+) -> tuple[DeviceSpec, ...]:
     """DeviceSpecs for llama-server's own list (its order), with their buffer types; a CUDA
     device takes the free memory NVML reports for it (matched by name and size)."""
     per_server: dict[str, int] = {}
@@ -63,11 +64,17 @@ def specs_from_listed(listed: Sequence[Device], overheads: Sizes | None,
         else:
             kind = "cuda" if device.name.startswith("CUDA") else "cpu-like"
             buft = device.name
-        specs.append(DeviceSpec(
-            name=device.name, buft=buft, kind=kind,
-            overhead_bytes=_overhead(kind, costs, index), total_bytes=device.total_bytes,
-            free_bytes=device.free_bytes, description=device.description,
-        ))  # fmt: skip
+        specs.append(
+            DeviceSpec(
+                name=device.name,
+                buft=buft,
+                kind=kind,
+                overhead_bytes=_overhead(kind, costs, index),
+                total_bytes=device.total_bytes,
+                free_bytes=device.free_bytes,
+                description=device.description,
+            )
+        )
     return tuple(specs)
 
 
@@ -82,15 +89,23 @@ def cuda_order_is_nvml(gpus: Sequence[GpuInfo]) -> bool:
 def gpu_specs(gpus: Sequence[GpuInfo], overheads: Sizes | None) -> list[DeviceSpec]:
     """CUDA0, CUDA1, ... for detected GPUs in the order given."""
     costs = per_device(overheads, len(gpus), "--overhead")
-    return [DeviceSpec(
-        name=f"CUDA{i}", buft=f"CUDA{i}", kind="cuda",
-        overhead_bytes=_overhead("cuda", costs, i),
-        total_bytes=gpu.vram_total_bytes, free_bytes=gpu.vram_free_bytes, description=gpu.name,
-    ) for i, gpu in enumerate(gpus)]  # fmt: skip
+    return [
+        DeviceSpec(
+            name=f"CUDA{i}",
+            buft=f"CUDA{i}",
+            kind="cuda",
+            overhead_bytes=_overhead("cuda", costs, i),
+            total_bytes=gpu.vram_total_bytes,
+            free_bytes=gpu.vram_free_bytes,
+            description=gpu.name,
+        )
+        for i, gpu in enumerate(gpus)
+    ]
 
 
-def described(sizes: Sizes, endpoints: tuple[str, ...],
-              overheads: Sizes | None) -> tuple[DeviceSpec, ...]:  # fmt: skip
+def described(
+    sizes: Sizes, endpoints: tuple[str, ...], overheads: Sizes | None
+) -> tuple[DeviceSpec, ...]:
     """Devices given by ``--vram``: one size per RPC server first, then CUDA0, CUDA1, ..."""
     if len(sizes) < len(endpoints):
         raise BadValueError(
@@ -98,14 +113,28 @@ def described(sizes: Sizes, endpoints: tuple[str, ...],
             hint="give one size per device: the RPC servers first, then the GPUs",
         )
     costs = per_device(overheads, len(sizes), "--overhead")
-    specs = [DeviceSpec(name=f"RPC{i}", buft=rpc_buft(ep), kind="rpc",
-                        overhead_bytes=_overhead("rpc", costs, i), total_bytes=sizes[i],
-                        description=ep) for i, ep in enumerate(endpoints)]  # fmt: skip
+    specs = [
+        DeviceSpec(
+            name=f"RPC{i}",
+            buft=rpc_buft(ep),
+            kind="rpc",
+            overhead_bytes=_overhead("rpc", costs, i),
+            total_bytes=sizes[i],
+            description=ep,
+        )
+        for i, ep in enumerate(endpoints)
+    ]
     for j, size in enumerate(sizes.values[len(endpoints) :]):
         index = len(endpoints) + j
-        specs.append(DeviceSpec(name=f"CUDA{j}", buft=f"CUDA{j}", kind="cuda",
-                                overhead_bytes=_overhead("cuda", costs, index),
-                                total_bytes=size))  # fmt: skip
+        specs.append(
+            DeviceSpec(
+                name=f"CUDA{j}",
+                buft=f"CUDA{j}",
+                kind="cuda",
+                overhead_bytes=_overhead("cuda", costs, index),
+                total_bytes=size,
+            )
+        )
     return tuple(specs)
 
 

@@ -128,8 +128,9 @@ def _gbps(rate: float) -> str:
 # --- GPUs ----------------------------------------------------------------------------------------
 
 
-def gpu_findings(gpus: list[GpuInfo], why: str | None,
-                 described: str | None = None) -> list[Finding]:  # fmt: skip
+def gpu_findings(
+    gpus: list[GpuInfo], why: str | None, described: str | None = None
+) -> list[Finding]:
     """One finding per GPU; without one, a failure, or a warning when ``described`` (the
     ``--vram``/``--gpu`` the model checks use instead) stands in for it."""
     if not gpus:
@@ -138,14 +139,23 @@ def gpu_findings(gpus: list[GpuInfo], why: str | None,
         )
         fix = "install the NVIDIA driver (nvidia-smi must list the GPU)"
         if described is not None:
-            return [Finding(check="gpu", status="warn",
-                            message=f"no NVIDIA GPU detected: {reason}; the model checks use "
-                            f"{described}", fix=fix)]  # fmt: skip
-        return [Finding(
-            check="gpu", status="fail", message=f"no NVIDIA GPU detected: {reason}",
-            fix=f"{fix}; to plan for a card elsewhere use `moetune plan MODEL --gpu rtx4090` "
-            "or --vram",
-        )]  # fmt: skip
+            return [
+                Finding(
+                    check="gpu",
+                    status="warn",
+                    message=f"no NVIDIA GPU detected: {reason}; the model checks use {described}",
+                    fix=fix,
+                )
+            ]
+        return [
+            Finding(
+                check="gpu",
+                status="fail",
+                message=f"no NVIDIA GPU detected: {reason}",
+                fix=f"{fix}; to plan for a card elsewhere use `moetune plan MODEL --gpu rtx4090` "
+                "or --vram",
+            )
+        ]
     return [_memory_finding(gpu) for gpu in gpus]
 
 
@@ -153,18 +163,21 @@ def _memory_finding(gpu: GpuInfo) -> Finding:
     label = f"GPU {gpu.index}: {gpu.name}"
     total, free = gpu.vram_total_bytes, gpu.vram_free_bytes
     if total is None:
-        return Finding(check="gpu", status="warn",
-                       message=f"{label} does not report its memory (unified memory?)",
-                       fix="pass --vram to plan and --target-vram to run")  # fmt: skip
+        return Finding(
+            check="gpu",
+            status="warn",
+            message=f"{label} does not report its memory (unified memory?)",
+            fix="pass --vram to plan and --target-vram to run",
+        )
     message = f"{label}, {format_bytes(total)}"
     if free is not None and total - free > GIB:
         return Finding(
-            check="gpu", status="warn",
+            check="gpu",
+            status="warn",
             message=f"{message}, only {format_bytes(free)} free: other processes hold "
             f"{format_bytes(total - free)}",
-            fix="close them (`nvidia-smi` lists them), or plan with --target-vram for what is "
-            "left",
-        )  # fmt: skip
+            fix="close them (`nvidia-smi` lists them), or plan with --target-vram for what is left",
+        )
     return Finding(check="gpu", status="ok", message=f"{message} ({format_bytes(free)} free)")
 
 
@@ -177,23 +190,35 @@ def pcie_finding(gpu: GpuInfo, profile: HardwareProfile | None) -> Finding:
     gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
     now = _link(gpu.pcie_gen_current, gpu.pcie_width_current)
     if gen is None or width is None:
-        return Finding(check="pcie", status="warn", message=f"GPU {gpu.index}: PCIe link unknown",
-                       fix="check it with `nvidia-smi -q -d PCIE`")  # fmt: skip
+        return Finding(
+            check="pcie",
+            status="warn",
+            message=f"GPU {gpu.index}: PCIe link unknown",
+            fix="check it with `nvidia-smi -q -d PCIE`",
+        )
     bandwidth = _gbps(pcie_bandwidth_bytes_per_s(gen, width))
     link = f"GPU {gpu.index}: {_link(gen, width)} max ({bandwidth}), {now} now"
-    slow_fix = ("prompt processing with experts on the CPU copies them over this link: use a "
-                "CPU-attached slot with the card's full link (check the BIOS link speed); "
-                "-ub 2048 -b 2048 makes fewer copies")  # fmt: skip
+    slow_fix = (
+        "prompt processing with experts on the CPU copies them over this link: use a "
+        "CPU-attached slot with the card's full link (check the BIOS link speed); "
+        "-ub 2048 -b 2048 makes fewer copies"
+    )
     if profile is not None and (gen < profile.pcie_gen or width < profile.pcie_lanes):
         card = _link(profile.pcie_gen, profile.pcie_lanes)
-        return Finding(check="pcie", status="warn",
-                       message=f"{link}: the card supports {card}", fix=slow_fix)  # fmt: skip
+        return Finding(
+            check="pcie", status="warn", message=f"{link}: the card supports {card}", fix=slow_fix
+        )
     if gen <= 3:
-        return Finding(check="pcie", status="warn", message=f"{link}: PCIe 3.0 or older",
-                       fix=slow_fix)  # fmt: skip
+        return Finding(
+            check="pcie", status="warn", message=f"{link}: PCIe 3.0 or older", fix=slow_fix
+        )
     if (gpu.pcie_width_current or width) < width:
-        return Finding(check="pcie", status="warn", message=f"{link}: running with fewer lanes",
-                       fix="reseat it; check the slot's lane sharing (M.2 drives)")  # fmt: skip
+        return Finding(
+            check="pcie",
+            status="warn",
+            message=f"{link}: running with fewer lanes",
+            fix="reseat it; check the slot's lane sharing (M.2 drives)",
+        )
     idle = (
         " (a lower generation at idle is power saving)"
         if (gpu.pcie_gen_current or gen) < gen
@@ -207,14 +232,20 @@ def driver_finding(gpus: list[GpuInfo]) -> Finding | None:
         return None
     version = gpus[0].driver_version
     if version is None:
-        return Finding(check="driver", status="warn", message="driver version unknown",
-                       fix="check `nvidia-smi`")  # fmt: skip
+        return Finding(
+            check="driver",
+            status="warn",
+            message="driver version unknown",
+            fix="check `nvidia-smi`",
+        )
     major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
     if major < MIN_DRIVER:
-        return Finding(check="driver", status="warn",
-                       message=f"NVIDIA driver {version}: older than {MIN_DRIVER}",
-                       fix=f"CUDA 12 builds of llama.cpp need driver {MIN_DRIVER} or newer: "
-                       "update the driver")  # fmt: skip
+        return Finding(
+            check="driver",
+            status="warn",
+            message=f"NVIDIA driver {version}: older than {MIN_DRIVER}",
+            fix=f"CUDA 12 builds of llama.cpp need driver {MIN_DRIVER} or newer: update the driver",
+        )
     return Finding(check="driver", status="ok", message=f"NVIDIA driver {version}")
 
 
@@ -224,8 +255,12 @@ def driver_finding(gpus: list[GpuInfo]) -> Finding | None:
 def cpu_finding(host: HostInfo) -> Finding:
     physical, logical = host.physical_cores, host.logical_cores
     if physical is None:
-        return Finding(check="cpu", status="warn", message=f"{logical} logical cores, physical "
-                       "count unknown", fix="pass -t with your physical core count")  # fmt: skip
+        return Finding(
+            check="cpu",
+            status="warn",
+            message=f"{logical} logical cores, physical count unknown",
+            fix="pass -t with your physical core count",
+        )
     message = f"{physical} physical cores, {logical} logical"
     if logical > physical:
         message += f": use -t {physical} (hyper-threads only fight over memory bandwidth)"
@@ -237,17 +272,20 @@ def ram_finding(host: HostInfo) -> Finding:
     message = f"RAM {format_bytes(total)}, {format_bytes(available)} available"
     if host.ram_limit_bytes is not None:
         return Finding(
-            check="ram", status="warn",
+            check="ram",
+            status="warn",
             message=f"{message}, but this container/cgroup may use only "
             f"{format_bytes(host.ram_limit_bytes)}",
             fix="raise the memory limit (docker run --memory, systemd MemoryMax)",
-        )  # fmt: skip
+        )
     if total < 16 * GIB or available < 8 * GIB:
         return Finding(
-            check="ram", status="warn", message=f"{message}: little room for CPU-resident experts",
+            check="ram",
+            status="warn",
+            message=f"{message}: little room for CPU-resident experts",
             fix="close programs, add RAM, or pick a smaller quant; "
             "`moetune doctor MODEL` says what a model needs",
-        )  # fmt: skip
+        )
     return Finding(check="ram", status="ok", message=message)
 
 
@@ -255,24 +293,27 @@ def swap_finding(host: HostInfo) -> Finding:
     used, total = host.swap_used_bytes, host.swap_total_bytes
     if used > GIB:
         return Finding(
-            check="swap", status="warn",
+            check="swap",
+            status="warn",
             message=f"{format_bytes(used)} of swap in use: RAM has been short",
             fix="free RAM before serving: experts paged to swap or re-read from disk drop "
             "decoding under 1 tok/s",
-        )  # fmt: skip
-    return Finding(check="swap", status="ok",
-                   message=f"swap {format_bytes(total)}, {format_bytes(used)} used")  # fmt: skip
+        )
+    return Finding(
+        check="swap", status="ok", message=f"swap {format_bytes(total)}, {format_bytes(used)} used"
+    )
 
 
 def wsl_finding(host: HostInfo) -> Finding | None:
     if not host.is_wsl:
         return None
     return Finding(
-        check="wsl", status="warn",
+        check="wsl",
+        status="warn",
         message=f"WSL2: Linux sees {format_bytes(host.ram_total_bytes)}, what WSL is given "
         "(by default half of Windows' RAM)",
         fix=WSLCONFIG_FIX,
-    )  # fmt: skip
+    )
 
 
 def server_finding(lookup: Callable[[], ServerInfo]) -> tuple[Finding, ServerInfo | None]:
@@ -281,17 +322,22 @@ def server_finding(lookup: Callable[[], ServerInfo]) -> tuple[Finding, ServerInf
     except MoetuneError as exc:
         status: Status = "fail" if isinstance(exc, ServerNotFoundError) else "warn"
         first = exc.message.splitlines()[0]
-        return Finding(check="llama-server", status=status, message=first,
-                       fix=exc.hint or INSTALL_HINT), None  # fmt: skip
+        return Finding(
+            check="llama-server", status=status, message=first, fix=exc.hint or INSTALL_HINT
+        ), None
     build = f"build {info.build_number}" if info.build_number else "build not recorded"
     about = f"llama-server {info.version or '?'} ({build}) at {info.path}"
     if not info.devices:
-        no_gpu = Finding(check="llama-server", status="warn",
-                         message=f"{about} sees no GPU (a CPU-only build?)",
-                         fix="install a CUDA build of llama.cpp")  # fmt: skip
+        no_gpu = Finding(
+            check="llama-server",
+            status="warn",
+            message=f"{about} sees no GPU (a CPU-only build?)",
+            fix="install a CUDA build of llama.cpp",
+        )
         return no_gpu, info
-    devices = ", ".join(f"{d.name} {d.description} ({format_bytes(d.total_bytes)})"
-                        for d in info.devices)  # fmt: skip
+    devices = ", ".join(
+        f"{d.name} {d.description} ({format_bytes(d.total_bytes)})" for d in info.devices
+    )
     return Finding(check="llama-server", status="ok", message=f"{about}; devices: {devices}"), info
 
 
@@ -300,10 +346,16 @@ def device_findings(info: ServerInfo | None) -> list[Finding]:
     backends), one finding each."""
     if info is None:
         return []
-    return [Finding(check="device", status="ok",
-                    message=f"{d.name} {d.description}: {format_bytes(d.total_bytes)}, "
-                    f"{format_bytes(d.free_bytes)} free")
-            for d in info.devices if not d.name.startswith("CUDA")]  # fmt: skip
+    return [
+        Finding(
+            check="device",
+            status="ok",
+            message=f"{d.name} {d.description}: {format_bytes(d.total_bytes)}, "
+            f"{format_bytes(d.free_bytes)} free",
+        )
+        for d in info.devices
+        if not d.name.startswith("CUDA")
+    ]
 
 
 # --- a model on this machine ---------------------------------------------------------------------
@@ -315,8 +367,13 @@ def gpu_target(inputs: DoctorInputs, gpus: list[GpuInfo]) -> GpuTarget | None:
     if inputs.vram_bytes is not None:
         return GpuTarget("given (--vram)", inputs.vram_bytes, None, None, None)
     if (p := inputs.gpu_profile) is not None:
-        return GpuTarget(p.name, p.vram_bytes, p.memory_bandwidth_bytes_per_s,
-                         p.pcie_bytes_per_s, _link(p.pcie_gen, p.pcie_lanes))  # fmt: skip
+        return GpuTarget(
+            p.name,
+            p.vram_bytes,
+            p.memory_bandwidth_bytes_per_s,
+            p.pcie_bytes_per_s,
+            _link(p.pcie_gen, p.pcie_lanes),
+        )
     gpu = next((g for g in gpus if g.vram_total_bytes is not None), None)
     if gpu is None or gpu.vram_total_bytes is None:
         return None
@@ -327,8 +384,9 @@ def gpu_target(inputs: DoctorInputs, gpus: list[GpuInfo]) -> GpuTarget | None:
     gen = gpu.pcie_gen_max or (profile.pcie_gen if profile else None)
     width = gpu.pcie_width_max or (profile.pcie_lanes if profile else None)
     pcie = pcie_bandwidth_bytes_per_s(gen, width) if gen and width else None
-    return GpuTarget(gpu.name, gpu.vram_total_bytes, bandwidth, pcie,
-                     _link(gen, width) if pcie else None)  # fmt: skip
+    return GpuTarget(
+        gpu.name, gpu.vram_total_bytes, bandwidth, pcie, _link(gen, width) if pcie else None
+    )
 
 
 def _placement_memory(
@@ -345,13 +403,19 @@ def _placement_memory(
     if target is None and not inputs.devices:
         memory = estimate(facts, Placement(n_gpu_layers=0), settings)
         return memory, check_ram(memory, total, available), None, settings
-    request = PlanRequest(model_path=facts.paths[0],
-                          device_bytes=target.vram_bytes if target else 0,
-                          target_bytes=inputs.target_bytes, headroom_bytes=inputs.headroom_bytes,
-                          settings=settings, ram_total_bytes=total, ram_available_bytes=available,
-                          devices=inputs.devices, device_targets=inputs.device_targets,
-                          device_headrooms=inputs.device_headrooms,
-                          device_args=inputs.device_args)  # fmt: skip
+    request = PlanRequest(
+        model_path=facts.paths[0],
+        device_bytes=target.vram_bytes if target else 0,
+        target_bytes=inputs.target_bytes,
+        headroom_bytes=inputs.headroom_bytes,
+        settings=settings,
+        ram_total_bytes=total,
+        ram_available_bytes=available,
+        devices=inputs.devices,
+        device_targets=inputs.device_targets,
+        device_headrooms=inputs.device_headrooms,
+        device_args=inputs.device_args,
+    )
     plan = make_plan(facts, request)
     if plan.fails == "gpu":
         raise DoesNotFitError(plan.reason or "does not fit", hint="; ".join(plan.suggestions))
@@ -361,18 +425,30 @@ def _placement_memory(
 
 def ram_model_finding(memory: MemoryEstimate, ram: RamCheck, n_cpu_moe: int | None) -> Finding:
     where = f"--n-cpu-moe {n_cpu_moe}" if n_cpu_moe is not None else "CPU only"
-    message = (f"RAM for the CPU side ({where}: {format_bytes(memory.cpu_expert_bytes)} of "
-               f"experts, {format_bytes(memory.host_bytes)} in all): {ram.message}")  # fmt: skip
+    message = (
+        f"RAM for the CPU side ({where}: {format_bytes(memory.cpu_expert_bytes)} of "
+        f"experts, {format_bytes(memory.host_bytes)} in all): {ram.message}"
+    )
     if ram.status == "ok":
         return Finding(check="model-ram", status="ok", message=message)
     status: Status = "fail" if ram.status == "fail" else "warn"
-    return Finding(check="model-ram", status=status, message=message,
-                   fix="free RAM, add RAM, use a smaller quant, or a shorter context")  # fmt: skip
+    return Finding(
+        check="model-ram",
+        status=status,
+        message=message,
+        fix="free RAM, add RAM, use a smaller quant, or a shorter context",
+    )
 
 
-def speed_ceiling(facts: ModelFacts, memory: MemoryEstimate, n_cpu_moe: int | None, *,
-                  target: GpuTarget | None, inputs: DoctorInputs,
-                  n_ubatch: int) -> SpeedCeiling:  # fmt: skip
+def speed_ceiling(
+    facts: ModelFacts,
+    memory: MemoryEstimate,
+    n_cpu_moe: int | None,
+    *,
+    target: GpuTarget | None,
+    inputs: DoctorInputs,
+    n_ubatch: int,
+) -> SpeedCeiling:
     """Decode and prompt ceilings for the planned placement."""
     share = facts.n_experts_used / facts.n_experts if facts.n_experts else 0.0
     embedding = facts.global_bytes_by_role.get(Role.TOKEN_EMBD, 0)  # one row per token
@@ -388,13 +464,19 @@ def speed_ceiling(facts: ModelFacts, memory: MemoryEstimate, n_cpu_moe: int | No
     copies = memory.cpu_expert_bytes
     prefill = n_ubatch * pcie / copies if pcie and copies else None
     return SpeedCeiling(
-        n_cpu_moe=n_cpu_moe, gpu_bytes_per_token=gpu_bytes, cpu_bytes_per_token=cpu_bytes,
-        gpu_bandwidth_bytes_per_s=gpu_bw, ram_bandwidth_bytes_per_s=ram_bw,
+        n_cpu_moe=n_cpu_moe,
+        gpu_bytes_per_token=gpu_bytes,
+        cpu_bytes_per_token=cpu_bytes,
+        gpu_bandwidth_bytes_per_s=gpu_bw,
+        ram_bandwidth_bytes_per_s=ram_bw,
         ram_bandwidth_assumed=inputs.ram_bandwidth_bytes_per_s is None,
         decode_tps=1 / (gpu_s + cpu_s) if gpu_s + cpu_s > 0 else None,
         bottleneck="RAM bandwidth" if cpu_s > 0 and cpu_s >= gpu_s else "GPU memory bandwidth",
-        cpu_expert_bytes=copies, pcie_bytes_per_s=pcie, n_ubatch=n_ubatch, prefill_tps=prefill,
-    )  # fmt: skip
+        cpu_expert_bytes=copies,
+        pcie_bytes_per_s=pcie,
+        n_ubatch=n_ubatch,
+        prefill_tps=prefill,
+    )
 
 
 def _per_token(c: SpeedCeiling, target: GpuTarget | None) -> str:
@@ -403,37 +485,53 @@ def _per_token(c: SpeedCeiling, target: GpuTarget | None) -> str:
     if c.cpu_bytes_per_token:
         assumed = " (assumed: pass --ram-bandwidth with yours)" if c.ram_bandwidth_assumed else ""
         ms = 1000 * c.cpu_bytes_per_token / c.ram_bandwidth_bytes_per_s
-        parts.append(f"{format_bytes(c.cpu_bytes_per_token)} from RAM at "
-                     f"{_gbps(c.ram_bandwidth_bytes_per_s)}{assumed} = {ms:.1f} ms")  # fmt: skip
+        parts.append(
+            f"{format_bytes(c.cpu_bytes_per_token)} from RAM at "
+            f"{_gbps(c.ram_bandwidth_bytes_per_s)}{assumed} = {ms:.1f} ms"
+        )
     if c.gpu_bytes_per_token and c.gpu_bandwidth_bytes_per_s:
         ms = 1000 * c.gpu_bytes_per_token / c.gpu_bandwidth_bytes_per_s
-        parts.append(f"{format_bytes(c.gpu_bytes_per_token)} from VRAM at "
-                     f"{_gbps(c.gpu_bandwidth_bytes_per_s)} = {ms:.1f} ms")  # fmt: skip
+        parts.append(
+            f"{format_bytes(c.gpu_bytes_per_token)} from VRAM at "
+            f"{_gbps(c.gpu_bandwidth_bytes_per_s)} = {ms:.1f} ms"
+        )
     elif c.gpu_bytes_per_token and target is not None:
-        parts.append(f"{format_bytes(c.gpu_bytes_per_token)} from VRAM, bandwidth unknown (no "
-                     f"hardware profile for {target.name}: pass --gpu NAME)")  # fmt: skip
+        parts.append(
+            f"{format_bytes(c.gpu_bytes_per_token)} from VRAM, bandwidth unknown (no "
+            f"hardware profile for {target.name}: pass --gpu NAME)"
+        )
     return "; ".join(parts)
 
 
 def decode_finding(ceiling: SpeedCeiling, target: GpuTarget | None, ram: RamCheck) -> Finding:
     c = ceiling
     if c.decode_tps is None:
-        return Finding(check="decode", status="warn",
-                       message=f"decode ceiling unknown: {_per_token(c, target)}",
-                       fix="pass --gpu with a hardware profile for this card")  # fmt: skip
+        return Finding(
+            check="decode",
+            status="warn",
+            message=f"decode ceiling unknown: {_per_token(c, target)}",
+            fix="pass --gpu with a hardware profile for this card",
+        )
     where = "CPU only" if target is None else "this placement"
     if c.n_cpu_moe is not None:
         where = f"--n-cpu-moe {c.n_cpu_moe}"
-    message = (f"decode ceiling ~{c.decode_tps:.1f} tok/s at {where}, bottleneck: "
-               f"{c.bottleneck}; per token {_per_token(c, target)}")  # fmt: skip
+    message = (
+        f"decode ceiling ~{c.decode_tps:.1f} tok/s at {where}, bottleneck: "
+        f"{c.bottleneck}; per token {_per_token(c, target)}"
+    )
     if ram.status in ("warn", "fail"):
-        return Finding(check="decode", status="warn",
-                       message=message + "; but RAM is short, so pages come from disk: far slower",
-                       fix="make the CPU-resident weights fit in free RAM first")  # fmt: skip
+        return Finding(
+            check="decode",
+            status="warn",
+            message=message + "; but RAM is short, so pages come from disk: far slower",
+            fix="make the CPU-resident weights fit in free RAM first",
+        )
     if c.decode_tps >= SLOW_DECODE_TPS:
         return Finding(check="decode", status="ok", message=message)
-    fix = ("keep more experts on the GPU (shorter context or q4_0 cache frees VRAM), populate "
-           "every memory channel, use -t = physical cores, or a smaller quant")  # fmt: skip
+    fix = (
+        "keep more experts on the GPU (shorter context or q4_0 cache frees VRAM), populate "
+        "every memory channel, use -t = physical cores, or a smaller quant"
+    )
     if c.bottleneck != "RAM bandwidth":
         fix = "a smaller quant: the GPU's own memory bandwidth is the limit"
     return Finding(check="decode", status="warn", message=message, fix=fix)
@@ -443,20 +541,26 @@ def prefill_finding(ceiling: SpeedCeiling, target: GpuTarget | None) -> Finding 
     c = ceiling
     if c.prefill_tps is None or c.pcie_bytes_per_s is None or target is None:
         return None
-    message = (f"prompt ceiling ~{c.prefill_tps:.0f} tok/s at -ub {c.n_ubatch}: each micro-batch "
-               f"copies {format_bytes(c.cpu_expert_bytes)} of CPU experts to the GPU over "
-               f"{target.pcie_label} ({_gbps(c.pcie_bytes_per_s)})")  # fmt: skip
+    message = (
+        f"prompt ceiling ~{c.prefill_tps:.0f} tok/s at -ub {c.n_ubatch}: each micro-batch "
+        f"copies {format_bytes(c.cpu_expert_bytes)} of CPU experts to the GPU over "
+        f"{target.pcie_label} ({_gbps(c.pcie_bytes_per_s)})"
+    )
     if c.n_ubatch < 2048:
         message += f"; ~{c.prefill_tps * 2048 / c.n_ubatch:.0f} tok/s with -ub 2048 -b 2048"
     if c.pcie_bytes_per_s >= 20 * 10**9:
         return Finding(check="prefill", status="ok", message=message)
-    return Finding(check="prefill", status="warn", message=message + ": a slow link",
-                   fix="-ub 2048 -b 2048 copies four times less often; a PCIe 4.0 x16 slot "
-                   "doubles the link")  # fmt: skip
+    return Finding(
+        check="prefill",
+        status="warn",
+        message=message + ": a slow link",
+        fix="-ub 2048 -b 2048 copies four times less often; a PCIe 4.0 x16 slot doubles the link",
+    )
 
 
-def model_findings(facts: ModelFacts, inputs: DoctorInputs, gpus: list[GpuInfo],
-                   host: HostInfo) -> tuple[list[Finding], SpeedCeiling | None]:  # fmt: skip
+def model_findings(
+    facts: ModelFacts, inputs: DoctorInputs, gpus: list[GpuInfo], host: HostInfo
+) -> tuple[list[Finding], SpeedCeiling | None]:
     target = gpu_target(inputs, gpus)
     try:
         memory, ram, n_cpu_moe, settings = _placement_memory(facts, inputs, target, host)
@@ -464,11 +568,13 @@ def model_findings(facts: ModelFacts, inputs: DoctorInputs, gpus: list[GpuInfo],
         return [Finding(check="model-fit", status="fail", message=exc.message, fix=exc.hint)], None
     if len(inputs.devices) > 1:  # the speed ceiling is a one-GPU model: RAM and fit only
         peaks = ", ".join(f"{d.name} {format_bytes(d.total_bytes)}" for d in memory.devices)
-        fit = Finding(check="model-fit", status="ok",
-                      message=f"fits {len(inputs.devices)} devices: {peaks}")  # fmt: skip
+        fit = Finding(
+            check="model-fit", status="ok", message=f"fits {len(inputs.devices)} devices: {peaks}"
+        )
         return [fit, ram_model_finding(memory, ram, n_cpu_moe)], None
-    ceiling = speed_ceiling(facts, memory, n_cpu_moe, target=target, inputs=inputs,
-                            n_ubatch=settings.n_ubatch)  # fmt: skip
+    ceiling = speed_ceiling(
+        facts, memory, n_cpu_moe, target=target, inputs=inputs, n_ubatch=settings.n_ubatch
+    )
     found = [ram_model_finding(memory, ram, n_cpu_moe), decode_finding(ceiling, target, ram)]
     if (prefill := prefill_finding(ceiling, target)) is not None:
         found.append(prefill)
@@ -487,8 +593,13 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
     findings = gpu_findings(gpus, inputs.gpus.why, described)
     for gpu in gpus:
         findings.append(pcie_finding(gpu, match_detected(gpu.name, gpu.vram_total_bytes, hardware)))
-    optional = [driver_finding(gpus), cpu_finding(host), ram_finding(host), swap_finding(host),
-                wsl_finding(host)]  # fmt: skip
+    optional = [
+        driver_finding(gpus),
+        cpu_finding(host),
+        ram_finding(host),
+        swap_finding(host),
+        wsl_finding(host),
+    ]
     findings += [f for f in optional if f is not None]
     server, info = server_finding(inputs.server)
     findings.append(server)
@@ -498,5 +609,6 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
         more, ceiling = model_findings(facts, inputs, gpus, host)
         findings += more
     model = facts.paths[0] if facts is not None else None
-    return DoctorReport(findings=findings, gpus=gpus, host=host, server=info, model=model,
-                        ceiling=ceiling)  # fmt: skip
+    return DoctorReport(
+        findings=findings, gpus=gpus, host=host, server=info, model=model, ceiling=ceiling
+    )

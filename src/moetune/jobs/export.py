@@ -29,16 +29,39 @@ SHARED_MACRO = "moetune-shared"
 _SOURCE_KEYS = ("model", "hf-repo", "model-url", "mmproj", "model-draft")
 # llama-server's long names for the short flags moetune writes (common/arg.cpp, build 11434)
 LONG_NAMES = {
-    "-m": "model", "-hf": "hf-repo", "-hfr": "hf-repo", "-mu": "model-url", "-mm": "mmproj",
-    "-md": "model-draft", "-ngl": "n-gpu-layers", "-fa": "flash-attn", "-ctk": "cache-type-k",
-    "-ctv": "cache-type-v", "-c": "ctx-size", "-ot": "override-tensor", "-ts": "tensor-split",
-    "-t": "threads", "-ub": "ubatch-size", "-b": "batch-size", "-np": "parallel",
-    "-dev": "device", "-sm": "split-mode", "-mg": "main-gpu", "-ncmoe": "n-cpu-moe",
-    "-cmoe": "cpu-moe", "-fit": "fit", "-ngld": "spec-draft-ngl", "-devd": "spec-draft-device",
-    "-ctkd": "spec-draft-type-k", "-ctvd": "spec-draft-type-v", "-otd":
-    "spec-draft-override-tensor", "-ncmoed": "spec-draft-n-cpu-moe", "-cmoed":
-    "spec-draft-cpu-moe", "-mmdev": "mmproj-device", "-lm": "load-mode",
-}  # fmt: skip
+    "-m": "model",
+    "-hf": "hf-repo",
+    "-hfr": "hf-repo",
+    "-mu": "model-url",
+    "-mm": "mmproj",
+    "-md": "model-draft",
+    "-ngl": "n-gpu-layers",
+    "-fa": "flash-attn",
+    "-ctk": "cache-type-k",
+    "-ctv": "cache-type-v",
+    "-c": "ctx-size",
+    "-ot": "override-tensor",
+    "-ts": "tensor-split",
+    "-t": "threads",
+    "-ub": "ubatch-size",
+    "-b": "batch-size",
+    "-np": "parallel",
+    "-dev": "device",
+    "-sm": "split-mode",
+    "-mg": "main-gpu",
+    "-ncmoe": "n-cpu-moe",
+    "-cmoe": "cpu-moe",
+    "-fit": "fit",
+    "-ngld": "spec-draft-ngl",
+    "-devd": "spec-draft-device",
+    "-ctkd": "spec-draft-type-k",
+    "-ctvd": "spec-draft-type-v",
+    "-otd": "spec-draft-override-tensor",
+    "-ncmoed": "spec-draft-n-cpu-moe",
+    "-cmoed": "spec-draft-cpu-moe",
+    "-mmdev": "mmproj-device",
+    "-lm": "load-mode",
+}
 _NUMBER = re.compile(r"^-\d")
 
 
@@ -84,8 +107,11 @@ def _shared(entries: Sequence[dict[str, str]]) -> dict[str, str]:
     if len(entries) < 2:
         return {}
     first = entries[0]
-    return {k: v for k, v in first.items()
-            if k not in _SOURCE_KEYS and all(e.get(k) == v for e in entries[1:])}  # fmt: skip
+    return {
+        k: v
+        for k, v in first.items()
+        if k not in _SOURCE_KEYS and all(e.get(k) == v for e in entries[1:])
+    }
 
 
 # --- the preset (INI) --------------------------------------------------------------------------
@@ -137,14 +163,26 @@ def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> s
     shared = {} if user_globals else _shared(keys)
     if not shared and "*" in by_name and by_name["*"].ours:  # one model now: no [*] of ours
         shared = _shared([*keys, *keys])
-    mine = {e.name: _ini_section(e.name, ("tuned" if e.tuned else "PREDICTED") + f": {e.note}",
-                                 {k: v for k, v in kv.items() if k not in shared},
-                                 by_name[e.name].kept() if e.name in by_name else [])
-            for e, kv in zip(entries, keys, strict=True)}  # fmt: skip
-    globals_ = _ini_section("*", "shared by every model moetune exported", shared,
-                            by_name["*"].kept() if "*" in by_name else [])  # fmt: skip
-    head = old[0].lines or ["; llama-server --models-preset THIS_FILE (written by moetune "
-                            "export preset)", "version = 1", ""]  # fmt: skip
+    mine = {
+        e.name: _ini_section(
+            e.name,
+            ("tuned" if e.tuned else "PREDICTED") + f": {e.note}",
+            {k: v for k, v in kv.items() if k not in shared},
+            by_name[e.name].kept() if e.name in by_name else [],
+        )
+        for e, kv in zip(entries, keys, strict=True)
+    }
+    globals_ = _ini_section(
+        "*",
+        "shared by every model moetune exported",
+        shared,
+        by_name["*"].kept() if "*" in by_name else [],
+    )
+    head = old[0].lines or [
+        "; llama-server --models-preset THIS_FILE (written by moetune export preset)",
+        "version = 1",
+        "",
+    ]
     out: list[str] = list(head)
     wrote_globals = False
     for section in old[1:]:
@@ -181,10 +219,13 @@ def _swap_block(entry: ServeEntry, binary: str, shared: Sequence[Pair]) -> list[
     cmd = shlex.join([binary, "--port", "PORT_", *_words(own)]).replace("PORT_", "${PORT}")
     if shared:
         cmd += " ${" + SHARED_MACRO + "}"
-    return [f"  # {MARK} begin {entry.name}",
-            f"  # {'tuned' if entry.tuned else 'PREDICTED'}: {entry.note}",
-            f"  {_yaml_quote(entry.name)}:", f"    cmd: {_yaml_quote(cmd)}",
-            f"  # {MARK} end {entry.name}"]  # fmt: skip
+    return [
+        f"  # {MARK} begin {entry.name}",
+        f"  # {'tuned' if entry.tuned else 'PREDICTED'}: {entry.note}",
+        f"  {_yaml_quote(entry.name)}:",
+        f"    cmd: {_yaml_quote(cmd)}",
+        f"  # {MARK} end {entry.name}",
+    ]
 
 
 def _shared_pairs(entries: Sequence[ServeEntry]) -> list[Pair]:
@@ -192,13 +233,15 @@ def _shared_pairs(entries: Sequence[ServeEntry]) -> list[Pair]:
     if len(entries) < 2:
         return []
     pairs = [arg_pairs(e.args) for e in entries]
-    return [(flag, value) for flag, value in pairs[0]
-            if LONG_NAMES.get(flag, flag.lstrip("-")) not in _SOURCE_KEYS
-            and all((flag, value) in other for other in pairs[1:])]  # fmt: skip
+    return [
+        (flag, value)
+        for flag, value in pairs[0]
+        if LONG_NAMES.get(flag, flag.lstrip("-")) not in _SOURCE_KEYS
+        and all((flag, value) in other for other in pairs[1:])
+    ]
 
 
-def llama_swap_text(entries: Sequence[ServeEntry], binary: str,
-                    existing: str | None = None) -> str:  # fmt: skip
+def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | None = None) -> str:
     """The llama-swap config for ``entries``, merged into ``existing`` when given: moetune's
     model blocks (between its begin/end comments) and its macro are replaced, the rest kept."""
     shared_pairs = _shared_pairs(entries)

@@ -65,11 +65,19 @@ class LaunchSpec:
             return self._argv(None, (), FitMode(None, target_mib))
         return self._argv(None, (), FitMode(target_mib))
 
-    def _argv(self, placement: Placement | None, flags: tuple[str, ...],
-              fit: FitMode | None) -> list[str]:  # fmt: skip
-        args = args_for(self.model, self.settings, placement, threads=self.threads,
-                        extra=(*flags, *self.extra), with_ubatch=False, fit=fit,
-                        bufts=bufts(self.devices))  # fmt: skip
+    def _argv(
+        self, placement: Placement | None, flags: tuple[str, ...], fit: FitMode | None
+    ) -> list[str]:
+        args = args_for(
+            self.model,
+            self.settings,
+            placement,
+            threads=self.threads,
+            extra=(*flags, *self.extra),
+            with_ubatch=False,
+            fit=fit,
+            bufts=bufts(self.devices),
+        )
         return server_argv(args)[1:]
 
     def start(self, args: list[str], port: int | None = None) -> RunningServer:
@@ -77,12 +85,15 @@ class LaunchSpec:
         return launch(self.binary, args, port=port or self.port, log_dir=self.log_dir)
 
 
-def settings_from_extra(settings: Settings, extra: tuple[str, ...],
-                        facts: ModelFacts | None = None) -> Settings:  # fmt: skip
+def settings_from_extra(
+    settings: Settings, extra: tuple[str, ...], facts: ModelFacts | None = None
+) -> Settings:
     """The micro-batch and batch sizes given after ``--`` (llama-server's defaults else), and
     with ``facts`` (the model) the projector and draft model they load beside it."""
-    update = {"n_ubatch": extra_int(extra, "-ub", "--ubatch-size") or 512,
-              "n_batch": extra_int(extra, "-b", "--batch-size") or 2048}  # fmt: skip
+    update = {
+        "n_ubatch": extra_int(extra, "-ub", "--ubatch-size") or 512,
+        "n_batch": extra_int(extra, "-b", "--batch-size") or 2048,
+    }
     found = settings.model_copy(update=update)
     if facts is None:
         return found
@@ -139,8 +150,10 @@ def split_mode(extra: tuple[str, ...]) -> str:
     are refused."""
     mode = extra_value(extra, "-sm", "--split-mode") or "layer"
     if mode in REFUSED_SPLITS:
-        raise BadValueError(f"-sm {mode} is not supported: moetune plans a split by layer",
-                            hint="leave -sm out, or use -sm none for one device")  # fmt: skip
+        raise BadValueError(
+            f"-sm {mode} is not supported: moetune plans a split by layer",
+            hint="leave -sm out, or use -sm none for one device",
+        )
     return mode
 
 
@@ -154,8 +167,10 @@ def chosen_devices(listed: tuple[Device, ...], extra: tuple[str, ...]) -> tuple[
         by_name = {d.name: d for d in listed}
         missing = [n for n in wanted if n not in by_name]
         if missing:
-            raise BadValueError(f"-dev {names}: llama-server has no device {missing[0]}",
-                                hint="its devices: " + ", ".join(by_name))  # fmt: skip
+            raise BadValueError(
+                f"-dev {names}: llama-server has no device {missing[0]}",
+                hint="its devices: " + ", ".join(by_name),
+            )
         chosen = tuple(by_name[n] for n in wanted)
     if split_mode(extra) == "none":
         main = extra_int(extra, "-mg", "--main-gpu") or 0
@@ -165,8 +180,9 @@ def chosen_devices(listed: tuple[Device, ...], extra: tuple[str, ...]) -> tuple[
     return chosen
 
 
-def budgets_for(devices: tuple[DeviceSpec, ...], targets: Sizes | None,
-                headrooms: Sizes) -> tuple[int, ...]:  # fmt: skip
+def budgets_for(
+    devices: tuple[DeviceSpec, ...], targets: Sizes | None, headrooms: Sizes
+) -> tuple[int, ...]:
     """Each device's budget: its ``--target-vram``, else its total - ``--headroom``."""
     n = len(devices)
     per_target = per_device(targets, n, "--target-vram")
@@ -180,26 +196,36 @@ def budgets_for(devices: tuple[DeviceSpec, ...], targets: Sizes | None,
         if budget <= 0:
             raise BadValueError(
                 f"{device.name} has {format_bytes(device.total_bytes)}: nothing is left after "
-                f"the {format_bytes(per_headroom[i])} headroom", hint="pass --target-vram",
-            )  # fmt: skip
+                f"the {format_bytes(per_headroom[i])} headroom",
+                hint="pass --target-vram",
+            )
         found.append(budget)
     return tuple(found)
 
 
-def fit_margins(devices: tuple[DeviceSpec, ...], budgets: tuple[int, ...],
-                targeted: bool) -> tuple[int, ...] | None:  # fmt: skip
+def fit_margins(
+    devices: tuple[DeviceSpec, ...], budgets: tuple[int, ...], targeted: bool
+) -> tuple[int, ...] | None:
     """``--fit-target`` per device for the same budgets: ``--fit`` keeps a margin of *free*
     memory (common/fit.cpp), so a budget becomes the device's free memory minus it. One
     device without a target: llama.cpp's own default margin (None)."""
     if len(devices) == 1 and not targeted:
         return None
-    return tuple(max(0, ((d.free_bytes or d.total_bytes or 0) - b) // MIB)
-                 for d, b in zip(devices, budgets, strict=True))  # fmt: skip
+    return tuple(
+        max(0, ((d.free_bytes or d.total_bytes or 0) - b) // MIB)
+        for d, b in zip(devices, budgets, strict=True)
+    )
 
 
-def prepare_device(spec: LaunchSpec, *, target_bytes: Sizes | None, headroom_bytes: Sizes,
-                   gpus: GpuProbe | None, overhead: Sizes | None = None,
-                   rpc: tuple[str, ...] = ()) -> tuple[LaunchSpec, DeviceSetup]:  # fmt: skip
+def prepare_device(
+    spec: LaunchSpec,
+    *,
+    target_bytes: Sizes | None,
+    headroom_bytes: Sizes,
+    gpus: GpuProbe | None,
+    overhead: Sizes | None = None,
+    rpc: tuple[str, ...] = (),
+) -> tuple[LaunchSpec, DeviceSetup]:
     """Check the pass-through arguments, ask llama-server for its devices, fix each one's
     budget and memory probe; the spec comes back with the first device's compute rules and
     overhead in its settings (and moetune's own ``--rpc`` among its arguments)."""
@@ -237,8 +263,13 @@ def check_loadable(facts: ModelFacts) -> None:
         )
 
 
-def resolve_context(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, ctx: Ctx | None,
-                    warn: Callable[[str], None]) -> LaunchSpec:  # fmt: skip
+def resolve_context(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    ctx: Ctx | None,
+    warn: Callable[[str], None],
+) -> LaunchSpec:
     """The spec at the context asked for: ``--ctx N``, the default, or ``max`` (the largest
     that fits the budget with every expert on the CPU)."""
     settings = spec.settings

@@ -17,8 +17,12 @@ from moetune.llamacpp.client import CompletionResult, ServerClient
 WARM_UP_TOKENS = 4
 
 
-_IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg",
-                b"GIF8": "image/gif", b"BM": "image/bmp"}  # fmt: skip
+_IMAGE_TYPES = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"\xff\xd8\xff": "image/jpeg",
+    b"GIF8": "image/gif",
+    b"BM": "image/bmp",
+}
 
 
 def image_data_uri(path: Path) -> str:
@@ -40,13 +44,18 @@ def sample_of(result: CompletionResult) -> Sample:
     """The raw sample of one timed request."""
     ttft = result.ttft_s
     return Sample(
-        prompt_n=result.prompt_n, predicted_n=result.predicted_n, ttft_s=ttft,
-        prompt_ms=result.prompt_ms, predicted_ms=result.predicted_ms,
-        prefill_tps=result.prompt_per_second, decode_tps=result.predicted_per_second,
+        prompt_n=result.prompt_n,
+        predicted_n=result.predicted_n,
+        ttft_s=ttft,
+        prompt_ms=result.prompt_ms,
+        predicted_ms=result.predicted_ms,
+        prefill_tps=result.prompt_per_second,
+        decode_tps=result.predicted_per_second,
         client_prefill_tps=result.prompt_n / ttft if ttft else None,
-        client_decode_tps=result.client_decode_tps, wall_s=result.wall_s,
+        client_decode_tps=result.client_decode_tps,
+        wall_s=result.wall_s,
         stop_type=result.stop_type,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -78,14 +87,16 @@ class Prompts:
 
     def text(self, client: ServerClient, depth: int) -> str:
         if depth not in self.texts:
-            build = (client.chat_prompt_of_tokens if self.endpoint == "chat"
-                     else client.prompt_of_tokens)  # fmt: skip
+            build = (
+                client.chat_prompt_of_tokens if self.endpoint == "chat" else client.prompt_of_tokens
+            )
             self.texts[depth] = build(depth)
         return self.texts[depth]
 
 
-def request(client: ServerClient, endpoint: str, text: str, n_predict: int,
-            image: str | None = None) -> CompletionResult:  # fmt: skip
+def request(
+    client: ServerClient, endpoint: str, text: str, n_predict: int, image: str | None = None
+) -> CompletionResult:
     """One timed, streamed, uncached request on ``endpoint`` (chat: with ``image`` if given,
     so the time to first token includes encoding it)."""
     if endpoint == "chat":
@@ -93,9 +104,16 @@ def request(client: ServerClient, endpoint: str, text: str, n_predict: int,
     return client.complete(text, n_predict, stream=True)
 
 
-def measure_depths(client: ServerClient, workload: Workload, prompts: Prompts, *, config: str,
-                   probe: Callable[[], int | None], into: list[DepthResult],
-                   live: StatusSink = NO_STATUS) -> None:  # fmt: skip
+def measure_depths(
+    client: ServerClient,
+    workload: Workload,
+    prompts: Prompts,
+    *,
+    config: str,
+    probe: Callable[[], int | None],
+    into: list[DepthResult],
+    live: StatusSink = NO_STATUS,
+) -> None:
     """A warm-up, then ``repeats`` requests per depth; a DepthResult per depth into ``into``;
     each phase and request told to ``live``.
 
@@ -105,14 +123,18 @@ def measure_depths(client: ServerClient, workload: Workload, prompts: Prompts, *
     shortest = prompts.minimum(client)
     depths = capped_depths(workload.depths, client.n_ctx(), workload.n_predict, shortest)
     live.phase("warming up")
-    request(client, workload.endpoint, prompts.text(client, shortest), WARM_UP_TOKENS,
-            workload.image)  # fmt: skip
+    request(
+        client, workload.endpoint, prompts.text(client, shortest), WARM_UP_TOKENS, workload.image
+    )
     for depth in depths:
         samples: list[Sample] = []
         live.phase("measuring", depth=depth)
         text = prompts.text(client, depth)
         for index in range(workload.repeats):
             live.progress(index + 1, workload.repeats)
-            samples.append(sample_of(request(client, workload.endpoint, text,
-                                             workload.n_predict, workload.image)))  # fmt: skip
+            samples.append(
+                sample_of(
+                    request(client, workload.endpoint, text, workload.n_predict, workload.image)
+                )
+            )
         into.append(summarize(config, depth, samples, probe()))

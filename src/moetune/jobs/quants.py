@@ -58,17 +58,26 @@ class QuantsResult(BaseModel):
     reason: str | None = None  # when nothing fits: why the smallest does not
 
 
-def plan_quants(name: ModelName, listing: RepoListing, plan_of: PlanOf,
-                devices: Sequence[DeviceSpec],
-                ram: tuple[int | None, int | None, int | None]) -> QuantsResult:  # fmt: skip
+def plan_quants(
+    name: ModelName,
+    listing: RepoListing,
+    plan_of: PlanOf,
+    devices: Sequence[DeviceSpec],
+    ram: tuple[int | None, int | None, int | None],
+) -> QuantsResult:
     """Plan every quant of ``listing`` with ``plan_of``; the rows biggest first."""
     room = sum(d.total_bytes or 0 for d in devices) + (ram[0] or 0)
     rows: list[QuantRow] = []
     n_ctx, cache_type = None, ""
     for quant in sorted(listing.quants(), key=lambda q: q.size_bytes, reverse=True):
-        row = QuantRow(tag=quant.tag, name=f"{name.repo}:{quant.tag}", file=quant.first.path,
-                       files=[f.path for f in quant.files], size_bytes=quant.size_bytes,
-                       fits=False)  # fmt: skip
+        row = QuantRow(
+            tag=quant.tag,
+            name=f"{name.repo}:{quant.tag}",
+            file=quant.first.path,
+            files=[f.path for f in quant.files],
+            size_bytes=quant.size_bytes,
+            fits=False,
+        )
         if room and ram[0] and quant.size_bytes > room:
             rows.append(
                 row.model_copy(
@@ -88,24 +97,35 @@ def plan_quants(name: ModelName, listing: RepoListing, plan_of: PlanOf,
         rows.append(_row(row, plan, _max_ctx(plan_of, quant)))
     fitting = [r for r in rows if r.fits]
     best = max(fitting, key=lambda r: r.size_bytes, default=None)
-    gpu_only = max((r for r in fitting if r.all_on_gpu), key=lambda r: r.size_bytes,
-                   default=None)  # fmt: skip
+    gpu_only = max((r for r in fitting if r.all_on_gpu), key=lambda r: r.size_bytes, default=None)
     smallest = min(rows, key=lambda r: r.size_bytes, default=None)
     return QuantsResult(
-        repo=name.repo, commit=listing.commit, n_ctx=n_ctx, cache_type=cache_type, quants=rows,
-        best=best.tag if best else None, best_gpu_only=gpu_only.tag if gpu_only else None,
+        repo=name.repo,
+        commit=listing.commit,
+        n_ctx=n_ctx,
+        cache_type=cache_type,
+        quants=rows,
+        best=best.tag if best else None,
+        best_gpu_only=gpu_only.tag if gpu_only else None,
         reason=None if best or smallest is None else (smallest.reason or "it does not fit"),
-    )  # fmt: skip
+    )
 
 
 def _row(row: QuantRow, plan: PlanResult, max_ctx: int | None) -> QuantRow:
     rec = plan.recommended
     offload = bool(rec.n_cpu_moe) or bool(rec.override_tensor) or rec.n_gpu_layers < 99
-    return row.model_copy(update={
-        "fits": plan.fits, "n_cpu_moe": rec.n_cpu_moe, "all_on_gpu": not offload,
-        "max_ctx": max_ctx, "ram": plan.ram.status, "gpu_bytes": rec.memory.gpu_bytes,
-        "reason": plan.reason, "command": rec.command,
-    })  # fmt: skip
+    return row.model_copy(
+        update={
+            "fits": plan.fits,
+            "n_cpu_moe": rec.n_cpu_moe,
+            "all_on_gpu": not offload,
+            "max_ctx": max_ctx,
+            "ram": plan.ram.status,
+            "gpu_bytes": rec.memory.gpu_bytes,
+            "reason": plan.reason,
+            "command": rec.command,
+        }
+    )
 
 
 def _max_ctx(plan_of: PlanOf, quant: Quant) -> int | None:

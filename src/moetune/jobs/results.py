@@ -148,8 +148,9 @@ class BenchResult(_Frozen):
     verdicts: list[Verdict]
 
 
-def summarize(config: str, depth: int, samples: Sequence[Sample],
-              device_bytes: int | None) -> DepthResult:  # fmt: skip
+def summarize(
+    config: str, depth: int, samples: Sequence[Sample], device_bytes: int | None
+) -> DepthResult:
     """Medians and ranges of ``samples`` (at least one)."""
     if not samples:
         raise ValueError("summarize needs at least one sample")
@@ -157,28 +158,45 @@ def summarize(config: str, depth: int, samples: Sequence[Sample],
     decode = Stat.of([s.decode_tps for s in samples])
     assert prefill is not None and decode is not None  # every sample has them
     return DepthResult(
-        config=config, depth=depth, ttft_s=Stat.of([s.ttft_s for s in samples]),
-        prefill_tps=prefill, decode_tps=decode,
+        config=config,
+        depth=depth,
+        ttft_s=Stat.of([s.ttft_s for s in samples]),
+        prefill_tps=prefill,
+        decode_tps=decode,
         client_decode_tps=Stat.of([s.client_decode_tps for s in samples]),
-        device_bytes=device_bytes, samples=list(samples),
-    )  # fmt: skip
+        device_bytes=device_bytes,
+        samples=list(samples),
+    )
 
 
-def _verdict(depth: int, metric: Literal["decode_tps", "prefill_tps"],
-             rows: Sequence[DepthResult]) -> Verdict:  # fmt: skip
+def _verdict(
+    depth: int, metric: Literal["decode_tps", "prefill_tps"], rows: Sequence[DepthResult]
+) -> Verdict:
     ranked = sorted(rows, key=lambda r: getattr(r, metric).median, reverse=True)
     best: Stat = getattr(ranked[0], metric)
     if len(ranked) == 1:
-        return Verdict(depth=depth, metric=metric, winner=ranked[0].config, runner_up=None,
-                       winner_median=best.median, runner_up_median=None, ratio=None,
-                       within_noise=False)  # fmt: skip
+        return Verdict(
+            depth=depth,
+            metric=metric,
+            winner=ranked[0].config,
+            runner_up=None,
+            winner_median=best.median,
+            runner_up_median=None,
+            ratio=None,
+            within_noise=False,
+        )
     second: Stat = getattr(ranked[1], metric)
     ratio = best.median / second.median if second.median > 0 else None
     return Verdict(
-        depth=depth, metric=metric, winner=ranked[0].config, runner_up=ranked[1].config,
-        winner_median=best.median, runner_up_median=second.median, ratio=ratio,
+        depth=depth,
+        metric=metric,
+        winner=ranked[0].config,
+        runner_up=ranked[1].config,
+        winner_median=best.median,
+        runner_up_median=second.median,
+        ratio=ratio,
         within_noise=best.min <= second.max,
-    )  # fmt: skip
+    )
 
 
 def verdicts(results: Sequence[DepthResult]) -> list[Verdict]:
@@ -220,11 +238,14 @@ def merge_results(results: Sequence[BenchResult], labels: Sequence[str]) -> Benc
     runs: list[ConfigRun] = []
     rows: list[DepthResult] = []
     for result, label in zip(results, labels, strict=True):
-        rename = {c.name: f"{c.name}@{label}" if names.count(c.name) > 1 else c.name
-                  for c in result.configs}  # fmt: skip
+        rename = {
+            c.name: f"{c.name}@{label}" if names.count(c.name) > 1 else c.name
+            for c in result.configs
+        }
         runs += [c.model_copy(update={"name": rename[c.name]}) for c in result.configs]
-        rows += [r.model_copy(update={"config": rename.get(r.config, r.config)})
-                 for r in result.results]  # fmt: skip
+        rows += [
+            r.model_copy(update={"config": rename.get(r.config, r.config)}) for r in result.results
+        ]
     depths = sorted({d for r in results for d in r.depths})
     return results[0].model_copy(
         update={"configs": runs, "results": rows, "verdicts": verdicts(rows), "depths": depths}

@@ -84,8 +84,9 @@ def _measure(server: RunningServer, probe: MemoryProbe, overhead: int) -> int | 
     return figure + overhead
 
 
-def _status(measured: list[int | None], predicted: tuple[int, ...],
-            budgets: tuple[int, ...]) -> str:  # fmt: skip
+def _status(
+    measured: list[int | None], predicted: tuple[int, ...], budgets: tuple[int, ...]
+) -> str:
     """ok when every device is within its budget (a device given no layers and no figure
     counts as empty), else over."""
     for figure, guess, budget in zip(measured, predicted, budgets, strict=True):
@@ -96,17 +97,33 @@ def _status(measured: list[int | None], predicted: tuple[int, ...],
     return "ok"
 
 
-def _oom(n: int, predicted: tuple[int, ...], server: RunningServer, message: str,
-         split: list[float]) -> Attempt:  # fmt: skip
-    return Attempt(n_cpu_moe=n, predicted_bytes=sum(predicted), measured_bytes=None,
-                   status="oom", log_path=str(server.log_path), message=message,
-                   tensor_split=split, device_predicted=list(predicted),
-                   device_measured=[None] * len(predicted))  # fmt: skip
+def _oom(
+    n: int, predicted: tuple[int, ...], server: RunningServer, message: str, split: list[float]
+) -> Attempt:
+    return Attempt(
+        n_cpu_moe=n,
+        predicted_bytes=sum(predicted),
+        measured_bytes=None,
+        status="oom",
+        log_path=str(server.log_path),
+        message=message,
+        tensor_split=split,
+        device_predicted=list(predicted),
+        device_measured=[None] * len(predicted),
+    )
 
 
-def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int | tuple[int, ...],
-              fill: Fill, on_event: Event, counts: tuple[int, ...] = (),
-              live: StatusSink = NO_STATUS) -> Attempt:  # fmt: skip
+def run_trial(
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    n: int,
+    *,
+    predicted: int | tuple[int, ...],
+    fill: Fill,
+    on_event: Event,
+    counts: tuple[int, ...] = (),
+    live: StatusSink = NO_STATUS,
+) -> Attempt:
     """Launch at ``--n-cpu-moe n`` (and ``-ts counts`` on several devices), fill the
     context, measure each device, stop the server; each phase and the devices' memory
     (sampled while the server runs) told to ``live``."""
@@ -123,10 +140,16 @@ def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int | 
                 live.phase("warming up")
                 client.complete("Hello", 4, stream=False)  # warm-up: first-call costs
                 live.phase("filling")
-                done = fill_context(client, fill.tokens or spec.settings.n_ctx, fill.n_predict,
-                                    on_progress=live.progress)  # fmt: skip
-                measured = [_measure(server, probe, device.overhead_bytes) for probe, device
-                            in zip(setup.probes, setup.devices, strict=True)]  # fmt: skip
+                done = fill_context(
+                    client,
+                    fill.tokens or spec.settings.n_ctx,
+                    fill.n_predict,
+                    on_progress=live.progress,
+                )
+                measured = [
+                    _measure(server, probe, device.overhead_bytes)
+                    for probe, device in zip(setup.probes, setup.devices, strict=True)
+                ]
                 status = _status(measured, guesses, setup.budgets)
                 speed = _speed(client, fill, live) if status == "ok" else None
         except OutOfMemoryError as exc:
@@ -137,26 +160,44 @@ def run_trial(spec: LaunchSpec, setup: DeviceSetup, n: int, *, predicted: int | 
             raise
     total = None if any(m is None for m in measured) else sum(m or 0 for m in measured)
     attempt = Attempt(
-        n_cpu_moe=n, predicted_bytes=sum(guesses), measured_bytes=total, status=status,
-        ttft_s=done.ttft_s, prompt_tps=done.prompt_per_second,
+        n_cpu_moe=n,
+        predicted_bytes=sum(guesses),
+        measured_bytes=total,
+        status=status,
+        ttft_s=done.ttft_s,
+        prompt_tps=done.prompt_per_second,
         decode_tps=done.client_decode_tps or done.predicted_per_second,
-        log_path=str(server.log_path), tensor_split=split, device_predicted=list(guesses),
+        log_path=str(server.log_path),
+        tensor_split=split,
+        device_predicted=list(guesses),
         device_measured=measured,
-    )  # fmt: skip
+    )
     if speed is None:
         return attempt
     decode = speed.client_decode_tps or speed.decode_tps
-    return attempt.model_copy(update={"decode_tps": decode.median, "decode_tps_min": decode.min,
-                                      "decode_tps_max": decode.max,
-                                      "repeats": len(speed.samples)})  # fmt: skip
+    return attempt.model_copy(
+        update={
+            "decode_tps": decode.median,
+            "decode_tps_min": decode.min,
+            "decode_tps_max": decode.max,
+            "repeats": len(speed.samples),
+        }
+    )
 
 
 def _speed(client: ServerClient, fill: Fill, live: StatusSink) -> DepthResult:
     """Decode speed of the configuration: ``fill.repeats`` timed requests (median, range)."""
     workload = Workload((fill.speed_depth,), fill.repeats, fill.speed_tokens, "completion")
     results: list[DepthResult] = []
-    measure_depths(client, workload, Prompts("completion"), config="run", probe=lambda: None,
-                   into=results, live=live)  # fmt: skip
+    measure_depths(
+        client,
+        workload,
+        Prompts("completion"),
+        config="run",
+        probe=lambda: None,
+        into=results,
+        live=live,
+    )
     return results[0]
 
 
@@ -183,24 +224,36 @@ def _limiting(best: Attempt | None, setup: DeviceSetup) -> str | None:
     return setup.devices[rooms.index(min(rooms))].name
 
 
-def _result(spec: LaunchSpec, setup: DeviceSetup, planned: int, attempts: list[Attempt],
-            reused: bool = False) -> RunResult:  # fmt: skip
+def _result(
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    planned: int,
+    attempts: list[Attempt],
+    reused: bool = False,
+) -> RunResult:
     best = best_attempt(attempts)
     counts = tuple(int(c) for c in best.tensor_split) if best else ()
     names = [d.name for d in setup.devices] if setup.multi else []
     return RunResult(
-        model=spec.model, device=", ".join(names) or setup.device.name,
-        probe="; ".join(p.name for p in setup.probes), target_bytes=sum(setup.budgets),
-        settings=spec.settings, planned_n_cpu_moe=planned, attempts=attempts, best=best,
+        model=spec.model,
+        device=", ".join(names) or setup.device.name,
+        probe="; ".join(p.name for p in setup.probes),
+        target_bytes=sum(setup.budgets),
+        settings=spec.settings,
+        planned_n_cpu_moe=planned,
+        attempts=attempts,
+        best=best,
         reused_profile=reused and best is not None,
         command=command_for(spec, best.n_cpu_moe, counts) if best else [],
-        device_names=names, device_budgets=list(setup.budgets) if names else [],
+        device_names=names,
+        device_budgets=list(setup.budgets) if names else [],
         limiting_device=_limiting(best, setup),
-    )  # fmt: skip
+    )
 
 
-def tune_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill: Fill,
-               progress: Progress) -> RunResult:  # fmt: skip
+def tune_model(
+    facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill: Fill, progress: Progress
+) -> RunResult:
     """Plan, then launch llama-server until the smallest N within the target is confirmed."""
     if not facts.is_moe:
         raise BadValueError("a dense model has no experts to tune: use `moetune plan`")
@@ -217,12 +270,20 @@ def tune_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill:
         planned = facts.n_layers
     predict = predictor(facts, spec.settings)
     search = Search(n_max=facts.n_layers, target_bytes=target, predict=predict)
-    progress.on_event(f"device {setup.device.name}, memory probe: {setup.probe.name}, "
-                      f"plan: --n-cpu-moe {planned}")  # fmt: skip
+    progress.on_event(
+        f"device {setup.device.name}, memory probe: {setup.probe.name}, plan: --n-cpu-moe {planned}"
+    )
 
     def measure(n: int) -> Attempt:
-        attempt = run_trial(spec, setup, n, predicted=predict(n), fill=fill,
-                            on_event=progress.on_event, live=progress.live)  # fmt: skip
+        attempt = run_trial(
+            spec,
+            setup,
+            n,
+            predicted=predict(n),
+            fill=fill,
+            on_event=progress.on_event,
+            live=progress.live,
+        )
         progress.on_attempt(attempt)
         return attempt
 
@@ -252,14 +313,20 @@ class _Splits:
         return None if found is None else (found[0], _peaks(found[1]))
 
     def place(self, n: int, errors: tuple[int, ...]) -> Split:
-        found = distribute(self._search(errors), self._blocks(n), overridden=n > 0,
-                           best_effort=True)  # fmt: skip
+        found = distribute(
+            self._search(errors), self._blocks(n), overridden=n > 0, best_effort=True
+        )
         assert found is not None
         return found[0], _peaks(found[1])
 
 
-def _checked_start(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup,
-                   placement: Placement, progress: Progress) -> tuple[int, ...]:  # fmt: skip
+def _checked_start(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    placement: Placement,
+    progress: Progress,
+) -> tuple[int, ...]:
     """llama.cpp's dry run (llama-fit-params, where it is installed) of the planned start:
     what it finds on each device beyond the prediction (0 where they agree or there is no
     tool); the tuning starts from the checked plan."""
@@ -268,15 +335,18 @@ def _checked_start(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup,
     if tool is None:
         return zeros
     try:
-        found = dry_run_corrections(facts, spec.settings, placement, setup.devices, tool=tool,
-                                    args=spec.args(placement))  # fmt: skip
+        found = dry_run_corrections(
+            facts, spec.settings, placement, setup.devices, tool=tool, args=spec.args(placement)
+        )
     except MoetuneError as exc:  # a bonus: the launches measure anyway (and tell the cause)
         progress.on_event(f"llama.cpp's dry run of the plan failed: {exc.message}")
         return zeros
     for device, delta in zip(setup.devices, found, strict=True):
         if delta:
-            progress.on_note(f"llama.cpp's dry run finds {delta / MIB:+.0f} MiB on {device.name}: "
-                             "the tuning starts from its figure")  # fmt: skip
+            progress.on_note(
+                f"llama.cpp's dry run finds {delta / MIB:+.0f} MiB on {device.name}: "
+                "the tuning starts from its figure"
+            )
     return found
 
 
@@ -284,8 +354,9 @@ def _peaks(memory: MemoryEstimate) -> tuple[int, ...]:
     return tuple(d.total_bytes for d in memory.devices)
 
 
-def tune_split_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill: Fill,
-                     progress: Progress) -> RunResult:  # fmt: skip
+def tune_split_model(
+    facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill: Fill, progress: Progress
+) -> RunResult:
     """Several devices: the smallest N whose -ts split keeps every device within its own
     target, confirmed by N-1 (at its best split) being over."""
     splits = _Splits(facts, setup, spec.settings)
@@ -298,13 +369,22 @@ def tune_split_model(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *,
         planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:
         planned = facts.n_layers
-    progress.on_event(f"devices {', '.join(d.name for d in setup.devices)}, plan: --n-cpu-moe "
-                      f"{planned}")  # fmt: skip
+    progress.on_event(
+        f"devices {', '.join(d.name for d in setup.devices)}, plan: --n-cpu-moe {planned}"
+    )
     search = SplitSearch(facts.n_layers, setup.budgets, splits.plan, splits.place)
 
     def measure(n: int, split: Split) -> Attempt:
-        attempt = run_trial(spec, setup, n, predicted=split[1], counts=split[0], fill=fill,
-                            on_event=progress.on_event, live=progress.live)  # fmt: skip
+        attempt = run_trial(
+            spec,
+            setup,
+            n,
+            predicted=split[1],
+            counts=split[0],
+            fill=fill,
+            on_event=progress.on_event,
+            live=progress.live,
+        )
         progress.on_attempt(attempt)
         return attempt
 
@@ -327,9 +407,19 @@ def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
     """The ``moetune run`` that tunes this again, as typed: the server, the target, the
     context and cache types, the overhead, and the arguments after ``--``."""
     s = spec.settings
-    command = ["moetune", "run", spec.hf or spec.model, "--server", str(spec.binary),
-               "--target-vram", Sizes(setup.budgets).arg, "--ctx", tokens_arg(s.n_ctx),
-               "--cache-type", s.type_k]  # fmt: skip
+    command = [
+        "moetune",
+        "run",
+        spec.hf or spec.model,
+        "--server",
+        str(spec.binary),
+        "--target-vram",
+        Sizes(setup.budgets).arg,
+        "--ctx",
+        tokens_arg(s.n_ctx),
+        "--cache-type",
+        s.type_k,
+    ]
     costs = tuple(d.overhead_bytes for d in setup.devices)
     if any(c != default_overhead(d.kind) for c, d in zip(costs, setup.devices, strict=True)):
         command += ["--overhead", Sizes(costs).arg]
@@ -340,18 +430,35 @@ def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
 def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
     """What this run's result depends on: model file, device, llama.cpp build, settings."""
     s = spec.settings
-    settings = TuneSettings(n_ctx=s.n_ctx, type_k=s.type_k, type_v=s.type_v,
-                            target_bytes=setup.target_bytes, extra_args=list(spec.extra),
-                            command=tune_command(spec, setup),
-                            device_targets=list(setup.budgets) if setup.multi else [])  # fmt: skip
+    settings = TuneSettings(
+        n_ctx=s.n_ctx,
+        type_k=s.type_k,
+        type_v=s.type_v,
+        target_bytes=setup.target_bytes,
+        extra_args=list(spec.extra),
+        command=tune_command(spec, setup),
+        device_targets=list(setup.budgets) if setup.multi else [],
+    )
     devices = tuple(device_identity(d) for d in setup.listed) if setup.multi else ()
-    return TuneKey(model=model_identity(spec.model), gpu=device_identity(setup.device),
-                   llama_cpp=build_identity(setup.info), settings=settings,
-                   devices=devices)  # fmt: skip
+    return TuneKey(
+        model=model_identity(spec.model),
+        gpu=device_identity(setup.device),
+        llama_cpp=build_identity(setup.info),
+        settings=settings,
+        devices=devices,
+    )
 
 
-def confirm_n(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, n: int, *, fill: Fill,
-              progress: Progress, counts: tuple[int, ...] = ()) -> RunResult:  # fmt: skip
+def confirm_n(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    n: int,
+    *,
+    fill: Fill,
+    progress: Progress,
+    counts: tuple[int, ...] = (),
+) -> RunResult:
     """One launch at ``--n-cpu-moe n`` (and ``-ts counts``: a saved profile's), measured
     like a tuning attempt."""
     predicted: int | tuple[int, ...]
@@ -360,22 +467,36 @@ def confirm_n(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, n: int, *
         predicted = _peaks(estimate(facts, placement, spec.settings, setup.devices))
     else:
         predicted = predictor(facts, spec.settings)(n)
-    attempt = run_trial(spec, setup, n, predicted=predicted, fill=fill, counts=counts,
-                        on_event=progress.on_event, live=progress.live)  # fmt: skip
+    attempt = run_trial(
+        spec,
+        setup,
+        n,
+        predicted=predicted,
+        fill=fill,
+        counts=counts,
+        on_event=progress.on_event,
+        live=progress.live,
+    )
     progress.on_attempt(attempt)
     return _result(spec, setup, n, [attempt], reused=True)
 
 
-def save_winner(store: ProfileStore, key: TuneKey, result: RunResult,
-                previous: TunedProfile | None) -> RunResult:  # fmt: skip
+def save_winner(
+    store: ProfileStore, key: TuneKey, result: RunResult, previous: TunedProfile | None
+) -> RunResult:
     """Save the best attempt as a tuned profile; the result, naming it."""
     best = result.best
     if best is None:
         return result
-    measured = Measured(vram_bytes=best.measured_bytes, ttft_s=best.ttft_s,
-                        decode_tps=best.decode_tps, decode_tps_min=best.decode_tps_min,
-                        decode_tps_max=best.decode_tps_max, repeats=best.repeats,
-                        prompt_tps=best.prompt_tps)  # fmt: skip
+    measured = Measured(
+        vram_bytes=best.measured_bytes,
+        ttft_s=best.ttft_s,
+        decode_tps=best.decode_tps,
+        decode_tps_min=best.decode_tps_min,
+        decode_tps_max=best.decode_tps_max,
+        repeats=best.repeats,
+        prompt_tps=best.prompt_tps,
+    )
     command = [key.llama_cpp.binary, *result.command[1:]]
     profile = new_profile(
         key, best.n_cpu_moe, measured, command, previous, tensor_split=best.tensor_split
@@ -384,9 +505,17 @@ def save_winner(store: ProfileStore, key: TuneKey, result: RunResult,
     return result.model_copy(update={"profile_name": profile.name, "profile_path": str(path)})
 
 
-def tune_with_profiles(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *,
-                       store: ProfileStore, retune: bool, save: bool, fill: Fill,
-                       progress: Progress) -> RunResult:  # fmt: skip
+def tune_with_profiles(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    *,
+    store: ProfileStore,
+    retune: bool,
+    save: bool,
+    fill: Fill,
+    progress: Progress,
+) -> RunResult:
     """Launch a matching saved profile once to confirm it, else tune; save the winner."""
     key = run_key(spec, setup)
     match = store.match(key)
@@ -398,12 +527,14 @@ def tune_with_profiles(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, 
     elif match.profile is not None:
         n = match.profile.placement.n_cpu_moe or 0
         counts = tuple(int(c) for c in match.profile.placement.tensor_split)
-        progress.on_note(f"tuned profile {match.name} matches: --n-cpu-moe {n}, "
-                         "one launch to confirm")  # fmt: skip
+        progress.on_note(
+            f"tuned profile {match.name} matches: --n-cpu-moe {n}, one launch to confirm"
+        )
         result = confirm_n(facts, spec, setup, n, fill=fill, progress=progress, counts=counts)
         if result.best is None:
-            progress.on_note(f"--n-cpu-moe {n} no longer fits ({result.attempts[0].status}): "
-                             "tuning again")  # fmt: skip
+            progress.on_note(
+                f"--n-cpu-moe {n} no longer fits ({result.attempts[0].status}): tuning again"
+            )
             result = None
     if result is None:
         result = tune_model(facts, spec, setup, fill=fill, progress=progress)
@@ -412,9 +543,14 @@ def tune_with_profiles(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, 
     return save_winner(store, key, result, match.profile if result.reused_profile else None)
 
 
-def keep_serving(spec: LaunchSpec, n_cpu_moe: int, *,
-                 loading: Callable[[], AbstractContextManager[object]], on_ready: Event,
-                 on_stop: Event) -> None:  # fmt: skip
+def keep_serving(
+    spec: LaunchSpec,
+    n_cpu_moe: int,
+    *,
+    loading: Callable[[], AbstractContextManager[object]],
+    on_ready: Event,
+    on_stop: Event,
+) -> None:
     """``run --keep``: the best configuration, in the foreground until Ctrl-C."""
     with spec.start(spec.args(Placement.with_n_cpu_moe(n_cpu_moe))) as running:
         with ServerClient(running.url) as client, loading():

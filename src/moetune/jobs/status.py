@@ -44,8 +44,9 @@ class StatusSink(Protocol):
         """A free-text step (``N=3: starting llama-server``): shown, never a plain line."""
         ...
 
-    def phase(self, name: PhaseName, *, subject: str | None = None,
-              depth: int | None = None) -> None:  # fmt: skip
+    def phase(
+        self, name: PhaseName, *, subject: str | None = None, depth: int | None = None
+    ) -> None:
         """A new phase of the current server (``subject``: a new server, e.g. ``N=3``)."""
         ...
 
@@ -64,8 +65,9 @@ class NoStatus:
     def message(self, text: str) -> None:
         pass
 
-    def phase(self, name: PhaseName, *, subject: str | None = None,
-              depth: int | None = None) -> None:  # fmt: skip
+    def phase(
+        self, name: PhaseName, *, subject: str | None = None, depth: int | None = None
+    ) -> None:
         pass
 
     def progress(self, done: int, total: int) -> None:
@@ -129,8 +131,9 @@ class StatusModel:
         self._state = _State(text=text)
         return None
 
-    def phase(self, now: float, name: PhaseName, *, subject: str | None = None,
-              depth: int | None = None) -> str | None:  # fmt: skip
+    def phase(
+        self, now: float, name: PhaseName, *, subject: str | None = None, depth: int | None = None
+    ) -> str | None:
         if subject is not None or self._state.subject is None:  # a new server
             self.peaks = {}
             self._state = _State(subject=subject, phase=name, depth=depth)
@@ -189,10 +192,14 @@ class LiveStatus:
     """A ``StatusModel`` on the clock, safe to feed from several threads: each event shows the
     new line (``show``) and emits the plain line due (``emit``)."""
 
-    def __init__(self, *, show: Callable[[str], None] | None = None,
-                 emit: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 every_s: float = PLAIN_EVERY_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        show: Callable[[str], None] | None = None,
+        emit: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        every_s: float = PLAIN_EVERY_S,
+    ) -> None:
         self._show, self._emit, self._clock = show, emit, clock
         self._model = StatusModel(clock(), every_s)
         self._lock = threading.Lock()
@@ -215,8 +222,9 @@ class LiveStatus:
     def message(self, text: str) -> None:
         self._apply(lambda now: self._model.message(now, text))
 
-    def phase(self, name: PhaseName, *, subject: str | None = None,
-              depth: int | None = None) -> None:  # fmt: skip
+    def phase(
+        self, name: PhaseName, *, subject: str | None = None, depth: int | None = None
+    ) -> None:
         self._apply(lambda now: self._model.phase(now, name, subject=subject, depth=depth))
 
     def progress(self, done: int, total: int) -> None:
@@ -229,8 +237,9 @@ class LiveStatus:
 # --- the sampler ------------------------------------------------------------------------------
 
 
-def probe_reader(probes: Sequence[MemoryProbe], names: Sequence[str],
-                 server: RunningServer) -> Callable[[], Figures]:  # fmt: skip
+def probe_reader(
+    probes: Sequence[MemoryProbe], names: Sequence[str], server: RunningServer
+) -> Callable[[], Figures]:
     """Each device's memory now, by name (a probe that fails gives no figure)."""
 
     def one(probe: MemoryProbe) -> int | None:
@@ -243,8 +252,9 @@ def probe_reader(probes: Sequence[MemoryProbe], names: Sequence[str],
 
 
 @contextmanager
-def sampling(read: Callable[[], Figures], status: StatusSink,
-             every_s: float = SAMPLE_EVERY_S) -> Iterator[None]:  # fmt: skip
+def sampling(
+    read: Callable[[], Figures], status: StatusSink, every_s: float = SAMPLE_EVERY_S
+) -> Iterator[None]:
     """Feed ``status`` a reading every ``every_s`` seconds while the block runs (a reading of
     no devices still ticks the clock); the thread is stopped and joined when it ends."""
     if isinstance(status, NoStatus):

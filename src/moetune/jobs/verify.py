@@ -47,17 +47,23 @@ def find_tool(server: Path) -> Path | None:
 
 def _dry_run_settings(settings: Settings) -> Settings:
     """What llama-fit-params reserves: one sequence, logits for every token of the batch."""
-    return settings.model_copy(update={"n_seq": 1, "all_outputs": True, "kv_unified": True,
-                                       "gpu_overhead_bytes": 0, "device_correction_bytes": 0,
-                                       "extras": None})  # fmt: skip
+    return settings.model_copy(
+        update={
+            "n_seq": 1,
+            "all_outputs": True,
+            "kv_unified": True,
+            "gpu_overhead_bytes": 0,
+            "device_correction_bytes": 0,
+            "extras": None,
+        }
+    )
 
 
 def _bare(devices: Sequence[DeviceSpec]) -> tuple[DeviceSpec, ...] | None:
     """The devices as llama.cpp counts them: no overhead, no correction."""
     if not devices:
         return None
-    return tuple(d.model_copy(update={"overhead_bytes": 0, "correction_bytes": 0})
-                 for d in devices)  # fmt: skip
+    return tuple(d.model_copy(update={"overhead_bytes": 0, "correction_bytes": 0}) for d in devices)
 
 
 def _within(projected: int, predicted: float, share: float, floor_mib: float) -> bool:
@@ -67,19 +73,30 @@ def _within(projected: int, predicted: float, share: float, floor_mib: float) ->
 def compare(name: str, projection: Projection, predicted: DeviceMemory) -> DeviceCheck:
     model, kv = predicted.weights_bytes / MIB, predicted.kv_bytes / MIB
     compute = predicted.compute_bytes / MIB
-    agrees = (abs(projection.model_mib - int(model)) <= WEIGHTS_MIB
-              and _within(projection.context_mib, kv, KV_SHARE, 1)
-              and _within(projection.compute_mib, compute, COMPUTE_SHARE, COMPUTE_MIB))  # fmt: skip
+    agrees = (
+        abs(projection.model_mib - int(model)) <= WEIGHTS_MIB
+        and _within(projection.context_mib, kv, KV_SHARE, 1)
+        and _within(projection.compute_mib, compute, COMPUTE_SHARE, COMPUTE_MIB)
+    )
     return DeviceCheck(
-        device=name, projected_mib=projection.total_mib,
+        device=name,
+        projected_mib=projection.total_mib,
         predicted_mib=int(model) + int(kv) + int(compute),
-        model_mib=(projection.model_mib, int(model)), context_mib=(projection.context_mib, int(kv)),
-        compute_mib=(projection.compute_mib, int(compute)), agrees=agrees,
-    )  # fmt: skip
+        model_mib=(projection.model_mib, int(model)),
+        context_mib=(projection.context_mib, int(kv)),
+        compute_mib=(projection.compute_mib, int(compute)),
+        agrees=agrees,
+    )
 
 
-def check_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult, tool: Path, *,
-               model_path: str | None = None) -> list[DeviceCheck]:  # fmt: skip
+def check_plan(
+    facts: ModelFacts,
+    req: PlanRequest,
+    result: PlanResult,
+    tool: Path,
+    *,
+    model_path: str | None = None,
+) -> list[DeviceCheck]:
     """Each device's projection by ``llama-fit-params`` of the recommended command, beside
     the prediction of the same dry run (``model_path``: the file on disk a ``-hf`` name's
     command names, so that the tool reads it and never downloads)."""
@@ -114,8 +131,9 @@ def corrected(req: PlanRequest, checks: Sequence[DeviceCheck]) -> PlanRequest | 
             update={"device_correction_bytes": next(iter(delta.values()))}
         )
         return req.model_copy(update={"settings": settings})
-    devices = tuple(d.model_copy(update={"correction_bytes": delta.get(d.name, 0)})
-                    for d in req.devices)  # fmt: skip
+    devices = tuple(
+        d.model_copy(update={"correction_bytes": delta.get(d.name, 0)}) for d in req.devices
+    )
     return req.model_copy(update={"devices": devices})
 
 
@@ -129,8 +147,14 @@ def on_disk(args: Sequence[str], model_path: str) -> list[str]:
     return found
 
 
-def checked_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult, tool: Path, *,
-                 model_path: str | None = None) -> PlanResult:  # fmt: skip
+def checked_plan(
+    facts: ModelFacts,
+    req: PlanRequest,
+    result: PlanResult,
+    tool: Path,
+    *,
+    model_path: str | None = None,
+) -> PlanResult:
     """The plan checked by llama.cpp, and made again with its figures where they differ."""
     checks = check_plan(facts, req, result, tool, model_path=model_path)
     if not checks:
@@ -141,15 +165,24 @@ def checked_plan(facts: ModelFacts, req: PlanRequest, result: PlanResult, tool: 
     redone = make_plan(facts, again)
     warnings = [*redone.warnings] + [
         f"llama.cpp projects {c.device} {c.projected_mib:,} MiB, predicted {c.predicted_mib:,}: "
-        "the plan counts llama.cpp's figure" for c in checks if not c.agrees
-    ]  # fmt: skip
-    return redone.model_copy(update={"checks": checks, "checked": "llama.cpp (corrected)",
-                                     "warnings": warnings})  # fmt: skip
+        "the plan counts llama.cpp's figure"
+        for c in checks
+        if not c.agrees
+    ]
+    return redone.model_copy(
+        update={"checks": checks, "checked": "llama.cpp (corrected)", "warnings": warnings}
+    )
 
 
-def dry_run_corrections(facts: ModelFacts, settings: Settings, placement: Placement,
-                        devices: Sequence[DeviceSpec], *, tool: Path,
-                        args: Sequence[str]) -> tuple[int, ...]:  # fmt: skip
+def dry_run_corrections(
+    facts: ModelFacts,
+    settings: Settings,
+    placement: Placement,
+    devices: Sequence[DeviceSpec],
+    *,
+    tool: Path,
+    args: Sequence[str],
+) -> tuple[int, ...]:
     """What llama.cpp's dry run of ``args`` (a placement's llama-server arguments) finds on
     each device beyond the prediction of the same run, where beyond the fidelity bounds
     (0 elsewhere): what ``run`` counts on each device before its first launch."""
@@ -160,6 +193,9 @@ def dry_run_corrections(facts: ModelFacts, settings: Settings, placement: Placem
         name = devices[index].name if len(devices) > 1 else _single_name(projected)
         row = projected.get(name)
         check = compare(name, row, memory) if row is not None else None
-        found.append(0 if check is None or check.agrees
-                     else (check.projected_mib - check.predicted_mib) * MIB)  # fmt: skip
+        found.append(
+            0
+            if check is None or check.agrees
+            else (check.projected_mib - check.predicted_mib) * MIB
+        )
     return tuple(found)

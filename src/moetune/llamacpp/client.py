@@ -135,8 +135,13 @@ def _num(timings: dict[str, Any], key: str) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def _result(final: dict[str, Any], content: str, wall_s: float, ttft_s: float | None,
-            decode_tps: float | None) -> CompletionResult:  # fmt: skip
+def _result(
+    final: dict[str, Any],
+    content: str,
+    wall_s: float,
+    ttft_s: float | None,
+    decode_tps: float | None,
+) -> CompletionResult:
     """A CompletionResult from the final chunk (or the whole non-streamed answer)."""
     timings = final.get("timings")
     if not isinstance(timings, dict):
@@ -284,8 +289,12 @@ class ServerClient:
     def __enter__(self) -> ServerClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def _send(self, request: httpx.Request, stream: bool = False) -> httpx.Response:
@@ -329,8 +338,12 @@ class ServerClient:
             return False
         return True
 
-    def wait_ready(self, timeout_s: float, alive: Callable[[], bool],
-                   on_wait: Callable[[float], None] | None = None) -> float:  # fmt: skip
+    def wait_ready(
+        self,
+        timeout_s: float,
+        alive: Callable[[], bool],
+        on_wait: Callable[[float], None] | None = None,
+    ) -> float:
         """Poll ``/health`` until ready; the seconds waited.
 
         ServerFailedError when ``alive()`` turns False (``alive`` may raise its own, more
@@ -388,18 +401,24 @@ class ServerClient:
         """
         return build_prompt(n_tokens, self.chat_tokens)
 
-    def chat(self, content: str, n_predict: int, *, ignore_eos: bool = True,
-             image: str | None = None) -> CompletionResult:  # fmt: skip
+    def chat(
+        self, content: str, n_predict: int, *, ignore_eos: bool = True, image: str | None = None
+    ) -> CompletionResult:
         """One uncached, streamed ``/v1/chat/completions`` with one user message, timed;
         ``image`` (a ``data:`` URI) goes with it as an OpenAI ``image_url`` part."""
         message: str | list[dict[str, Any]] = content
         if image is not None:
-            message = [{"type": "text", "text": content},
-                       {"type": "image_url", "image_url": {"url": image}}]  # fmt: skip
+            message = [
+                {"type": "text", "text": content},
+                {"type": "image_url", "image_url": {"url": image}},
+            ]
         body = {
-            "messages": [{"role": "user", "content": message}], "max_tokens": n_predict,
-            "stream": True, "cache_prompt": False, "ignore_eos": ignore_eos,
-        }  # fmt: skip
+            "messages": [{"role": "user", "content": message}],
+            "max_tokens": n_predict,
+            "stream": True,
+            "cache_prompt": False,
+            "ignore_eos": ignore_eos,
+        }
         try:
             return self._chat_stream(body)
         except httpx.HTTPError as exc:
@@ -424,20 +443,31 @@ class ServerClient:
         if final is None:
             raise ServerFailedError("llama-server chat stream had no timings")
         wall_s = time.perf_counter() - clock.start
-        result = _result({**final, "stop_type": finish}, "".join(parts), wall_s, clock.ttft_s(),
-                         None)  # fmt: skip
+        result = _result(
+            {**final, "stop_type": finish}, "".join(parts), wall_s, clock.ttft_s(), None
+        )
         return result.model_copy(update={"client_decode_tps": clock.decode_tps(result.predicted_n)})
 
-    def complete(self, prompt: str | list[int], n_predict: int, stream: bool = True,
-                 *, ignore_eos: bool = True,
-                 on_progress: Progress | None = None) -> CompletionResult:  # fmt: skip
+    def complete(
+        self,
+        prompt: str | list[int],
+        n_predict: int,
+        stream: bool = True,
+        *,
+        ignore_eos: bool = True,
+        on_progress: Progress | None = None,
+    ) -> CompletionResult:
         """One uncached ``/completion``, timed; ``ignore_eos`` makes it generate ``n_predict``.
         ``on_progress(processed, total)``: the prompt's progress as the server reports it
         (streamed requests only)."""
         body = {
-            "prompt": prompt, "n_predict": n_predict, "cache_prompt": False, "stream": stream,
-            "ignore_eos": ignore_eos, "return_tokens": True,
-        }  # fmt: skip
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "cache_prompt": False,
+            "stream": stream,
+            "ignore_eos": ignore_eos,
+            "return_tokens": True,
+        }
         if stream and on_progress is not None:
             body["return_progress"] = True
         try:
@@ -506,8 +536,9 @@ def _body_error(response: httpx.Response) -> str:
         return response.text[:200]
 
 
-def fill_context(client: ServerClient, n_tokens: int, n_predict: int = 16,
-                 on_progress: Progress | None = None) -> CompletionResult:  # fmt: skip
+def fill_context(
+    client: ServerClient, n_tokens: int, n_predict: int = 16, on_progress: Progress | None = None
+) -> CompletionResult:
     """Send one prompt of ``n_tokens`` (capped to fit one slot) so KV and compute peak;
     ``on_progress(processed, total)`` as the server processes it (after each batch).
 
@@ -520,5 +551,6 @@ def fill_context(client: ServerClient, n_tokens: int, n_predict: int = 16,
     n = min(n_tokens, client.n_ctx() - n_predict - 1)
     if n < 1:
         raise BadValueError(f"no room for a prompt: n_ctx {client.n_ctx()}, n_predict {n_predict}")
-    return client.complete(client.prompt_of_tokens(n), n_predict, stream=True,
-                           on_progress=on_progress)  # fmt: skip
+    return client.complete(
+        client.prompt_of_tokens(n), n_predict, stream=True, on_progress=on_progress
+    )

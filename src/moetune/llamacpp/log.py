@@ -133,16 +133,22 @@ class ExitCause(NamedTuple):
 _RPC_RE = re.compile(r"[Ff]ailed to connect to \S+")
 _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # common/arg.cpp
-    ("invalid argument", re.compile(
-        r"error: invalid argument: .*|[Ee]rror while handling (?:argument|environment).*"
-        r"|error: unknown value for .*"
-    )),
+    (
+        "invalid argument",
+        re.compile(
+            r"error: invalid argument: .*|[Ee]rror while handling (?:argument|environment).*"
+            r"|error: unknown value for .*"
+        ),
+    ),
     # src/llama.cpp: "llama_model_load: error loading model: ..." (the first one says why)
-    ("unsupported model", re.compile(
-        r"error loading model(?: architecture| hyperparameters| vocabulary)?: .*"
-        r"|unknown model architecture: .*|failed to open GGUF file .*"
-    )),
-)  # fmt: skip
+    (
+        "unsupported model",
+        re.compile(
+            r"error loading model(?: architecture| hyperparameters| vocabulary)?: .*"
+            r"|unknown model architecture: .*|failed to open GGUF file .*"
+        ),
+    ),
+)
 # ggml's GGML_ABORT/GGML_ASSERT line: "/path/file.cpp:123: message"
 _ABORT_RE = re.compile(r"^\S+\.(?:c|cpp|cu|h):\d+: (?P<msg>.+)$", re.MULTILINE)
 
@@ -237,19 +243,29 @@ def parse_fit_log(text: str, target_mib: int | None = None) -> FitChoice:
     devices: dict[str, FitDevice] = {}
     for m in _FIT_DEVICE_RE.finditer(text):  # a later line for a device replaces an earlier one
         name = m["dev"].strip()
-        devices[name] = FitDevice(device=name, layers=int(m["layers"]),
-                                  overflowing=int(m["over"] or 0), used_mib=int(m["used"]),
-                                  free_mib=int(m["free"]))  # fmt: skip
+        devices[name] = FitDevice(
+            device=name,
+            layers=int(m["layers"]),
+            overflowing=int(m["over"] or 0),
+            used_mib=int(m["used"]),
+            free_mib=int(m["free"]),
+        )
     offloaded = _OFFLOADED_RE.findall(text)
-    return FitChoice(status=status, message=message, devices=list(devices.values()),
-                     offloaded=offloaded[-1] if offloaded else None,
-                     target_mib=target_mib)  # fmt: skip
+    return FitChoice(
+        status=status,
+        message=message,
+        devices=list(devices.values()),
+        offloaded=offloaded[-1] if offloaded else None,
+        target_mib=target_mib,
+    )
 
 
 def describe_fit(fit: FitChoice) -> str:
     """One line: ``fitted: RPC0 9 layers (6 with CPU experts)``."""
-    parts = [f"{d.device.split(' (', 1)[0]} {d.layers} layers ({d.overflowing} with CPU experts)"
-             for d in fit.devices]  # fmt: skip
+    parts = [
+        f"{d.device.split(' (', 1)[0]} {d.layers} layers ({d.overflowing} with CPU experts)"
+        for d in fit.devices
+    ]
     if fit.message:
         parts.append(fit.message)
     if not parts and fit.offloaded:
@@ -261,8 +277,9 @@ def describe_fit(fit: FitChoice) -> str:
 
 # `llama-fit-params -fitp on` prints, on stdout, one line per device and one for the host:
 # "<DEV> <model> <context> <compute>" in MiB (common/fit.cpp, rounded down).
-_PROJECTION_RE = re.compile(r"^(?P<dev>\S+) (?P<model>\d+) (?P<context>\d+) (?P<compute>\d+)\s*$",
-                            re.MULTILINE)  # fmt: skip
+_PROJECTION_RE = re.compile(
+    r"^(?P<dev>\S+) (?P<model>\d+) (?P<context>\d+) (?P<compute>\d+)\s*$", re.MULTILINE
+)
 
 
 class Projection(NamedTuple):
@@ -280,5 +297,7 @@ class Projection(NamedTuple):
 
 def parse_projection(stdout: str) -> dict[str, Projection]:
     """Device name (``CUDA0``, ``RPC1``, ``Host``) -> its projection."""
-    return {m["dev"]: Projection(m["dev"], int(m["model"]), int(m["context"]), int(m["compute"]))
-            for m in _PROJECTION_RE.finditer(stdout)}  # fmt: skip
+    return {
+        m["dev"]: Projection(m["dev"], int(m["model"]), int(m["context"]), int(m["compute"]))
+        for m in _PROJECTION_RE.finditer(stdout)
+    }

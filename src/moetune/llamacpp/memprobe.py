@@ -91,8 +91,13 @@ def nvml_index(device: DeviceSpec, gpus: Sequence[GpuInfo]) -> int | None:
     alike = len({(g.name, g.vram_total_bytes) for g in gpus}) <= 1
     if os.environ.get("CUDA_DEVICE_ORDER", "").upper() == "PCI_BUS_ID" or alike:
         return index if index < len(gpus) else None
-    same = [g for g in gpus if g.name == device.description and g.vram_total_bytes is not None
-            and abs(g.vram_total_bytes - (device.total_bytes or 0)) < 256 * MIB]  # fmt: skip
+    same = [
+        g
+        for g in gpus
+        if g.name == device.description
+        and g.vram_total_bytes is not None
+        and abs(g.vram_total_bytes - (device.total_bytes or 0)) < 256 * MIB
+    ]
     return same[0].index if len(same) == 1 else None
 
 

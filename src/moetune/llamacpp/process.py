@@ -132,9 +132,14 @@ def _run_quick(argv: Sequence[str], timeout_s: float) -> str:
     shown = " ".join([Path(argv[0]).name, *argv[1:]])
     try:
         done = subprocess.run(
-            list(argv), capture_output=True, text=True, errors="replace",
-            stdin=subprocess.DEVNULL, timeout=timeout_s, check=False,
-        )  # fmt: skip
+            list(argv),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            timeout=timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise ServerFailedError(f"`{shown}` did not finish in {timeout_s:g} s") from exc
     except OSError as exc:
@@ -234,8 +239,9 @@ _LIVE_LOCK = threading.Lock()
 class RunningServer:
     """A llama-server started by ``launch``: its own process group, a log file, a registry entry."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], argv: list[str], host: str, port: int,
-                 log_path: Path) -> None:  # fmt: skip
+    def __init__(
+        self, proc: subprocess.Popen[bytes], argv: list[str], host: str, port: int, log_path: Path
+    ) -> None:
         self._proc = proc
         self.argv = argv
         self.host = host
@@ -284,8 +290,9 @@ class RunningServer:
         hint = f"full log: {self.log_path}"
         cause = exit_cause(text)
         if cause is not None and cause.kind == "port in use":
-            return PortInUseError(f"llama-server could not use port {self.port}: {cause.line}",
-                                  hint)  # fmt: skip
+            return PortInUseError(
+                f"llama-server could not use port {self.port}: {cause.line}", hint
+            )
         if cause is not None and cause.kind == "out of memory":
             return OutOfMemoryError(f"llama-server ran out of memory: {cause.line}", hint)
         how = describe_exit(code)
@@ -318,8 +325,12 @@ class RunningServer:
     def __enter__(self) -> RunningServer:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:
@@ -410,9 +421,14 @@ def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as log:
         try:
             return subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True, preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
-            )  # fmt: skip
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
+            )
         except OSError as exc:
             raise ServerNotFoundError(
                 f"cannot run {argv[0]}: {exc.strerror}", INSTALL_HINT

@@ -54,8 +54,10 @@ def verdict_text(verdict: Verdict) -> str:
         return f"{head} only {verdict.winner} measured ({best})"
     pair = f"{best} vs {_num(verdict.runner_up_median)}"
     if verdict.within_noise:
-        return (f"{head} {verdict.winner} and {verdict.runner_up} are within noise "
-                f"({pair}; their min-max spreads overlap)")  # fmt: skip
+        return (
+            f"{head} {verdict.winner} and {verdict.runner_up} are within noise "
+            f"({pair}; their min-max spreads overlap)"
+        )
     ratio = f"{verdict.ratio:.2f}x" if verdict.ratio is not None else "faster than"
     return f"{head} {verdict.winner} is fastest, {ratio} {verdict.runner_up} ({pair})"
 
@@ -70,9 +72,12 @@ def _header(result: BenchResult) -> Text:
         where += ", budgets " + ", ".join(f"{n} {format_bytes(b)}" for n, b in pairs)
     elif result.budget_bytes is not None:
         where += f", budget {format_bytes(result.budget_bytes)}"
-    workload = [f"{result.endpoint} endpoint", f"ctx {result.n_ctx}",
-                f"{result.n_predict} generated tokens",
-                plural(result.repeats, "repeat")]  # fmt: skip
+    workload = [
+        f"{result.endpoint} endpoint",
+        f"ctx {result.n_ctx}",
+        f"{result.n_predict} generated tokens",
+        plural(result.repeats, "repeat"),
+    ]
     if result.image:
         workload.insert(1, f"image {result.image} with every request")
     return Text(f"{where}\n{' | '.join(workload)}")
@@ -94,17 +99,24 @@ def _peak(run: ConfigRun, budget: int | None, budgets: Sequence[int] = ()) -> Te
     return Text(format_bytes(run.peak_device_bytes), style="red" if over else "")
 
 
-def _configs_table(configs: Sequence[ConfigRun], budget: int | None,
-                   budgets: Sequence[int] = ()) -> Table:  # fmt: skip
-    grid = new_table("configurations", ("config", "status", "placement", "predicted", "device peak",
-                                    "load s"), right=("predicted", "device peak", "load s"),
-                 fold=("placement",))  # fmt: skip
+def _configs_table(
+    configs: Sequence[ConfigRun], budget: int | None, budgets: Sequence[int] = ()
+) -> Table:
+    grid = new_table(
+        "configurations",
+        ("config", "status", "placement", "predicted", "device peak", "load s"),
+        right=("predicted", "device peak", "load s"),
+        fold=("placement",),
+    )
     for run in configs:
         grid.add_row(
-            run.name, Text(run.status, style=_STATUS_STYLE[run.status]), run.description,
+            run.name,
+            Text(run.status, style=_STATUS_STYLE[run.status]),
+            run.description,
             format_bytes(run.predicted_bytes) if run.predicted_bytes is not None else "-",
-            _peak(run, budget, budgets), f"{run.load_s:.1f}" if run.load_s is not None else "-",
-        )  # fmt: skip
+            _peak(run, budget, budgets),
+            f"{run.load_s:.1f}" if run.load_s is not None else "-",
+        )
     return grid
 
 
@@ -132,8 +144,15 @@ def _best_decode(results: Sequence[DepthResult]) -> dict[int, float]:
     return best
 
 
-_RESULT_COLUMNS = ("config", "depth", "TTFT s", "prefill tok/s", "decode tok/s", "vs best",
-                   "device mem")  # fmt: skip
+_RESULT_COLUMNS = (
+    "config",
+    "depth",
+    "TTFT s",
+    "prefill tok/s",
+    "decode tok/s",
+    "vs best",
+    "device mem",
+)
 
 
 def _stat_cell(stat: Stat | None, fmt: Callable[[float], str], stacked: bool) -> Text:
@@ -158,10 +177,14 @@ def _results_table(result: BenchResult, stacked: bool = False) -> Table:
         top = best.get(row.depth, 0.0)
         share = f"{row.decode_tps.median / top:.2f}x" if top > 0 else "-"
         grid.add_row(
-            row.config, str(row.depth), _stat_cell(row.ttft_s, _secs, stacked),
-            _stat_cell(row.prefill_tps, _num, stacked), _stat_cell(row.decode_tps, _num, stacked),
-            share, format_bytes(row.device_bytes) if row.device_bytes is not None else "-",
-        )  # fmt: skip
+            row.config,
+            str(row.depth),
+            _stat_cell(row.ttft_s, _secs, stacked),
+            _stat_cell(row.prefill_tps, _num, stacked),
+            _stat_cell(row.decode_tps, _num, stacked),
+            share,
+            format_bytes(row.device_bytes) if row.device_bytes is not None else "-",
+        )
     return grid
 
 

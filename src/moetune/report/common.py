@@ -63,17 +63,29 @@ def short_path(path: str, width: int = 48) -> str:
     return (head[:keep] if keep > 0 else "") + "…/" + name
 
 
-def new_table(title: str | None, columns: Sequence[str], *, right: Collection[str] = (),
-          fold: Collection[str] = ()) -> Table:  # fmt: skip
+def new_table(
+    title: str | None,
+    columns: Sequence[str],
+    *,
+    right: Collection[str] = (),
+    fold: Collection[str] = (),
+) -> Table:
     """A table that reads at 80 columns: a light frame, no cell cut short with ``…``. Columns
     in ``fold`` break where they must (words, then characters); the others never break, so
     names, flags and numbers stay whole."""
-    grid = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
-                 pad_edge=False, collapse_padding=True)  # fmt: skip
+    grid = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for name in columns:
         wraps = name in fold
-        grid.add_column(name, justify="right" if name in right else "left", no_wrap=not wraps,
-                        overflow="fold")  # fmt: skip
+        grid.add_column(
+            name, justify="right" if name in right else "left", no_wrap=not wraps, overflow="fold"
+        )
     return grid
 
 

@@ -42,10 +42,16 @@ _ROLE_LABEL = {
 
 # The per-block table's headers: short, so that every column fits 80 columns.
 _BLOCK_LABEL = {
-    Role.EXPERTS: "experts", Role.SHARED_EXPERTS: "shared", Role.ROUTER: "router",
-    Role.DENSE_FFN: "dense FFN", Role.ATTENTION: "attn", Role.SSM: "SSM", Role.NORM: "norms",
-    Role.NEXTN: "NextN", Role.OTHER: "other",
-}  # fmt: skip
+    Role.EXPERTS: "experts",
+    Role.SHARED_EXPERTS: "shared",
+    Role.ROUTER: "router",
+    Role.DENSE_FFN: "dense FFN",
+    Role.ATTENTION: "attn",
+    Role.SSM: "SSM",
+    Role.NORM: "norms",
+    Role.NEXTN: "NextN",
+    Role.OTHER: "other",
+}
 
 
 def _pct(part: int, whole: int) -> str:
@@ -57,10 +63,14 @@ def _verified(arch: str) -> Text:
     if arch in VERIFIED_ARCHS:
         return Text("yes: plans match llama.cpp's own accounting")
     if arch in KNOWN_ARCHS:
-        return Text("not verified: its cache rules are read from llama.cpp, not yet tested",
-                    style="yellow")  # fmt: skip
-    return Text("not verified: an architecture moetune has not been taught; plans are "
-                "conservative estimates", style="yellow")  # fmt: skip
+        return Text(
+            "not verified: its cache rules are read from llama.cpp, not yet tested", style="yellow"
+        )
+    return Text(
+        "not verified: an architecture moetune has not been taught; plans are "
+        "conservative estimates",
+        style="yellow",
+    )
 
 
 def _summary(facts: ModelFacts) -> Table:
@@ -119,8 +129,9 @@ def _roles_table(facts: ModelFacts) -> Table:
 
 
 def _quant_table(facts: ModelFacts) -> Table:
-    table = new_table("tensor types", ("type", "tensors", "bytes", "share"),
-                      right=("tensors", "bytes", "share"))  # fmt: skip
+    table = new_table(
+        "tensor types", ("type", "tensors", "bytes", "share"), right=("tensors", "bytes", "share")
+    )
     for stat in facts.quant_types:
         table.add_row(
             stat.type,

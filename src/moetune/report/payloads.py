@@ -22,8 +22,10 @@ def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, 
 
     exclude = None if with_tensors else {"tensors"}
     # verified: the architecture is in moetune's fixture matrix (README "Verified architectures")
-    return {**facts.model_dump(mode="json", exclude=exclude),
-            "verified": facts.architecture in VERIFIED_ARCHS}  # fmt: skip
+    return {
+        **facts.model_dump(mode="json", exclude=exclude),
+        "verified": facts.architecture in VERIFIED_ARCHS,
+    }
 
 
 def plan_payload(result: PlanResult) -> dict[str, Any]:
@@ -70,19 +72,28 @@ def extras_payload(mem: MemoryEstimate) -> dict[str, Any]:
     together, and where they are."""
     found: dict[str, Any] = {}
     if (mm := mem.mmproj) is not None:
-        found |= {"mmproj_weights_bytes": mm.mmproj_weights_bytes,
-                  "mmproj_compute_bytes": mm.mmproj_compute_bytes,
-                  "mmproj_host_compute_bytes": mm.host_compute_bytes,
-                  "mmproj_device": mm.device, "mmproj_type": mm.projector_type}  # fmt: skip
+        found |= {
+            "mmproj_weights_bytes": mm.mmproj_weights_bytes,
+            "mmproj_compute_bytes": mm.mmproj_compute_bytes,
+            "mmproj_host_compute_bytes": mm.host_compute_bytes,
+            "mmproj_device": mm.device,
+            "mmproj_type": mm.projector_type,
+        }
     if (dr := mem.draft) is not None:
-        found |= {"draft_weights_bytes": dr.draft_weights_bytes,
-                  "draft_kv_bytes": dr.draft_kv_bytes,
-                  "draft_compute_bytes": dr.draft_compute_bytes,
-                  "draft_devices": dr.devices, "draft_host_bytes": dr.host_bytes}  # fmt: skip
+        found |= {
+            "draft_weights_bytes": dr.draft_weights_bytes,
+            "draft_kv_bytes": dr.draft_kv_bytes,
+            "draft_compute_bytes": dr.draft_compute_bytes,
+            "draft_devices": dr.devices,
+            "draft_host_bytes": dr.host_bytes,
+        }
     if (mt := mem.mtp) is not None:
-        found |= {"mtp_weights_bytes": mt.mtp_weights_bytes, "mtp_kv_bytes": mt.mtp_kv_bytes,
-                  "mtp_compute_bytes": mt.mtp_compute_bytes,
-                  "mtp_host_bytes": mt.host_bytes}  # fmt: skip
+        found |= {
+            "mtp_weights_bytes": mt.mtp_weights_bytes,
+            "mtp_kv_bytes": mt.mtp_kv_bytes,
+            "mtp_compute_bytes": mt.mtp_compute_bytes,
+            "mtp_host_bytes": mt.host_bytes,
+        }
     return found
 
 
@@ -112,8 +123,11 @@ def run_payload(result: RunResult) -> dict[str, Any]:
 
 
 def run_profile_payload(result: RunResult) -> dict[str, Any]:
-    return {"name": result.profile_name, "path": result.profile_path,
-            "reused": result.reused_profile}  # fmt: skip
+    return {
+        "name": result.profile_name,
+        "path": result.profile_path,
+        "reused": result.reused_profile,
+    }
 
 
 def bench_payload(result: BenchResult) -> dict[str, Any]:
@@ -121,8 +135,9 @@ def bench_payload(result: BenchResult) -> dict[str, Any]:
     return result.model_dump(mode="json")
 
 
-def profiles_payload(hardware: list[HardwareProfile], tuned: list[TunedProfile | ProfileError],
-                     root: str) -> dict[str, Any]:  # fmt: skip
+def profiles_payload(
+    hardware: list[HardwareProfile], tuned: list[TunedProfile | ProfileError], root: str
+) -> dict[str, Any]:
     from moetune.errors import ProfileError
     from moetune.store.tuned import TunedProfile
 

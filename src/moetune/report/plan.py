@@ -121,8 +121,10 @@ def _devices_table(result: PlanResult) -> Table:
     for label, values in rows:
         table.add_row(label, *(format_bytes(v) for v in values))
     table.add_section()
-    totals = [Text(format_bytes(d.total_bytes), style="green" if d.total_bytes <= b else "red")
-              for d, b in zip(mem.devices, result.device_budgets, strict=True)]  # fmt: skip
+    totals = [
+        Text(format_bytes(d.total_bytes), style="green" if d.total_bytes <= b else "red")
+        for d, b in zip(mem.devices, result.device_budgets, strict=True)
+    ]
     table.add_row(Text("total", style="bold"), *totals)
     table.add_row("budget", *(format_bytes(b) for b in result.device_budgets))
     return table
@@ -133,12 +135,17 @@ def _host_lines(result: PlanResult) -> list[RenderableType]:
     style = {"ok": "green", "warn": "yellow", "fail": "red"}.get(ram.status, "")
     line = Text("RAM: ")
     line.append(format_bytes(mem.host_bytes), style=style)
-    line.append(f" ({format_bytes(mem.cpu_expert_bytes)} of experts, "
-                f"{format_bytes(mem.cpu_weights_bytes - mem.cpu_expert_bytes)} other weights, "
-                f"{format_bytes(mem.host_kv_bytes + mem.host_compute_bytes)} buffers"
-                + (f", {format_bytes(mem.host_extras_bytes)} projector, draft and MTP"
-                   if mem.host_extras_bytes else "")
-                + f"), available {format_bytes(ram.available_bytes)}")  # fmt: skip
+    line.append(
+        f" ({format_bytes(mem.cpu_expert_bytes)} of experts, "
+        f"{format_bytes(mem.cpu_weights_bytes - mem.cpu_expert_bytes)} other weights, "
+        f"{format_bytes(mem.host_kv_bytes + mem.host_compute_bytes)} buffers"
+        + (
+            f", {format_bytes(mem.host_extras_bytes)} projector, draft and MTP"
+            if mem.host_extras_bytes
+            else ""
+        )
+        + f"), available {format_bytes(ram.available_bytes)}"
+    )
     return [line]
 
 
@@ -160,8 +167,11 @@ def _placement_lines(result: PlanResult) -> list[RenderableType]:
     if rec.tensor_split:
         split = ",".join(f"{v:g}" for v in rec.tensor_split)
         shares = ", ".join(_shares(result))
-        lines.append(Text.assemble(("-ts ", "bold"), (split, "bold cyan"),
-                                   f"  (layers per device: {shares})"))  # fmt: skip
+        lines.append(
+            Text.assemble(
+                ("-ts ", "bold"), (split, "bold cyan"), f"  (layers per device: {shares})"
+            )
+        )
     if not rec.moved_layers and rec.fits:
         lines.append(Text("-ot not needed: every expert fits on the GPU"))
     elif alt is not None:
@@ -171,8 +181,10 @@ def _placement_lines(result: PlanResult) -> list[RenderableType]:
         gain = result.override_gain_bytes
         rule = ShellLine("-ot ", style="bold")
         rule.append(",".join(alt.override_tensor), style="cyan")
-        lines += [rule, Text(f"    experts on the CPU: {detail}; keeps {format_bytes(gain)} "
-                             "more on the GPU")]  # fmt: skip
+        lines += [
+            rule,
+            Text(f"    experts on the CPU: {detail}; keeps {format_bytes(gain)} more on the GPU"),
+        ]
     return lines
 
 
@@ -181,17 +193,28 @@ def _check_lines(result: PlanResult) -> list[RenderableType]:
     if not result.checks:
         return [Text(f"{result.checked}: not checked by llama.cpp", style="dim")]
     mem = result.recommended.memory
-    alone = (", the model alone: it counts no projector, draft or MTP"
-             if mem.mmproj or mem.draft or mem.mtp else "")  # fmt: skip
-    head = Text(f"checked by {result.checked} (llama-fit-params, its own dry run: "
-                f"one sequence, logits for the whole batch{alone}):", style="dim")  # fmt: skip
+    alone = (
+        ", the model alone: it counts no projector, draft or MTP"
+        if mem.mmproj or mem.draft or mem.mtp
+        else ""
+    )
+    head = Text(
+        f"checked by {result.checked} (llama-fit-params, its own dry run: "
+        f"one sequence, logits for the whole batch{alone}):",
+        style="dim",
+    )
     lines: list[RenderableType] = [head]
     for c in result.checks:
         style = "green" if c.agrees else "yellow"
-        lines.append(Text(f"  llama.cpp projects {c.device} {c.projected_mib:,} MiB; predicted "
-                          f"{c.predicted_mib:,} (model {c.model_mib[0]}/{c.model_mib[1]}, "
-                          f"context {c.context_mib[0]}/{c.context_mib[1]}, compute "
-                          f"{c.compute_mib[0]}/{c.compute_mib[1]})", style=style))  # fmt: skip
+        lines.append(
+            Text(
+                f"  llama.cpp projects {c.device} {c.projected_mib:,} MiB; predicted "
+                f"{c.predicted_mib:,} (model {c.model_mib[0]}/{c.model_mib[1]}, "
+                f"context {c.context_mib[0]}/{c.context_mib[1]}, compute "
+                f"{c.compute_mib[0]}/{c.compute_mib[1]})",
+                style=style,
+            )
+        )
     return lines
 
 
@@ -222,10 +245,14 @@ def _commands(result: PlanResult) -> list[RenderableType]:
     parts = [Text(f"does NOT fit: {result.reason}", style="bold red")]
     parts += [Text(f"  - {s}", style="yellow") for s in result.suggestions]
     if result.nearest is not None:
-        parts += [Text("nearest command that fits:", style="bold"),
-                  shell_line(result.nearest.command)]  # fmt: skip
-    parts += [Text("the planned command (does not fit, not runnable as is):", style="dim"),
-              shell_line(rec.command, prefix="# ", style="dim")]  # fmt: skip
+        parts += [
+            Text("nearest command that fits:", style="bold"),
+            shell_line(result.nearest.command),
+        ]
+    parts += [
+        Text("the planned command (does not fit, not runnable as is):", style="dim"),
+        shell_line(rec.command, prefix="# ", style="dim"),
+    ]
     return parts
 
 

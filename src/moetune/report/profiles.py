@@ -24,13 +24,21 @@ def _placement(profile: TunedProfile) -> str:
 
 
 def hardware_table(profiles: list[HardwareProfile]) -> Table:
-    table = new_table("hardware profiles (moetune plan --gpu ID)",
-                      ("id", "GPU", "VRAM", "bandwidth", "PCIe"), right=("VRAM", "bandwidth"),
-                      fold=("GPU",))  # fmt: skip
+    table = new_table(
+        "hardware profiles (moetune plan --gpu ID)",
+        ("id", "GPU", "VRAM", "bandwidth", "PCIe"),
+        right=("VRAM", "bandwidth"),
+        fold=("GPU",),
+    )
     for p in profiles:
         name = p.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
-        table.add_row(p.id, name, format_bytes(p.vram_bytes), f"{p.memory_bandwidth_gb_s:g} GB/s",
-                      f"{p.pcie_gen}.0 x{p.pcie_lanes}")  # fmt: skip
+        table.add_row(
+            p.id,
+            name,
+            format_bytes(p.vram_bytes),
+            f"{p.memory_bandwidth_gb_s:g} GB/s",
+            f"{p.pcie_gen}.0 x{p.pcie_lanes}",
+        )
     return table
 
 
@@ -39,16 +47,24 @@ def _last_run(profile: TunedProfile) -> str:
 
 
 def tuned_table(entries: Tuned, root: str) -> Table:
-    table = new_table(f"tuned profiles ({short_path(root)})",
-                      ("name", "GPU", "placement", "peak", "tok/s", "last run"),
-                      right=("peak", "tok/s"), fold=("GPU",))  # fmt: skip
+    table = new_table(
+        f"tuned profiles ({short_path(root)})",
+        ("name", "GPU", "placement", "peak", "tok/s", "last run"),
+        right=("peak", "tok/s"),
+        fold=("GPU",),
+    )
     for entry in entries:
         if isinstance(entry, ProfileError):
             table.add_row(Text("broken", style="red"), Text(entry.message, style="red"))
             continue
-        table.add_row(entry.name, entry.gpu.name, _placement(entry),
-                      format_bytes(entry.measured.vram_bytes),
-                      fmt(entry.measured.decode_tps, ".1f"), _last_run(entry))  # fmt: skip
+        table.add_row(
+            entry.name,
+            entry.gpu.name,
+            _placement(entry),
+            format_bytes(entry.measured.vram_bytes),
+            fmt(entry.measured.decode_tps, ".1f"),
+            _last_run(entry),
+        )
     return table
 
 
@@ -61,22 +77,26 @@ def tuned_list(entries: Tuned, root: str) -> RenderableType:
             continue
         m = entry.measured
         lines.append(Text(entry.name, style="bold"))
-        about = Text(f"{entry.gpu.name}, {_placement(entry)}, {format_bytes(m.vram_bytes)}, "
-                     f"{fmt(m.decode_tps, '.1f')} tok/s, {_last_run(entry)}")  # fmt: skip
+        about = Text(
+            f"{entry.gpu.name}, {_placement(entry)}, {format_bytes(m.vram_bytes)}, "
+            f"{fmt(m.decode_tps, '.1f')} tok/s, {_last_run(entry)}"
+        )
         lines.append(Padding(about, (0, 0, 0, 4)))
     return Group(*lines)
 
 
-def render_profiles_list(hardware: list[HardwareProfile], tuned: Tuned,
-                         root: str) -> RenderableType:  # fmt: skip
+def render_profiles_list(
+    hardware: list[HardwareProfile], tuned: Tuned, root: str
+) -> RenderableType:
     users = {p.source for p in hardware if not p.shipped}
     note = "yours: " + ", ".join(sorted(users)) if users else "add yours in $MOETUNE_HOME/hardware/"
     parts: list[RenderableType] = [hardware_table(hardware), Text(note, style="dim")]
     if tuned:
         parts.append(fitted(tuned_table(tuned, root), tuned_list(tuned, root)))
     else:
-        parts.append(Text(f"no tuned profiles yet in {root}: `moetune run MODEL` saves one",
-                          style="dim"))  # fmt: skip
+        parts.append(
+            Text(f"no tuned profiles yet in {root}: `moetune run MODEL` saves one", style="dim")
+        )
     return Group(*parts)
 
 
@@ -93,37 +113,61 @@ def render_tuned(profile: TunedProfile, path: str) -> RenderableType:
     s, m = profile.settings, profile.measured
     extra = shell_join(s.extra_args) if s.extra_args else "-"
     rows = [
-        ("name", profile.name), ("file", path),
-        ("model", f"{profile.model.file_name} ({format_bytes(profile.model.file_bytes)}), "
-                  f"header sha256 {profile.model.header_sha256[:16]}..."),
+        ("name", profile.name),
+        ("file", path),
+        (
+            "model",
+            f"{profile.model.file_name} ({format_bytes(profile.model.file_bytes)}), "
+            f"header sha256 {profile.model.header_sha256[:16]}...",
+        ),
         ("model path", profile.model.path),
-        ("GPU", f"{profile.gpu.name} ({profile.gpu.device}, "
-                f"{format_bytes(profile.gpu.vram_total_bytes)})"),
+        (
+            "GPU",
+            f"{profile.gpu.name} ({profile.gpu.device}, "
+            f"{format_bytes(profile.gpu.vram_total_bytes)})",
+        ),
         ("llama.cpp", profile.llama_cpp.describe()),
         ("context", f"{s.n_ctx}, cache {s.type_k}/{s.type_v}"),
-        ("target", format_bytes(s.target_bytes)), ("after --", extra),
+        ("target", format_bytes(s.target_bytes)),
+        ("after --", extra),
         ("placement", _placement(profile)),
-        ("measured", f"peak {format_bytes(m.vram_bytes)}, TTFT {fmt(m.ttft_s, '.2f')} s, "
-                     f"prompt {fmt(m.prompt_tps, '.1f')} tok/s"),
+        (
+            "measured",
+            f"peak {format_bytes(m.vram_bytes)}, TTFT {fmt(m.ttft_s, '.2f')} s, "
+            f"prompt {fmt(m.prompt_tps, '.1f')} tok/s",
+        ),
         ("decode", format_speed(m.decode_tps, m.decode_tps_min, m.decode_tps_max, m.repeats)),
-        ("tuned", profile.tuned_at + (f", confirmed {profile.confirmed_at}"
-                                      if profile.confirmed_at else "")),
-    ]  # fmt: skip
-    return Group(_grid(rows), Text(""), Text("command:", style="bold"),
-                 shell_line(profile.command), Text(""),
-                 Text("tune again:", style="bold"),
-                 shell_line(retune_command(profile)))  # fmt: skip
+        (
+            "tuned",
+            profile.tuned_at
+            + (f", confirmed {profile.confirmed_at}" if profile.confirmed_at else ""),
+        ),
+    ]
+    return Group(
+        _grid(rows),
+        Text(""),
+        Text("command:", style="bold"),
+        shell_line(profile.command),
+        Text(""),
+        Text("tune again:", style="bold"),
+        shell_line(retune_command(profile)),
+    )
 
 
 def render_hardware(profile: HardwareProfile) -> RenderableType:
     rows = [
-        ("id", profile.id), ("name", profile.name), ("aliases", ", ".join(profile.aliases) or "-"),
+        ("id", profile.id),
+        ("name", profile.name),
+        ("aliases", ", ".join(profile.aliases) or "-"),
         ("VRAM", f"{profile.vram} ({format_bytes(profile.vram_bytes)})"),
         ("bandwidth", f"{profile.memory_bandwidth_gb_s:g} GB/s"),
-        ("PCIe", f"{profile.pcie_gen}.0 x{profile.pcie_lanes} "
-                 f"({profile.pcie_bytes_per_s / 1e9:.1f} GB/s)"),
+        (
+            "PCIe",
+            f"{profile.pcie_gen}.0 x{profile.pcie_lanes} "
+            f"({profile.pcie_bytes_per_s / 1e9:.1f} GB/s)",
+        ),
         ("source", profile.source),
-    ]  # fmt: skip
+    ]
     if profile.notes:
         rows.append(("notes", profile.notes))
     return _grid(rows)

@@ -27,20 +27,27 @@ def _fits(row: QuantRow) -> Text:
 def render_quants(result: QuantsResult, gpu_source: str) -> RenderableType:
     """The table (biggest file first), the picks with their commands, and why rows fail."""
     ctx = f"ctx {result.n_ctx}" if result.n_ctx else "each quant's default context"
-    head = Text(f"{result.repo} @ {result.commit[:12]} | GPU: {gpu_source} | {ctx}, KV "
-                f"{result.cache_type or '-'}")  # fmt: skip
-    table = new_table("quants", ("quant", "size", "fits", "placement", "max ctx", "RAM",
-                                 "GPU peak"),
-                      right=("size", "max ctx", "GPU peak"))  # fmt: skip
+    head = Text(
+        f"{result.repo} @ {result.commit[:12]} | GPU: {gpu_source} | {ctx}, KV "
+        f"{result.cache_type or '-'}"
+    )
+    table = new_table(
+        "quants",
+        ("quant", "size", "fits", "placement", "max ctx", "RAM", "GPU peak"),
+        right=("size", "max ctx", "GPU peak"),
+    )
     for row in result.quants:
         mark = " (best)" if row.tag == result.best else ""
         mark += " (best GPU-only)" if row.tag == result.best_gpu_only else ""
         table.add_row(
-            Text(row.tag + mark, style="bold" if mark else ""), format_bytes(row.size_bytes),
-            _fits(row), _placement(row), tokens_arg(row.max_ctx) if row.max_ctx else "-",
+            Text(row.tag + mark, style="bold" if mark else ""),
+            format_bytes(row.size_bytes),
+            _fits(row),
+            _placement(row),
+            tokens_arg(row.max_ctx) if row.max_ctx else "-",
             Text(row.ram or "-", style=_RAM_STYLE.get(row.ram or "", "")),
             format_bytes(row.gpu_bytes) if row.gpu_bytes is not None else "-",
-        )  # fmt: skip
+        )
     lines: list[RenderableType] = [head, Text(), table]
     for label, tag in (("best", result.best), ("best GPU-only", result.best_gpu_only)):
         pick = next((r for r in result.quants if r.tag == tag), None)
@@ -51,6 +58,7 @@ def render_quants(result: QuantsResult, gpu_source: str) -> RenderableType:
         lines.append(Text(f"no quant fits: {result.reason}", style="red"))
     notes = [r for r in result.quants if not r.fits and r.reason]
     if notes:
-        lines.append(Text("not fitting: " + "; ".join(f"{r.tag}: {r.reason}" for r in notes),
-                          style="dim"))  # fmt: skip
+        lines.append(
+            Text("not fitting: " + "; ".join(f"{r.tag}: {r.reason}" for r in notes), style="dim")
+        )
     return Group(*lines)

@@ -28,14 +28,21 @@ _STATUS_STYLE = {"ok": "green", "over": "yellow", "oom": "red"}
 
 
 def _one_device_table(result: RunResult) -> Table:
-    table = new_table(f"attempts on {result.device} (memory: {result.probe})", _COLUMNS,
-                      right=tuple(c for c in _COLUMNS if c != "status"))  # fmt: skip
+    table = new_table(
+        f"attempts on {result.device} (memory: {result.probe})",
+        _COLUMNS,
+        right=tuple(c for c in _COLUMNS if c != "status"),
+    )
     for a in result.attempts:
         table.add_row(
-            str(a.n_cpu_moe), format_bytes(a.predicted_bytes), format_bytes(a.measured_bytes),
-            Text(a.status, style=_STATUS_STYLE.get(a.status, "")), fmt(a.ttft_s, ".2f"),
-            fmt(a.prompt_tps, ".1f"), _decode_cell(a),
-        )  # fmt: skip
+            str(a.n_cpu_moe),
+            format_bytes(a.predicted_bytes),
+            format_bytes(a.measured_bytes),
+            Text(a.status, style=_STATUS_STYLE.get(a.status, "")),
+            fmt(a.ttft_s, ".2f"),
+            fmt(a.prompt_tps, ".1f"),
+            _decode_cell(a),
+        )
     return table
 
 
@@ -50,15 +57,23 @@ def _devices_table(result: RunResult) -> Table:
     """Several devices: a column per device (measured, predicted under it)."""
     names = result.device_names
     columns = ("N", "-ts", *names, "status", "TTFT s", "decode tok/s")
-    table = new_table("attempts: each device measured (predicted)", columns,
-                      right=(*names, "TTFT s", "decode tok/s"))  # fmt: skip
+    table = new_table(
+        "attempts: each device measured (predicted)",
+        columns,
+        right=(*names, "TTFT s", "decode tok/s"),
+    )
     for a in result.attempts:
         split = ",".join(f"{v:g}" for v in a.tensor_split)
         figures = zip(a.device_measured, a.device_predicted, result.device_budgets, strict=True)
         cells = [_device_cell(m, p, b) for m, p, b in figures]
-        table.add_row(str(a.n_cpu_moe), split, *cells,
-                      Text(a.status, style=_STATUS_STYLE.get(a.status, "")),
-                      fmt(a.ttft_s, ".2f"), _decode_cell(a))  # fmt: skip
+        table.add_row(
+            str(a.n_cpu_moe),
+            split,
+            *cells,
+            Text(a.status, style=_STATUS_STYLE.get(a.status, "")),
+            fmt(a.ttft_s, ".2f"),
+            _decode_cell(a),
+        )
     return table
 
 
@@ -86,18 +101,28 @@ def render_run(result: RunResult) -> RenderableType:
             parts.append(Text(f"  N={a.n_cpu_moe}: {a.message}", style="dim"))
     if result.best is not None:
         best = result.best
-        speed = format_speed(best.decode_tps, best.decode_tps_min, best.decode_tps_max,
-                             best.repeats)  # fmt: skip
-        parts.append(Text(f"best: --n-cpu-moe {best.n_cpu_moe}, decode {speed}",
-                          style="bold green"))  # fmt: skip
+        speed = format_speed(
+            best.decode_tps, best.decode_tps_min, best.decode_tps_max, best.repeats
+        )
+        parts.append(
+            Text(f"best: --n-cpu-moe {best.n_cpu_moe}, decode {speed}", style="bold green")
+        )
         if result.limiting_device:
-            parts.append(Text(f"the device that limited it: {result.limiting_device} (the "
-                              "least room left)", style="dim"))  # fmt: skip
+            parts.append(
+                Text(
+                    f"the device that limited it: {result.limiting_device} (the least room left)",
+                    style="dim",
+                )
+            )
         parts.append(shell_line(result.command))
         if best.noisy:
-            parts.append(Text("the decode speeds spread over more than 20 % of their median: "
-                              "the machine was busy, or measure longer with moetune bench",
-                              style="yellow"))  # fmt: skip
+            parts.append(
+                Text(
+                    "the decode speeds spread over more than 20 % of their median: "
+                    "the machine was busy, or measure longer with moetune bench",
+                    style="yellow",
+                )
+            )
     return Group(*parts)
 
 
@@ -110,4 +135,4 @@ def render_run_profile(result: RunResult, model: str) -> RenderableType | None:
         Text(f"tuned profile {result.profile_name} {how} ({result.profile_path})", style="green"),
         Text("daily use (prints a shell function for your dotfiles):", style="dim"),
         shell_line(["moetune", "alias", "NAME", model], style="dim"),
-    )  # fmt: skip
+    )

@@ -41,12 +41,14 @@ def load_result(path: Path, schema_version: int) -> BenchResult:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadValueError(f"{path} is not JSON: {exc}") from exc
     if not isinstance(data, dict) or data.get("kind") != RESULT_KIND:
-        raise BadValueError(f"{path} is not a moetune bench result",
-                            hint="pass a file written by `moetune bench`")  # fmt: skip
+        raise BadValueError(
+            f"{path} is not a moetune bench result", hint="pass a file written by `moetune bench`"
+        )
     version = data.pop("schema_version", None)
     if version != schema_version:
-        raise BadValueError(f"{path} has schema version {version}; this moetune reads "
-                            f"{schema_version}")  # fmt: skip
+        raise BadValueError(
+            f"{path} has schema version {version}; this moetune reads {schema_version}"
+        )
     try:
         return BenchResult.model_validate(data)
     except ValidationError as exc:

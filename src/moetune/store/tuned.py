@@ -124,9 +124,11 @@ def model_identity(path: str | os.PathLike[str]) -> ModelIdentity:
         _hash_header(shard.path, min(shard.data_offset, shard.file_bytes), digest)
     first = model.paths[0]
     return ModelIdentity(
-        file_name=first.name, file_bytes=model.file_bytes, header_sha256=digest.hexdigest(),
+        file_name=first.name,
+        file_bytes=model.file_bytes,
+        header_sha256=digest.hexdigest(),
         path=str(first.resolve()),
-    )  # fmt: skip
+    )
 
 
 def device_identity(device: Device) -> DeviceIdentity:
@@ -142,9 +144,12 @@ def build_identity(info: ServerInfo) -> BuildIdentity:
     except OSError:
         fingerprint = "unknown"
     return BuildIdentity(
-        build_number=info.build_number, commit=info.commit, version=info.version,
-        binary=str(info.path), binary_fingerprint=fingerprint,
-    )  # fmt: skip
+        build_number=info.build_number,
+        commit=info.commit,
+        version=info.version,
+        binary=str(info.path),
+        binary_fingerprint=fingerprint,
+    )
 
 
 # --- tuned profiles: the files -----------------------------------------------------------------
@@ -190,8 +195,13 @@ class TunedProfile(BaseModel):
 
     @property
     def key(self) -> TuneKey:
-        return TuneKey(model=self.model, gpu=self.gpu, llama_cpp=self.llama_cpp,
-                       settings=self.settings, devices=tuple(self.devices))  # fmt: skip
+        return TuneKey(
+            model=self.model,
+            gpu=self.gpu,
+            llama_cpp=self.llama_cpp,
+            settings=self.settings,
+            devices=tuple(self.devices),
+        )
 
 
 def _slug(text: str) -> str:
@@ -206,8 +216,9 @@ def profile_name(key: TuneKey) -> str:
     split = SPLIT_NAME_RE.match(key.model.file_name)
     stem = split["prefix"] if split else key.model.file_name.removesuffix(".gguf")
     cache = s.type_k if s.type_k == s.type_v else f"{s.type_k}-{s.type_v}"
-    devices = "/".join(f"{d.device}|{d.name}|{d.vram_total_bytes}"
-                       for d in (key.devices or (key.gpu,))).encode()  # fmt: skip
+    devices = "/".join(
+        f"{d.device}|{d.name}|{d.vram_total_bytes}" for d in (key.devices or (key.gpu,))
+    ).encode()
     tag = hashlib.sha256(devices).hexdigest()[:6]
     targets = "_".join(size_arg(t) for t in (s.device_targets or [s.target_bytes]))
     return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}"
@@ -285,8 +296,10 @@ class ProfileStore:
         if len(found) == 1:
             return found[0]
         if found:
-            raise BadValueError(f"{name!r} names {len(found)} tuned profiles",
-                                hint="give more of the name: " + ", ".join(found))  # fmt: skip
+            raise BadValueError(
+                f"{name!r} names {len(found)} tuned profiles",
+                hint="give more of the name: " + ", ".join(found),
+            )
         raise ProfileNotFoundError(
             f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
         )
@@ -358,9 +371,15 @@ def parse_tuned_profile(text: str, source: str) -> TunedProfile:
     return profile
 
 
-def new_profile(key: TuneKey, n_cpu_moe: int, measured: Measured, command: list[str],
-                previous: TunedProfile | None = None, *,
-                tensor_split: list[float] | None = None) -> TunedProfile:  # fmt: skip
+def new_profile(
+    key: TuneKey,
+    n_cpu_moe: int,
+    measured: Measured,
+    command: list[str],
+    previous: TunedProfile | None = None,
+    *,
+    tensor_split: list[float] | None = None,
+) -> TunedProfile:
     """The profile to save for a run's winner (``previous``: the one it confirmed)."""
     s = key.settings
     stamp = now()
@@ -368,25 +387,34 @@ def new_profile(key: TuneKey, n_cpu_moe: int, measured: Measured, command: list[
         name=profile_name(key),
         tuned_at=previous.tuned_at if previous else stamp,
         confirmed_at=stamp if previous else None,
-        model=key.model, gpu=key.gpu, llama_cpp=key.llama_cpp, settings=s,
+        model=key.model,
+        gpu=key.gpu,
+        llama_cpp=key.llama_cpp,
+        settings=s,
         placement=TunedPlacement(n_cpu_moe=n_cpu_moe, tensor_split=tensor_split or []),
-        measured=measured, command=command, devices=list(key.devices),
-    )  # fmt: skip
+        measured=measured,
+        command=command,
+        devices=list(key.devices),
+    )
 
 
 def model_profile(
-    store: ProfileStore, identity: ModelIdentity, n_ctx: int | None = None,
-    cache_type: str | None = None, beside: Sequence[tuple[str, str]] = (),
-) -> TunedProfile:  # fmt: skip
+    store: ProfileStore,
+    identity: ModelIdentity,
+    n_ctx: int | None = None,
+    cache_type: str | None = None,
+    beside: Sequence[tuple[str, str]] = (),
+) -> TunedProfile:
     """The newest tuned profile for this model file (at ``n_ctx``/``cache_type`` if given,
     tuned with the files ``beside`` it among its arguments: ``("--mmproj", FILE)``,
     ``("--draft", FILE)``)."""
     found = [
-        p for p in store.for_model(identity)
+        p
+        for p in store.for_model(identity)
         if (n_ctx is None or p.settings.n_ctx == n_ctx)
         and (cache_type is None or cache_type in (p.settings.type_k, p.settings.type_v))
         and all(file in p.settings.extra_args for _, file in beside)
-    ]  # fmt: skip
+    ]
     if not found:
         with_files = f" with {', '.join(Path(f).name for _, f in beside)}" if beside else ""
         raise ProfileNotFoundError(

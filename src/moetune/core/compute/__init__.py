@@ -126,14 +126,27 @@ class ComputeEstimate(NamedTuple):
         return sum(self.devices)
 
 
-def _options(settings_kinds: Sequence[str], *, flash_attn: bool, type_k: str, type_v: str,
-             op_offload: bool = True, n_copies: int = 1) -> Options:  # fmt: skip
+def _options(
+    settings_kinds: Sequence[str],
+    *,
+    flash_attn: bool,
+    type_k: str,
+    type_v: str,
+    op_offload: bool = True,
+    n_copies: int = 1,
+) -> Options:
     for kind in settings_kinds:
         if kind not in DEVICE_KINDS:
             raise ValueError(f"device_kind must be one of {DEVICE_KINDS}, got {kind!r}")
     cuda = tuple(kind == "cuda" for kind in settings_kinds)
-    return Options(flash_attn=flash_attn, type_k=type_k.lower(), type_v=type_v.lower(),
-                   cuda=cuda, op_offload=op_offload and any(cuda), n_copies=n_copies)  # fmt: skip
+    return Options(
+        flash_attn=flash_attn,
+        type_k=type_k.lower(),
+        type_v=type_v.lower(),
+        cuda=cuda,
+        op_offload=op_offload and any(cuda),
+        n_copies=n_copies,
+    )
 
 
 def estimate_compute(
@@ -168,30 +181,49 @@ def estimate_compute(
     run = run_params(n_ctx, n_ubatch, n_batch, n_seq, n_outputs)
     blocks = range(cpu_expert_layers) if cpu_expert_blocks is None else cpu_expert_blocks
     n_dev = facts.n_layers if layers_on_device is None else min(layers_on_device, facts.n_layers)
-    placement = Placement.single(facts.n_layers, facts.n_layers - max(n_dev, 0), blocks,
-                                 output_on_device, facts.tensors)  # fmt: skip
-    options = _options((device_kind,), flash_attn=flash_attn, type_k=type_k, type_v=type_v,
-                       op_offload=op_offload)  # fmt: skip
+    placement = Placement.single(
+        facts.n_layers, facts.n_layers - max(n_dev, 0), blocks, output_on_device, facts.tensors
+    )
+    options = _options(
+        (device_kind,), flash_attn=flash_attn, type_k=type_k, type_v=type_v, op_offload=op_offload
+    )
     peaks = replay_for(facts, run, options).peaks(placement)
     return _margin(facts, ComputeEstimate(devices=(peaks[DEV],), host_bytes=peaks[CPU]))
 
 
 def compute_for(
-    facts: ModelFacts, settings: Settings, *, homes: tuple[int, ...],
-    moves: frozenset[tuple[str, int]], kinds: Sequence[str], pipeline: bool = False,
-) -> ComputeEstimate:  # fmt: skip
+    facts: ModelFacts,
+    settings: Settings,
+    *,
+    homes: tuple[int, ...],
+    moves: frozenset[tuple[str, int]],
+    kinds: Sequence[str],
+    pipeline: bool = False,
+) -> ComputeEstimate:
     """The compute buffers llama-server reserves at ``settings`` for a placement over devices
     of ``kinds``: each layer's home (a device index, else the CPU; the output layer last),
     and the expert tensors that live elsewhere than their layer. ``pipeline``: llama.cpp's
     pipeline parallelism is on (4 copies of every split input)."""
-    run = run_params(settings.n_ctx, settings.n_ubatch, settings.n_batch, settings.n_seq,
-                     None if settings.all_outputs else settings.n_outputs)  # fmt: skip
-    options = _options(kinds, flash_attn=settings.flash_attn, type_k=settings.type_k,
-                       type_v=settings.type_v, n_copies=4 if pipeline else 1)  # fmt: skip
+    run = run_params(
+        settings.n_ctx,
+        settings.n_ubatch,
+        settings.n_batch,
+        settings.n_seq,
+        None if settings.all_outputs else settings.n_outputs,
+    )
+    options = _options(
+        kinds,
+        flash_attn=settings.flash_attn,
+        type_k=settings.type_k,
+        type_v=settings.type_v,
+        n_copies=4 if pipeline else 1,
+    )
     placement = Placement(homes, moves)
     peaks = replay_for(facts, run, options).peaks(placement)
-    return _margin(facts, ComputeEstimate(devices=tuple(peaks[i] for i in range(len(kinds))),
-                                          host_bytes=peaks[CPU]))  # fmt: skip
+    return _margin(
+        facts,
+        ComputeEstimate(devices=tuple(peaks[i] for i in range(len(kinds))), host_bytes=peaks[CPU]),
+    )
 
 
 # An architecture moetune has not been taught (core/dims.py KNOWN_ARCHS) is replayed with the
@@ -209,5 +241,7 @@ def untaught_margin(n_bytes: int) -> int:
 def _margin(facts: ModelFacts, found: ComputeEstimate) -> ComputeEstimate:
     if facts.dims.known:
         return found
-    return ComputeEstimate(devices=tuple(untaught_margin(b) for b in found.devices),
-                           host_bytes=untaught_margin(found.host_bytes))  # fmt: skip
+    return ComputeEstimate(
+        devices=tuple(untaught_margin(b) for b in found.devices),
+        host_bytes=untaught_margin(found.host_bytes),
+    )

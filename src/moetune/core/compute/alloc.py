@@ -212,8 +212,9 @@ def schedule_and_allocate(graph: Graph, opts: Options) -> dict[int, int]:
     return GAlloc(opts).run(leafs, order)
 
 
-def pipeline_copies(inputs: Sequence[Tensor], splits: Sequence[Split],
-                    n_copies: int) -> list[Tensor]:  # fmt: skip
+def pipeline_copies(
+    inputs: Sequence[Tensor], splits: Sequence[Split], n_copies: int
+) -> list[Tensor]:
     """Pipeline parallelism (ggml_backend_sched with n_copies > 1): every graph input and
     every split input has ``n_copies`` copies, allocated first, as leafs, and never freed
     (they are marked input and output). The current copy is the tensor itself."""
@@ -229,7 +230,14 @@ def pipeline_copies(inputs: Sequence[Tensor], splits: Sequence[Split],
 
 
 def _clone(t: Tensor, backend: int) -> Tensor:
-    clone = Tensor(f"{t.name}#copy", "none", t.ne, t.esize, backend=backend,
-                   quant_pad=t.quant_pad, fixed_bytes=t.fixed_bytes)  # fmt: skip
+    clone = Tensor(
+        f"{t.name}#copy",
+        "none",
+        t.ne,
+        t.esize,
+        backend=backend,
+        quant_pad=t.quant_pad,
+        fixed_bytes=t.fixed_bytes,
+    )
     clone.is_output = True
     return clone

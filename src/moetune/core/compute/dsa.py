@@ -78,9 +78,14 @@ def _top_k_mask(
 
 
 def _indexer_top_k(
-    g: Graph, inp: Inputs, il: int, xq: tuple[Tensor, Tensor | None],
-    lid: tuple[Tensor, Tensor, Tensor], *, top_k: int,
-) -> Tensor:  # fmt: skip
+    g: Graph,
+    inp: Inputs,
+    il: int,
+    xq: tuple[Tensor, Tensor | None],
+    lid: tuple[Tensor, Tensor, Tensor],
+    *,
+    top_k: int,
+) -> Tensor:
     """Indexer Q (from the compressed Q), per-head weights, the fused lightning indexer
     score over every cell, and the indices of its top-k (made contiguous)."""
     p, t, head = f"blk.{il}.indexer.", g.run.n_tokens, g.d.indexer_k
@@ -88,8 +93,9 @@ def _indexer_top_k(
     cache, mask, rot = lid
     n_head = g.shape(p + "proj.weight")[1]
     q = g.mm(g.w(p + "attn_q_b.weight"), qr if qr is not None else x, n_head * head, "indexer_q")
-    q = g.op("rope", "indexer_q", (head, n_head, t), g.view(q, (head, n_head, t), "reshape"),
-             inp.pos)  # fmt: skip
+    q = g.op(
+        "rope", "indexer_q", (head, n_head, t), g.view(q, (head, n_head, t), "reshape"), inp.pos
+    )
     q = g.view(g.op("mul_mat", "indexer_q", q.ne, rot, q), (head, n_head, t, 1))
     k = g.view(cache, cache.ne)
     weights = g.mm(g.w(p + "proj.weight"), x, n_head, "indexer_weights")

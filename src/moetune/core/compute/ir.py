@@ -15,8 +15,9 @@ class State:
 
     __slots__ = ("allocated", "backend", "children", "offset", "views", "visited")
 
-    def __init__(self, *, allocated: bool = False, visited: bool = False, offset: int = 0,
-                 backend: int = DEV) -> None:  # fmt: skip
+    def __init__(
+        self, *, allocated: bool = False, visited: bool = False, offset: int = 0, backend: int = DEV
+    ) -> None:
         self.children = self.views = 0
         self.allocated, self.visited = allocated, visited
         self.offset, self.backend = offset, backend
@@ -37,16 +38,42 @@ class Tensor:
     a contiguous view at offset 0 of its source, which ggml-alloc lets an in-place op reuse.
     """
 
-    __slots__ = ("alloc", "backend", "buffer", "cuda_extra", "esize", "fixed_bytes", "head_view",
-                 "is_input", "is_output", "name", "ne", "op", "port", "quant_pad", "srcs",
-                 "view_src", "weight")  # fmt: skip
+    __slots__ = (
+        "alloc",
+        "backend",
+        "buffer",
+        "cuda_extra",
+        "esize",
+        "fixed_bytes",
+        "head_view",
+        "is_input",
+        "is_output",
+        "name",
+        "ne",
+        "op",
+        "port",
+        "quant_pad",
+        "srcs",
+        "view_src",
+        "weight",
+    )
 
     def __init__(  # noqa: PLR0917 - ggml's own order: name, op, shape, type, sources, view
-        self, name: str, op: str, ne: tuple[int, ...], esize: float = F32,
-        srcs: list[Tensor] | None = None, view_src: Tensor | None = None, *,
-        buffer: int | None = None, weight: bool = False, is_input: bool = False,
-        backend: int = -1, quant_pad: int = 0, fixed_bytes: int | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        name: str,
+        op: str,
+        ne: tuple[int, ...],
+        esize: float = F32,
+        srcs: list[Tensor] | None = None,
+        view_src: Tensor | None = None,
+        *,
+        buffer: int | None = None,
+        weight: bool = False,
+        is_input: bool = False,
+        backend: int = -1,
+        quant_pad: int = 0,
+        fixed_bytes: int | None = None,
+    ) -> None:
         self.name, self.op, self.ne, self.esize = name, op, ne, esize
         self.srcs: list[Tensor] = [] if srcs is None else srcs
         self.view_src = view_src
@@ -74,8 +101,14 @@ class Tensor:
 class Graph:
     """The reserve graph of one ubatch, built in ggml's node order."""
 
-    def __init__(self, facts: ModelFacts, run: Run, place: Placement, opts: Options,
-                 tensors: dict[str, TensorFacts] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        facts: ModelFacts,
+        run: Run,
+        place: Placement,
+        opts: Options,
+        tensors: dict[str, TensorFacts] | None = None,
+    ) -> None:
         self.d = facts.dims
         self.hparams = facts.hparams
         self.run, self.place, self.opts = run, place, opts

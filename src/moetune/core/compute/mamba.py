@@ -42,8 +42,9 @@ def mamba2(g: Graph, inp: Inputs, il: int, x: Tensor) -> Tensor:
     xbc = g.view(g.view(zxbcdt, (channels, seq_t, n_seqs)), None, "transpose")
     conv_x = g.op("concat", "conv_x", (ssm.conv_kernel - 1 + seq_t, channels, n_seqs), conv, xbc)
     _write_back(g, il, "r", ssm.n_embd_r, conv_x)  # the last d_conv - 1 columns
-    xbc = g.op("ssm_conv", "xBC_conv", (channels, seq_t, n_seqs), conv_x,
-               g.w(p + "ssm_conv1d.weight"))  # fmt: skip
+    xbc = g.op(
+        "ssm_conv", "xBC_conv", (channels, seq_t, n_seqs), conv_x, g.w(p + "ssm_conv1d.weight")
+    )
     bias = g.w(p + "ssm_conv1d.bias")
     if bias is not None:
         xbc = g.op("add", "xBC_biased", xbc.ne, xbc, bias)
@@ -63,9 +64,14 @@ def mamba2(g: Graph, inp: Inputs, il: int, x: Tensor) -> Tensor:
 
 
 def _mamba2_scan(
-    g: Graph, inp: Inputs, il: int, srcs: tuple[Tensor, Tensor], heads: tuple[int, ...],
-    *, n_group: int,
-) -> Tensor:  # fmt: skip
+    g: Graph,
+    inp: Inputs,
+    il: int,
+    srcs: tuple[Tensor, Tensor],
+    heads: tuple[int, ...],
+    *,
+    n_group: int,
+) -> Tensor:
     """dt + bias, ssm_scan over the cached states (build_rs with the scan as getter), the
     extra states and the new states written back; returns the scan's y view."""
     p, ssm = f"blk.{il}.", g.d.ssm
@@ -78,9 +84,17 @@ def _mamba2_scan(
     dt = g.op("add", "dt_biased", dt.ne, dt, g.w(p + "ssm_dt.bias"))
     bc = (ssm.state_size, n_group, seq_t, n_seqs)
     scan = g.op(
-        "ssm_scan", "y_ssm", (head_dim * n_head * seq_t * n_seqs + ssm.n_embd_s * n_seqs,),
-        states, x, dt, g.w(p + "ssm_a"), g.view(xbc, bc), g.view(xbc, bc), inp.rs_copy,
-    )  # fmt: skip
+        "ssm_scan",
+        "y_ssm",
+        (head_dim * n_head * seq_t * n_seqs + ssm.n_embd_s * n_seqs,),
+        states,
+        x,
+        dt,
+        g.w(p + "ssm_a"),
+        g.view(xbc, bc),
+        g.view(xbc, bc),
+        inp.rs_copy,
+    )
     return _scan_done(g, inp, il, scan, heads)
 
 
@@ -121,9 +135,17 @@ def mamba1(g: Graph, inp: Inputs, il: int, x: Tensor) -> Tensor:
     x4 = g.view(xc, (1, d_inner, seq_t, n_seqs), "reshape")
     dt, b, c = _mamba1_dbc(g, il, xc, (dt_rank, d_state, seq_t, n_seqs))
     scan = g.op(
-        "ssm_scan", "y_ssm", (d_inner * seq_t * n_seqs + ssm.n_embd_s * n_seqs,),
-        states, x4, dt, g.w(p + "ssm_a"), b, c, inp.rs_copy,
-    )  # fmt: skip
+        "ssm_scan",
+        "y_ssm",
+        (d_inner * seq_t * n_seqs + ssm.n_embd_s * n_seqs,),
+        states,
+        x4,
+        dt,
+        g.w(p + "ssm_a"),
+        b,
+        c,
+        inp.rs_copy,
+    )
     y = _scan_done(g, inp, il, scan, ne)
     y = g.op("add", "y_add_d", ne, y, g.op("mul", "x_d", ne, xc, g.w(p + "ssm_d")))
     z = g.op("cont", "z", ne, g.view(xz, ne))

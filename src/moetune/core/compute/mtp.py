@@ -76,16 +76,18 @@ def build_mtp_graph(g: Graph, il: int) -> None:
     logits.is_output = True
 
 
-def simulate_mtp(facts: ModelFacts, run: Run, place: Placement, opts: Options,
-                 il: int) -> dict[int, int]:  # fmt: skip
+def simulate_mtp(
+    facts: ModelFacts, run: Run, place: Placement, opts: Options, il: int
+) -> dict[int, int]:
     """Build, schedule and allocate the MTP graph: the peak bytes per backend."""
     graph = Graph(facts, run, place, opts)
     build_mtp_graph(graph, il)
     return schedule_and_allocate(graph, opts)
 
 
-def mtp_peaks(facts: ModelFacts, run: Run, place: Placement, opts: Options,
-              kinds: Sequence[str]) -> tuple[tuple[int, ...], int]:  # fmt: skip
+def mtp_peaks(
+    facts: ModelFacts, run: Run, place: Placement, opts: Options, kinds: Sequence[str]
+) -> tuple[tuple[int, ...], int]:
     """Each device's and the host's MTP compute buffer (0 where the model has no NextN)."""
     layout = facts.dims
     if layout.kv_end >= layout.n_layer_all:

@@ -69,17 +69,23 @@ class Placement(NamedTuple):
     moves: frozenset[tuple[str, int]] = frozenset()
 
     @classmethod
-    def single(cls, n_layers: int, dev_start: int, cpu_experts: Iterable[int] = (),
-               output_on_device: bool = True,
-               tensors: Iterable[TensorFacts] = ()) -> Placement:  # fmt: skip
+    def single(
+        cls,
+        n_layers: int,
+        dev_start: int,
+        cpu_experts: Iterable[int] = (),
+        output_on_device: bool = True,
+        tensors: Iterable[TensorFacts] = (),
+    ) -> Placement:
         """One device: blocks >= ``dev_start`` on it, the experts of ``cpu_experts`` (found
         among ``tensors``) on the CPU."""
         homes = tuple(DEV if il >= dev_start else CPU for il in range(n_layers))
         blocks = frozenset(cpu_experts)
         moves = frozenset(
-            (t.name, CPU) for t in tensors
+            (t.name, CPU)
+            for t in tensors
             if t.role is Role.EXPERTS and t.layer in blocks and homes[t.layer] != CPU
-        )  # fmt: skip
+        )
         return cls((*homes, DEV if output_on_device else CPU), moves)
 
     def block(self, il: int) -> int:

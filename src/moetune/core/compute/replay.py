@@ -146,15 +146,20 @@ class _Plan:
 
     __slots__ = ("carried", "entry", "existing", "insertions", "out", "situation")
 
-    def __init__(self, situation: Situation, entry: SplitEntry, existing: frozenset[Slot],
-                 carried: bool, out: _SplitOut) -> None:  # fmt: skip
+    def __init__(
+        self,
+        situation: Situation,
+        entry: SplitEntry,
+        existing: frozenset[Slot],
+        carried: bool,
+        out: _SplitOut,
+    ) -> None:
         self.situation, self.entry, self.existing = situation, entry, existing
         self.carried, self.out = carried, out
         self.insertions: tuple[Slot, ...] = ()
 
     def key(self) -> EmissionKey:
-        return EmissionKey(self.situation, self.entry, self.existing, self.carried,
-                           self.insertions)  # fmt: skip
+        return EmissionKey(self.situation, self.entry, self.existing, self.carried, self.insertions)
 
 
 class _Emission(NamedTuple):
@@ -204,8 +209,9 @@ class Replay:
     def _graph(self, place: Placement) -> Graph:
         return Graph(self.facts, self.run, place, self.opts, tensors=self.tensors)
 
-    def _uniform(self, backend: int, moves: frozenset[tuple[str, int]] = frozenset(),
-                 output: int = DEV) -> Placement:  # fmt: skip
+    def _uniform(
+        self, backend: int, moves: frozenset[tuple[str, int]] = frozenset(), output: int = DEV
+    ) -> Placement:
         """Every block on ``backend`` (a segment only reads its own block's homes)."""
         return Placement((*(backend,) * self.n_blocks, output), moves)
 
@@ -364,8 +370,9 @@ class Replay:
             self.ports[slot] = found
         return found
 
-    def _splitter(self, built: _Built, entry: SplitEntry, existing: frozenset[Slot],
-                  carried: bool) -> Splitter:  # fmt: skip
+    def _splitter(
+        self, built: _Built, entry: SplitEntry, existing: frozenset[Slot], carried: bool
+    ) -> Splitter:
         """Run pass 5 over the segment's nodes, from the given current split."""
         copies: dict[tuple[Hashable, int], Tensor] = {}
         for slot in existing:
@@ -387,8 +394,9 @@ class Replay:
             splitter.add(node)
         return splitter
 
-    def _split_sweep(self, segments: Sequence[Segment],
-                     situations: Sequence[Situation]) -> list[_Plan]:  # fmt: skip
+    def _split_sweep(
+        self, segments: Sequence[Segment], situations: Sequence[Situation]
+    ) -> list[_Plan]:
         """Pass 5 segment by segment; copies added to a split that began in an earlier
         segment are attributed to that segment (they are emitted at the split's start)."""
         first = self._final(segments[0], situations[0])[1]
@@ -409,8 +417,14 @@ class Replay:
             entry = out.exit
         return plans
 
-    def _split(self, seg: Segment, situation: Situation, entry: SplitEntry,
-               existing: frozenset[Slot], carried: bool) -> _SplitOut:  # fmt: skip
+    def _split(
+        self,
+        seg: Segment,
+        situation: Situation,
+        entry: SplitEntry,
+        existing: frozenset[Slot],
+        carried: bool,
+    ) -> _SplitOut:
         key = (situation, entry, existing, carried)
         found = self._splits.get(key)
         if found is not None:
@@ -440,8 +454,9 @@ class Replay:
         self._splits[key] = found
         return found
 
-    def _uses(self, order: Sequence[Tensor],
-              res_in: Tensor | None) -> tuple[tuple[Slot, int, int], ...]:  # fmt: skip
+    def _uses(
+        self, order: Sequence[Tensor], res_in: Tensor | None
+    ) -> tuple[tuple[Slot, int, int], ...]:
         """Users and views of each crossing tensor in an emission."""
         users: dict[Slot, list[int]] = {}
         for node in order:
@@ -472,8 +487,9 @@ class Replay:
 
     # --- allocation -----------------------------------------------------------------------
 
-    def _alloc_sweep(self, segments: Sequence[Segment], plans: Sequence[_Plan],
-                     last: dict[Slot, tuple[int, int]]) -> dict[int, int]:  # fmt: skip
+    def _alloc_sweep(
+        self, segments: Sequence[Segment], plans: Sequence[_Plan], last: dict[Slot, tuple[int, int]]
+    ) -> dict[int, int]:
         """The allocator, segment by segment: each step memoised on (the segment's allocation
         order, the whole allocator state before it, which crossing tensors are done)."""
         state = self._state_id(GAlloc(self.opts).blocks(), {})
@@ -503,8 +519,9 @@ class Replay:
             self._snapshots.append(snapshot)
         return found
 
-    def _step(self, seg: Segment, plan: _Plan, state: int, last: dict[Slot, tuple[int, int]],
-              i: int) -> tuple[int, tuple[tuple[int, int], ...]]:  # fmt: skip
+    def _step(
+        self, seg: Segment, plan: _Plan, state: int, last: dict[Slot, tuple[int, int]], i: int
+    ) -> tuple[int, tuple[tuple[int, int], ...]]:
         """One segment's allocation from an interned state: (the next state, its peaks)."""
         blocks_items, port_items = self._snapshots[state]
         blocks, ports = dict(blocks_items), dict(port_items)
@@ -552,14 +569,23 @@ class Replay:
                         created.add(found)
         return built, order, _Emission(tuple(seen), frozenset(created))
 
-    def _allocate(self, seg: Segment, ekey: EmissionKey, blocks: dict[int, FreeBlocks],
-                  states: tuple[SlotState, ...]) -> _AllocOut:  # fmt: skip
+    def _allocate(
+        self,
+        seg: Segment,
+        ekey: EmissionKey,
+        blocks: dict[int, FreeBlocks],
+        states: tuple[SlotState, ...],
+    ) -> _AllocOut:
         """Run ggml-alloc over one segment from the given free blocks and crossing tensors."""
         built, order, emission = self._emit(seg, ekey)
         tensors = [self._tensor(slot, built) for slot in emission.slots]
         for t, (allocated, offset, backend, _, _) in zip(tensors, states, strict=True):
-            t.alloc = State(allocated=allocated, visited=allocated, offset=offset,
-                            backend=backend if backend >= 0 else DEV)  # fmt: skip
+            t.alloc = State(
+                allocated=allocated,
+                visited=allocated,
+                offset=offset,
+                backend=backend if backend >= 0 else DEV,
+            )
         galloc = GAlloc(self.opts, blocks)
         if seg.kind.what == "head":
             for leaf in self.leafs:
@@ -599,8 +625,13 @@ def _carries(profiles: Sequence[_Profile]) -> list[Carries]:
     return [tuple(c) for c in into]
 
 
-def _slot_state(slot: Slot, emission: _Emission, ports: dict[Slot, PortState],
-                last: dict[Slot, tuple[int, int]], i: int) -> SlotState:  # fmt: skip
+def _slot_state(
+    slot: Slot,
+    emission: _Emission,
+    ports: dict[Slot, PortState],
+    last: dict[Slot, tuple[int, int]],
+    i: int,
+) -> SlotState:
     """A crossing tensor's place before segment ``i``, and whether segment ``i`` is its last
     user. The residual and its copies have one consumer segment; a tensor emitted here is
     allocated here."""

@@ -57,8 +57,9 @@ def pin(nodes: Sequence[Tensor], opts: Options) -> list[int]:
     return [_backend_from_cur(node, opts) for node in nodes]
 
 
-def expand(backends: list[int], views: Sequence[bool], cur: int, skip_cpu: bool,
-           backward: bool) -> int:  # fmt: skip
+def expand(
+    backends: list[int], views: Sequence[bool], cur: int, skip_cpu: bool, backward: bool
+) -> int:
     """One of passes 2-3: unassigned nodes take the backend of the previous assigned node
     (views are skipped; with ``skip_cpu`` a CPU node breaks the chain). Returns the carry."""
     order: Iterable[int] = range(len(backends) - 1, -1, -1) if backward else range(len(backends))
@@ -124,8 +125,15 @@ CopyMaker = Callable[[Tensor, int], Tensor]
 
 def new_copy(src: Tensor, backend: int) -> Tensor:
     """A backend's copy of ``src`` (ggml_dup_tensor_layout: a strided view's span)."""
-    return Tensor(f"copy of {src.name}", "none", src.ne, src.esize, backend=backend,
-                  quant_pad=src.quant_pad, fixed_bytes=src.fixed_bytes)  # fmt: skip
+    return Tensor(
+        f"copy of {src.name}",
+        "none",
+        src.ne,
+        src.esize,
+        backend=backend,
+        quant_pad=src.quant_pad,
+        fixed_bytes=src.fixed_bytes,
+    )
 
 
 class Splitter:
@@ -134,8 +142,13 @@ class Splitter:
     backend starts a new split when the current one already has inputs. ``key`` names a
     source in ``copies``; ``make`` makes its copy."""
 
-    def __init__(self, first: Split, copies: dict[tuple[Hashable, int], Tensor],
-                 key: CopyKey = id, make: CopyMaker = new_copy) -> None:  # fmt: skip
+    def __init__(
+        self,
+        first: Split,
+        copies: dict[tuple[Hashable, int], Tensor],
+        key: CopyKey = id,
+        make: CopyMaker = new_copy,
+    ) -> None:
         self.splits = [first]
         self.copies, self.key, self.make = copies, key, make
 
@@ -180,15 +193,19 @@ def emit(splits: Sequence[Split], deps: dict[int, list[Tensor]], opts: Options) 
         if not split.carried:
             for src, copy in split.inputs:
                 base = src.view_src if src.view_src is not None else src
-                dep = Tensor(f"dep {src.name}", "none", src.ne, src.esize, [src], base,
-                             backend=src.backend)  # fmt: skip
+                dep = Tensor(
+                    f"dep {src.name}", "none", src.ne, src.esize, [src], base, backend=src.backend
+                )
                 order += [dep, copy]
         for node in split.nodes:
             order.append(node)
             kept = deps.get(id(node))
             if kept is not None and opts.is_cuda(node.backend):
-                order.append(Tensor("alloc dep", "none", (0,), F32, list(kept), kept[0],
-                                    backend=node.backend))  # fmt: skip
+                order.append(
+                    Tensor(
+                        "alloc dep", "none", (0,), F32, list(kept), kept[0], backend=node.backend
+                    )
+                )
     return order
 
 

@@ -32,8 +32,9 @@ __all__ = ["GRAPHS", "Shape", "replay_clip"]
 WeightMap = Mapping[str, tuple[tuple[int, ...], str, int]]
 
 
-def replay_clip(weights: WeightMap, shape: Shape, *, kind: str,
-                flash_attn: bool) -> tuple[int, int]:  # fmt: skip
+def replay_clip(
+    weights: WeightMap, shape: Shape, *, kind: str, flash_attn: bool
+) -> tuple[int, int]:
     """The (device, host) compute buffers of one reserve of ``shape``'s warm-up graph.
 
     ``weights``: name -> (ggml shape, type name, bytes); ``kind``: "cpu" (no device: one CPU
@@ -42,8 +43,13 @@ def replay_clip(weights: WeightMap, shape: Shape, *, kind: str,
     builder = Builder(weights, DEV if on_device else CPU, flash_attn)
     output = GRAPHS[shape.proj](builder, shape)
     nodes, leafs = builder.order(output)
-    opts = Options(flash_attn=flash_attn, type_k="f16", type_v="f16",
-                   cuda=(kind == "cuda",) if on_device else (), op_offload=False)  # fmt: skip
+    opts = Options(
+        flash_attn=flash_attn,
+        type_k="f16",
+        type_v="f16",
+        cuda=(kind == "cuda",) if on_device else (),
+        op_offload=False,
+    )
     for leaf in leafs:
         leaf.backend = CPU
     backends, views = pin(nodes, opts), is_view(nodes)

@@ -27,8 +27,9 @@ class Builder:
     """The clip graph being built: weights (pre-allocated in ``weight_backend``), inputs
     (``ggml_set_input``: the CPU's), ops and views; ``order()`` gives ggml's node order."""
 
-    def __init__(self, weights: Mapping[str, tuple[Shape, str, int]], weight_backend: int,
-                 flash_attn: bool) -> None:  # fmt: skip
+    def __init__(
+        self, weights: Mapping[str, tuple[Shape, str, int]], weight_backend: int, flash_attn: bool
+    ) -> None:
         self._weights = weights
         self._made: dict[str, Tensor] = {}
         self.weight_backend = weight_backend
@@ -45,9 +46,15 @@ class Builder:
             return None
         if name not in self._made:
             shape, type_name, nbytes = self._weights[name]
-            self._made[name] = Tensor(name, "none", _pad4(shape), esize_of(type_name),
-                                      buffer=self.weight_backend, weight=True,
-                                      fixed_bytes=nbytes)  # fmt: skip
+            self._made[name] = Tensor(
+                name,
+                "none",
+                _pad4(shape),
+                esize_of(type_name),
+                buffer=self.weight_backend,
+                weight=True,
+                fixed_bytes=nbytes,
+            )
         return self._made[name]
 
     def req(self, name: str) -> Tensor:
@@ -118,9 +125,15 @@ class Builder:
         return self.cont(self.permute(res, 0, 1, 3, 2))
 
     def ffn(  # noqa: PLR0917 - build_ffn's own order
-            self, x: Tensor, up: Tensor | None, up_b: Tensor | None, gate: Tensor | None,
-            gate_b: Tensor | None, down: Tensor | None,
-            down_b: Tensor | None) -> Tensor:  # fmt: skip
+        self,
+        x: Tensor,
+        up: Tensor | None,
+        up_b: Tensor | None,
+        gate: Tensor | None,
+        gate_b: Tensor | None,
+        down: Tensor | None,
+        down_b: Tensor | None,
+    ) -> Tensor:
         """clip_graph::build_ffn: a GLU op with a gate, else an in-place activation."""
         tmp = self.add(self.mm(up, x), up_b)
         if gate is not None:
@@ -131,8 +144,14 @@ class Builder:
         return self.add(self.mm(down, cur), down_b)
 
     def attn(  # noqa: PLR0917 - build_attn's own order
-             self, wo: Tensor | None, wo_b: Tensor | None, q_cur: Tensor, k_cur: Tensor,
-             v_cur: Tensor, mask: Tensor | None) -> Tensor:  # fmt: skip
+        self,
+        wo: Tensor | None,
+        wo_b: Tensor | None,
+        q_cur: Tensor,
+        k_cur: Tensor,
+        v_cur: Tensor,
+        mask: Tensor | None,
+    ) -> Tensor:
         """clip_graph::build_attn over [d_head, n_head, n_pos, 1] Q/K/V."""
         self.roots += [q_cur, k_cur, v_cur]  # ggml_build_forward_order
         q = self.permute(q_cur, 0, 2, 1, 3)

@@ -44,8 +44,9 @@ def _qkv_views(b: Builder, cur: Tensor, s: Shape) -> tuple[Tensor, Tensor, Tenso
     return b.view(cur, ne, "view"), b.view(cur, ne, "view"), b.view(cur, ne, "view")
 
 
-def _separate_qkv(b: Builder, cur: Tensor, s: Shape, il: int,
-                  rms: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _separate_qkv(
+    b: Builder, cur: Tensor, s: Shape, il: int, rms: bool
+) -> tuple[Tensor, Tensor, Tensor]:
     """build_vit's separate Q/K/V (with biases and optional whole-width norms), reshaped."""
     ne = (s.d_head, s.n_head, s.n_patches, 1)
     out = []
@@ -67,12 +68,26 @@ def _ffn_of(b: Builder, x: Tensor, il: int) -> Tensor:
     def g(name: str) -> Tensor | None:
         return b.w(_blk(il, name))
 
-    return b.ffn(x, g("ffn_up.weight"), g("ffn_up.bias"), g("ffn_gate.weight"),
-                 g("ffn_gate.bias"), g("ffn_down.weight"), g("ffn_down.bias"))  # fmt: skip
+    return b.ffn(
+        x,
+        g("ffn_up.weight"),
+        g("ffn_up.bias"),
+        g("ffn_gate.weight"),
+        g("ffn_gate.bias"),
+        g("ffn_down.weight"),
+        g("ffn_down.bias"),
+    )
 
 
-def build_vit(b: Builder, inp: Tensor, s: Shape, *, rms: bool, pos: Tensor | None,
-              add_pos: Callable[[Tensor], Tensor] | None) -> Tensor:  # fmt: skip
+def build_vit(
+    b: Builder,
+    inp: Tensor,
+    s: Shape,
+    *,
+    rms: bool,
+    pos: Tensor | None,
+    add_pos: Callable[[Tensor], Tensor] | None,
+) -> Tensor:
     """clip_graph::build_vit (one image): [n_embd, n_pos, 1]."""
     if pos is not None:
         inp = b.add(inp, pos)
@@ -96,8 +111,9 @@ def build_vit(b: Builder, inp: Tensor, s: Shape, *, rms: bool, pos: Tensor | Non
             q, k, v = _separate_qkv(b, cur, s, il, rms)
         if add_pos is not None:
             q, k = add_pos(q), add_pos(k)
-        cur = b.attn(b.w(_blk(il, "attn_out.weight")), b.w(_blk(il, "attn_out.bias")), q, k, v,
-                     None)  # fmt: skip
+        cur = b.attn(
+            b.w(_blk(il, "attn_out.weight")), b.w(_blk(il, "attn_out.bias")), q, k, v, None
+        )
         cur = b.mul(cur, b.w(_blk(il, "ls1.weight")))
         if b.has(_blk(il, "attn_post_norm.weight")):
             cur = b.norm(cur, b.w(_blk(il, "attn_post_norm.weight")), None, rms)
@@ -195,11 +211,19 @@ def build_qwen2vl(b: Builder, s: Shape) -> Tensor:
         cur = b.norm(inp_l, b.w(_blk(il, "ln1.weight")), b.w(_blk(il, "ln1.bias")), rms)
         ne = (s.d_head, s.n_head, n)
         proj = [b.mm(b.w(_blk(il, f"attn_{p}.weight")), cur) for p in "qkv"]
-        q, k, v = (b.view(b.add(x, b.w(_blk(il, f"attn_{p}.bias"))), ne)
-                   for x, p in zip(proj, "qkv", strict=True))  # fmt: skip
+        q, k, v = (
+            b.view(b.add(x, b.w(_blk(il, f"attn_{p}.bias"))), ne)
+            for x, p in zip(proj, "qkv", strict=True)
+        )
         q, k = b.rope(q, positions), b.rope(k, positions)
-        cur = b.attn(b.w(_blk(il, "attn_out.weight")), b.w(_blk(il, "attn_out.bias")), q, k, v,
-                     None if full else window_mask)  # fmt: skip
+        cur = b.attn(
+            b.w(_blk(il, "attn_out.weight")),
+            b.w(_blk(il, "attn_out.bias")),
+            q,
+            k,
+            v,
+            None if full else window_mask,
+        )
         cur = b.add(cur, inp_l)
         inp_l = cur
         cur = b.norm(cur, b.w(_blk(il, "ln2.weight")), b.w(_blk(il, "ln2.bias")), rms)
@@ -207,8 +231,9 @@ def build_qwen2vl(b: Builder, s: Shape) -> Tensor:
     if b.has("v.post_ln.weight"):
         inp_l = b.norm(inp_l, b.w("v.post_ln.weight"), b.w("v.post_ln.bias"), rms)
     emb = b.view(inp_l, (s.n_embd * 4, n // 4, 1))
-    emb = b.ffn(emb, b.w("mm.0.weight"), b.w("mm.0.bias"), None, None, b.w("mm.2.weight"),
-                b.w("mm.2.bias"))  # fmt: skip
+    emb = b.ffn(
+        emb, b.w("mm.0.weight"), b.w("mm.0.bias"), None, None, b.w("mm.2.weight"), b.w("mm.2.bias")
+    )
     if s.n_wa_pattern > 0:
         idx = b.inp("window_idx", (n // 4,), I32)
         emb = b.view(emb, (emb.ne[0], n // 4))
@@ -233,8 +258,9 @@ def build_qwen3vl(b: Builder, s: Shape) -> Tensor:
         cur = b.add(b.mm(b.w(_blk(il, "attn_qkv.weight")), cur), b.w(_blk(il, "attn_qkv.bias")))
         q, k, v = _qkv_views(b, cur, s)
         q, k = b.rope(q, positions), b.rope(k, positions)
-        cur = b.attn(b.w(_blk(il, "attn_out.weight")), b.w(_blk(il, "attn_out.bias")), q, k, v,
-                     None)  # fmt: skip
+        cur = b.attn(
+            b.w(_blk(il, "attn_out.weight")), b.w(_blk(il, "attn_out.bias")), q, k, v, None
+        )
         cur = b.add(cur, inp_l)
         inp_l = cur
         cur = b.norm(cur, b.w(_blk(il, "ln2.weight")), b.w(_blk(il, "ln2.bias")), False)
@@ -242,19 +268,29 @@ def build_qwen3vl(b: Builder, s: Shape) -> Tensor:
         if b.has(f"v.deepstack.{il}.fc1.weight"):
             m = s.n_merge * s.n_merge
             feat = b.view(cur, (s.n_embd * m, n // m, 1))
-            feat = b.norm(feat, b.w(f"v.deepstack.{il}.norm.weight"),
-                          b.w(f"v.deepstack.{il}.norm.bias"), False)  # fmt: skip
-            feat = b.ffn(feat, b.w(f"v.deepstack.{il}.fc1.weight"),
-                         b.w(f"v.deepstack.{il}.fc1.bias"), None, None,
-                         b.w(f"v.deepstack.{il}.fc2.weight"),
-                         b.w(f"v.deepstack.{il}.fc2.bias"))  # fmt: skip
+            feat = b.norm(
+                feat,
+                b.w(f"v.deepstack.{il}.norm.weight"),
+                b.w(f"v.deepstack.{il}.norm.bias"),
+                False,
+            )
+            feat = b.ffn(
+                feat,
+                b.w(f"v.deepstack.{il}.fc1.weight"),
+                b.w(f"v.deepstack.{il}.fc1.bias"),
+                None,
+                None,
+                b.w(f"v.deepstack.{il}.fc2.weight"),
+                b.w(f"v.deepstack.{il}.fc2.bias"),
+            )
             deepstack = feat if deepstack is None else b.concat0(deepstack, feat)
         inp_l = cur
     if b.has("v.post_ln.weight"):
         inp_l = b.norm(inp_l, b.w("v.post_ln.weight"), b.w("v.post_ln.bias"), False)
     emb = b.view(inp_l, (s.n_embd * 4, n // 4, 1))
-    emb = b.ffn(emb, b.w("mm.0.weight"), b.w("mm.0.bias"), None, None, b.w("mm.2.weight"),
-                b.w("mm.2.bias"))  # fmt: skip
+    emb = b.ffn(
+        emb, b.w("mm.0.weight"), b.w("mm.0.bias"), None, None, b.w("mm.2.weight"), b.w("mm.2.bias")
+    )
     return emb if deepstack is None else b.concat0(emb, deepstack)
 
 
@@ -281,8 +317,15 @@ def build_glm4v(b: Builder, s: Shape) -> Tensor:
     cur = b.mm(b.req("mm.model.fc.weight"), cur)
     cur = b.norm(cur, b.w("mm.post_norm.weight"), b.w("mm.post_norm.bias"), False)
     cur = b.unary(cur)
-    return b.ffn(cur, b.w("mm.up.weight"), b.w("mm.up.bias"), b.w("mm.gate.weight"),
-                 b.w("mm.gate.bias"), b.w("mm.down.weight"), b.w("mm.down.bias"))  # fmt: skip
+    return b.ffn(
+        cur,
+        b.w("mm.up.weight"),
+        b.w("mm.up.bias"),
+        b.w("mm.gate.weight"),
+        b.w("mm.gate.bias"),
+        b.w("mm.down.weight"),
+        b.w("mm.down.bias"),
+    )
 
 
 GRAPHS: dict[str, Callable[[Builder, Shape], Tensor]] = {
