@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from moetune.core.facts import ModelFacts, load_model_facts
 from moetune.core.memory import Settings
-from moetune.core.planner import plan_n_cpu_moe, predictor
+from moetune.core.planner import Target, plan_n_cpu_moe, predictor
 from moetune.core.search import Attempt, Search, best_attempt, tune
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
@@ -65,7 +65,7 @@ def moetune_launches(
 ) -> tuple[int, int]:
     predict = predictor(facts, settings)
     search = Search(n_max=facts.n_layers, target_bytes=target, predict=predict)
-    start = plan_n_cpu_moe(facts, target, settings).placement.n_cpu_moe or 0
+    start = plan_n_cpu_moe(facts, Target.one(target, settings), settings).placement.n_cpu_moe or 0
 
     def measure(n: int) -> Attempt:
         status = "ok" if figures[n] <= target else "over"

@@ -132,10 +132,9 @@ def moetune_command(
     )
     request = PlanRequest(
         model_path=str(model),
-        device_bytes=0,
         settings=settings,
         devices=devices,
-        device_targets=tuple(round(b * GIB) for b in case.budgets_gib),
+        targets=tuple(round(b * GIB) for b in case.budgets_gib),
         device_args=("--rpc", ",".join(endpoints)),
     )
     result = make_plan(facts, request)

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from moetune.core.devices import single_device
 from moetune.core.facts import ModelFacts, load_model_facts
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import EXPS_REGEX, Override, Placement, split_weights
 from moetune.core.plan import PlanRequest, make_plan
-from moetune.core.planner import max_context, plan_n_cpu_moe, plan_override
+from moetune.core.planner import Target, max_context, plan_n_cpu_moe, plan_override
 from moetune.errors import DoesNotFitError
 from moetune.units import GIB, MIB
 
@@ -68,13 +69,13 @@ def test_smallest_n_and_ot_plan(all_facts: dict[str, ModelFacts], name: str) -> 
     facts = all_facts[name]
     settings = _settings(facts)
     for budget in _budgets(facts, settings):
-        plan = plan_n_cpu_moe(facts, budget, settings)
+        plan = plan_n_cpu_moe(facts, Target.one(budget, settings), settings)
         n = plan.placement.n_cpu_moe
         assert n is not None
         assert plan.memory.gpu_bytes <= budget
         if n > 0:  # N is the smallest: N-1 does not fit
             assert estimate(facts, Placement.with_n_cpu_moe(n - 1), settings).gpu_bytes > budget
-        alt = plan_override(facts, budget, settings)
+        alt = plan_override(facts, Target.one(budget, settings), settings)
         assert alt.memory.gpu_bytes <= budget
         assert alt.memory.gpu_weights_bytes >= plan.memory.gpu_weights_bytes
         # the -ot rules, applied by regex, give exactly the estimate the search used
@@ -90,9 +91,9 @@ def test_below_the_non_expert_weights_does_not_fit(all_facts: dict[str, ModelFac
     settings = _settings(facts)
     floor = estimate(facts, Placement.all_experts_on_cpu(), settings).gpu_bytes
     with pytest.raises(DoesNotFitError, match="does not fit"):
-        plan_n_cpu_moe(facts, floor - 1, settings)
+        plan_n_cpu_moe(facts, Target.one(floor - 1, settings), settings)
     with pytest.raises(DoesNotFitError):
-        plan_override(facts, floor - 1, settings)
+        plan_override(facts, Target.one(floor - 1, settings), settings)
 
 
 def test_max_context_is_the_largest_that_fits(all_facts: dict[str, ModelFacts]) -> None:
@@ -100,7 +101,8 @@ def test_max_context_is_the_largest_that_fits(all_facts: dict[str, ModelFacts]) 
     settings = _settings(facts)
     placement = Placement.with_n_cpu_moe(30)
     budget = 12 * GIB
-    best = max_context(facts, placement, budget, settings)
+    found = max_context(facts, Target.one(budget, settings), settings, n_cpu_moe=30)
+    best = found[0] if found else None
     assert best is not None and best % 256 == 0
     at = settings.model_copy(update={"n_ctx": best})
     assert estimate(facts, placement, at).gpu_bytes <= budget
@@ -113,7 +115,7 @@ def test_make_plan_for_a_24g_card(all_facts: dict[str, ModelFacts]) -> None:
     facts = all_facts["qwen3-30b"]
     request = PlanRequest(
         model_path=str(QWEN),
-        device_bytes=24 * GIB,
+        devices=single_device(_settings(facts), 24 * GIB),
         settings=_settings(facts),
         ram_total_bytes=64 * GIB,
         ram_available_bytes=48 * GIB,
@@ -121,7 +123,7 @@ def test_make_plan_for_a_24g_card(all_facts: dict[str, ModelFacts]) -> None:
     )
     result = make_plan(facts, request)
     assert result.fits
-    assert result.budget_bytes == 24 * GIB - request.headroom_bytes
+    assert result.budget_bytes == 24 * GIB - request.headrooms[0]
     assert result.recommended.memory.gpu_bytes <= result.budget_bytes
     assert result.ram.status == "ok"
     command = result.recommended.command
@@ -135,7 +137,10 @@ def test_dense_model_gets_a_layer_plan(all_facts: dict[str, ModelFacts]) -> None
     full = estimate(facts, Placement(), settings)
     target = full.gpu_bytes - full.gpu_weights_bytes // 2
     request = PlanRequest(
-        model_path="m.gguf", device_bytes=target, headroom_bytes=0, settings=settings
+        model_path="m.gguf",
+        devices=single_device(settings, target),
+        headrooms=(0,),
+        settings=settings,
     )
     result = make_plan(facts, request)
     assert not result.is_moe and result.alternative is None
@@ -146,7 +151,9 @@ def test_dense_model_gets_a_layer_plan(all_facts: dict[str, ModelFacts]) -> None
 
 def test_ram_is_checked(all_facts: dict[str, ModelFacts]) -> None:
     facts = all_facts["gpt-oss-120b"]
-    base = PlanRequest(model_path="m", device_bytes=24 * GIB, settings=_settings(facts))
+    base = PlanRequest(
+        model_path="m", devices=single_device(_settings(facts), 24 * GIB), settings=_settings(facts)
+    )
     tight = make_plan(
         facts,
         base.model_copy(update={"ram_total_bytes": 64 * GIB, "ram_available_bytes": 30 * GIB}),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from moetune.core import dims
+from moetune.core.devices import single_device
 from moetune.core.facts import load_model_facts
 from moetune.core.plan import PlanRequest, make_plan
 from moetune.core.settings import Settings
@@ -60,7 +61,9 @@ def test_plan_warns_and_inspect_says_not_verified(tmp_path: Path) -> None:
     facts = load_model_facts(write_rnd1(tmp_path / "rnd1.gguf"))
     assert not facts.dims.known
     request = PlanRequest(
-        model_path=str(facts.paths[0]), device_bytes=8 << 30, settings=Settings(n_ctx=4096)
+        model_path=str(facts.paths[0]),
+        devices=single_device(Settings(n_ctx=4096), 8 << 30),
+        settings=Settings(n_ctx=4096),
     )
     result = make_plan(facts, request)
     assert any(UNTAUGHT_REAL in w and "not been taught" in w for w in result.warnings)

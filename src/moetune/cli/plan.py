@@ -204,7 +204,6 @@ def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
     facts, ctx = chosen.facts, inputs.ctx
     n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
     devices, first = inputs.found.devices, inputs.found.devices[0]
-    n = len(devices)
     settings = Settings(
         n_ctx=n_ctx,
         type_k=inputs.cache_type,
@@ -224,9 +223,9 @@ def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
     return PlanRequest(
         model_path=source,
         model_flag=flag,
-        device_bytes=first.total_bytes or 0,
-        target_bytes=targets[0] if targets else None,
-        headroom_bytes=headrooms[0],
+        devices=devices,
+        targets=targets,
+        headrooms=headrooms,
         settings=settings,
         ctx_max=ctx is not None and ctx.is_max,
         n_cpu_moe=inputs.n_cpu_moe,
@@ -234,9 +233,6 @@ def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
         ram_available_bytes=ram_available,
         physical_cores=cores,
         gpu_free_bytes=inputs.found.gpu_free_bytes,
-        devices=devices if n > 1 else (),
-        device_targets=targets if targets and n > 1 else (),
-        device_headrooms=headrooms if n > 1 else (),
         device_args=inputs.found.device_args,
         extra_args=inputs.extra,
     )

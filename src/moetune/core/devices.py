@@ -43,13 +43,15 @@ class DeviceSpec(BaseModel):
     correction_bytes: int = 0
 
 
-def single_device(settings: Settings) -> tuple[DeviceSpec, ...]:
-    """The one device of a single-device plan: its kind and overhead from ``settings``."""
+def single_device(settings: Settings, total_bytes: int | None = None) -> tuple[DeviceSpec, ...]:
+    """The one device (of ``total_bytes``) that ``settings`` describe: its kind, overhead and
+    correction."""
     return (
         DeviceSpec(
             kind=settings.device_kind,
             overhead_bytes=settings.gpu_overhead_bytes,
             correction_bytes=settings.device_correction_bytes,
+            total_bytes=total_bytes,
         ),
     )
 

@@ -1,15 +1,22 @@
-"""Pure planning: the placement that fits a GPU budget, the context trade-off, RAM checks.
+"""Pure planning over a device list (one device is a list of one): the placement that keeps
+every device within its budget, the context trade-off, the floor.
 
-Two placements are planned for budget = target - headroom:
-- ``--n-cpu-moe N``: the smallest N, applied as llama.cpp applies it (the FIRST N block
-  indices, leading dense blocks included, which have no experts and so waste part of N);
-- an ``-ot`` plan that keeps at least as much on the GPU: whole expert blocks go to the CPU
-  from the LAST block backwards (as ``--fit`` moves them), leading dense blocks are never
-  counted, and the boundary block may be split (only ``down`` on the CPU, else ``gate`` and
-  ``down``: the order ``--fit`` tries, common/fit.cpp LAYER_FRACTION_GATE/UP). The same
-  search from the first MoE block forwards is also tried, and the one that keeps more
-  weights on the GPU wins: which blocks are on the CPU moves the compute buffer's peak.
-Routers, shared experts, norms and attention always stay on the GPU.
+Two placements are planned, each device within its own budget (checked on each device, which
+llama.cpp's ``--fit`` does not do):
+- ``--n-cpu-moe N`` (with ``-ts`` on several devices): the smallest N, applied as llama.cpp
+  applies it (the FIRST N block indices, leading dense blocks included, which have no experts
+  and so waste part of N), for which the layers can be split so that each device fits. The
+  split is found front to back: device 0 takes as many layers as fit (``-ts`` values are layer
+  counts, so the split is exact), then device 1, and the last device takes the rest and the
+  output layer;
+- an ``-ot`` plan that keeps at least as much on the devices: at the same split each device
+  moves the fewest of its own experts to the CPU, its LAST blocks first (as ``--fit`` moves
+  them) or its first blocks first (which blocks are on the CPU moves the compute buffer's
+  peak), whichever keeps more; the boundary block may be split (only ``down`` on the CPU, else
+  ``gate`` and ``down``: the order ``--fit`` tries, common/fit.cpp LAYER_FRACTION_GATE/UP);
+  then the room left on any device takes experts back from the CPU
+  (``-ot ...=<its buffer type>``). Leading dense blocks are never counted.
+Routers, shared experts, norms and attention always stay on the devices.
 """
 
 from __future__ import annotations
@@ -18,9 +25,17 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from moetune.core.devices import DeviceSpec, bufts, single_device
 from moetune.core.facts import ModelFacts, TensorFacts
-from moetune.core.memory import MemoryEstimate, Settings, estimate, estimate_from_split
-from moetune.core.placement import EXPS_REGEX, Override, Placement, WeightSplit, split_weights
+from moetune.core.memory import MemoryEstimate, Settings, estimate_from_split, pipeline_parallel
+from moetune.core.placement import (
+    ALL_LAYERS,
+    EXPS_REGEX,
+    Override,
+    Placement,
+    WeightSplit,
+    split_weights,
+)
 from moetune.errors import BadValueError, DoesNotFitError
 from moetune.gguf.roles import Role
 from moetune.units import format_bytes
@@ -93,17 +108,6 @@ def predictor(facts: ModelFacts, settings: Settings) -> Callable[[int], int]:
     return predict
 
 
-def plan_n_cpu_moe(facts: ModelFacts, budget_bytes: int, settings: Settings) -> OffloadPlan:
-    """The smallest N for ``--n-cpu-moe N`` whose predicted GPU peak fits the budget."""
-    base = split_weights(facts, Placement())
-    for n in range(facts.n_layers + 1):
-        memory = estimate_from_split(facts, n_cpu_moe_split(facts, base, n), settings)
-        if memory.gpu_bytes <= budget_bytes:
-            moved = tuple(layer.index for layer in facts.layers[:n] if layer.has_experts)
-            return OffloadPlan(Placement.with_n_cpu_moe(n), memory, moved)
-    raise does_not_fit(facts, budget_bytes, settings)
-
-
 def layer_set_regex(layers: Sequence[int]) -> str:
     """A compact, comma-free regex matching exactly these block indices: ``(3|4|1[0-9])``."""
     remaining = sorted(set(layers))
@@ -141,99 +145,426 @@ def _partial_options(parts: dict[str, list[TensorFacts]]) -> list[tuple[str, ...
     return [("down",), ("gate", "down")]
 
 
-class _OverrideSearch(NamedTuple):
-    facts: ModelFacts
-    base: WeightSplit
-    parts: Parts
-    budget_bytes: int
-    settings: Settings
+class Target(NamedTuple):
+    """The devices a plan is for, in llama.cpp's order, and the peak each may reach."""
 
-    def memory(self, tensors: Sequence[TensorFacts]) -> MemoryEstimate:
-        return estimate_from_split(self.facts, self.base.move_experts(tensors), self.settings)
+    devices: tuple[DeviceSpec, ...]
+    budgets: tuple[int, ...]
 
-    def run(self, order: Sequence[int]) -> OffloadPlan:
-        for count in range(len(order) + 1):
-            moved = list(order[:count])
-            memory = self.memory(_block_experts(self.parts, moved))
-            if memory.gpu_bytes <= self.budget_bytes:
-                return self.refine(moved) or OffloadPlan(
-                    Placement(overrides=ot_rules(moved, None, ())), memory, tuple(moved)
-                )
-        raise does_not_fit(self.facts, self.budget_bytes, self.settings)
+    @property
+    def n(self) -> int:
+        return len(self.devices)
 
-    def refine(self, moved: list[int]) -> OffloadPlan | None:
-        """Bring back part of the last block moved, if that still fits."""
-        if not moved:
-            return None
-        boundary, rest = moved[-1], tuple(moved[:-1])
-        for option in _partial_options(self.parts[boundary]):
-            kept = [t for part in option for t in self.parts[boundary].get(part, [])]
-            trial = self.memory(_block_experts(self.parts, rest) + kept)
-            if trial.gpu_bytes <= self.budget_bytes:
-                rules = ot_rules(rest, boundary, option)
-                return OffloadPlan(Placement(overrides=rules), trial, rest, boundary, option)
-        return None
+    def over(self, memory: MemoryEstimate, upto: int | None = None) -> list[int]:
+        """The devices (among the first ``upto``) whose predicted peak is over budget."""
+        count = self.n if upto is None else upto
+        return [i for i in range(count) if memory.devices[i].total_bytes > self.budgets[i]]
 
+    def fits(self, memory: MemoryEstimate, upto: int | None = None) -> bool:
+        return not self.over(memory, upto)
 
-def plan_override(facts: ModelFacts, budget_bytes: int, settings: Settings) -> OffloadPlan:
-    """The ``-ot`` plan: experts of the last blocks to the CPU, the boundary block split."""
-    base = split_weights(facts, Placement())
-    search = _OverrideSearch(facts, base, _expert_parts_of(facts), budget_bytes, settings)
-    last_first = [layer.index for layer in reversed(facts.layers) if layer.has_experts]
-    plan = search.run(last_first)
-    # Which blocks sit on the CPU changes the compute buffer a little (the peak moves with
-    # the graph), so moving the first blocks instead can keep more weights on the GPU.
-    first = search.run(last_first[::-1])
-    return first if first.memory.gpu_weights_bytes > plan.memory.gpu_weights_bytes else plan
+    def describe(self) -> str:
+        """``in 12 GiB of GPU memory`` (one device), ``on RPC0 12 GiB, RPC1 8 GiB``."""
+        if self.n == 1:
+            return f"in {format_bytes(self.budgets[0])} of GPU memory"
+        return "on " + ", ".join(
+            f"{d.name} {format_bytes(b)}" for d, b in zip(self.devices, self.budgets, strict=True)
+        )
+
+    @property
+    def bufts(self) -> tuple[str, ...]:
+        """The devices' buffer types, for the ``-ot`` rules that name them."""
+        return bufts(self.devices)
+
+    def with_budgets(self, budgets: Sequence[int]) -> Target:
+        return Target(self.devices, tuple(budgets))
+
+    @classmethod
+    def one(cls, budget_bytes: int, settings: Settings) -> Target:
+        """The one device ``settings`` describes (its kind, overhead, correction)."""
+        return cls(single_device(settings), (budget_bytes,))
 
 
-def max_context(
-    facts: ModelFacts, placement: Placement, budget_bytes: int, settings: Settings
-) -> int | None:
-    """The largest context (a multiple of 256, up to the training context) that fits."""
-    weights = split_weights(facts, placement)
-    limit = facts.context_length or 131072
+def counts_split(counts: Sequence[int]) -> tuple[float, ...]:
+    """``-ts`` values that put exactly ``counts[i]`` layers (the output layer last) on device i
+    (none on one device: it takes them all)."""
+    return tuple(float(c) for c in counts) if len(counts) > 1 else ()
 
-    def fits(n_ctx: int) -> bool:
-        trial = settings.model_copy(update={"n_ctx": n_ctx})
-        return estimate_from_split(facts, weights, trial).gpu_bytes <= budget_bytes
 
-    low, high = 1, max(limit // CTX_STEP, 1)
-    if not fits(low * CTX_STEP):
+def moved_blocks(facts: ModelFacts, n: int) -> list[int]:
+    """The blocks whose experts ``--n-cpu-moe n`` puts on the CPU (its first n, with experts)."""
+    return [layer.index for layer in facts.layers[:n] if layer.has_experts]
+
+
+class _Search:
+    """Estimates for one model, target and settings, with the weight splits they start from."""
+
+    def __init__(
+        self, facts: ModelFacts, target: Target, settings: Settings, n_gpu_layers: int = ALL_LAYERS
+    ) -> None:
+        self.facts, self.target, self.settings = facts, target, settings
+        self.n_gpu_layers = n_gpu_layers
+        self.parts: Parts = _expert_parts_of(facts)
+        self._bases: dict[tuple[int, ...], WeightSplit] = {}
+
+    def base(self, counts: tuple[int, ...]) -> WeightSplit:
+        found = self._bases.get(counts)
+        if found is None:
+            placement = Placement(self.n_gpu_layers, tensor_split=counts_split(counts))
+            found = split_weights(self.facts, placement, self.target.n)
+            self._bases[counts] = found
+        return found
+
+    def memory(self, weights: WeightSplit, overridden: bool) -> MemoryEstimate:
+        pipeline = pipeline_parallel(weights, overridden)
+        return estimate_from_split(
+            self.facts, weights, self.settings, self.target.devices, pipeline=pipeline
+        )
+
+    def with_cpu_blocks(self, counts: tuple[int, ...], blocks: Sequence[int]) -> WeightSplit:
+        return self.base(counts).move_experts(_block_experts(self.parts, blocks))
+
+    @property
+    def total_layers(self) -> int:
+        """The layers offloaded, which -ts splits: the blocks and the output layer (-ngl K:
+        the last K of them)."""
+        return min(self.n_gpu_layers, self.facts.n_layers + 1)
+
+
+def _largest(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
+    """The largest value in [low, high] for which ``ok`` holds (``ok`` true up to a point)."""
+    if not ok(low):
         return None
     while low < high:
         mid = (low + high + 1) // 2
-        low, high = (mid, high) if fits(mid * CTX_STEP) else (low, mid - 1)
-    return low * CTX_STEP
+        low, high = (mid, high) if ok(mid) else (low, mid - 1)
+    return low
 
 
-def plan_layers(
-    facts: ModelFacts, budget_bytes: int, settings: Settings
-) -> tuple[int, MemoryEstimate]:
-    """Classic layer offload (dense models, or the bench's comparison): the largest -ngl K."""
+Distribution = tuple[tuple[int, ...], MemoryEstimate]  # layer counts per device, the estimate
+
+
+def distribute(
+    search: _Search, cpu_blocks: Sequence[int], overridden: bool, best_effort: bool = False
+) -> Distribution | None:
+    """Layer counts per device, front to back, each device taking as many as fit; None when
+    the last device cannot hold what is left (``best_effort``: the split all the same)."""
+    n, total = search.target.n, search.total_layers
+    counts: list[int] = []
+    for i in range(n - 1):
+        start = sum(counts)
+
+        def fits_upto(c: int, i: int = i, start: int = start) -> bool:
+            trial = (*counts, c, total - start - c, *([0] * (n - i - 2)))
+            weights = search.with_cpu_blocks(trial, cpu_blocks)
+            return search.target.fits(search.memory(weights, overridden), upto=i + 1)
+
+        best = _largest(0, total - start, fits_upto)
+        if best is None and not best_effort:
+            return None
+        counts.append(best or 0)
+    counts.append(total - sum(counts))
+    final = tuple(counts)
+    memory = search.memory(search.with_cpu_blocks(final, cpu_blocks), overridden)
+    return (final, memory) if best_effort or search.target.fits(memory) else None
+
+
+def plan_n_cpu_moe(facts: ModelFacts, target: Target, settings: Settings) -> OffloadPlan:
+    """``--n-cpu-moe N`` (``-ts`` on several devices): the smallest N whose layers can be
+    split so that every device fits."""
+    search = _Search(facts, target, settings)
+
+    def at(n: int) -> tuple[tuple[int, ...], MemoryEstimate] | None:
+        return distribute(search, moved_blocks(facts, n), overridden=n > 0)
+
+    n_max = facts.n_layers if facts.is_moe else 0
+    if at(n_max) is None:
+        raise does_not_fit(facts, target, settings)
+    n = n_max - (_largest(0, n_max, lambda k: at(n_max - k) is not None) or 0)
+    while n > 0 and at(n - 1) is not None:  # not monotone everywhere: step down while it fits
+        n -= 1
+    found = at(n)
+    assert found is not None
+    counts, memory = found
+    placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
+    return OffloadPlan(placement, memory, tuple(moved_blocks(facts, n)))
+
+
+class _Fill(NamedTuple):
+    """Where each block's experts are in an ``-ot`` plan: on the CPU (whole, or some parts),
+    or on another device than the block's."""
+
+    cpu_blocks: tuple[int, ...]
+    partial: tuple[tuple[int, tuple[str, ...]], ...]  # (block, parts on the CPU)
+    # (block, device, parts) for experts on another device than the block's (parts () = all)
+    elsewhere: tuple[tuple[int, int, tuple[str, ...]], ...]
+
+
+def _fill_weights(search: _Search, counts: tuple[int, ...], fill: _Fill) -> WeightSplit:
+    weights = search.with_cpu_blocks(counts, fill.cpu_blocks)
+    for block, parts in fill.partial:
+        weights = weights.move_experts([t for p in parts for t in search.parts[block].get(p, [])])
+    for block, device, parts in fill.elsewhere:
+        tensors = (
+            [t for p in parts for t in search.parts[block].get(p, [])]
+            if parts
+            else (_block_experts(search.parts, [block]))
+        )
+        weights = weights.move_experts(tensors, device)
+    return weights
+
+
+def _keep_on_device(
+    search: _Search, counts: tuple[int, ...], device: int, fill: _Fill, both_orders: bool = True
+) -> _Fill:
+    """Move the fewest of ``device``'s own experts to the CPU for it to fit: its last blocks
+    first (as ``--fit`` moves them) or (``both_orders``) its first blocks first (the compute
+    buffer's peak moves with them), the boundary block split; whichever keeps more on it."""
+    homes = search.base(counts).homes
+    own = [
+        b
+        for b in reversed(range(search.facts.n_layers))
+        if homes[b] == device and search.facts.layers[b].has_experts
+    ]
+    options = [_keep_in_order(search, counts, device, fill, own)]
+    if both_orders:
+        options.append(_keep_in_order(search, counts, device, fill, own[::-1]))
+    return max(options, key=lambda f: _fill_weights(search, counts, f).device_bytes[device])
+
+
+def _keep_in_order(
+    search: _Search, counts: tuple[int, ...], device: int, fill: _Fill, order: Sequence[int]
+) -> _Fill:
+    """``_keep_on_device`` moving the blocks of ``order`` to the CPU, in that order."""
+    others = tuple(b for b in fill.cpu_blocks if b not in order)
+
+    def trial(k: int, partial: tuple[tuple[int, tuple[str, ...]], ...] = ()) -> _Fill:
+        return fill._replace(cpu_blocks=(*others, *order[:k]), partial=(*fill.partial, *partial))
+
+    def fits(candidate: _Fill) -> bool:  # this device and those before it
+        memory = search.memory(_fill_weights(search, counts, candidate), overridden=True)
+        return search.target.fits(memory, upto=device + 1)
+
+    n = len(order)
+    k = n - (_largest(0, n, lambda j: fits(trial(n - j))) or 0)
+    if k == 0 or not fits(trial(k)):
+        return trial(k)
+    boundary = order[k - 1]
+    for option in _partial_options(search.parts[boundary]):
+        candidate = trial(k - 1, ((boundary, option),))
+        if fits(candidate):
+            return candidate
+    return trial(k)
+
+
+def _use_room(search: _Search, counts: tuple[int, ...], fill: _Fill) -> _Fill:
+    """Devices with room left take experts from the CPU: whole blocks, last blocks first,
+    then single parts (``down``, ``gate``, ``up``) of what is still there. Only what is no
+    bigger than the room left is tried."""
+    for device in range(search.target.n):
+        for block in sorted(fill.cpu_blocks, reverse=True):
+            nbytes = _nbytes(_block_experts(search.parts, [block]))
+            if nbytes > _room(search, counts, fill, device):
+                continue
+            moved = fill._replace(
+                cpu_blocks=tuple(b for b in fill.cpu_blocks if b != block),
+                elsewhere=(*fill.elsewhere, (block, device, ())),
+            )
+            if _fits(search, counts, moved):
+                fill = moved
+        taken = {(b, p) for b, _, parts in fill.elsewhere for p in parts}
+        for block in sorted(fill.cpu_blocks, reverse=True):
+            for part in ("down", "gate", "up", "gate_up"):
+                if part not in search.parts[block] or (block, part) in taken:
+                    continue
+                if _nbytes(search.parts[block][part]) > _room(search, counts, fill, device):
+                    continue
+                moved = fill._replace(elsewhere=(*fill.elsewhere, (block, device, (part,))))
+                if _fits(search, counts, moved):
+                    fill = moved
+                    taken.add((block, part))
+    return fill
+
+
+def _room(search: _Search, counts: tuple[int, ...], fill: _Fill, device: int) -> int:
+    """What ``device`` has left under its budget with ``fill``."""
+    memory = search.memory(_fill_weights(search, counts, fill), overridden=True)
+    return search.target.budgets[device] - memory.devices[device].total_bytes
+
+
+def _fits(search: _Search, counts: tuple[int, ...], fill: _Fill) -> bool:
+    memory = search.memory(_fill_weights(search, counts, fill), overridden=True)
+    return search.target.fits(memory)
+
+
+def fill_rules(fill: _Fill) -> tuple[Override, ...]:
+    """The ``-ot`` rules of a fill: experts to other devices first (first match wins), then
+    whole blocks and parts to the CPU."""
+    rules: list[Override] = []
+    by_device: dict[int, list[int]] = {}
+    some: dict[tuple[int, int], list[str]] = {}  # (block, device): the parts it takes
+    for block, device, parts in fill.elsewhere:
+        if parts:
+            some.setdefault((block, device), []).extend(parts)
+        else:
+            by_device.setdefault(device, []).append(block)
+    for (block, device), taken in some.items():
+        pattern = f"blk\\.{block}\\.ffn_({'|'.join(taken)})_(ch|)exps"
+        rules.append(Override(pattern, device))
+    for device, blocks in sorted(by_device.items()):
+        rules.append(Override(f"blk\\.{layer_set_regex(blocks)}{EXPS_REGEX}", device))
+    rules.extend(ot_rules(fill.cpu_blocks, None, ()))
+    for block, parts in fill.partial:
+        rules.extend(ot_rules((), block, parts))
+    return tuple(rules)
+
+
+SHIFTS = (0, 1, -1, 2, -2)  # layers moved between neighbouring devices, tried in turn
+
+
+def _shifted(counts: tuple[int, ...], boundary: int, shift: int) -> tuple[int, ...] | None:
+    """``counts`` with ``shift`` layers moved from device ``boundary`` + 1 to ``boundary``."""
+    moved = list(counts)
+    moved[boundary] += shift
+    moved[boundary + 1] -= shift
+    return tuple(moved) if min(moved) >= 0 and moved[-1] > 0 else None
+
+
+def _fill_at(
+    search: _Search, counts: tuple[int, ...], both_orders: bool
+) -> tuple[_Fill, MemoryEstimate]:
+    fill = _Fill((), (), ())
+    for device in range(search.target.n):
+        fill = _keep_on_device(search, counts, device, fill, both_orders)
+    fill = _use_room(search, counts, fill)
+    return fill, search.memory(_fill_weights(search, counts, fill), overridden=True)
+
+
+def plan_override(
+    facts: ModelFacts, target: Target, settings: Settings, counts: tuple[int, ...] | None = None
+) -> OffloadPlan:
+    """``-ot`` (``-ts`` on several devices): at the split ``counts`` (default: the one the
+    ``--n-cpu-moe`` plan finds) (and at splits a few layers either side
+    of each boundary: a part of an expert block is the grain of what fits, so where the
+    boundaries fall decides what room is left), each device keeps all of its own experts
+    that fit and room left anywhere takes experts from the CPU; the split that keeps the
+    most expert bytes on the devices wins."""
+    search = _Search(facts, target, settings)
+    if counts is None:
+        counts = (search.total_layers,) if target.n == 1 else _split_of(facts, target, settings)
+    best: tuple[int, tuple[int, ...], _Fill, MemoryEstimate] | None = None
+    candidates = [counts] + [
+        c
+        for b in range(target.n - 1)
+        for s in SHIFTS[1:]
+        if (c := _shifted(counts, b, s)) is not None
+    ]
+    for trial in candidates:
+        fill, memory = _fill_at(search, trial, both_orders=trial == counts)
+        if target.fits(memory) and (best is None or memory.gpu_expert_bytes > best[0]):
+            best = (memory.gpu_expert_bytes, trial, fill, memory)
+    if best is None:
+        raise does_not_fit(facts, target, settings)
+    _, counts, fill, memory = best
+    placement = Placement(overrides=fill_rules(fill), tensor_split=counts_split(counts))
+    partial = fill.partial[0] if fill.partial else (None, ())
+    return OffloadPlan(placement, memory, fill.cpu_blocks, partial[0], partial[1])
+
+
+def _split_of(facts: ModelFacts, target: Target, settings: Settings) -> tuple[int, ...]:
+    """The split of the ``--n-cpu-moe`` plan."""
+    found = plan_n_cpu_moe(facts, target, settings).placement.tensor_split
+    return tuple(int(c) for c in found)
+
+
+def fixed_split(
+    facts: ModelFacts, target: Target, settings: Settings, n: int, n_gpu_layers: int = ALL_LAYERS
+) -> OffloadPlan:
+    """``--n-cpu-moe n`` (``-ngl n_gpu_layers``) at the split that gives every device its
+    largest share front to back (in proportion to the budgets when none fits)."""
+    if n > facts.n_layers:
+        raise BadValueError(
+            f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
+            hint=f"use 0 to {facts.n_layers}",
+        )
+    search = _Search(facts, target, settings, n_gpu_layers)
+    blocks = moved_blocks(facts, n)
+    found = distribute(search, blocks, overridden=n > 0)
+    counts = found[0] if found else even_split(search.total_layers, target)
+    weights = search.with_cpu_blocks(counts, blocks)
+    placement = Placement.with_n_cpu_moe(n, n_gpu_layers, tensor_split=counts_split(counts))
+    return OffloadPlan(placement, search.memory(weights, n > 0), tuple(blocks))
+
+
+def even_split(total: int, target: Target) -> tuple[int, ...]:
+    """``total`` layers in proportion to the budgets (what to show when no split fits)."""
+    weights = [max(b, 1) for b in target.budgets]
+    counts = [total * w // sum(weights) for w in weights]
+    counts[-1] += total - sum(counts)
+    return tuple(counts)
+
+
+def max_context(
+    facts: ModelFacts, target: Target, settings: Settings, n_cpu_moe: int | None = None
+) -> tuple[int, tuple[int, ...]] | None:
+    """The largest context (a multiple of 256, up to the training context) at which the
+    layers can be split to fit, at ``--n-cpu-moe n_cpu_moe`` (default: the floor, every
+    expert on the CPU; a dense model: -ngl 0), with the split found there."""
+    limit = facts.context_length or 131072
+    floor = n_cpu_moe is None
+    n = facts.n_layers if floor else n_cpu_moe or 0
+    ngl = 0 if floor and not facts.is_moe else ALL_LAYERS
+    blocks = moved_blocks(facts, n)
+    found: dict[int, tuple[int, ...]] = {}
+
+    def fits(steps: int) -> bool:
+        trial = settings.model_copy(update={"n_ctx": steps * CTX_STEP})
+        search = _Search(facts, target, trial, ngl)
+        result = distribute(search, blocks, overridden=bool(blocks))
+        if result is not None:
+            found[steps] = result[0]
+        return result is not None
+
+    best = _largest(1, max(limit // CTX_STEP, 1), fits)
+    return None if best is None else (best * CTX_STEP, found[best])
+
+
+def plan_layers(facts: ModelFacts, target: Target, settings: Settings) -> OffloadPlan:
+    """Classic layer offload (dense models, or the bench's comparison): the largest -ngl K
+    whose K layers can be split to fit."""
     for ngl in range(facts.n_layers + 1, -1, -1):
-        memory = estimate(facts, Placement(n_gpu_layers=ngl), settings)
-        if memory.gpu_bytes <= budget_bytes:
-            return ngl, memory
-    raise does_not_fit(facts, budget_bytes, settings)
+        found = distribute(_Search(facts, target, settings, ngl), [], overridden=False)
+        if found is not None:
+            counts, memory = found
+            return OffloadPlan(Placement(ngl, tensor_split=counts_split(counts)), memory, ())
+    raise does_not_fit(facts, target, settings)
 
 
-def does_not_fit(facts: ModelFacts, budget_bytes: int, settings: Settings) -> DoesNotFitError:
-    """The error for a budget no placement fits, with what would fit instead (computed)."""
-    floor = estimate(facts, floor_placement(facts), settings)
-    hints = [f"even with every expert on the CPU the GPU needs {format_bytes(floor.gpu_bytes)}"]
-    hints += [fit.text for fit in context_fits(facts, budget_bytes, settings)] or [
+def floor_plan(facts: ModelFacts, target: Target, settings: Settings) -> OffloadPlan:
+    """What needs the least device memory: every expert on the CPU (a dense model: -ngl 0),
+    at the split that fits best."""
+    if facts.is_moe:
+        return fixed_split(facts, target, settings, facts.n_layers)
+    found = distribute(_Search(facts, target, settings, 0), [], False, best_effort=True)
+    assert found is not None
+    return OffloadPlan(Placement(n_gpu_layers=0), found[1], ())
+
+
+def does_not_fit(facts: ModelFacts, target: Target, settings: Settings) -> DoesNotFitError:
+    """The error for budgets no placement fits, with what would fit instead (computed)."""
+    floor = floor_plan(facts, target, settings).memory
+    needs = [format_bytes(d.total_bytes) for d in floor.devices]
+    if target.n == 1:
+        hints = [f"even with every expert on the CPU the GPU needs {needs[0]}"]
+    else:
+        names = (f"{d.name} {need}" for d, need in zip(target.devices, needs, strict=True))
+        hints = [f"even with every expert on the CPU the devices need {', '.join(names)}"]
+    hints += [fit.text for fit in context_fits(facts, target, settings)] or [
         "a smaller quant of the model (or a bigger GPU) is needed"
     ]
     return DoesNotFitError(
-        f"does not fit in {format_bytes(budget_bytes)} of GPU memory at -c {settings.n_ctx}",
-        hint="; ".join(hints),
+        f"does not fit {target.describe()} at -c {settings.n_ctx}", hint="; ".join(hints)
     )
-
-
-def floor_placement(facts: ModelFacts) -> Placement:
-    """What needs the least GPU memory: every expert on the CPU (a dense model: -ngl 0)."""
-    return Placement.all_experts_on_cpu() if facts.is_moe else Placement(n_gpu_layers=0)
 
 
 class ContextFit(NamedTuple):
@@ -247,16 +578,19 @@ class ContextFit(NamedTuple):
         return f"the largest context that fits at {self.cache_type} is -c {self.n_ctx}"
 
 
-def context_fits(facts: ModelFacts, budget_bytes: int, settings: Settings) -> list[ContextFit]:
+def context_fits(
+    facts: ModelFacts, target: Target, settings: Settings, n_cpu_moe: int | None = None
+) -> list[ContextFit]:
     """The largest contexts that fit at the settings' cache type, and at q4_0 (when that is
-    another type and gives more)."""
+    another type and gives more), at the floor (or at ``--n-cpu-moe n_cpu_moe``)."""
     found: list[ContextFit] = []
     for cache in dict.fromkeys((settings.type_k, "q4_0")):
         trial = settings.model_copy(update={"type_k": cache, "type_v": cache})
         try:
-            best = max_context(facts, floor_placement(facts), budget_bytes, trial)
+            context = max_context(facts, target, trial, n_cpu_moe)
         except BadValueError:  # e.g. a head size q4_0 blocks do not divide
-            best = None
+            context = None
+        best = context[0] if context else None
         if best is not None and (not found or best > found[-1].n_ctx):
             found.append(ContextFit(best, cache))
     return found

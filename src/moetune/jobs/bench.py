@@ -19,17 +19,14 @@ llama-server fails (out of memory, exits) as ``failed``, and the bench goes on w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
 from moetune import __version__
 from moetune.core.facts import ModelFacts
-from moetune.core.memory import estimate
 from moetune.core.placement import ALL_LAYERS, Placement
-from moetune.core.planner import plan_layers, plan_n_cpu_moe
-from moetune.core.settings import Settings
-from moetune.core.split import _Search, counts_split, distribute, plan_split, split_layers
+from moetune.core.planner import fixed_split, floor_plan, plan_layers, plan_n_cpu_moe
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
@@ -86,136 +83,61 @@ class ConfigSpec:
 Builder = Callable[[ModelFacts, LaunchSpec, DeviceSetup], ConfigSpec]
 
 
+def _ts(placement: Placement) -> str:
+    """`` -ts a,b`` on several devices (one device: nothing)."""
+    counts = [str(int(c)) for c in placement.tensor_split]
+    return f" -ts {','.join(counts)}" if counts else ""
+
+
 def _plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     if not facts.is_moe:
         return ConfigSpec("plan", "--n-cpu-moe", skip="a dense model has no experts")
     try:
-        plan = plan_n_cpu_moe(facts, setup.target_bytes, spec.settings)
+        plan = plan_n_cpu_moe(facts, setup.target, spec.settings)
     except DoesNotFitError as exc:
         return ConfigSpec("plan", "--n-cpu-moe", skip=exc.message)
-    n = plan.placement.n_cpu_moe or 0
-    args = spec.args(Placement.with_n_cpu_moe(n))
-    return ConfigSpec("plan", f"--n-cpu-moe {n}", tuple(args), plan.memory.gpu_bytes)
+    about = f"--n-cpu-moe {plan.placement.n_cpu_moe or 0}{_ts(plan.placement)}"
+    return ConfigSpec("plan", about, tuple(spec.args(plan.placement)), plan.memory.gpu_bytes)
 
 
 def _fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    target = setup.fit_target_mib
-    about = "--fit on" + (f" -fitt {target}" if target is not None else "")
-    return ConfigSpec("fit", about, tuple(spec.fit_args(target)), fit_target_mib=target)
+    margins = setup.fit_targets_mib  # None: llama.cpp's default margin
+    about = "--fit on" + (" -fitt " + ",".join(map(str, margins)) if margins else "")
+    first = margins[0] if margins and len(margins) == 1 else None
+    return ConfigSpec("fit", about, tuple(spec.fit_args(margins)), fit_target_mib=first)
 
 
 def _cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     if not facts.is_moe:
         return ConfigSpec("cpu-moe", "-cmoe", skip="a dense model has no experts")
-    memory = estimate(facts, Placement.all_experts_on_cpu(), spec.settings)
-    args = spec.args(Placement(), ("-cmoe",))
-    return ConfigSpec("cpu-moe", "-cmoe", tuple(args), memory.gpu_bytes)
+    plan = floor_plan(facts, setup.target, spec.settings)
+    placement = Placement(tensor_split=plan.placement.tensor_split)
+    args = spec.args(placement, ("-cmoe",))
+    return ConfigSpec("cpu-moe", f"-cmoe{_ts(placement)}", tuple(args), plan.memory.gpu_bytes)
 
 
 def _layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     try:
-        ngl, memory = plan_layers(facts, setup.target_bytes, spec.settings)
+        plan = plan_layers(facts, setup.target, spec.settings)
     except DoesNotFitError as exc:
         return ConfigSpec("layers", "-ngl", skip=exc.message)
+    ngl = plan.placement.n_gpu_layers
     if ngl > facts.n_layers:  # every layer and the output: what -ngl 99 does
         ngl = ALL_LAYERS
-    about = "-ngl 99" if ngl == ALL_LAYERS else f"-ngl {ngl}"
-    args = spec.args(Placement(n_gpu_layers=ngl))
-    return ConfigSpec("layers", about, tuple(args), memory.gpu_bytes)
+    placement = plan.placement._replace(n_gpu_layers=ngl)
+    about = ("-ngl 99" if ngl == ALL_LAYERS else f"-ngl {ngl}") + _ts(placement)
+    return ConfigSpec("layers", about, tuple(spec.args(placement)), plan.memory.gpu_bytes)
 
 
 def _gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    memory = estimate(facts, Placement(), spec.settings)
-    if memory.gpu_bytes > setup.target_bytes:
-        why = (
-            f"does not fit: needs {format_bytes(memory.gpu_bytes)}, budget "
-            f"{format_bytes(setup.target_bytes)}"
-        )
-        return ConfigSpec("gpu-only", "-ngl 99", skip=why)
-    return ConfigSpec("gpu-only", "-ngl 99", tuple(spec.args(Placement())), memory.gpu_bytes)
-
-
-# --- several devices: the same configurations, each with its -ts split ----------------------
-
-
-def _ts(counts: tuple[int, ...]) -> str:
-    return "-ts " + ",".join(map(str, counts))
-
-
-def _multi_plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    if not facts.is_moe:
-        return ConfigSpec("plan", "--n-cpu-moe", skip="a dense model has no experts")
-    try:
-        plan = plan_split(facts, setup.target, spec.settings)
-    except DoesNotFitError as exc:
-        return ConfigSpec("plan", "--n-cpu-moe", skip=exc.message)
-    n = plan.placement.n_cpu_moe or 0
-    counts = tuple(int(c) for c in plan.placement.tensor_split)
-    args = spec.args(plan.placement)
-    return ConfigSpec("plan", f"--n-cpu-moe {n} {_ts(counts)}", tuple(args), plan.memory.gpu_bytes)
-
-
-def _multi_fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    margins = setup.fit_targets_mib or ()
-    about = "--fit on -fitt " + ",".join(map(str, margins))
-    return ConfigSpec("fit", about, tuple(spec.fit_args(tuple(margins))))
-
-
-def _split_of(
-    facts: ModelFacts,
-    setup: DeviceSetup,
-    settings: Settings,
-    skipped: ConfigSpec,
-    cpu_blocks: Sequence[int],
-) -> tuple[tuple[int, ...], int] | ConfigSpec:
-    """The -ts split for experts of ``cpu_blocks`` on the CPU, or ``skipped``, saying why."""
-    found = distribute(
-        _Search(facts, setup.target, settings), cpu_blocks, overridden=bool(cpu_blocks)
-    )
-    if found is None:
-        return replace(skipped, skip=f"does not fit {setup.target.describe()}")
-    return found[0], found[1].gpu_bytes
-
-
-def _multi_cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    if not facts.is_moe:
-        return ConfigSpec("cpu-moe", "-cmoe", skip="a dense model has no experts")
-    blocks = [layer.index for layer in facts.layers if layer.has_experts]
-    found = _split_of(facts, setup, spec.settings, ConfigSpec("cpu-moe", "-cmoe"), blocks)
-    if isinstance(found, ConfigSpec):
-        return found
-    counts, predicted = found
-    args = spec.args(Placement(tensor_split=counts_split(counts)), ("-cmoe",))
-    return ConfigSpec("cpu-moe", f"-cmoe {_ts(counts)}", tuple(args), predicted)
-
-
-def _multi_layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    found = split_layers(facts, setup.target, spec.settings)
-    if found is None:
-        return ConfigSpec("layers", "-ngl", skip=f"does not fit {setup.target.describe()}")
-    ngl, (counts, memory) = found
-    ngl = ALL_LAYERS if ngl > facts.n_layers else ngl
-    about = f"{'-ngl 99' if ngl == ALL_LAYERS else f'-ngl {ngl}'} {_ts(counts)}"
-    args = spec.args(Placement(n_gpu_layers=ngl, tensor_split=counts_split(counts)))
-    return ConfigSpec("layers", about, tuple(args), memory.gpu_bytes)
-
-
-def _multi_gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    found = _split_of(facts, setup, spec.settings, ConfigSpec("gpu-only", "-ngl 99"), [])
-    if isinstance(found, ConfigSpec):
-        return found
-    counts, predicted = found
-    args = spec.args(Placement(tensor_split=counts_split(counts)))
-    return ConfigSpec("gpu-only", f"-ngl 99 {_ts(counts)}", tuple(args), predicted)
-
-
-_MULTI_BUILDERS: dict[str, Builder] = {
-    "plan": _multi_plan_spec,
-    "fit": _multi_fit_spec,
-    "cpu-moe": _multi_cpu_moe_spec,
-    "layers": _multi_layers_spec,
-    "gpu-only": _multi_gpu_only_spec,
-}
+    plan = fixed_split(facts, setup.target, spec.settings, 0)
+    placement = Placement(tensor_split=plan.placement.tensor_split)
+    about = f"-ngl 99{_ts(placement)}"
+    if not setup.target.fits(plan.memory):
+        needs = ", ".join(format_bytes(d.total_bytes) for d in plan.memory.devices)
+        budgets = ", ".join(format_bytes(b) for b in setup.budgets)
+        return ConfigSpec("gpu-only", about, skip=f"does not fit: needs {needs}, budget {budgets}")
+    return ConfigSpec("gpu-only", about, tuple(spec.args(placement)), plan.memory.gpu_bytes)
 
 
 _BUILDERS: dict[str, Builder] = {
@@ -233,9 +155,8 @@ def build_configs(
     """The configurations asked for; one whose command repeats an earlier one is skipped."""
     specs: list[ConfigSpec] = []
     seen: dict[tuple[str, ...], str] = {}
-    builders = _MULTI_BUILDERS if setup.multi else _BUILDERS
     for name in names:
-        config = builders[name](facts, spec, setup)
+        config = _BUILDERS[name](facts, spec, setup)
         if config.skip is None and config.args in seen:
             config = ConfigSpec(
                 name,

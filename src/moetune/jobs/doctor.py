@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from moetune.core.devices import DeviceSpec
+from moetune.core.devices import DeviceSpec, single_device
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, default_n_ctx, estimate
 from moetune.core.placement import Placement
@@ -405,15 +405,12 @@ def _placement_memory(
         return memory, check_ram(memory, total, available), None, settings
     request = PlanRequest(
         model_path=facts.paths[0],
-        device_bytes=target.vram_bytes if target else 0,
-        target_bytes=inputs.target_bytes,
-        headroom_bytes=inputs.headroom_bytes,
+        devices=inputs.devices or single_device(settings, target.vram_bytes if target else 0),
+        targets=inputs.device_targets or (inputs.target_bytes,),
+        headrooms=inputs.device_headrooms or (inputs.headroom_bytes,),
         settings=settings,
         ram_total_bytes=total,
         ram_available_bytes=available,
-        devices=inputs.devices,
-        device_targets=inputs.device_targets,
-        device_headrooms=inputs.device_headrooms,
         device_args=inputs.device_args,
     )
     plan = make_plan(facts, request)

@@ -24,9 +24,8 @@ from moetune.core.command import (
 from moetune.core.devices import DeviceSpec, bufts
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
-from moetune.core.planner import does_not_fit, floor_placement, max_context
+from moetune.core.planner import Target, does_not_fit, max_context
 from moetune.core.settings import Settings, default_n_ctx
-from moetune.core.split import Target, split_does_not_fit, split_max_context
 from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
 from moetune.jobs.devices import require_devices, specs_from_listed
@@ -58,12 +57,10 @@ class LaunchSpec:
         """llama-server's arguments (no binary) for ``placement``, ``flags`` before ``extra``."""
         return self._argv(placement, flags, None)
 
-    def fit_args(self, target_mib: int | tuple[int, ...] | None) -> list[str]:
+    def fit_args(self, margins_mib: tuple[int, ...] | None) -> list[str]:
         """llama-server's arguments for llama.cpp's own ``--fit on`` (no placement flags),
-        with a margin of free memory (one per device on several)."""
-        if isinstance(target_mib, tuple):
-            return self._argv(None, (), FitMode(None, target_mib))
-        return self._argv(None, (), FitMode(target_mib))
+        with a margin of free memory per device (None: llama.cpp's default)."""
+        return self._argv(None, (), FitMode(None, margins_mib or ()))
 
     def _argv(
         self, placement: Placement | None, flags: tuple[str, ...], fit: FitMode | None
@@ -131,10 +128,6 @@ class DeviceSetup:
     @property
     def target_bytes(self) -> int:
         return self.budgets[0]
-
-    @property
-    def fit_target_mib(self) -> int | None:
-        return self.fit_targets_mib[0] if self.fit_targets_mib else None
 
     @property
     def target(self) -> Target:
@@ -277,19 +270,11 @@ def resolve_context(
         n_ctx = (
             ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
         )
-    elif setup.multi:
-        found = split_max_context(facts, setup.target, settings)
-        if found is None:
-            smallest = settings.model_copy(update={"n_ctx": 256})
-            raise split_does_not_fit(facts, setup.target, smallest)
-        n_ctx = found[0]
     else:
-        best = max_context(facts, floor_placement(facts), setup.target_bytes, settings)
-        if best is None:
-            raise does_not_fit(
-                facts, setup.target_bytes, settings.model_copy(update={"n_ctx": 256})
-            )
-        n_ctx = best
+        found = max_context(facts, setup.target, settings)
+        if found is None:
+            raise does_not_fit(facts, setup.target, settings.model_copy(update={"n_ctx": 256}))
+        n_ctx = found[0]
     if facts.context_length and n_ctx > facts.context_length:
         warn(f"context {n_ctx} is beyond the training context {facts.context_length}")
     return replace(spec, settings=settings.model_copy(update={"n_ctx": n_ctx}))

@@ -18,10 +18,16 @@ from moetune.core.devices import default_overhead
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, estimate
 from moetune.core.placement import Placement
-from moetune.core.planner import plan_n_cpu_moe, predictor
+from moetune.core.planner import (
+    Target,
+    _Search,
+    counts_split,
+    distribute,
+    plan_n_cpu_moe,
+    predictor,
+)
 from moetune.core.search import Attempt, Search, Split, SplitSearch, best_attempt, tune, tune_split
 from moetune.core.settings import Settings
-from moetune.core.split import Target, _Search, counts_split, distribute, plan_split
 from moetune.errors import (
     BadValueError,
     DoesNotFitError,
@@ -261,10 +267,12 @@ def tune_model(
         return tune_split_model(facts, spec, setup, fill=fill, progress=progress)
     target = setup.target_bytes
     try:
-        start = plan_n_cpu_moe(facts, target, spec.settings)
+        start = plan_n_cpu_moe(facts, setup.target, spec.settings)
         seen = _checked_start(facts, spec, setup, start.placement, progress)
         if seen[0]:  # start from llama.cpp's own figure where it differs
-            start = plan_n_cpu_moe(facts, target - seen[0], spec.settings)
+            start = plan_n_cpu_moe(
+                facts, setup.target.with_budgets((target - seen[0],)), spec.settings
+            )
         planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:  # the prediction may be pessimistic: let a measurement decide
         planned = facts.n_layers
@@ -361,11 +369,11 @@ def tune_split_model(
     target, confirmed by N-1 (at its best split) being over."""
     splits = _Splits(facts, setup, spec.settings)
     try:
-        start = plan_split(facts, setup.target, spec.settings)
+        start = plan_n_cpu_moe(facts, setup.target, spec.settings)
         seen = _checked_start(facts, spec, setup, start.placement, progress)
         if any(seen):  # start from llama.cpp's own figures where they differ
             budgets = tuple(b - c for b, c in zip(setup.budgets, seen, strict=True))
-            start = plan_split(facts, Target(setup.devices, budgets), spec.settings)
+            start = plan_n_cpu_moe(facts, Target(setup.devices, budgets), spec.settings)
         planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:
         planned = facts.n_layers

@@ -107,7 +107,8 @@ def check_plan(
     projected = parse_projection(fit_projection(tool, args))
     settings = _dry_run_settings(result.settings)
     predicted = estimate(facts, rec.placement, settings, _bare(req.devices))
-    names = [d.name for d in predicted.devices] if req.multi else []
+    # one device: whatever llama-fit-params calls it (--vram names it generically)
+    names = [d.name for d in predicted.devices] if len(req.devices) > 1 else []
     checks = []
     for index, memory in enumerate(predicted.devices):
         name = names[index] if names else _single_name(projected)
@@ -126,11 +127,8 @@ def corrected(req: PlanRequest, checks: Sequence[DeviceCheck]) -> PlanRequest | 
     if all(check.agrees for check in checks):
         return None
     delta = {c.device: (c.projected_mib - c.predicted_mib) * MIB for c in checks if not c.agrees}
-    if not req.multi:
-        settings = req.settings.model_copy(
-            update={"device_correction_bytes": next(iter(delta.values()))}
-        )
-        return req.model_copy(update={"settings": settings})
+    if len(req.devices) == 1:  # named as llama-fit-params names it
+        delta = {req.devices[0].name: next(iter(delta.values()))}
     devices = tuple(
         d.model_copy(update={"correction_bytes": delta.get(d.name, 0)}) for d in req.devices
     )
