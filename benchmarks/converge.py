@@ -21,9 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from moetune.core.facts import ModelFacts, load_model_facts
-from moetune.core.memory import Settings
-from moetune.core.planner import Target, plan_n_cpu_moe, predictor
-from moetune.core.search import Attempt, Search, best_attempt, tune
+from moetune.core.memory import Settings, estimate
+from moetune.core.placement import Placement
+from moetune.core.planner import Target, plan_n_cpu_moe
+from moetune.core.search import Attempt, Search, Split, best_attempt, tune
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
@@ -63,11 +64,13 @@ def measure_all(model: Path, rpc: str, n_layers: int, ctx: int) -> list[int]:
 def moetune_launches(
     facts: ModelFacts, settings: Settings, figures: list[int], target: int
 ) -> tuple[int, int]:
-    predict = predictor(facts, settings)
-    search = Search(n_max=facts.n_layers, target_bytes=target, predict=predict)
+    def predict(n: int) -> int:
+        return estimate(facts, Placement.with_n_cpu_moe(n), settings).gpu_bytes
+
+    search = Search.one(facts.n_layers, target, predict)
     start = plan_n_cpu_moe(facts, Target.one(target, settings), settings).placement.n_cpu_moe or 0
 
-    def measure(n: int) -> Attempt:
+    def measure(n: int, split: Split) -> Attempt:
         status = "ok" if figures[n] <= target else "over"
         return Attempt(
             n_cpu_moe=n, predicted_bytes=predict(n), measured_bytes=figures[n], status=status

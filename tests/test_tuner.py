@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from moetune.core.search import Attempt, Search, best_attempt, tune
+from moetune.core.search import Attempt, Search, Split, best_attempt, tune
 from moetune.errors import DoesNotFitError
 
 MIB = 1 << 20
@@ -19,10 +19,12 @@ def predicted(n: int) -> int:
     return BASE + (N_LAYERS - n) * LAYER
 
 
-def device(error: int, target: int, oom_above: int | None = None) -> Callable[[int], Attempt]:
+def device(
+    error: int, target: int, oom_above: int | None = None
+) -> Callable[[int, Split], Attempt]:
     """A device whose real peak is the prediction plus ``error``; OOM past ``oom_above``."""
 
-    def measure(n: int) -> Attempt:
+    def measure(n: int, split: Split) -> Attempt:
         real = predicted(n) + error
         if oom_above is not None and real > oom_above:
             return Attempt(
@@ -46,7 +48,7 @@ def truth(error: int, target: int = TARGET) -> int:
 @pytest.mark.parametrize("error", [-700 * MIB, -250 * MIB, 0, 1, 120 * MIB, 299 * MIB, 900 * MIB])
 @pytest.mark.parametrize("start_offset", [-3, -1, 0, 1, 4])
 def test_converges_in_three_launches(error: int, start_offset: int) -> None:
-    search = Search(n_max=N_LAYERS, target_bytes=TARGET, predict=predicted)
+    search = Search.one(N_LAYERS, TARGET, predicted)
     start = truth(0) + start_offset
     attempts = tune(search, start, device(error, TARGET))
     best = best_attempt(attempts)
@@ -57,7 +59,7 @@ def test_converges_in_three_launches(error: int, start_offset: int) -> None:
 
 
 def test_oom_without_a_figure_falls_back_to_bisection() -> None:
-    search = Search(n_max=N_LAYERS, target_bytes=TARGET, predict=predicted)
+    search = Search.one(N_LAYERS, TARGET, predicted)
     error = 400 * MIB
     attempts = tune(search, 0, device(error, TARGET, oom_above=TARGET))
     best = best_attempt(attempts)
@@ -67,12 +69,12 @@ def test_oom_without_a_figure_falls_back_to_bisection() -> None:
 
 
 def test_cannot_fit_even_with_every_expert_on_the_cpu() -> None:
-    search = Search(n_max=N_LAYERS, target_bytes=BASE - 1, predict=predicted)
+    search = Search.one(N_LAYERS, BASE - 1, predicted)
     with pytest.raises(DoesNotFitError, match="every expert"):
         tune(search, N_LAYERS - 2, device(0, BASE - 1))
 
 
 def test_everything_fits_at_zero() -> None:
-    search = Search(n_max=N_LAYERS, target_bytes=predicted(0) + 1, predict=predicted)
+    search = Search.one(N_LAYERS, predicted(0) + 1, predicted)
     attempts = tune(search, 0, device(0, predicted(0) + 1))
     assert [a.n_cpu_moe for a in attempts] == [0]

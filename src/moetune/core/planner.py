@@ -94,20 +94,6 @@ def _expert_parts_of(facts: ModelFacts) -> Parts:
 _PARTS: dict[int, tuple[ModelFacts, Parts]] = {}
 
 
-def predictor(facts: ModelFacts, settings: Settings) -> Callable[[int], int]:
-    """The predicted GPU peak at ``--n-cpu-moe n``, as a function of n (memoised)."""
-    base = split_weights(facts, Placement())
-    cache: dict[int, int] = {}
-
-    def predict(n: int) -> int:
-        if n not in cache:
-            memory = estimate_from_split(facts, n_cpu_moe_split(facts, base, n), settings)
-            cache[n] = memory.gpu_bytes
-        return cache[n]
-
-    return predict
-
-
 def layer_set_regex(layers: Sequence[int]) -> str:
     """A compact, comma-free regex matching exactly these block indices: ``(3|4|1[0-9])``."""
     remaining = sorted(set(layers))

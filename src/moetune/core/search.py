@@ -1,13 +1,14 @@
 """The run loop: plan -> launch -> fill -> measure -> next N -> converge.
 
-The search is pure: it calls a ``measure(n)`` function and never touches a process itself,
-so it is tested on recorded figures as well as on a real llama-server. One measurement
-calibrates the prediction (the bytes each block's experts take are known exactly, so the
-measured-minus-predicted error carries over to every N); bisection is the fallback when a
-launch gives no figure (out of memory at load).
+One search for one device or several (one device is a list of one). It is pure: it calls a
+``measure(n, split)`` function and never touches a process itself, so it is tested on recorded
+figures as well as on a real llama-server. One measurement calibrates the prediction of each
+device (the bytes each block's experts take are known exactly, so the measured-minus-predicted
+error carries over to every N, and the split of N is found again with it counted); bisection
+is the fallback when a launch gives no figure (out of memory at load).
 
-Done when the smallest N whose measured peak is within the target is known, and N-1 is over
-the target or out of memory (or N is 0).
+Done when the smallest N whose measured peaks are within the budgets is known, and N-1 is over
+a budget or out of memory (or N is 0).
 """
 
 from __future__ import annotations
@@ -65,19 +66,50 @@ def done(attempts: list[Attempt]) -> bool:
     return fits is not None and (fits == 0 or over == fits - 1)
 
 
+Split = tuple[tuple[int, ...], tuple[int, ...]]  # (layer counts per device, predicted peaks)
+Plan = Callable[[int, tuple[int, ...]], Split | None]
+Place = Callable[[int, tuple[int, ...]], Split]
+
+
+def _figures(attempt: Attempt) -> tuple[list[int], list[int | None]]:
+    """An attempt's predicted and measured peak per device (one device: its sums)."""
+    if attempt.device_predicted:
+        return attempt.device_predicted, attempt.device_measured
+    return [attempt.predicted_bytes], [attempt.measured_bytes]
+
+
 class Search(NamedTuple):
-    """The state of the search between launches."""
+    """The state of the search between launches, over one or more devices: N, and the split
+    the planner finds for it with each device's measured error counted (``plan(n, errors)``:
+    the split of N whose predicted peaks plus the errors fit every budget, or None;
+    ``place(n, errors)``: the best split of N however it fits, to launch it all the same)."""
 
     n_max: int  # --n-cpu-moe value that puts every expert on the CPU
-    target_bytes: int
-    predict: Callable[[int], int]  # predicted device peak at N
+    budgets: tuple[int, ...]
+    plan: Plan
+    place: Place
 
-    def error(self, attempts: list[Attempt]) -> int | None:
-        """Measured minus predicted, from the latest launch that gave a figure."""
+    @classmethod
+    def one(cls, n_max: int, budget_bytes: int, predict: Callable[[int], int]) -> Search:
+        """One device whose predicted peak at N is ``predict(n)``."""
+
+        def plan(n: int, errors: tuple[int, ...]) -> Split | None:
+            peak = predict(n)
+            return ((1,), (peak,)) if peak + errors[0] <= budget_bytes else None
+
+        return cls(n_max, (budget_bytes,), plan, lambda n, errors: ((1,), (predict(n),)))
+
+    def errors(self, attempts: list[Attempt]) -> tuple[int, ...] | None:
+        """Each device's measured minus predicted, from the latest launch that measured it
+        (0 for a device never measured; None: no launch gave a figure yet)."""
+        found = [0] * len(self.budgets)
+        seen = [False] * len(self.budgets)
         for attempt in reversed(attempts):
-            if attempt.measured_bytes is not None:
-                return attempt.measured_bytes - attempt.predicted_bytes
-        return None
+            predicted, measured = _figures(attempt)
+            for i, figure in enumerate(measured):
+                if figure is not None and not seen[i]:
+                    found[i], seen[i] = figure - predicted[i], True
+        return tuple(found) if any(seen) else None
 
     def bounds(self, attempts: list[Attempt]) -> tuple[int, int | None]:
         return bounds(attempts)
@@ -85,35 +117,48 @@ class Search(NamedTuple):
     def done(self, attempts: list[Attempt]) -> bool:
         return done(attempts)
 
-    def next_n(self, attempts: list[Attempt]) -> int:
-        """The next N to launch, strictly between what is known over and what fits."""
+    def split(self, n: int, errors: tuple[int, ...] | None = None) -> Split:
+        """The split to launch N at: the one that fits with the errors counted, else the best."""
+        counted = errors or (0,) * len(self.budgets)
+        return self.plan(n, counted) or self.place(n, counted)
+
+    def next(self, attempts: list[Attempt]) -> tuple[int, Split]:
+        """The next N to launch, strictly between what is known over and what fits, and its
+        split; bisection while no launch gave a figure (out of memory at load)."""
         over, fits = self.bounds(attempts)
         high = self.n_max if fits is None else fits - 1
         low = over + 1
         if low > high:
             raise DoesNotFitError(
-                f"does not fit in {format_bytes(self.target_bytes)} even with every expert "
-                "on the CPU",
-                hint="lower --ctx, use --cache-type q4_0, or a smaller quant",
+                f"does not fit {self._budgets()} even with every expert on the CPU",
+                hint="lower --ctx, use --cache-type q4_0, add a device, or a smaller quant",
             )
-        error = self.error(attempts)
-        if error is None:
-            return (low + high + 1) // 2 if fits is None else (low + high) // 2
+        errors = self.errors(attempts)
+        if errors is None:
+            n = (low + high + 1) // 2 if fits is None else (low + high) // 2
+            return n, self.split(n)
         for n in range(low, high + 1):
-            if self.predict(n) + error <= self.target_bytes:
-                return n
-        return high
+            if (found := self.plan(n, errors)) is not None:
+                return n, found
+        return high, self.place(high, errors)
+
+    def _budgets(self) -> str:
+        if len(self.budgets) == 1:
+            return f"in {format_bytes(self.budgets[0])}"
+        return "every device's budget"
 
 
 def tune(
-    search: Search, start_n: int, measure: Callable[[int], Attempt], max_launches: int = 12
+    search: Search, start_n: int, measure: Callable[[int, Split], Attempt], max_launches: int = 12
 ) -> list[Attempt]:
-    """Launch from ``start_n`` until the smallest fitting N is confirmed; the attempts."""
-    attempts = [measure(max(0, min(start_n, search.n_max)))]
+    """Launch from ``start_n`` until the smallest N whose split fits every device is
+    confirmed by N-1 (at its best split) being over; the attempts."""
+    start = max(0, min(start_n, search.n_max))
+    attempts = [measure(start, search.split(start))]
     while not search.done(attempts):
         if len(attempts) >= max_launches:
             break
-        attempts.append(measure(search.next_n(attempts)))
+        attempts.append(measure(*search.next(attempts)))
     return attempts
 
 
@@ -121,67 +166,3 @@ def best_attempt(attempts: list[Attempt]) -> Attempt | None:
     """The smallest N that fitted."""
     fitting = [a for a in attempts if a.fits]
     return min(fitting, key=lambda a: a.n_cpu_moe) if fitting else None
-
-
-# --- several devices ----------------------------------------------------------------------------
-
-Split = tuple[tuple[int, ...], tuple[int, ...]]  # (layer counts per device, predicted peaks)
-
-
-class SplitSearch(NamedTuple):
-    """The state of the search over several devices: N, and the split the planner finds for
-    it with each device's measured error counted (``plan(n, errors)``: the split of N whose
-    predicted peaks plus the errors fit every budget, or None; ``place(n, errors)``: the
-    best split of N however it fits, to confirm that N is over)."""
-
-    n_max: int
-    budgets: tuple[int, ...]
-    plan: Callable[[int, tuple[int, ...]], Split | None]
-    place: Callable[[int, tuple[int, ...]], Split]
-
-    def errors(self, attempts: list[Attempt]) -> tuple[int, ...]:
-        """Each device's measured minus predicted, from the latest launch that measured it."""
-        found = [0] * len(self.budgets)
-        seen = [False] * len(self.budgets)
-        for attempt in reversed(attempts):
-            for i, measured in enumerate(attempt.device_measured):
-                if measured is not None and not seen[i]:
-                    found[i], seen[i] = measured - attempt.device_predicted[i], True
-        return tuple(found)
-
-    def next(self, attempts: list[Attempt]) -> tuple[int, Split]:
-        """The next N to launch (strictly between what is over and what fits) and its split."""
-        over, fits = bounds(attempts)
-        high = self.n_max if fits is None else fits - 1
-        low = over + 1
-        if low > high:
-            raise DoesNotFitError(
-                "does not fit every device's budget even with every expert on the CPU",
-                hint="lower --ctx, use --cache-type q4_0, add a device, or a smaller quant",
-            )
-        errors = self.errors(attempts)
-        for n in range(low, high + 1):
-            if (split := self.plan(n, errors)) is not None:
-                return n, split
-        return high, self.place(high, errors)
-
-    def done(self, attempts: list[Attempt]) -> bool:
-        return done(attempts)
-
-
-def tune_split(
-    search: SplitSearch, measure: Callable[[int, Split], Attempt], max_launches: int = 12
-) -> list[Attempt]:
-    """Launch until the smallest N whose split fits every device is confirmed by N-1 (at
-    its best split) being over; the attempts."""
-    attempts: list[Attempt] = []
-    while not attempts or not search.done(attempts):
-        if len(attempts) >= max_launches:
-            break
-        n, split = search.next(attempts)
-        attempts.append(measure(n, split))
-        if attempts[-1].fits and n > 0 and not search.done(attempts):
-            errors = search.errors(attempts)
-            tighter = search.plan(n - 1, errors) or search.place(n - 1, errors)
-            attempts.append(measure(n - 1, tighter))
-    return attempts

@@ -122,14 +122,6 @@ class DeviceSetup:
         return self.listed[0]
 
     @property
-    def probe(self) -> MemoryProbe:
-        return self.probes[0]
-
-    @property
-    def target_bytes(self) -> int:
-        return self.budgets[0]
-
-    @property
     def target(self) -> Target:
         return Target(self.devices, self.budgets)
 

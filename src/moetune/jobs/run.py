@@ -18,15 +18,8 @@ from moetune.core.devices import default_overhead
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, estimate
 from moetune.core.placement import Placement
-from moetune.core.planner import (
-    Target,
-    _Search,
-    counts_split,
-    distribute,
-    plan_n_cpu_moe,
-    predictor,
-)
-from moetune.core.search import Attempt, Search, Split, SplitSearch, best_attempt, tune, tune_split
+from moetune.core.planner import _Search, counts_split, distribute, moved_blocks, plan_n_cpu_moe
+from moetune.core.search import Attempt, Search, Split, best_attempt, tune
 from moetune.core.settings import Settings
 from moetune.errors import (
     BadValueError,
@@ -124,7 +117,7 @@ def run_trial(
     setup: DeviceSetup,
     n: int,
     *,
-    predicted: int | tuple[int, ...],
+    predicted: tuple[int, ...],
     fill: Fill,
     on_event: Event,
     counts: tuple[int, ...] = (),
@@ -133,7 +126,7 @@ def run_trial(
     """Launch at ``--n-cpu-moe n`` (and ``-ts counts`` on several devices), fill the
     context, measure each device, stop the server; each phase and the devices' memory
     (sampled while the server runs) told to ``live``."""
-    guesses = predicted if isinstance(predicted, tuple) else (predicted,)
+    guesses = predicted
     split = list(counts_split(counts)) if counts else []
     on_event(f"N={n}: starting llama-server")
     server = spec.start(spec.args(Placement.with_n_cpu_moe(n, tensor_split=tuple(split))))
@@ -260,34 +253,35 @@ def _result(
 def tune_model(
     facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill: Fill, progress: Progress
 ) -> RunResult:
-    """Plan, then launch llama-server until the smallest N within the target is confirmed."""
+    """Plan, then launch llama-server until the smallest N whose split keeps every device
+    within its budget is confirmed by N-1 (at its best split) being over."""
     if not facts.is_moe:
         raise BadValueError("a dense model has no experts to tune: use `moetune plan`")
-    if setup.multi:
-        return tune_split_model(facts, spec, setup, fill=fill, progress=progress)
-    target = setup.target_bytes
+    splits = _Splits(facts, setup, spec.settings)
     try:
         start = plan_n_cpu_moe(facts, setup.target, spec.settings)
         seen = _checked_start(facts, spec, setup, start.placement, progress)
-        if seen[0]:  # start from llama.cpp's own figure where it differs
-            start = plan_n_cpu_moe(
-                facts, setup.target.with_budgets((target - seen[0],)), spec.settings
-            )
+        if any(seen):  # start from llama.cpp's own figures where they differ
+            budgets = tuple(b - c for b, c in zip(setup.budgets, seen, strict=True))
+            start = plan_n_cpu_moe(facts, setup.target.with_budgets(budgets), spec.settings)
         planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:  # the prediction may be pessimistic: let a measurement decide
         planned = facts.n_layers
-    predict = predictor(facts, spec.settings)
-    search = Search(n_max=facts.n_layers, target_bytes=target, predict=predict)
+    probes = "; ".join(p.name for p in setup.probes)
+    label = "device" if len(setup.devices) == 1 else "devices"
     progress.on_event(
-        f"device {setup.device.name}, memory probe: {setup.probe.name}, plan: --n-cpu-moe {planned}"
+        f"{label} {', '.join(d.name for d in setup.devices)}, memory probe: {probes}, "
+        f"plan: --n-cpu-moe {planned}"
     )
+    search = Search(facts.n_layers, setup.budgets, splits.plan, splits.place)
 
-    def measure(n: int) -> Attempt:
+    def measure(n: int, split: Split) -> Attempt:
         attempt = run_trial(
             spec,
             setup,
             n,
-            predicted=predict(n),
+            predicted=split[1],
+            counts=split[0],
             fill=fill,
             on_event=progress.on_event,
             live=progress.live,
@@ -309,21 +303,18 @@ class _Splits:
         found = self._searches.get(errors)
         if found is None:
             budgets = tuple(b - e for b, e in zip(self.setup.budgets, errors, strict=True))
-            found = _Search(self.facts, Target(self.setup.devices, budgets), self.settings)
+            found = _Search(self.facts, self.setup.target.with_budgets(budgets), self.settings)
             self._searches[errors] = found
         return found
 
-    def _blocks(self, n: int) -> list[int]:
-        return [layer.index for layer in self.facts.layers[:n] if layer.has_experts]
-
     def plan(self, n: int, errors: tuple[int, ...]) -> Split | None:
-        found = distribute(self._search(errors), self._blocks(n), overridden=n > 0)
+        blocks = moved_blocks(self.facts, n)
+        found = distribute(self._search(errors), blocks, overridden=n > 0)
         return None if found is None else (found[0], _peaks(found[1]))
 
     def place(self, n: int, errors: tuple[int, ...]) -> Split:
-        found = distribute(
-            self._search(errors), self._blocks(n), overridden=n > 0, best_effort=True
-        )
+        blocks = moved_blocks(self.facts, n)
+        found = distribute(self._search(errors), blocks, overridden=n > 0, best_effort=True)
         assert found is not None
         return found[0], _peaks(found[1])
 
@@ -360,43 +351,6 @@ def _checked_start(
 
 def _peaks(memory: MemoryEstimate) -> tuple[int, ...]:
     return tuple(d.total_bytes for d in memory.devices)
-
-
-def tune_split_model(
-    facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, *, fill: Fill, progress: Progress
-) -> RunResult:
-    """Several devices: the smallest N whose -ts split keeps every device within its own
-    target, confirmed by N-1 (at its best split) being over."""
-    splits = _Splits(facts, setup, spec.settings)
-    try:
-        start = plan_n_cpu_moe(facts, setup.target, spec.settings)
-        seen = _checked_start(facts, spec, setup, start.placement, progress)
-        if any(seen):  # start from llama.cpp's own figures where they differ
-            budgets = tuple(b - c for b, c in zip(setup.budgets, seen, strict=True))
-            start = plan_n_cpu_moe(facts, Target(setup.devices, budgets), spec.settings)
-        planned = start.placement.n_cpu_moe or 0
-    except DoesNotFitError:
-        planned = facts.n_layers
-    progress.on_event(
-        f"devices {', '.join(d.name for d in setup.devices)}, plan: --n-cpu-moe {planned}"
-    )
-    search = SplitSearch(facts.n_layers, setup.budgets, splits.plan, splits.place)
-
-    def measure(n: int, split: Split) -> Attempt:
-        attempt = run_trial(
-            spec,
-            setup,
-            n,
-            predicted=split[1],
-            counts=split[0],
-            fill=fill,
-            on_event=progress.on_event,
-            live=progress.live,
-        )
-        progress.on_attempt(attempt)
-        return attempt
-
-    return _result(spec, setup, planned, tune_split(search, measure, MAX_LAUNCHES))
 
 
 def describe(attempt: Attempt) -> str:
@@ -442,7 +396,7 @@ def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
         n_ctx=s.n_ctx,
         type_k=s.type_k,
         type_v=s.type_v,
-        target_bytes=setup.target_bytes,
+        target_bytes=setup.budgets[0],
         extra_args=list(spec.extra),
         command=tune_command(spec, setup),
         device_targets=list(setup.budgets) if setup.multi else [],
@@ -469,12 +423,8 @@ def confirm_n(
 ) -> RunResult:
     """One launch at ``--n-cpu-moe n`` (and ``-ts counts``: a saved profile's), measured
     like a tuning attempt."""
-    predicted: int | tuple[int, ...]
-    if setup.multi:
-        placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
-        predicted = _peaks(estimate(facts, placement, spec.settings, setup.devices))
-    else:
-        predicted = predictor(facts, spec.settings)(n)
+    placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
+    predicted = _peaks(estimate(facts, placement, spec.settings, setup.devices))
     attempt = run_trial(
         spec,
         setup,
