@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from moetune.core.facts import ModelFacts, load_model_facts
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import Placement
-from moetune.core.planner import Target, plan_n_cpu_moe
+from moetune.core.planner import DeviceBudgets, plan_n_cpu_moe
 from moetune.core.search import Attempt, Search, Split, best_attempt, tune
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
@@ -68,7 +68,10 @@ def moetune_launches(
         return estimate(facts, Placement.with_n_cpu_moe(n), settings).gpu_bytes
 
     search = Search.one(facts.n_layers, target, predict)
-    start = plan_n_cpu_moe(facts, Target.one(target, settings), settings).placement.n_cpu_moe or 0
+    start = (
+        plan_n_cpu_moe(facts, DeviceBudgets.one(target, settings), settings).placement.n_cpu_moe
+        or 0
+    )
 
     def measure(n: int, split: Split) -> Attempt:
         status = "ok" if figures[n] <= target else "over"

@@ -134,7 +134,7 @@ def moetune_command(
         model_path=str(model),
         settings=settings,
         devices=devices,
-        targets=tuple(round(b * GIB) for b in case.budgets_gib),
+        target_vram=tuple(round(b * GIB) for b in case.budgets_gib),
         device_args=("--rpc", ",".join(endpoints)),
     )
     result = make_plan(facts, request)

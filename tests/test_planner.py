@@ -11,7 +11,7 @@ from moetune.core.facts import ModelFacts, load_model_facts
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import EXPS_REGEX, Override, Placement, split_weights
 from moetune.core.plan import PlanRequest, make_plan
-from moetune.core.planner import Target, max_context, plan_n_cpu_moe, plan_override
+from moetune.core.planner import DeviceBudgets, max_context, plan_n_cpu_moe, plan_override
 from moetune.errors import DoesNotFitError
 from moetune.units import GIB, MIB
 
@@ -69,13 +69,13 @@ def test_smallest_n_and_ot_plan(all_facts: dict[str, ModelFacts], name: str) -> 
     facts = all_facts[name]
     settings = _settings(facts)
     for budget in _budgets(facts, settings):
-        plan = plan_n_cpu_moe(facts, Target.one(budget, settings), settings)
+        plan = plan_n_cpu_moe(facts, DeviceBudgets.one(budget, settings), settings)
         n = plan.placement.n_cpu_moe
         assert n is not None
         assert plan.memory.gpu_bytes <= budget
         if n > 0:  # N is the smallest: N-1 does not fit
             assert estimate(facts, Placement.with_n_cpu_moe(n - 1), settings).gpu_bytes > budget
-        alt = plan_override(facts, Target.one(budget, settings), settings)
+        alt = plan_override(facts, DeviceBudgets.one(budget, settings), settings)
         assert alt.memory.gpu_bytes <= budget
         assert alt.memory.gpu_weights_bytes >= plan.memory.gpu_weights_bytes
         # the -ot rules, applied by regex, give exactly the estimate the search used
@@ -91,9 +91,9 @@ def test_below_the_non_expert_weights_does_not_fit(all_facts: dict[str, ModelFac
     settings = _settings(facts)
     floor = estimate(facts, Placement.all_experts_on_cpu(), settings).gpu_bytes
     with pytest.raises(DoesNotFitError, match="does not fit"):
-        plan_n_cpu_moe(facts, Target.one(floor - 1, settings), settings)
+        plan_n_cpu_moe(facts, DeviceBudgets.one(floor - 1, settings), settings)
     with pytest.raises(DoesNotFitError):
-        plan_override(facts, Target.one(floor - 1, settings), settings)
+        plan_override(facts, DeviceBudgets.one(floor - 1, settings), settings)
 
 
 def test_max_context_is_the_largest_that_fits(all_facts: dict[str, ModelFacts]) -> None:
@@ -101,7 +101,7 @@ def test_max_context_is_the_largest_that_fits(all_facts: dict[str, ModelFacts]) 
     settings = _settings(facts)
     placement = Placement.with_n_cpu_moe(30)
     budget = 12 * GIB
-    found = max_context(facts, Target.one(budget, settings), settings, n_cpu_moe=30)
+    found = max_context(facts, DeviceBudgets.one(budget, settings), settings, n_cpu_moe=30)
     best = found[0] if found else None
     assert best is not None and best % 256 == 0
     at = settings.model_copy(update={"n_ctx": best})

@@ -224,7 +224,7 @@ def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
         model_path=source,
         model_flag=flag,
         devices=devices,
-        targets=targets,
+        target_vram=targets,
         headrooms=headrooms,
         settings=settings,
         ctx_max=ctx is not None and ctx.is_max,

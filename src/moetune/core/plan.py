@@ -18,8 +18,8 @@ from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import (
     DEFAULT_HEADROOM_BYTES,
+    DeviceBudgets,
     OffloadPlan,
-    Target,
     context_fits,
     fixed_split,
     floor_plan,
@@ -103,7 +103,7 @@ class PlanRequest(BaseModel):
     # in llama.cpp's order, each with its total_bytes: given (--vram), a hardware profile, or
     # detected
     devices: tuple[DeviceSpec, ...]
-    targets: tuple[int | None, ...] = ()  # --target-vram per device: the budget itself
+    target_vram: tuple[int | None, ...] = ()  # per device: the budget itself, when given
     headrooms: tuple[int, ...] = (DEFAULT_HEADROOM_BYTES,)  # per device (the last repeats)
     settings: Settings
     ctx_max: bool = False  # --ctx max: the largest context that fits
@@ -115,20 +115,20 @@ class PlanRequest(BaseModel):
     device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
     extra_args: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
 
-    def target_of(self, index: int) -> int | None:
-        return self.targets[index] if index < len(self.targets) else None
+    def target_vram_of(self, index: int) -> int | None:
+        return self.target_vram[index] if index < len(self.target_vram) else None
 
     def headroom_of(self, index: int) -> int:
         return self.headrooms[min(index, len(self.headrooms) - 1)]
 
     @property
     def budgets(self) -> tuple[int, ...]:
-        """Each device's budget: its target, else its total minus its headroom."""
+        """Each device's budget: its --target-vram, else its total minus its headroom."""
         found = []
         for i, device in enumerate(self.devices):
-            target = self.target_of(i)
+            given = self.target_vram_of(i)
             found.append(
-                target if target is not None else (device.total_bytes or 0) - self.headroom_of(i)
+                given if given is not None else (device.total_bytes or 0) - self.headroom_of(i)
             )
         return tuple(found)
 
@@ -185,7 +185,7 @@ class PlanResult(BaseModel):
 
 
 def _placement_result(
-    req: PlanRequest, plan: OffloadPlan, settings: Settings, target: Target
+    req: PlanRequest, plan: OffloadPlan, settings: Settings, target: DeviceBudgets
 ) -> PlacementResult:
     placement = plan.placement
     args = args_for(
@@ -216,7 +216,7 @@ def _placement_result(
     )
 
 
-def _target(req: PlanRequest) -> Target:
+def _target(req: PlanRequest) -> DeviceBudgets:
     """The devices and their budgets; a budget the headroom leaves nothing of is refused."""
     budgets = req.budgets
     for i, (device, budget) in enumerate(zip(req.devices, budgets, strict=True)):
@@ -230,10 +230,10 @@ def _target(req: PlanRequest) -> Target:
                 + ("" if one else " for it")
                 + ", or a smaller --headroom",
             )
-    return Target(req.devices, budgets)
+    return DeviceBudgets(req.devices, budgets)
 
 
-def _context_for(facts: ModelFacts, req: PlanRequest, target: Target) -> Settings:
+def _context_for(facts: ModelFacts, req: PlanRequest, target: DeviceBudgets) -> Settings:
     """--ctx max: the largest context that fits at the given N, or with every expert on the
     CPU (the smallest N is then planned at it); 256 when not even that fits."""
     if not req.ctx_max:
@@ -243,7 +243,7 @@ def _context_for(facts: ModelFacts, req: PlanRequest, target: Target) -> Setting
 
 
 def _main_plan(
-    facts: ModelFacts, req: PlanRequest, target: Target, settings: Settings
+    facts: ModelFacts, req: PlanRequest, target: DeviceBudgets, settings: Settings
 ) -> tuple[OffloadPlan, OffloadPlan | None]:
     """The N plan (or -ngl K for a dense model) and the -ot plan (when it keeps more on the
     devices); the placement that needs the least device memory when nothing fits."""
@@ -286,7 +286,7 @@ def _warnings(facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan
 
 
 def _ubatch_hint(
-    facts: ModelFacts, plan: OffloadPlan, target: Target, settings: Settings
+    facts: ModelFacts, plan: OffloadPlan, target: DeviceBudgets, settings: Settings
 ) -> str | None:
     """Seed finding: with experts on the CPU, -ub 2048 speeds up prefill of long prompts."""
     if not facts.is_moe or not plan.moved_layers or settings.n_ubatch >= 2048:
@@ -322,7 +322,11 @@ class _Failure(BaseModel):
 
 
 def _gpu_failure(
-    facts: ModelFacts, req: PlanRequest, main: OffloadPlan, target: Target, settings: Settings
+    facts: ModelFacts,
+    req: PlanRequest,
+    main: OffloadPlan,
+    target: DeviceBudgets,
+    settings: Settings,
 ) -> _Failure:
     """A device cannot hold the placement: the figures, and the nearest plan that fits."""
     where = "with every expert on the CPU" if facts.is_moe and req.n_cpu_moe is None else ""
@@ -382,7 +386,7 @@ def _ram_failure(main: OffloadPlan, ram: RamCheck) -> _Failure:
     )
 
 
-def _limiting(memory: MemoryEstimate, target: Target) -> str:
+def _limiting(memory: MemoryEstimate, target: DeviceBudgets) -> str:
     """The device with the least room left (the one that stopped the plan)."""
     rooms = [b - d.total_bytes for d, b in zip(memory.devices, target.budgets, strict=True)]
     return target.devices[rooms.index(min(rooms))].name
@@ -407,7 +411,7 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         architecture=facts.architecture,
         is_moe=facts.is_moe,
         device_bytes=sum(d.total_bytes or 0 for d in req.devices),
-        target_bytes=None if several else req.target_of(0),
+        target_bytes=None if several else req.target_vram_of(0),
         headroom_bytes=req.headroom_of(0),
         budget_bytes=sum(target.budgets),
         settings=settings,

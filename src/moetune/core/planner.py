@@ -131,7 +131,7 @@ def _partial_options(parts: dict[str, list[TensorFacts]]) -> list[tuple[str, ...
     return [("down",), ("gate", "down")]
 
 
-class Target(NamedTuple):
+class DeviceBudgets(NamedTuple):
     """The devices a plan is for, in llama.cpp's order, and the peak each may reach."""
 
     devices: tuple[DeviceSpec, ...]
@@ -162,11 +162,11 @@ class Target(NamedTuple):
         """The devices' buffer types, for the ``-ot`` rules that name them."""
         return bufts(self.devices)
 
-    def with_budgets(self, budgets: Sequence[int]) -> Target:
-        return Target(self.devices, tuple(budgets))
+    def with_budgets(self, budgets: Sequence[int]) -> DeviceBudgets:
+        return DeviceBudgets(self.devices, tuple(budgets))
 
     @classmethod
-    def one(cls, budget_bytes: int, settings: Settings) -> Target:
+    def one(cls, budget_bytes: int, settings: Settings) -> DeviceBudgets:
         """The one device ``settings`` describes (its kind, overhead, correction)."""
         return cls(single_device(settings), (budget_bytes,))
 
@@ -186,7 +186,11 @@ class _Search:
     """Estimates for one model, target and settings, with the weight splits they start from."""
 
     def __init__(
-        self, facts: ModelFacts, target: Target, settings: Settings, n_gpu_layers: int = ALL_LAYERS
+        self,
+        facts: ModelFacts,
+        target: DeviceBudgets,
+        settings: Settings,
+        n_gpu_layers: int = ALL_LAYERS,
     ) -> None:
         self.facts, self.target, self.settings = facts, target, settings
         self.n_gpu_layers = n_gpu_layers
@@ -255,7 +259,7 @@ def distribute(
     return (final, memory) if best_effort or search.target.fits(memory) else None
 
 
-def plan_n_cpu_moe(facts: ModelFacts, target: Target, settings: Settings) -> OffloadPlan:
+def plan_n_cpu_moe(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> OffloadPlan:
     """``--n-cpu-moe N`` (``-ts`` on several devices): the smallest N whose layers can be
     split so that every device fits."""
     search = _Search(facts, target, settings)
@@ -427,7 +431,10 @@ def _fill_at(
 
 
 def plan_override(
-    facts: ModelFacts, target: Target, settings: Settings, counts: tuple[int, ...] | None = None
+    facts: ModelFacts,
+    target: DeviceBudgets,
+    settings: Settings,
+    counts: tuple[int, ...] | None = None,
 ) -> OffloadPlan:
     """``-ot`` (``-ts`` on several devices): at the split ``counts`` (default: the one the
     ``--n-cpu-moe`` plan finds) (and at splits a few layers either side
@@ -457,14 +464,18 @@ def plan_override(
     return OffloadPlan(placement, memory, fill.cpu_blocks, partial[0], partial[1])
 
 
-def _split_of(facts: ModelFacts, target: Target, settings: Settings) -> tuple[int, ...]:
+def _split_of(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> tuple[int, ...]:
     """The split of the ``--n-cpu-moe`` plan."""
     found = plan_n_cpu_moe(facts, target, settings).placement.tensor_split
     return tuple(int(c) for c in found)
 
 
 def fixed_split(
-    facts: ModelFacts, target: Target, settings: Settings, n: int, n_gpu_layers: int = ALL_LAYERS
+    facts: ModelFacts,
+    target: DeviceBudgets,
+    settings: Settings,
+    n: int,
+    n_gpu_layers: int = ALL_LAYERS,
 ) -> OffloadPlan:
     """``--n-cpu-moe n`` (``-ngl n_gpu_layers``) at the split that gives every device its
     largest share front to back (in proportion to the budgets when none fits)."""
@@ -482,7 +493,7 @@ def fixed_split(
     return OffloadPlan(placement, search.memory(weights, n > 0), tuple(blocks))
 
 
-def even_split(total: int, target: Target) -> tuple[int, ...]:
+def even_split(total: int, target: DeviceBudgets) -> tuple[int, ...]:
     """``total`` layers in proportion to the budgets (what to show when no split fits)."""
     weights = [max(b, 1) for b in target.budgets]
     counts = [total * w // sum(weights) for w in weights]
@@ -491,7 +502,7 @@ def even_split(total: int, target: Target) -> tuple[int, ...]:
 
 
 def max_context(
-    facts: ModelFacts, target: Target, settings: Settings, n_cpu_moe: int | None = None
+    facts: ModelFacts, target: DeviceBudgets, settings: Settings, n_cpu_moe: int | None = None
 ) -> tuple[int, tuple[int, ...]] | None:
     """The largest context (a multiple of 256, up to the training context) at which the
     layers can be split to fit, at ``--n-cpu-moe n_cpu_moe`` (default: the floor, every
@@ -515,7 +526,7 @@ def max_context(
     return None if best is None else (best * CTX_STEP, found[best])
 
 
-def plan_layers(facts: ModelFacts, target: Target, settings: Settings) -> OffloadPlan:
+def plan_layers(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> OffloadPlan:
     """Classic layer offload (dense models, or the bench's comparison): the largest -ngl K
     whose K layers can be split to fit."""
     for ngl in range(facts.n_layers + 1, -1, -1):
@@ -526,7 +537,7 @@ def plan_layers(facts: ModelFacts, target: Target, settings: Settings) -> Offloa
     raise does_not_fit(facts, target, settings)
 
 
-def floor_plan(facts: ModelFacts, target: Target, settings: Settings) -> OffloadPlan:
+def floor_plan(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> OffloadPlan:
     """What needs the least device memory: every expert on the CPU (a dense model: -ngl 0),
     at the split that fits best."""
     if facts.is_moe:
@@ -536,7 +547,7 @@ def floor_plan(facts: ModelFacts, target: Target, settings: Settings) -> Offload
     return OffloadPlan(Placement(n_gpu_layers=0), found[1], ())
 
 
-def does_not_fit(facts: ModelFacts, target: Target, settings: Settings) -> DoesNotFitError:
+def does_not_fit(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> DoesNotFitError:
     """The error for budgets no placement fits, with what would fit instead (computed)."""
     floor = floor_plan(facts, target, settings).memory
     needs = [format_bytes(d.total_bytes) for d in floor.devices]
@@ -565,7 +576,7 @@ class ContextFit(NamedTuple):
 
 
 def context_fits(
-    facts: ModelFacts, target: Target, settings: Settings, n_cpu_moe: int | None = None
+    facts: ModelFacts, target: DeviceBudgets, settings: Settings, n_cpu_moe: int | None = None
 ) -> list[ContextFit]:
     """The largest contexts that fit at the settings' cache type, and at q4_0 (when that is
     another type and gives more), at the floor (or at ``--n-cpu-moe n_cpu_moe``)."""

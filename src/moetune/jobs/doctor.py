@@ -406,7 +406,7 @@ def _placement_memory(
     request = PlanRequest(
         model_path=facts.paths[0],
         devices=inputs.devices or single_device(settings, target.vram_bytes if target else 0),
-        targets=inputs.device_targets or (inputs.target_bytes,),
+        target_vram=inputs.device_targets or (inputs.target_bytes,),
         headrooms=inputs.device_headrooms or (inputs.headroom_bytes,),
         settings=settings,
         ram_total_bytes=total,

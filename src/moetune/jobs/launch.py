@@ -24,7 +24,7 @@ from moetune.core.command import (
 from moetune.core.devices import DeviceSpec, bufts
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
-from moetune.core.planner import Target, does_not_fit, max_context
+from moetune.core.planner import DeviceBudgets, does_not_fit, max_context
 from moetune.core.settings import Settings, default_n_ctx
 from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
@@ -122,8 +122,8 @@ class DeviceSetup:
         return self.listed[0]
 
     @property
-    def target(self) -> Target:
-        return Target(self.devices, self.budgets)
+    def device_budgets(self) -> DeviceBudgets:
+        return DeviceBudgets(self.devices, self.budgets)
 
 
 # llama-server flags that pick another split of the devices than by layer
@@ -263,9 +263,11 @@ def resolve_context(
             ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
         )
     else:
-        found = max_context(facts, setup.target, settings)
+        found = max_context(facts, setup.device_budgets, settings)
         if found is None:
-            raise does_not_fit(facts, setup.target, settings.model_copy(update={"n_ctx": 256}))
+            raise does_not_fit(
+                facts, setup.device_budgets, settings.model_copy(update={"n_ctx": 256})
+            )
         n_ctx = found[0]
     if facts.context_length and n_ctx > facts.context_length:
         warn(f"context {n_ctx} is beyond the training context {facts.context_length}")

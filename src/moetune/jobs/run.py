@@ -259,11 +259,11 @@ def tune_model(
         raise BadValueError("a dense model has no experts to tune: use `moetune plan`")
     splits = _Splits(facts, setup, spec.settings)
     try:
-        start = plan_n_cpu_moe(facts, setup.target, spec.settings)
+        start = plan_n_cpu_moe(facts, setup.device_budgets, spec.settings)
         seen = _checked_start(facts, spec, setup, start.placement, progress)
         if any(seen):  # start from llama.cpp's own figures where they differ
             budgets = tuple(b - c for b, c in zip(setup.budgets, seen, strict=True))
-            start = plan_n_cpu_moe(facts, setup.target.with_budgets(budgets), spec.settings)
+            start = plan_n_cpu_moe(facts, setup.device_budgets.with_budgets(budgets), spec.settings)
         planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:  # the prediction may be pessimistic: let a measurement decide
         planned = facts.n_layers
@@ -303,7 +303,9 @@ class _Splits:
         found = self._searches.get(errors)
         if found is None:
             budgets = tuple(b - e for b, e in zip(self.setup.budgets, errors, strict=True))
-            found = _Search(self.facts, self.setup.target.with_budgets(budgets), self.settings)
+            found = _Search(
+                self.facts, self.setup.device_budgets.with_budgets(budgets), self.settings
+            )
             self._searches[errors] = found
         return found
 
