@@ -76,8 +76,7 @@ def _block_experts(parts: Parts, blocks: Sequence[int]) -> list[TensorFacts]:
 
 def n_cpu_moe_split(facts: ModelFacts, base: WeightSplit, n: int) -> WeightSplit:
     """The weight split of ``--n-cpu-moe n`` without regexes (tests check it against them)."""
-    blocks = [layer.index for layer in facts.layers[:n] if layer.has_experts]
-    return base.move_experts(_block_experts(_expert_parts_of(facts), blocks))
+    return base.move_experts(_block_experts(_expert_parts_of(facts), moved_blocks(facts, n)))
 
 
 def _expert_parts_of(facts: ModelFacts) -> Parts:
