@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, InstanceOf, computed_field
 
 from moetune.core.command import args_for, server_argv
 from moetune.core.devices import DeviceSpec, bufts
+from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import ALL_LAYERS, Placement
@@ -123,6 +124,8 @@ class PlanRequest(BaseModel):
     device_headrooms: tuple[int, ...] = ()
     device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
     extra_args: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
+    # what those load beside the model (jobs/loader.py read the files), beside the settings
+    extras: InstanceOf[Extras] | None = Field(default=None, exclude=True, repr=False)
 
     @property
     def budget_bytes(self) -> int:
@@ -244,11 +247,11 @@ def _context_for(facts: ModelFacts, req: PlanRequest, budget: int) -> Settings:
         if req.n_cpu_moe is not None
         else floor_placement(facts)
     )
-    best = max_context(facts, placement, budget, settings)
+    best = max_context(facts, placement, budget, settings, extras=req.extras)
     return settings.model_copy(update={"n_ctx": best or 256})
 
 
-def _fixed_n(facts: ModelFacts, n: int, settings: Settings) -> OffloadPlan:
+def _fixed_n(facts: ModelFacts, n: int, settings: Settings, extras: Extras | None) -> OffloadPlan:
     if n > facts.n_layers:
         raise BadValueError(
             f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
@@ -256,7 +259,7 @@ def _fixed_n(facts: ModelFacts, n: int, settings: Settings) -> OffloadPlan:
         )
     placement = Placement.with_n_cpu_moe(n)
     moved = tuple(layer.index for layer in facts.layers[:n] if layer.has_experts)
-    return OffloadPlan(placement, estimate(facts, placement, settings), moved)
+    return OffloadPlan(placement, estimate(facts, placement, settings, extras=extras), moved)
 
 
 def _main_plan(
@@ -267,21 +270,22 @@ def _main_plan(
 ) -> tuple[OffloadPlan, OffloadPlan | None]:
     """The N plan (or -ngl K for a dense model) and the -ot plan; the placement that needs the
     least GPU memory when nothing fits."""
+    extras = req.extras
     if not facts.is_moe:
         try:
-            ngl, memory = plan_layers(facts, budget, settings)
+            ngl, memory = plan_layers(facts, budget, settings, extras=extras)
         except DoesNotFitError:
-            ngl, memory = 0, estimate(facts, Placement(n_gpu_layers=0), settings)
+            ngl, memory = 0, estimate(facts, Placement(n_gpu_layers=0), settings, extras=extras)
         return OffloadPlan(Placement(n_gpu_layers=ngl), memory, ()), None
     if req.n_cpu_moe is not None:
-        main = _fixed_n(facts, req.n_cpu_moe, settings)
+        main = _fixed_n(facts, req.n_cpu_moe, settings, extras)
     else:
         try:
-            main = plan_n_cpu_moe(facts, budget, settings)
+            main = plan_n_cpu_moe(facts, budget, settings, extras=extras)
         except DoesNotFitError:
-            return _fixed_n(facts, facts.n_layers, settings), None
+            return _fixed_n(facts, facts.n_layers, settings, extras), None
     try:
-        alt = plan_override(facts, budget, settings)
+        alt = plan_override(facts, budget, settings, extras=extras)
     except DoesNotFitError:
         return main, None
     if alt.memory.gpu_weights_bytes <= main.memory.gpu_weights_bytes:
@@ -306,18 +310,18 @@ def _warnings(facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan
 
 
 def _ubatch_hint(
-    facts: ModelFacts, plan: OffloadPlan, budget: int, settings: Settings
+    facts: ModelFacts, plan: OffloadPlan, budget: int, settings: Settings, extras: Extras | None
 ) -> str | None:
     """Seed finding: with experts on the CPU, -ub 2048 speeds up prefill of long prompts."""
     if not facts.is_moe or not plan.moved_layers or settings.n_ubatch >= 2048:
         return None
     bigger = settings.model_copy(update={"n_ubatch": 2048, "n_batch": 2048})
-    memory = estimate(facts, plan.placement, bigger)
+    memory = estimate(facts, plan.placement, bigger, extras=extras)
     advice = "for long prompts add -ub 2048 -b 2048 (faster prefill with experts on the CPU"
     if memory.gpu_bytes <= budget:
         return f"{advice}; GPU peak {format_bytes(memory.gpu_bytes)}, still fits)"
     try:
-        wider = plan_n_cpu_moe(facts, budget, bigger)
+        wider = plan_n_cpu_moe(facts, budget, bigger, extras=extras)
     except DoesNotFitError:
         return None
     return f"{advice}; it needs --n-cpu-moe {wider.placement.n_cpu_moe} to fit)"
@@ -354,12 +358,12 @@ def _gpu_failure(
     nearest = None
     if req.n_cpu_moe is not None:
         try:
-            smallest = plan_n_cpu_moe(facts, budget, settings)
+            smallest = plan_n_cpu_moe(facts, budget, settings, extras=req.extras)
             suggestions.append(f"--n-cpu-moe {smallest.placement.n_cpu_moe} fits")
             nearest = _placement_result(req, smallest, settings, (budget,))
         except DoesNotFitError:
             pass
-    fits = context_fits(facts, budget, settings)
+    fits = context_fits(facts, budget, settings, extras=req.extras)
     suggestions += [fit.text for fit in fits]
     if nearest is None and fits:
         first = fits[0]
@@ -425,7 +429,7 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         override_gain_bytes=gain,
         ram=ram,
         threads=req.physical_cores,
-        ubatch_hint=None if failure else _ubatch_hint(facts, main, budget, settings),
+        ubatch_hint=None if failure else _ubatch_hint(facts, main, budget, settings, req.extras),
         warnings=_warnings(facts, settings, [main]) + _free_warning(req, main.memory),
         fails=failure.fails if failure else None,
         reason=failure.reason if failure else None,
@@ -454,18 +458,20 @@ def _multi_context(facts: ModelFacts, req: PlanRequest, target: Target) -> Setti
     CPU); 256 when not even that fits."""
     if not req.ctx_max:
         return req.settings
-    found = split_max_context(facts, target, req.settings, req.n_cpu_moe)
+    found = split_max_context(facts, target, req.settings, req.n_cpu_moe, extras=req.extras)
     return req.settings.model_copy(update={"n_ctx": found[0] if found else 256})
 
 
-def _fixed_split(facts: ModelFacts, target: Target, settings: Settings, n: int) -> OffloadPlan:
+def _fixed_split(
+    facts: ModelFacts, target: Target, settings: Settings, n: int, extras: Extras | None
+) -> OffloadPlan:
     """--n-cpu-moe N given: the split for it (every device at its largest share)."""
     if n > facts.n_layers:
         raise BadValueError(
             f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
             hint=f"use 0 to {facts.n_layers}",
         )
-    search = _Search(facts, target, settings)
+    search = _Search(facts, target, settings, extras=extras)
     blocks = [layer.index for layer in facts.layers[:n] if layer.has_experts]
     found = distribute(search, blocks, overridden=n > 0)
     counts = found[0] if found else even_split(facts, target)
@@ -487,15 +493,16 @@ def _multi_main(
     facts: ModelFacts, req: PlanRequest, target: Target, settings: Settings
 ) -> tuple[OffloadPlan, OffloadPlan | None]:
     """The -ts/--n-cpu-moe plan and the -ts/-ot plan (when it keeps more on the devices)."""
+    extras = req.extras
     if req.n_cpu_moe is not None or not facts.is_moe:
-        return _fixed_split(facts, target, settings, req.n_cpu_moe or 0), None
+        return _fixed_split(facts, target, settings, req.n_cpu_moe or 0, extras), None
     try:
-        main = plan_split(facts, target, settings)
+        main = plan_split(facts, target, settings, extras=extras)
     except DoesNotFitError:
-        return _fixed_split(facts, target, settings, facts.n_layers), None
+        return _fixed_split(facts, target, settings, facts.n_layers, extras), None
     counts = tuple(int(c) for c in main.placement.tensor_split)
     try:
-        alt = plan_split_override(facts, target, settings, counts)
+        alt = plan_split_override(facts, target, settings, counts, extras=extras)
     except DoesNotFitError:
         return main, None
     if alt.memory.gpu_weights_bytes <= main.memory.gpu_weights_bytes:
@@ -523,7 +530,7 @@ def _multi_failure(
     fits: list[ContextFit] = []
     for cache in dict.fromkeys((settings.type_k, "q4_0")):
         trial = settings.model_copy(update={"type_k": cache, "type_v": cache})
-        found = split_max_context(facts, target, trial, req.n_cpu_moe)
+        found = split_max_context(facts, target, trial, req.n_cpu_moe, extras=req.extras)
         if found is not None and (not fits or found[0] > fits[-1].n_ctx):
             fits.append(ContextFit(found[0], cache))
     suggestions = [fit.text for fit in fits] or [
@@ -539,9 +546,9 @@ def _multi_failure(
             }
         )
         plan = (
-            plan_split(facts, target, at)
+            plan_split(facts, target, at, extras=req.extras)
             if req.n_cpu_moe is None
-            else _fixed_split(facts, target, at, req.n_cpu_moe)
+            else _fixed_split(facts, target, at, req.n_cpu_moe, req.extras)
         )
         nearest = _placement_result(req, plan, at, target.budgets)
     return _Failure(fails="gpu", reason=reason, suggestions=suggestions, nearest=nearest)

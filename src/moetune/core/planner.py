@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts, TensorFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate, estimate_from_split
 from moetune.core.placement import EXPS_REGEX, Override, Placement, WeightSplit, split_weights
@@ -79,29 +80,35 @@ def _expert_parts_of(facts: ModelFacts) -> Parts:
 _PARTS: dict[int, tuple[ModelFacts, Parts]] = {}
 
 
-def predictor(facts: ModelFacts, settings: Settings) -> Callable[[int], int]:
+def predictor(
+    facts: ModelFacts, settings: Settings, *, extras: Extras | None = None
+) -> Callable[[int], int]:
     """The predicted GPU peak at ``--n-cpu-moe n``, as a function of n (memoised)."""
     base = split_weights(facts, Placement())
     cache: dict[int, int] = {}
 
     def predict(n: int) -> int:
         if n not in cache:
-            memory = estimate_from_split(facts, n_cpu_moe_split(facts, base, n), settings)
+            weights = n_cpu_moe_split(facts, base, n)
+            memory = estimate_from_split(facts, weights, settings, extras=extras)
             cache[n] = memory.gpu_bytes
         return cache[n]
 
     return predict
 
 
-def plan_n_cpu_moe(facts: ModelFacts, budget_bytes: int, settings: Settings) -> OffloadPlan:
+def plan_n_cpu_moe(
+    facts: ModelFacts, budget_bytes: int, settings: Settings, *, extras: Extras | None = None
+) -> OffloadPlan:
     """The smallest N for ``--n-cpu-moe N`` whose predicted GPU peak fits the budget."""
     base = split_weights(facts, Placement())
     for n in range(facts.n_layers + 1):
-        memory = estimate_from_split(facts, n_cpu_moe_split(facts, base, n), settings)
+        weights = n_cpu_moe_split(facts, base, n)
+        memory = estimate_from_split(facts, weights, settings, extras=extras)
         if memory.gpu_bytes <= budget_bytes:
             moved = tuple(layer.index for layer in facts.layers[:n] if layer.has_experts)
             return OffloadPlan(Placement.with_n_cpu_moe(n), memory, moved)
-    raise does_not_fit(facts, budget_bytes, settings)
+    raise does_not_fit(facts, budget_bytes, settings, extras=extras)
 
 
 def layer_set_regex(layers: Sequence[int]) -> str:
@@ -147,9 +154,11 @@ class _OverrideSearch(NamedTuple):
     parts: Parts
     budget_bytes: int
     settings: Settings
+    extras: Extras | None = None
 
     def memory(self, tensors: Sequence[TensorFacts]) -> MemoryEstimate:
-        return estimate_from_split(self.facts, self.base.move_experts(tensors), self.settings)
+        weights = self.base.move_experts(tensors)
+        return estimate_from_split(self.facts, weights, self.settings, extras=self.extras)
 
     def run(self, order: Sequence[int]) -> OffloadPlan:
         for count in range(len(order) + 1):
@@ -159,7 +168,7 @@ class _OverrideSearch(NamedTuple):
                 return self.refine(moved) or OffloadPlan(
                     Placement(overrides=ot_rules(moved, None, ())), memory, tuple(moved)
                 )
-        raise does_not_fit(self.facts, self.budget_bytes, self.settings)
+        raise does_not_fit(self.facts, self.budget_bytes, self.settings, extras=self.extras)
 
     def refine(self, moved: list[int]) -> OffloadPlan | None:
         """Bring back part of the last block moved, if that still fits."""
@@ -175,10 +184,13 @@ class _OverrideSearch(NamedTuple):
         return None
 
 
-def plan_override(facts: ModelFacts, budget_bytes: int, settings: Settings) -> OffloadPlan:
+def plan_override(
+    facts: ModelFacts, budget_bytes: int, settings: Settings, *, extras: Extras | None = None
+) -> OffloadPlan:
     """The ``-ot`` plan: experts of the last blocks to the CPU, the boundary block split."""
     base = split_weights(facts, Placement())
-    search = _OverrideSearch(facts, base, _expert_parts_of(facts), budget_bytes, settings)
+    parts = _expert_parts_of(facts)
+    search = _OverrideSearch(facts, base, parts, budget_bytes, settings, extras)
     last_first = [layer.index for layer in reversed(facts.layers) if layer.has_experts]
     plan = search.run(last_first)
     # Which blocks sit on the CPU changes the compute buffer a little (the peak moves with
@@ -188,7 +200,12 @@ def plan_override(facts: ModelFacts, budget_bytes: int, settings: Settings) -> O
 
 
 def max_context(
-    facts: ModelFacts, placement: Placement, budget_bytes: int, settings: Settings
+    facts: ModelFacts,
+    placement: Placement,
+    budget_bytes: int,
+    settings: Settings,
+    *,
+    extras: Extras | None = None,
 ) -> int | None:
     """The largest context (a multiple of 256, up to the training context) that fits."""
     weights = split_weights(facts, placement)
@@ -196,7 +213,7 @@ def max_context(
 
     def fits(n_ctx: int) -> bool:
         trial = settings.model_copy(update={"n_ctx": n_ctx})
-        return estimate_from_split(facts, weights, trial).gpu_bytes <= budget_bytes
+        return estimate_from_split(facts, weights, trial, extras=extras).gpu_bytes <= budget_bytes
 
     low, high = 1, max(limit // CTX_STEP, 1)
     if not fits(low * CTX_STEP):
@@ -208,21 +225,23 @@ def max_context(
 
 
 def plan_layers(
-    facts: ModelFacts, budget_bytes: int, settings: Settings
+    facts: ModelFacts, budget_bytes: int, settings: Settings, *, extras: Extras | None = None
 ) -> tuple[int, MemoryEstimate]:
     """Classic layer offload (dense models, or the bench's comparison): the largest -ngl K."""
     for ngl in range(facts.n_layers + 1, -1, -1):
-        memory = estimate(facts, Placement(n_gpu_layers=ngl), settings)
+        memory = estimate(facts, Placement(n_gpu_layers=ngl), settings, extras=extras)
         if memory.gpu_bytes <= budget_bytes:
             return ngl, memory
-    raise does_not_fit(facts, budget_bytes, settings)
+    raise does_not_fit(facts, budget_bytes, settings, extras=extras)
 
 
-def does_not_fit(facts: ModelFacts, budget_bytes: int, settings: Settings) -> DoesNotFitError:
+def does_not_fit(
+    facts: ModelFacts, budget_bytes: int, settings: Settings, *, extras: Extras | None = None
+) -> DoesNotFitError:
     """The error for a budget no placement fits, with what would fit instead (computed)."""
-    floor = estimate(facts, floor_placement(facts), settings)
+    floor = estimate(facts, floor_placement(facts), settings, extras=extras)
     hints = [f"even with every expert on the CPU the GPU needs {format_bytes(floor.gpu_bytes)}"]
-    hints += [fit.text for fit in context_fits(facts, budget_bytes, settings)] or [
+    hints += [fit.text for fit in context_fits(facts, budget_bytes, settings, extras=extras)] or [
         "a smaller quant of the model (or a bigger GPU) is needed"
     ]
     return DoesNotFitError(
@@ -247,14 +266,16 @@ class ContextFit(NamedTuple):
         return f"the largest context that fits at {self.cache_type} is -c {self.n_ctx}"
 
 
-def context_fits(facts: ModelFacts, budget_bytes: int, settings: Settings) -> list[ContextFit]:
+def context_fits(
+    facts: ModelFacts, budget_bytes: int, settings: Settings, *, extras: Extras | None = None
+) -> list[ContextFit]:
     """The largest contexts that fit at the settings' cache type, and at q4_0 (when that is
     another type and gives more)."""
     found: list[ContextFit] = []
     for cache in dict.fromkeys((settings.type_k, "q4_0")):
         trial = settings.model_copy(update={"type_k": cache, "type_v": cache})
         try:
-            best = max_context(facts, floor_placement(facts), budget_bytes, trial)
+            best = max_context(facts, floor_placement(facts), budget_bytes, trial, extras=extras)
         except BadValueError:  # e.g. a head size q4_0 blocks do not divide
             best = None
         if best is not None and (not found or best > found[-1].n_ctx):

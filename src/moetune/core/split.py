@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from moetune.core.devices import DeviceSpec, bufts
+from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate_from_split, pipeline_parallel
 from moetune.core.placement import (
@@ -73,9 +74,16 @@ class _Search:
     """Estimates for one model, target and settings, with the weight splits they start from."""
 
     def __init__(
-        self, facts: ModelFacts, target: Target, settings: Settings, n_gpu_layers: int = ALL_LAYERS
+        self,
+        facts: ModelFacts,
+        target: Target,
+        settings: Settings,
+        n_gpu_layers: int = ALL_LAYERS,
+        *,
+        extras: Extras | None = None,
     ) -> None:
         self.facts, self.target, self.settings = facts, target, settings
+        self.extras = extras
         self.n_gpu_layers = n_gpu_layers
         self.parts: Parts = _expert_parts_of(facts)
         self._bases: dict[tuple[int, ...], WeightSplit] = {}
@@ -91,7 +99,12 @@ class _Search:
     def memory(self, weights: WeightSplit, overridden: bool) -> MemoryEstimate:
         pipeline = pipeline_parallel(weights, overridden)
         return estimate_from_split(
-            self.facts, weights, self.settings, self.target.devices, pipeline=pipeline
+            self.facts,
+            weights,
+            self.settings,
+            self.target.devices,
+            pipeline=pipeline,
+            extras=self.extras,
         )
 
     def with_cpu_blocks(self, counts: tuple[int, ...], blocks: Sequence[int]) -> WeightSplit:
@@ -142,9 +155,11 @@ def distribute(
     return (final, memory) if best_effort or search.target.fits(memory) else None
 
 
-def plan_split(facts: ModelFacts, target: Target, settings: Settings) -> OffloadPlan:
+def plan_split(
+    facts: ModelFacts, target: Target, settings: Settings, *, extras: Extras | None = None
+) -> OffloadPlan:
     """``-ts`` with ``--n-cpu-moe N``: the smallest N whose layers can be split to fit."""
-    search = _Search(facts, target, settings)
+    search = _Search(facts, target, settings, extras=extras)
 
     def at(n: int) -> tuple[tuple[int, ...], MemoryEstimate] | None:
         blocks = [layer.index for layer in facts.layers[:n] if layer.has_experts]
@@ -316,14 +331,19 @@ def _fill_at(
 
 
 def plan_split_override(
-    facts: ModelFacts, target: Target, settings: Settings, counts: tuple[int, ...]
+    facts: ModelFacts,
+    target: Target,
+    settings: Settings,
+    counts: tuple[int, ...],
+    *,
+    extras: Extras | None = None,
 ) -> OffloadPlan:
     """``-ts`` with ``-ot``: at the split ``counts`` (and at splits a few layers either side
     of each boundary: a part of an expert block is the grain of what fits, so where the
     boundaries fall decides what room is left), each device keeps all of its own experts
     that fit and room left anywhere takes experts from the CPU; the split that keeps the
     most expert bytes on the devices wins."""
-    search = _Search(facts, target, settings)
+    search = _Search(facts, target, settings, extras=extras)
     best: tuple[int, tuple[int, ...], _Fill, MemoryEstimate] | None = None
     candidates = [counts] + [
         c
@@ -347,7 +367,12 @@ def plan_split_override(
 
 
 def split_max_context(
-    facts: ModelFacts, target: Target, settings: Settings, n_cpu_moe: int | None = None
+    facts: ModelFacts,
+    target: Target,
+    settings: Settings,
+    n_cpu_moe: int | None = None,
+    *,
+    extras: Extras | None = None,
 ) -> tuple[int, tuple[int, ...]] | None:
     """The largest context (a multiple of 256, up to the training context) at which the
     layers can be split to fit, at ``--n-cpu-moe n_cpu_moe`` (default: every expert on the
@@ -359,7 +384,8 @@ def split_max_context(
 
     def fits(steps: int) -> bool:
         trial = settings.model_copy(update={"n_ctx": steps * 256})
-        result = distribute(_Search(facts, target, trial), blocks, overridden=bool(blocks))
+        search = _Search(facts, target, trial, extras=extras)
+        result = distribute(search, blocks, overridden=bool(blocks))
         if result is not None:
             found[steps] = result[0]
         return result is not None
@@ -383,12 +409,13 @@ def bufts_of(target: Target) -> tuple[str, ...]:
 
 
 def split_layers(
-    facts: ModelFacts, target: Target, settings: Settings
+    facts: ModelFacts, target: Target, settings: Settings, *, extras: Extras | None = None
 ) -> tuple[int, Distribution] | None:
     """Classic layer offload over several devices: the largest -ngl K whose K layers can be
     split to fit (None: not even one)."""
     for ngl in range(facts.n_layers + 1, 0, -1):
-        found = distribute(_Search(facts, target, settings, ngl), [], overridden=False)
+        search = _Search(facts, target, settings, ngl, extras=extras)
+        found = distribute(search, [], overridden=False)
         if found is not None:
             return ngl, found
     return None

@@ -28,18 +28,17 @@ from moetune.core.facts import ModelFacts
 from moetune.core.memory import estimate
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import plan_layers, plan_n_cpu_moe
-from moetune.core.settings import Settings
 from moetune.core.split import _Search, counts_split, distribute, plan_split, split_layers
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
 from moetune.jobs.names import CONFIG_NAMES
-from moetune.jobs.results import BenchResult, ConfigRun, DepthResult, verdicts
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
+from moetune.records.results import BenchResult, ConfigRun, DepthResult, verdicts
 from moetune.units import format_bytes, parse_tokens
 
 Event = Callable[[str], None]
@@ -90,7 +89,7 @@ def _plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Confi
     if not facts.is_moe:
         return ConfigSpec("plan", "--n-cpu-moe", skip="a dense model has no experts")
     try:
-        plan = plan_n_cpu_moe(facts, setup.target_bytes, spec.settings)
+        plan = plan_n_cpu_moe(facts, setup.target_bytes, spec.settings, extras=spec.extras)
     except DoesNotFitError as exc:
         return ConfigSpec("plan", "--n-cpu-moe", skip=exc.message)
     n = plan.placement.n_cpu_moe or 0
@@ -107,14 +106,14 @@ def _fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Config
 def _cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     if not facts.is_moe:
         return ConfigSpec("cpu-moe", "-cmoe", skip="a dense model has no experts")
-    memory = estimate(facts, Placement.all_experts_on_cpu(), spec.settings)
+    memory = estimate(facts, Placement.all_experts_on_cpu(), spec.settings, extras=spec.extras)
     args = spec.args(Placement(), ("-cmoe",))
     return ConfigSpec("cpu-moe", "-cmoe", tuple(args), memory.gpu_bytes)
 
 
 def _layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     try:
-        ngl, memory = plan_layers(facts, setup.target_bytes, spec.settings)
+        ngl, memory = plan_layers(facts, setup.target_bytes, spec.settings, extras=spec.extras)
     except DoesNotFitError as exc:
         return ConfigSpec("layers", "-ngl", skip=exc.message)
     if ngl > facts.n_layers:  # every layer and the output: what -ngl 99 does
@@ -125,7 +124,7 @@ def _layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Con
 
 
 def _gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    memory = estimate(facts, Placement(), spec.settings)
+    memory = estimate(facts, Placement(), spec.settings, extras=spec.extras)
     if memory.gpu_bytes > setup.target_bytes:
         why = (
             f"does not fit: needs {format_bytes(memory.gpu_bytes)}, budget "
@@ -146,7 +145,7 @@ def _multi_plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) ->
     if not facts.is_moe:
         return ConfigSpec("plan", "--n-cpu-moe", skip="a dense model has no experts")
     try:
-        plan = plan_split(facts, setup.target, spec.settings)
+        plan = plan_split(facts, setup.target, spec.settings, extras=spec.extras)
     except DoesNotFitError as exc:
         return ConfigSpec("plan", "--n-cpu-moe", skip=exc.message)
     n = plan.placement.n_cpu_moe or 0
@@ -164,14 +163,13 @@ def _multi_fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> 
 def _split_of(
     facts: ModelFacts,
     setup: DeviceSetup,
-    settings: Settings,
+    spec: LaunchSpec,
     skipped: ConfigSpec,
     cpu_blocks: Sequence[int],
 ) -> tuple[tuple[int, ...], int] | ConfigSpec:
     """The -ts split for experts of ``cpu_blocks`` on the CPU, or ``skipped``, saying why."""
-    found = distribute(
-        _Search(facts, setup.target, settings), cpu_blocks, overridden=bool(cpu_blocks)
-    )
+    search = _Search(facts, setup.target, spec.settings, extras=spec.extras)
+    found = distribute(search, cpu_blocks, overridden=bool(cpu_blocks))
     if found is None:
         return replace(skipped, skip=f"does not fit {setup.target.describe()}")
     return found[0], found[1].gpu_bytes
@@ -181,7 +179,7 @@ def _multi_cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup)
     if not facts.is_moe:
         return ConfigSpec("cpu-moe", "-cmoe", skip="a dense model has no experts")
     blocks = [layer.index for layer in facts.layers if layer.has_experts]
-    found = _split_of(facts, setup, spec.settings, ConfigSpec("cpu-moe", "-cmoe"), blocks)
+    found = _split_of(facts, setup, spec, ConfigSpec("cpu-moe", "-cmoe"), blocks)
     if isinstance(found, ConfigSpec):
         return found
     counts, predicted = found
@@ -190,7 +188,7 @@ def _multi_cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup)
 
 
 def _multi_layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    found = split_layers(facts, setup.target, spec.settings)
+    found = split_layers(facts, setup.target, spec.settings, extras=spec.extras)
     if found is None:
         return ConfigSpec("layers", "-ngl", skip=f"does not fit {setup.target.describe()}")
     ngl, (counts, memory) = found
@@ -201,7 +199,7 @@ def _multi_layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) 
 
 
 def _multi_gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    found = _split_of(facts, setup, spec.settings, ConfigSpec("gpu-only", "-ngl 99"), [])
+    found = _split_of(facts, setup, spec, ConfigSpec("gpu-only", "-ngl 99"), [])
     if isinstance(found, ConfigSpec):
         return found
     counts, predicted = found

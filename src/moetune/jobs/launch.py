@@ -22,6 +22,7 @@ from moetune.core.command import (
     server_argv,
 )
 from moetune.core.devices import DeviceSpec, bufts
+from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
 from moetune.core.planner import does_not_fit, floor_placement, max_context
@@ -30,9 +31,10 @@ from moetune.core.split import Target, split_does_not_fit, split_max_context
 from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
 from moetune.jobs.devices import require_devices, specs_from_listed
-from moetune.llamacpp.info import Device, ServerInfo
+from moetune.jobs.loader import with_extras
 from moetune.llamacpp.memprobe import MemoryProbe, choose_probe
 from moetune.llamacpp.process import RunningServer, launch, server_info
+from moetune.records.server import Device, ServerInfo
 from moetune.units import MIB, Ctx, Sizes, format_bytes, per_device
 
 
@@ -44,6 +46,7 @@ class LaunchSpec:
     model: str
     settings: Settings
     extra: tuple[str, ...] = ()  # after --, passed through (-ub/-b stay here)
+    extras: Extras | None = None  # what ``extra`` loads beside the model (jobs/loader.py)
     threads: int | None = None
     port: int | None = None
     log_dir: Path | None = None
@@ -87,7 +90,7 @@ class LaunchSpec:
 
 def settings_from_extra(
     settings: Settings, extra: tuple[str, ...], facts: ModelFacts | None = None
-) -> Settings:
+) -> tuple[Settings, Extras | None]:
     """The micro-batch and batch sizes given after ``--`` (llama-server's defaults else), and
     with ``facts`` (the model) the projector and draft model they load beside it."""
     update = {
@@ -96,9 +99,7 @@ def settings_from_extra(
     }
     found = settings.model_copy(update=update)
     if facts is None:
-        return found
-    from moetune.core.extras import with_extras
-
+        return found, None
     return with_extras(found, facts, extra)
 
 
@@ -278,17 +279,17 @@ def resolve_context(
             ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
         )
     elif setup.multi:
-        found = split_max_context(facts, setup.target, settings)
+        found = split_max_context(facts, setup.target, settings, extras=spec.extras)
         if found is None:
             smallest = settings.model_copy(update={"n_ctx": 256})
             raise split_does_not_fit(facts, setup.target, smallest)
         n_ctx = found[0]
     else:
-        best = max_context(facts, floor_placement(facts), setup.target_bytes, settings)
+        budget = setup.target_bytes
+        best = max_context(facts, floor_placement(facts), budget, settings, extras=spec.extras)
         if best is None:
-            raise does_not_fit(
-                facts, setup.target_bytes, settings.model_copy(update={"n_ctx": 256})
-            )
+            smallest = settings.model_copy(update={"n_ctx": 256})
+            raise does_not_fit(facts, budget, smallest, extras=spec.extras)
         n_ctx = best
     if facts.context_length and n_ctx > facts.context_length:
         warn(f"context {n_ctx} is beyond the training context {facts.context_length}")

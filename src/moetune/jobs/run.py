@@ -20,7 +20,6 @@ from moetune.core.memory import MemoryEstimate, estimate
 from moetune.core.placement import Placement
 from moetune.core.planner import plan_n_cpu_moe, predictor
 from moetune.core.search import Attempt, Search, Split, SplitSearch, best_attempt, tune, tune_split
-from moetune.core.settings import Settings
 from moetune.core.split import Target, _Search, counts_split, distribute, plan_split
 from moetune.errors import (
     BadValueError,
@@ -31,12 +30,12 @@ from moetune.errors import (
 )
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
-from moetune.jobs.results import DepthResult, RunResult
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
+from moetune.records.results import DepthResult, RunResult
 from moetune.store.tuned import (
     Measured,
     ProfileStore,
@@ -261,14 +260,14 @@ def tune_model(
         return tune_split_model(facts, spec, setup, fill=fill, progress=progress)
     target = setup.target_bytes
     try:
-        start = plan_n_cpu_moe(facts, target, spec.settings)
+        start = plan_n_cpu_moe(facts, target, spec.settings, extras=spec.extras)
         seen = _checked_start(facts, spec, setup, start.placement, progress)
         if seen[0]:  # start from llama.cpp's own figure where it differs
-            start = plan_n_cpu_moe(facts, target - seen[0], spec.settings)
+            start = plan_n_cpu_moe(facts, target - seen[0], spec.settings, extras=spec.extras)
         planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:  # the prediction may be pessimistic: let a measurement decide
         planned = facts.n_layers
-    predict = predictor(facts, spec.settings)
+    predict = predictor(facts, spec.settings, extras=spec.extras)
     search = Search(n_max=facts.n_layers, target_bytes=target, predict=predict)
     progress.on_event(
         f"device {setup.device.name}, memory probe: {setup.probe.name}, plan: --n-cpu-moe {planned}"
@@ -293,15 +292,17 @@ def tune_model(
 class _Splits:
     """The split of each N over the devices, with each device's measured error counted."""
 
-    def __init__(self, facts: ModelFacts, setup: DeviceSetup, settings: Settings) -> None:
-        self.facts, self.setup, self.settings = facts, setup, settings
+    def __init__(self, facts: ModelFacts, setup: DeviceSetup, spec: LaunchSpec) -> None:
+        self.facts, self.setup, self.settings = facts, setup, spec.settings
+        self.extras = spec.extras
         self._searches: dict[tuple[int, ...], _Search] = {}
 
     def _search(self, errors: tuple[int, ...]) -> _Search:
         found = self._searches.get(errors)
         if found is None:
             budgets = tuple(b - e for b, e in zip(self.setup.budgets, errors, strict=True))
-            found = _Search(self.facts, Target(self.setup.devices, budgets), self.settings)
+            target = Target(self.setup.devices, budgets)
+            found = _Search(self.facts, target, self.settings, extras=self.extras)
             self._searches[errors] = found
         return found
 
@@ -359,13 +360,14 @@ def tune_split_model(
 ) -> RunResult:
     """Several devices: the smallest N whose -ts split keeps every device within its own
     target, confirmed by N-1 (at its best split) being over."""
-    splits = _Splits(facts, setup, spec.settings)
+    splits = _Splits(facts, setup, spec)
     try:
-        start = plan_split(facts, setup.target, spec.settings)
+        start = plan_split(facts, setup.target, spec.settings, extras=spec.extras)
         seen = _checked_start(facts, spec, setup, start.placement, progress)
         if any(seen):  # start from llama.cpp's own figures where they differ
             budgets = tuple(b - c for b, c in zip(setup.budgets, seen, strict=True))
-            start = plan_split(facts, Target(setup.devices, budgets), spec.settings)
+            target = Target(setup.devices, budgets)
+            start = plan_split(facts, target, spec.settings, extras=spec.extras)
         planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:
         planned = facts.n_layers
@@ -464,9 +466,10 @@ def confirm_n(
     predicted: int | tuple[int, ...]
     if setup.multi:
         placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
-        predicted = _peaks(estimate(facts, placement, spec.settings, setup.devices))
+        memory = estimate(facts, placement, spec.settings, setup.devices, extras=spec.extras)
+        predicted = _peaks(memory)
     else:
-        predicted = predictor(facts, spec.settings)(n)
+        predicted = predictor(facts, spec.settings, extras=spec.extras)(n)
     attempt = run_trial(
         spec,
         setup,
