@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from moetune.core.compute import ComputeEstimate, estimate_compute
 from moetune.core.compute.alloc import simulate
+from moetune.core.compute.estimate import ComputeEstimate, estimate_compute
 from moetune.core.compute.params import Options, Placement, run_params
 from moetune.core.compute.replay import NotSegmentable, Replay
 from moetune.core.facts import ModelFacts

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, computed_field, model_serializer
 
-from moetune.core.compute import compute_for
+from moetune.core.compute.estimate import compute_for
 from moetune.core.devices import DeviceSpec, bufts, single_device
 from moetune.core.extras import Draft, Extras, Projector
 from moetune.core.facts import ModelFacts

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, computed_field
 
-from moetune.core.compute import ComputeEstimate, _options
+from moetune.core.compute.estimate import ComputeEstimate, _options
 from moetune.core.compute.mtp import mtp_peaks
 from moetune.core.compute.params import Placement as ComputePlacement
 from moetune.core.compute.params import run_params
