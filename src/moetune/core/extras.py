@@ -356,7 +356,7 @@ def _flags(extra: Sequence[str]) -> set[str]:
     return {arg.split("=", 1)[0] for arg in extra}
 
 
-# --- the loaded companions (the files read) ----------------------------------------------------
+# --- the loaded companions (jobs/loader.py reads their files) --------------------------------
 
 
 @dataclass(frozen=True, eq=False)

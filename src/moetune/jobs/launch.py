@@ -1,9 +1,10 @@
 """The one way `run` and `bench` launch llama-server, and the one device set-up they share.
 
 ``LaunchSpec`` holds what every launch of a job has in common (binary, model, settings,
-pass-through arguments, threads, port, log dir, timeouts) and turns a placement into the
-argv through the command builder.  ``prepare_device`` checks the pass-through arguments,
-asks llama-server which device it offloads to, fixes the budget and picks the memory probe.
+pass-through arguments and the extras they load beside the model, threads, port, log dir,
+timeouts) and turns a placement into the argv through the command builder.
+``prepare_device`` checks the pass-through arguments, asks llama-server which device it
+offloads to, fixes the budget and picks the memory probe.
 """
 
 from __future__ import annotations
