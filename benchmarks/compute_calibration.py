@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from moetune.core.compute import estimate_compute
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.compute.estimate import estimate_compute
+from moetune.core.facts import ModelFacts
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers
 from moetune.units import MIB
 

@@ -20,11 +20,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.facts import ModelFacts
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import Placement
 from moetune.core.planner import DeviceBudgets, plan_n_cpu_moe
 from moetune.core.search import Attempt, Search, Split, best_attempt, tune
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 

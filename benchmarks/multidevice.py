@@ -27,10 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from moetune.core.devices import DeviceSpec, rpc_buft
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.facts import ModelFacts
 from moetune.core.placement import CPU, Override, Placement, split_weights
 from moetune.core.plan import PlanRequest, make_plan
 from moetune.core.settings import Settings
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import Projection, parse_projection
 from moetune.units import GIB
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from moetune.core.facts import load_model_facts
 from moetune.gguf import read_model
+from moetune.jobs.loader import load_model_facts
 
 from factory import write_header_only
 

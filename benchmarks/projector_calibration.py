@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from moetune.core.projector import load_projector, projector_compute
+from moetune.core.projector import projector_compute
+from moetune.jobs.loader import load_projector
 from moetune.units import MIB
 
 from factory import write_model  # ty: ignore[unresolved-import]

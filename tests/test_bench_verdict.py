@@ -12,17 +12,18 @@ from typer.testing import CliRunner
 
 from moetune.cli import app
 from moetune.core.devices import DeviceSpec
-from moetune.core.facts import load_model_facts
 from moetune.core.memory import Settings
 from moetune.errors import BadValueError, ExitCode, ModelFileError
 from moetune.jobs import bench as br
-from moetune.jobs import results as res
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
+from moetune.jobs.loader import load_model_facts
 from moetune.jobs.measure import Prompts, Workload
 from moetune.jobs.names import CONFIG_NAMES
 from moetune.llamacpp import log
-from moetune.llamacpp.info import Device, ServerInfo
 from moetune.llamacpp.memprobe import LogProbe
+from moetune.records import results as res
+from moetune.records.fit import FitDevice, describe_fit
+from moetune.records.server import Device, ServerInfo
 from moetune.report import SCHEMA_VERSION, payloads, to_json
 from moetune.report import bench as rb
 from moetune.store import bench as saved
@@ -186,11 +187,11 @@ def test_parse_fit_log_fitted() -> None:
     fit = log.parse_fit_log(FIT_FITTED, target_mib=24085)
     assert fit.status == "fitted" and fit.offloaded == "9/9" and fit.target_mib == 24085
     assert fit.devices == [
-        log.FitDevice(
+        FitDevice(
             device="RPC0 (127.0.0.1:47211)", layers=9, overflowing=6, used_mib=20, free_mib=24085
         )
     ]
-    assert log.describe_fit(fit) == "fitted: RPC0 9 layers (6 with CPU experts)"
+    assert describe_fit(fit) == "fitted: RPC0 9 layers (6 with CPU experts)"
 
 
 def test_parse_fit_log_unchanged_failed_unknown() -> None:
@@ -201,8 +202,8 @@ def test_parse_fit_log_unchanged_failed_unknown() -> None:
     assert failed.message == "n_gpu_layers already set by user to 99, abort"
     unknown = log.parse_fit_log("load_tensors: offloaded 3/9 layers to GPU\n")
     assert (unknown.status, unknown.offloaded) == ("unknown", "3/9")
-    assert log.describe_fit(unknown) == "unknown: 3/9 layers offloaded"
-    assert log.describe_fit(failed) == "failed: n_gpu_layers already set by user to 99, abort"
+    assert describe_fit(unknown) == "unknown: 3/9 layers offloaded"
+    assert describe_fit(failed) == "failed: n_gpu_layers already set by user to 99, abort"
 
 
 # --- the configurations on a tiny model -------------------------------------------------------

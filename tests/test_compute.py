@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from moetune.core.compute import ComputeEstimate, estimate_compute
 from moetune.core.compute.alloc import simulate
+from moetune.core.compute.estimate import ComputeEstimate, estimate_compute
 from moetune.core.compute.params import Options, Placement, run_params
 from moetune.core.compute.replay import NotSegmentable, Replay
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.facts import ModelFacts
 from moetune.gguf.roles import Role
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import PRINTED_MIB_TOLERANCE_BYTES, parse_buffers
 from moetune.units import MIB
 

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from moetune.cli import app
-from moetune.core.facts import load_model_facts
 from moetune.errors import ExitCode
 from moetune.gguf import read_model
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 

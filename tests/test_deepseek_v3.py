@@ -14,10 +14,10 @@ from types import ModuleType
 import pytest
 
 from moetune.core.dims import _indexer
-from moetune.core.facts import load_model_facts
 from moetune.core.kvcache import estimate_cache
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import Placement
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_projection
 from moetune.units import GIB, MIB
 

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from moetune import hardware
 from moetune.cli import app
-from moetune.core.facts import load_model_facts
 from moetune.errors import ExitCode, ServerFailedError, ServerNotFoundError
 from moetune.hardware import GpuInfo, HostInfo
 from moetune.hardware import host as hardware_host
@@ -24,8 +23,9 @@ from moetune.jobs.doctor import (
     diagnose,
     gpu_findings,
 )
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp import process
-from moetune.llamacpp.info import Device, ServerInfo
+from moetune.records.server import Device, ServerInfo
 from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
 from moetune.units import GIB, MIB
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.extras import load_extras, parse_extra_args, with_draft
-from moetune.core.facts import load_model_facts
+from moetune.core.extras import parse_extra_args, with_draft
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import Placement
 from moetune.errors import DraftModelError
+from moetune.jobs.loader import load_extras, load_model_facts, with_extras
 from moetune.llamacpp.log import BufferLine, parse_buffers, total_mib
 from moetune.units import MIB
 
@@ -69,10 +69,9 @@ def _predict(case: Case, target: Path, draft: Path) -> MemoryEstimate:
         gpu_overhead_bytes=0,
         device_kind="rpc",
     )
-    extras = load_extras(parse_extra_args(_extra(case, draft)), facts)
-    settings = settings.model_copy(update={"extras": extras})
+    settings, extras = with_extras(settings, facts, _extra(case, draft))
     placement = Placement.with_n_cpu_moe(case.n_cpu_moe, n_gpu_layers=99 if case.rpc else 0)
-    return estimate(facts, placement, settings)
+    return estimate(facts, placement, settings, extras=extras)
 
 
 def _logged(case: Case, target: Path, draft: Path, rpc: str) -> tuple[str, str]:
@@ -146,9 +145,7 @@ def test_speculation_widens_the_targets_logits(pair: tuple[Path, Path]) -> None:
     target, draft = pair
     facts = load_model_facts(target)
     plain = Settings(n_ctx=4096, gpu_overhead_bytes=0, device_kind="rpc")
-    spec = plain.model_copy(
-        update={"extras": load_extras(parse_extra_args(with_draft((), str(draft))), facts)}
-    )
+    spec, _ = with_extras(plain, facts, with_draft((), str(draft)))
     assert spec.n_outputs == 16 and plain.n_outputs == 4
 
 

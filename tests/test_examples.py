@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.facts import load_model_facts
 from moetune.gguf import SkippedArray, read_model
+from moetune.jobs.loader import load_model_facts
 from moetune.units import GIB
 
 from helpers import EXAMPLES

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from moetune.core.extras import load_extras, parse_extra_args, with_mmproj
-from moetune.core.facts import load_model_facts
+from moetune.core.extras import with_mmproj
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import Placement
 from moetune.errors import ExitCode
+from moetune.jobs.loader import load_model_facts, with_extras
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
@@ -135,8 +135,8 @@ def test_projector_memory_matches_llama_server(
     extra = with_mmproj(() if offload else ("--no-mmproj-offload",), str(files["mmproj"]))
     facts = load_model_facts(files["model"])
     settings = Settings(n_ctx=4096, gpu_overhead_bytes=0, device_kind="rpc")
-    settings = settings.model_copy(update={"extras": load_extras(parse_extra_args(extra), facts)})
-    memory = estimate(facts, Placement(), settings)
+    settings, extras = with_extras(settings, facts, extra)
+    memory = estimate(facts, Placement(), settings, extras=extras)
     with running_server(
         files["model"],
         "--rpc",

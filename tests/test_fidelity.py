@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import Placement
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import BufferLine, parse_buffers, total_mib
 from moetune.units import MIB
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.facts import ModelFacts
 from moetune.core.hparams import HParam
 from moetune.core.kvcache import CACHE_TYPES, CacheEstimate, estimate_cache, parse_cache_type
 from moetune.errors import BadValueError, GGUFFormatError
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers
 from moetune.units import MIB
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.facts import load_model_facts
 from moetune.core.kvcache import estimate_cache
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import Placement
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_projection
 from moetune.units import GIB, MIB
 

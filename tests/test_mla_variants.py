@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.facts import load_model_facts
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import Placement
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers, parse_projection, total_mib
 from moetune.units import MIB
 

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.extras import Extras
+from moetune.core.facts import ModelFacts
 from moetune.core.kvcache import estimate_cache, nextn_cache
 from moetune.core.memory import Settings, estimate
 from moetune.core.mtp import MtpEstimate, mtp_layer_homes, mtp_memory
 from moetune.core.placement import ALL_LAYERS, SKIPPED, Placement, homes_for, split_weights
+from moetune.jobs.loader import load_model_facts, with_extras
 from moetune.llamacpp.log import BufferLine, parse_buffers, total_mib
 from moetune.units import MIB
 
@@ -257,14 +259,11 @@ def test_compute_without_flash_attention(
     assert _close(est.host_compute_bytes, on.mib("mtp", "compute", "CPU"))
 
 
-# --- through the memory model: Settings.extras from llama-server's own flags ------------------
+# --- through the memory model: the Extras beside the Settings, from llama-server's own flags --
 
 
-def _with_mtp(f: ModelFacts, *args: str) -> Settings:
-    from moetune.core.extras import load_extras, parse_extra_args
-
-    extras = load_extras(parse_extra_args(("--spec-type", "draft-mtp", *args)), f)
-    return _settings().model_copy(update={"extras": extras})
+def _with_mtp(f: ModelFacts, *args: str) -> tuple[Settings, Extras | None]:
+    return with_extras(_settings(), f, ("--spec-type", "draft-mtp", *args))
 
 
 @pytest.mark.server
@@ -277,8 +276,8 @@ def test_estimate_counts_mtp_on_its_device(
     draft cache types, the MTP compute; each compared on its own."""
     arch = "qwen35moe"
     f = facts[arch]
-    settings = _with_mtp(f, "-ctkd", "q4_0", "-ctvd", "q4_0")
-    memory = estimate(f, Placement.with_n_cpu_moe(n_cpu_moe), settings)
+    settings, extras = _with_mtp(f, "-ctkd", "q4_0", "-ctvd", "q4_0")
+    memory = estimate(f, Placement.with_n_cpu_moe(n_cpu_moe), settings, extras=extras)
     today = estimate(f, Placement.with_n_cpu_moe(n_cpu_moe), _settings())
     on = _serve(
         models[arch],

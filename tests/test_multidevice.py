@@ -18,10 +18,10 @@ import psutil
 import pytest
 
 from moetune.core.devices import DeviceSpec, rpc_buft
-from moetune.core.facts import load_model_facts
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import EXPS_REGEX, Override, Placement
 from moetune.errors import ExitCode
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers, parse_projection, real_load_lines
 from moetune.units import MIB
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.facts import ModelFacts
 from moetune.core.placement import (
     ALL_LAYERS,
     CPU,
@@ -21,6 +21,7 @@ from moetune.core.placement import (
 )
 from moetune.core.planner import layer_set_regex, n_cpu_moe_split, ot_rules
 from moetune.gguf.roles import Role
+from moetune.jobs.loader import load_model_facts
 
 from factory import ARCHS
 from helpers import EXAMPLES

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from moetune.core.devices import single_device
-from moetune.core.facts import ModelFacts, load_model_facts
+from moetune.core.facts import ModelFacts
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import EXPS_REGEX, Override, Placement, split_weights
 from moetune.core.plan import PlanRequest, make_plan
 from moetune.core.planner import DeviceBudgets, max_context, plan_n_cpu_moe, plan_override
 from moetune.errors import DoesNotFitError
+from moetune.jobs.loader import load_model_facts
 from moetune.units import GIB, MIB
 
 from factory import ARCHS, write_header_only

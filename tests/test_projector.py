@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from moetune.core.projector import load_projector, projector_compute
+from moetune.core.projector import projector_compute
 from moetune.errors import GGUFFormatError, ProjectorError
+from moetune.jobs.loader import load_projector
 from moetune.units import MIB
 
 from factory import write_model

@@ -9,10 +9,10 @@ import gguf
 import numpy as np
 import pytest
 
-from moetune.core.facts import load_model_facts
 from moetune.errors import GGUFFormatError, ModelFileError, UnsupportedModelError
 from moetune.gguf import SkippedArray, read_header, read_model
 from moetune.gguf.reader import read_header_bytes
+from moetune.jobs.loader import load_model_facts
 
 from rawgguf import ARR, BOOL, STR, U32, U64, RawGGUF, small_model
 

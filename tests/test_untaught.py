@@ -16,9 +16,9 @@ import pytest
 
 from moetune.core import dims
 from moetune.core.devices import single_device
-from moetune.core.facts import load_model_facts
 from moetune.core.plan import PlanRequest, make_plan
 from moetune.core.settings import Settings
+from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.report.payloads import inspect_payload
 from moetune.units import MIB

@@ -41,7 +41,7 @@ from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
     from moetune.jobs.measure import Workload
-    from moetune.jobs.results import BenchResult
+    from moetune.records.results import BenchResult
 
 
 def _workload(
@@ -222,7 +222,7 @@ def _bench_model(
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
     from moetune.jobs.devices import split_endpoints
     from moetune.jobs.launch import prepare_device, resolve_context
-    from moetune.jobs.results import capped_depths
+    from moetune.records.results import capped_depths
 
     stop_on_signals()
     names = tuple(parse_configs(choice.configs))
@@ -261,7 +261,7 @@ def report_command(
 
     Several files are compared as one (configurations named NAME@FILE where names clash).
     """
-    from moetune.jobs.results import merge_results
+    from moetune.records.results import merge_results
     from moetune.report import SCHEMA_VERSION, to_json
     from moetune.report.bench import render_report
     from moetune.report.payloads import bench_payload

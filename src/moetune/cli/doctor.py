@@ -26,7 +26,7 @@ from moetune.cli.options import (
 from moetune.errors import CheckFailedError
 
 if TYPE_CHECKING:
-    from moetune.llamacpp.info import ServerInfo
+    from moetune.records.server import ServerInfo
 
 
 @app.command(cls=Command)
@@ -56,12 +56,12 @@ def doctor(
     ok / warn / fail with its fix. Exits CHECK_FAILED (12) when a finding fails.
     """
     from moetune.cli.machine import one_gpu, plan_devices
-    from moetune.core.facts import load_model_facts
     from moetune.errors import BadValueError
     from moetune.hardware import detect_gpu_probe
     from moetune.hardware.host import PsutilHostProbe
     from moetune.jobs.devices import split_endpoints
     from moetune.jobs.doctor import DoctorInputs, diagnose
+    from moetune.jobs.loader import load_model_facts
     from moetune.llamacpp.process import find_server, server_info
     from moetune.report import to_json
     from moetune.report.doctor import render_doctor

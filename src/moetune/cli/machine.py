@@ -10,7 +10,7 @@ from moetune.errors import BadValueError, NoGpuError
 if TYPE_CHECKING:
     from moetune.hardware.base import GpuInfo
     from moetune.jobs.devices import DeviceSet
-    from moetune.llamacpp.info import Device
+    from moetune.records.server import Device
     from moetune.units import Sizes
 
 

@@ -72,7 +72,7 @@ def open_model(text: str | Path) -> Model:
         from moetune.hub import url_model
 
         return Model(facts_from_gguf(url_model(arg)), None, url=arg.url)
-    from moetune.core.facts import load_model_facts
+    from moetune.jobs.loader import load_model_facts
 
     return Model(load_model_facts(arg), Path(arg))
 
@@ -157,7 +157,7 @@ def launch_spec(
     chosen = open_model(text)
     check_loadable(chosen.facts)
     path, extra = launch_model(chosen, extra)
-    settings = settings_from_extra(
+    settings, extras = settings_from_extra(
         Settings(n_ctx=1, type_k=cache_type, type_v=cache_type), extra, chosen.facts
     )
     sibling = chosen.sibling_path
@@ -166,6 +166,7 @@ def launch_spec(
         model=path,
         settings=settings,
         extra=extra,
+        extras=extras,
         port=port,
         threads=physical_cores(),
         hf=chosen.hf,

@@ -197,9 +197,9 @@ class _Inputs(NamedTuple):
 
 def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
     """The plan request for ``chosen`` (its context default, the companions it brings)."""
-    from moetune.core.extras import with_extras
     from moetune.core.plan import PlanRequest
     from moetune.core.settings import Settings, default_n_ctx
+    from moetune.jobs.loader import with_extras
 
     facts, ctx = chosen.facts, inputs.ctx
     n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
@@ -212,7 +212,7 @@ def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
         gpu_overhead_bytes=first.overhead_bytes,
         device_kind=first.kind,
     )
-    settings = with_extras(settings, facts, inputs.extra, sibling=chosen.sibling)
+    settings, extras = with_extras(settings, facts, inputs.extra, sibling=chosen.sibling)
     if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
         settings = settings.model_copy(
             update={"n_seq": inputs.parallel, "kv_unified": False, "explicit_parallel": True}
@@ -235,6 +235,7 @@ def _request(chosen: Model, inputs: _Inputs) -> PlanRequest:
         gpu_free_bytes=inputs.found.gpu_free_bytes,
         device_args=inputs.found.device_args,
         extra_args=inputs.extra,
+        extras=extras,
     )
 
 

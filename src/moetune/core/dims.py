@@ -8,13 +8,46 @@ their dimensions from ``dims_of(facts)``. Architecture knowledge lives here, in 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
 
 from moetune.core.hparams import HParams, first, largest, per_layer, scalar
 from moetune.errors import GGUFFormatError
 
-if TYPE_CHECKING:
-    from moetune.core.facts import ModelFacts
+
+class _Layer(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def is_nextn(self) -> bool: ...
+
+
+class _Tensor(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def layer(self) -> int | None: ...
+    @property
+    def shape(self) -> Sequence[int]: ...
+
+
+class DimsSource(Protocol):
+    """What ``dims_of`` reads of a model: core/facts.py's ModelFacts is one (a Protocol, so
+    that facts.py, which gives every ModelFacts its dims, is not imported back)."""
+
+    @property
+    def architecture(self) -> str: ...
+    @property
+    def hparams(self) -> HParams: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def n_experts_used(self) -> int: ...
+    @property
+    def layers(self) -> Sequence[_Layer]: ...
+    @property
+    def tensors(self) -> Sequence[_Tensor]: ...
+
 
 # Architectures whose loader (src/models/<arch>.cpp ``load_arch_hparams``) reads no SWA,
 # recurrent, MLA or head-size keys of its own, and which llama_model::create_memory
@@ -211,7 +244,7 @@ class Dims(NamedTuple):
         return frozenset(il for il in self.layers if self.recurrent[il])
 
 
-def dims_of(facts: ModelFacts) -> Dims:
+def dims_of(facts: DimsSource) -> Dims:
     """Read the dimensions the way src/llama-model.cpp load_hparams does."""
     hp, arch = facts.hparams, facts.architecture
     n_all = scalar(hp, "block_count", facts.n_layers) or facts.n_layers
@@ -372,7 +405,7 @@ def _swa_by_pattern(il: int, n_pattern: int, dense_first: bool) -> bool:
     return il % n_pattern < n_pattern - 1
 
 
-def _recurrent_layers(facts: ModelFacts, n_all: int, n_layer: int) -> list[bool]:
+def _recurrent_layers(facts: DimsSource, n_all: int, n_layer: int) -> list[bool]:
     """Recurrent (linear-attention) layers.
 
     The gated-delta-net hybrids (src/models/qwen35moe.cpp, qwen3next.cpp, qwen35.cpp):
@@ -407,7 +440,7 @@ def _ffn_only(hp: HParams, arch: str, n_all: int) -> tuple[bool, ...]:
     return tuple(n > 0 for n in per_layer(hp, "feed_forward_length", n_all, 0))
 
 
-def _vocab(facts: ModelFacts) -> int:
+def _vocab(facts: DimsSource) -> int:
     """Rows of the output matrix (or of the tied token embeddings)."""
     for name in ("output.weight", "token_embd.weight"):
         for tensor in facts.tensors:

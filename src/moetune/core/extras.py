@@ -23,20 +23,20 @@ for the draft types; the n-gram types' own sizes).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING, NamedTuple
 
-from pydantic_core import CoreSchema, core_schema
-
+from moetune.core.hparams import scalar
+from moetune.core.kvcache import parse_cache_type
 from moetune.core.placement import ALL_LAYERS, CPU, EXPS_REGEX, Override
-from moetune.errors import BadValueError
+from moetune.errors import BadValueError, DraftModelError, ProjectorError
+from moetune.gguf.reader import MetaValue
 
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
     from moetune.core.projector import ProjectorFacts
-    from moetune.core.settings import Settings
 
 MMPROJ_FLAGS = ("-mm", "--mmproj")
 NO_MMPROJ_FLAGS = ("--no-mmproj", "--no-mmproj-auto")  # -hf brings no mmproj sibling
@@ -237,8 +237,6 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
         elif flag in DRAFT_NCMOE_FLAGS and value is not None:
             rules += [DraftRule(f"blk\\.{i}{EXPS_REGEX}", "CPU") for i in range(_int(flag, value))]
         elif flag in (*DRAFT_CTK_FLAGS, *DRAFT_CTV_FLAGS) and value is not None:
-            from moetune.core.kvcache import parse_cache_type  # kvcache imports settings
-
             update["draft_type_k" if flag in DRAFT_CTK_FLAGS else "draft_type_v"] = (
                 parse_cache_type(value)
             )
@@ -305,19 +303,6 @@ def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def with_extras(
-    settings: Settings,
-    target: ModelFacts,
-    extra: Sequence[str],
-    *,
-    sibling: ProjectorFacts | None = None,
-) -> Settings:
-    """``settings`` with what ``extra`` loads beside ``target`` (its files read and checked;
-    ``sibling``: the mmproj ``-hf`` brings); unchanged when it loads nothing."""
-    extras = load_extras(parse_extra_args(extra), target, sibling=sibling)
-    return settings if extras is None else settings.model_copy(update={"extras": extras})
-
-
 # what only a projector or a draft uses: flags llama-fit-params refuses (it counts neither)
 _BARE_EXTRAS = frozenset(
     {
@@ -371,7 +356,7 @@ def _flags(extra: Sequence[str]) -> set[str]:
     return {arg.split("=", 1)[0] for arg in extra}
 
 
-# --- the loaded companions (the files read) ----------------------------------------------------
+# --- the loaded companions (jobs/loader.py reads their files) --------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -416,20 +401,14 @@ class Draft:
 
 @dataclass(frozen=True, eq=False)
 class Extras:
-    """Everything beside the main model that takes memory in the same llama-server, and the
-    logits rows speculation adds to the main context (``n_draft`` tokens per step)."""
+    """Everything beside the main model that takes memory in the same llama-server; it
+    travels beside the Settings (whose ``n_draft`` has the logits rows speculation adds)."""
 
     projector: Projector | None = None
     draft: Draft | None = None
-    n_draft: int = 0
     mtp: bool = False  # --spec-type draft-mtp: the model's own NextN blocks draft
     mtp_type_k: str = "f16"  # the MTP context's cache types: -ctkd/-ctvd
     mtp_type_v: str = "f16"
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: object, handler: object) -> CoreSchema:
-        """Inside Settings: taken as it is (files already read), never validated or dumped."""
-        return core_schema.is_instance_schema(cls)
 
     @property
     def flags(self) -> str:
@@ -444,47 +423,53 @@ class Extras:
         return ";".join(parts)
 
 
-# --- reading the files, and llama.cpp's own checks ---------------------------------------------
+# --- llama.cpp's own checks of the files jobs/loader.py read ---------------------------------
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
-_TOKENS = "tokenizer.ggml.tokens"
+TOKENS_KEY = "tokenizer.ggml.tokens"
+# Vocabulary's fields and the metadata keys they come from, in the order llama.cpp checks them
+_VOCABULARY_KEYS = {
+    "model": "tokenizer.ggml.model",
+    "bos": "tokenizer.ggml.bos_token_id",
+    "eos": "tokenizer.ggml.eos_token_id",
+}
+VOCABULARY_KEYS = tuple(_VOCABULARY_KEYS.values())
 
 
-def load_extras(
-    args: ExtraArgs, target: ModelFacts, *, sibling: ProjectorFacts | None = None
-) -> Extras | None:
-    """Read the projector's and the draft's headers and check them against the target as
-    llama.cpp would: the projector's embedding width (mtmd.cpp), the draft's vocabulary
-    (common_speculative_are_compatible). ``sibling``: the mmproj a model named on the hub
-    brings along (``-hf``), unless ``--no-mmproj`` or an ``--mmproj`` of its own. None when
-    there is nothing beside the model."""
-    sibling = sibling if args.mmproj_auto and args.mmproj is None else None
-    if not args.any and sibling is None:
-        return None
-    projector = None
-    if args.mmproj is not None or sibling is not None:
-        from pathlib import Path
+class Vocabulary(NamedTuple):
+    """What llama.cpp compares between a draft and its target (read by jobs/loader.py): the
+    tokenizer's model, BOS and EOS (absent keys: None), and the token texts."""
 
-        from moetune.core.projector import load_projector
+    name: str  # the file's name, for messages
+    model: MetaValue | None
+    bos: MetaValue | None
+    eos: MetaValue | None
+    tokens: Sequence[bytes] | None
 
-        facts = sibling if sibling is not None else load_projector(Path(str(args.mmproj)))
-        check_projector(facts, target)
-        projector = Projector(
-            facts,
+
+def companions(
+    args: ExtraArgs,
+    target: ModelFacts,
+    *,
+    projector: ProjectorFacts | None = None,
+    draft: ModelFacts | None = None,
+) -> Extras:
+    """What runs beside ``target``, from its flags and the files jobs/loader.py read and
+    checked (the projector's facts, the draft's), refused as llama.cpp refuses it."""
+    found_projector = None
+    if projector is not None:
+        found_projector = Projector(
+            projector,
             offload=args.mmproj_offload,
             device=args.mmproj_device,
             image_min_tokens=args.image_min_tokens,
             image_max_tokens=args.image_max_tokens,
         )
-    draft = None
-    if args.draft is not None:
-        from moetune.core.facts import load_model_facts
-
-        draft_facts = load_model_facts(args.draft)
-        check_vocabulary(draft_facts, target)
-        draft = Draft(
-            draft_facts,
+    found_draft = None
+    if draft is not None and args.draft is not None:
+        found_draft = Draft(
+            draft,
             args.draft,
             n_gpu_layers=args.draft_n_gpu_layers,
             devices=args.draft_devices,
@@ -506,9 +491,8 @@ def load_extras(
             hint="leave draft-mtp out, or use a model that ships them (GLM-4.5, Qwen3.5/3.6-MoE)",
         )
     return Extras(
-        projector=projector,
-        draft=draft,
-        n_draft=args.n_draft,
+        projector=found_projector,
+        draft=found_draft,
         mtp=args.mtp,
         mtp_type_k=args.draft_type_k,
         mtp_type_v=args.draft_type_v,
@@ -518,16 +502,12 @@ def load_extras(
 def text_embd_inp(target: ModelFacts) -> int:
     """llama_hparams::n_embd_inp: the width of the embeddings the model takes (deepstack
     models take the main one and one per deepstack layer side by side)."""
-    from moetune.core.hparams import scalar
-
     n_embd = target.dims.n_embd
     return n_embd + n_embd * scalar(target.hparams, "n_deepstack_layers", 0)
 
 
 def check_projector(facts: ProjectorFacts, target: ModelFacts) -> None:
     """mtmd_context: the projector's output width must be the text model's input width."""
-    from moetune.errors import ProjectorError
-
     want = text_embd_inp(target)
     if facts.n_embd_out and want and facts.n_embd_out != want:
         raise ProjectorError(
@@ -537,32 +517,22 @@ def check_projector(facts: ProjectorFacts, target: ModelFacts) -> None:
         )
 
 
-def check_vocabulary(draft: ModelFacts, target: ModelFacts) -> None:
+def check_vocabulary(draft: Vocabulary, target: Vocabulary) -> None:
     """common_speculative_are_compatible: the same tokenizer type, BOS/EOS and, from token 5
     on, the same token texts (sizes within 128)."""
-    from moetune.errors import DraftModelError
 
     def refuse(why: str) -> DraftModelError:
         return DraftModelError(
-            f"{_name(draft.paths[0])} cannot draft for {_name(target.paths[0])}: {why}",
+            f"{draft.name} cannot draft for {target.name}: {why}",
             hint="a draft needs the target's vocabulary (a smaller model of the same family)",
         )
 
-    from moetune.gguf.reader import read_header, read_string_array
+    for key in ("model", "bos", "eos"):
+        mine, theirs = getattr(draft, key), getattr(target, key)
+        if mine is not None and theirs is not None and mine != theirs:
+            raise refuse(f"{_VOCABULARY_KEYS[key].rsplit('.', 1)[1]} {mine} vs {theirs}")
 
-    mine, theirs = read_header(draft.paths[0]).metadata, read_header(target.paths[0]).metadata
-    for key in (
-        "tokenizer.ggml.model",
-        "tokenizer.ggml.bos_token_id",
-        "tokenizer.ggml.eos_token_id",
-    ):
-        if key in mine and key in theirs and mine[key] != theirs[key]:
-            raise refuse(f"{key.rsplit('.', 1)[1]} {mine[key]} vs {theirs[key]}")
-
-    tokens_d, tokens_t = (
-        read_string_array(draft.paths[0], _TOKENS),
-        read_string_array(target.paths[0], _TOKENS),
-    )
+    tokens_d, tokens_t = draft.tokens, target.tokens
     if tokens_d is None or tokens_t is None:
         return
     if abs(len(tokens_d) - len(tokens_t)) > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
@@ -572,10 +542,8 @@ def check_vocabulary(draft: ModelFacts, target: ModelFacts) -> None:
             raise refuse(f"token {i} is {_text(tokens_d[i])} vs {_text(tokens_t[i])}")
 
 
-def _name(path: str | os.PathLike[str]) -> str:
-    from pathlib import Path
-
-    return Path(path).name
+def _name(path: str | PurePath) -> str:
+    return PurePath(path).name
 
 
 def _text(token: bytes) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from functools import cached_property
@@ -16,7 +15,7 @@ from moetune.errors import GGUFFormatError
 from moetune.gguf import keys
 from moetune.gguf.reader import MetaValue, SkippedArray, TensorInfo
 from moetune.gguf.roles import NameParts, Role, classify, expert_part, split_name
-from moetune.gguf.split import GGUFModel, read_model
+from moetune.gguf.split import GGUFModel
 
 MAX_BLOCKS = 4096  # the largest models have ~100 blocks; a corrupt count must not loop for hours
 
@@ -90,11 +89,6 @@ class ModelFacts(BaseModel):
     @property
     def is_moe(self) -> bool:
         return self.n_experts > 0 and any(layer.has_experts for layer in self.layers)
-
-
-def load_model_facts(path: str | os.PathLike[str]) -> ModelFacts:
-    """Read a model's header(s) and summarise them."""
-    return facts_from_gguf(read_model(path))
 
 
 # Names whose role depends on the architecture (src/llama-arch.cpp): LFM2's output norm is

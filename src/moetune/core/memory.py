@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, computed_field, model_serializer
 
-from moetune.core.compute import compute_for
+from moetune.core.compute.estimate import compute_for
 from moetune.core.devices import DeviceSpec, bufts, single_device
 from moetune.core.extras import Draft, Extras, Projector
 from moetune.core.facts import ModelFacts
@@ -241,8 +241,10 @@ def estimate_from_split(
     devices: Sequence[DeviceSpec] | None = None,
     *,
     pipeline: bool = False,
+    extras: Extras | None = None,
 ) -> MemoryEstimate:
-    """The estimate for an already computed weight split (lets the planner skip regexes)."""
+    """The estimate for an already computed weight split (lets the planner skip regexes);
+    ``extras``: what the same llama-server loads beside the model."""
     specs = tuple(devices) if devices is not None else single_device(settings)
     cache = cache_for(facts, settings)
     host_layers = [layer.index for layer in facts.layers if weights.homes[layer.index] < 0]
@@ -254,12 +256,12 @@ def estimate_from_split(
         kinds=[d.kind for d in specs],
         pipeline=pipeline,
     )
-    extras = _extras_on(facts, settings, specs, weights, pipeline)
+    beside = _extras_on(facts, settings, extras, specs, weights, pipeline=pipeline)
     per_device: list[DeviceMemory] = []
     for index, spec in enumerate(specs):
         layers = weights.layers_on(index)
         used = bool(layers) or weights.homes[-1] == index or weights.device_bytes[index] > 0
-        parts = extras.devices[index]
+        parts = beside.devices[index]
         used = used or any(parts.values())
         per_device.append(
             DeviceMemory(
@@ -286,9 +288,9 @@ def estimate_from_split(
         n_ctx=cache.n_ctx,
         cache_exact=cache.exact,
         devices=per_device,
-        mmproj=extras.mmproj,
-        draft=extras.draft,
-        mtp=extras.mtp,
+        mmproj=beside.mmproj,
+        draft=beside.draft,
+        mtp=beside.mtp,
     )
 
 
@@ -307,13 +309,15 @@ class _ExtrasOn(BaseModel):
 def _extras_on(
     facts: ModelFacts,
     settings: Settings,
+    extras: Extras | None,
     specs: tuple[DeviceSpec, ...],
     weights: WeightSplit,
+    *,
     pipeline: bool,
 ) -> _ExtrasOn:
     """Where the projector, the draft and MTP land and what they hold, beside the model
     ``facts`` split as ``weights``."""
-    extras, homes = settings.extras, weights.homes
+    homes = weights.homes
     found = _ExtrasOn(devices=[{} for _ in specs])
     if extras is None:
         return found
@@ -475,7 +479,7 @@ def _draft_settings(settings: Settings, draft: Draft) -> Settings:
         update={
             "type_k": draft.type_k,
             "type_v": draft.type_v,
-            "extras": None,
+            "n_draft": 0,
             "all_outputs": False,
             "gpu_overhead_bytes": 0,
             "device_correction_bytes": 0,
@@ -510,11 +514,14 @@ def estimate(
     placement: Placement,
     settings: Settings,
     devices: Sequence[DeviceSpec] | None = None,
+    *,
+    extras: Extras | None = None,
 ) -> MemoryEstimate:
     """Predicted peak bytes on each device and on the host for ``placement`` at ``settings``
-    over ``devices`` (default: the one device ``settings`` describes)."""
+    over ``devices`` (default: the one device ``settings`` describes), with ``extras`` (a
+    projector, a draft, MTP) beside the model."""
     specs = tuple(devices) if devices is not None else single_device(settings)
     free = [d.free_bytes or d.total_bytes or 0 for d in specs]
     weights = split_weights(facts, placement, len(specs), free if all(free) else ())
     pipeline = pipeline_parallel(weights, bool(placement.overrides))
-    return estimate_from_split(facts, weights, settings, specs, pipeline=pipeline)
+    return estimate_from_split(facts, weights, settings, specs, pipeline=pipeline, extras=extras)

@@ -24,7 +24,7 @@ What it costs, each term on the device llama.cpp puts it:
 - MTP compute buffer: the DECODER_MTP graph reserved like any context's (core/compute/mtp.py):
   T = min(n_ctx, n_ubatch) tokens over the MTP cache, ``n_outputs_max = n_parallel`` logits rows.
 - the MAIN context changes too: its logits rows become ``n_parallel * (1 + n_max)``
-  (server_output_limits; ``Settings.n_outputs`` does that from ``extras.n_draft``), and on
+  (server_output_limits; ``Settings.n_outputs`` does that from ``n_draft``), and on
   the architectures with recurrent rollback (kvcache.RS_ROLLBACK_ARCHS, e.g. qwen35moe) its RS
   buffer holds ``n_seq * (1 + n_max)`` rows instead of ``n_seq`` (``cparams.n_rs_seq =
   need_n_rs_seq()`` = the draft ``n_max``, ``--spec-draft-n-max``, default 3): the
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, computed_field
 
-from moetune.core.compute import ComputeEstimate, _options
+from moetune.core.compute.estimate import ComputeEstimate, _options
 from moetune.core.compute.mtp import mtp_peaks
 from moetune.core.compute.params import Placement as ComputePlacement
 from moetune.core.compute.params import run_params
@@ -227,8 +227,7 @@ def _main_rs_growth(facts: ModelFacts, settings: Settings, n_rs_seq: int) -> dic
 
 
 def _draft_n_max(settings: Settings) -> int:
-    extras = settings.extras
-    return extras.n_draft if extras is not None and extras.n_draft > 0 else DEFAULT_DRAFT_N_MAX
+    return settings.n_draft if settings.n_draft > 0 else DEFAULT_DRAFT_N_MAX
 
 
 def mtp_memory(
@@ -253,7 +252,7 @@ def mtp_memory(
     ``placement``/``free``: the placement those came from, for the NextN blocks' exact devices
     and the override rules that match their tensors (without it: mtp_layer_homes' derivation,
     no overrides). ``type_k``/``type_v``: ``-ctkd``/``-ctvd``. ``n_rs_seq``: the draft's
-    ``n_max`` (default: ``settings.extras.n_draft``, else 3). ``offload_kqv``: False with
+    ``n_max`` (default: ``settings.n_draft``, else 3). ``offload_kqv``: False with
     ``-nkvo`` (the MTP cache on the CPU). ``pipeline``: as for the main context.
     ``nextn_moves``: the NextN tensors an override puts elsewhere than their block (a
     WeightSplit's, which also has the blocks' homes: pass those in ``homes`` instead of

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, InstanceOf, computed_field
 
 from moetune.core.command import args_for, server_argv
 from moetune.core.devices import DeviceSpec
+from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import ALL_LAYERS, Placement
@@ -114,6 +115,8 @@ class PlanRequest(BaseModel):
     gpu_free_bytes: int | None = None  # one device: its detected free memory
     device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
     extra_args: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
+    # what those load beside the model (jobs/loader.py read the files), beside the settings
+    extras: InstanceOf[Extras] | None = Field(default=None, exclude=True, repr=False)
 
     def target_vram_of(self, index: int) -> int | None:
         return self.target_vram[index] if index < len(self.target_vram) else None
@@ -238,7 +241,7 @@ def _context_for(facts: ModelFacts, req: PlanRequest, target: DeviceBudgets) -> 
     CPU (the smallest N is then planned at it); 256 when not even that fits."""
     if not req.ctx_max:
         return req.settings
-    found = max_context(facts, target, req.settings, req.n_cpu_moe)
+    found = max_context(facts, target, req.settings, req.n_cpu_moe, extras=req.extras)
     return req.settings.model_copy(update={"n_ctx": found[0] if found else 256})
 
 
@@ -249,19 +252,19 @@ def _main_plan(
     devices); the placement that needs the least device memory when nothing fits."""
     if not facts.is_moe:
         try:
-            return plan_layers(facts, target, settings), None
+            return plan_layers(facts, target, settings, extras=req.extras), None
         except DoesNotFitError:
-            return floor_plan(facts, target, settings), None
+            return floor_plan(facts, target, settings, extras=req.extras), None
     if req.n_cpu_moe is not None:
-        main = fixed_split(facts, target, settings, req.n_cpu_moe)
+        main = fixed_split(facts, target, settings, req.n_cpu_moe, extras=req.extras)
     else:
         try:
-            main = plan_n_cpu_moe(facts, target, settings)
+            main = plan_n_cpu_moe(facts, target, settings, extras=req.extras)
         except DoesNotFitError:
-            return floor_plan(facts, target, settings), None
+            return floor_plan(facts, target, settings, extras=req.extras), None
     counts = tuple(int(c) for c in main.placement.tensor_split) or None
     try:
-        alt = plan_override(facts, target, settings, counts)
+        alt = plan_override(facts, target, settings, counts, extras=req.extras)
     except DoesNotFitError:
         return main, None
     if alt.memory.gpu_weights_bytes <= main.memory.gpu_weights_bytes:
@@ -286,18 +289,22 @@ def _warnings(facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan
 
 
 def _ubatch_hint(
-    facts: ModelFacts, plan: OffloadPlan, target: DeviceBudgets, settings: Settings
+    facts: ModelFacts,
+    plan: OffloadPlan,
+    target: DeviceBudgets,
+    settings: Settings,
+    extras: Extras | None,
 ) -> str | None:
     """Seed finding: with experts on the CPU, -ub 2048 speeds up prefill of long prompts."""
     if not facts.is_moe or not plan.moved_layers or settings.n_ubatch >= 2048:
         return None
     bigger = settings.model_copy(update={"n_ubatch": 2048, "n_batch": 2048})
-    memory = estimate(facts, plan.placement, bigger, target.devices)
+    memory = estimate(facts, plan.placement, bigger, target.devices, extras=extras)
     advice = "for long prompts add -ub 2048 -b 2048 (faster prefill with experts on the CPU"
     if target.fits(memory):
         return f"{advice}; GPU peak {format_bytes(memory.gpu_bytes)}, still fits)"
     try:
-        wider = plan_n_cpu_moe(facts, target, bigger)
+        wider = plan_n_cpu_moe(facts, target, bigger, extras=extras)
     except DoesNotFitError:
         return None
     return f"{advice}; it needs --n-cpu-moe {wider.placement.n_cpu_moe} to fit)"
@@ -347,12 +354,12 @@ def _gpu_failure(
     nearest = None
     if req.n_cpu_moe is not None:
         try:
-            smallest = plan_n_cpu_moe(facts, target, settings)
+            smallest = plan_n_cpu_moe(facts, target, settings, extras=req.extras)
             suggestions.append(f"--n-cpu-moe {smallest.placement.n_cpu_moe} fits")
             nearest = _placement_result(req, smallest, settings, target)
         except DoesNotFitError:
             pass
-    fits = context_fits(facts, target, settings)
+    fits = context_fits(facts, target, settings, extras=req.extras)
     suggestions += [fit.text for fit in fits]
     if nearest is None and fits:
         first = fits[0]
@@ -421,7 +428,7 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         override_gain_bytes=gain,
         ram=ram,
         threads=req.physical_cores,
-        ubatch_hint=None if failure else _ubatch_hint(facts, main, target, settings),
+        ubatch_hint=None if failure else _ubatch_hint(facts, main, target, settings, req.extras),
         warnings=_warnings(facts, settings, [main]) + _free_warning(req, main.memory),
         fails=failure.fails if failure else None,
         reason=failure.reason if failure else None,

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from moetune.core.devices import DeviceSpec, bufts, single_device
+from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts, TensorFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate_from_split, pipeline_parallel
 from moetune.core.placement import (
@@ -190,8 +191,11 @@ class _Search:
         target: DeviceBudgets,
         settings: Settings,
         n_gpu_layers: int = ALL_LAYERS,
+        *,
+        extras: Extras | None = None,
     ) -> None:
         self.facts, self.target, self.settings = facts, target, settings
+        self.extras = extras
         self.n_gpu_layers = n_gpu_layers
         self.parts: Parts = _expert_parts_of(facts)
         self._bases: dict[tuple[int, ...], WeightSplit] = {}
@@ -207,7 +211,12 @@ class _Search:
     def memory(self, weights: WeightSplit, overridden: bool) -> MemoryEstimate:
         pipeline = pipeline_parallel(weights, overridden)
         return estimate_from_split(
-            self.facts, weights, self.settings, self.target.devices, pipeline=pipeline
+            self.facts,
+            weights,
+            self.settings,
+            self.target.devices,
+            pipeline=pipeline,
+            extras=self.extras,
         )
 
     def with_cpu_blocks(self, counts: tuple[int, ...], blocks: Sequence[int]) -> WeightSplit:
@@ -258,17 +267,19 @@ def distribute(
     return (final, memory) if best_effort or search.target.fits(memory) else None
 
 
-def plan_n_cpu_moe(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> OffloadPlan:
+def plan_n_cpu_moe(
+    facts: ModelFacts, target: DeviceBudgets, settings: Settings, *, extras: Extras | None = None
+) -> OffloadPlan:
     """``--n-cpu-moe N`` (``-ts`` on several devices): the smallest N whose layers can be
     split so that every device fits."""
-    search = _Search(facts, target, settings)
+    search = _Search(facts, target, settings, extras=extras)
 
     def at(n: int) -> tuple[tuple[int, ...], MemoryEstimate] | None:
         return distribute(search, moved_blocks(facts, n), overridden=n > 0)
 
     n_max = facts.n_layers if facts.is_moe else 0
     if at(n_max) is None:
-        raise does_not_fit(facts, target, settings)
+        raise does_not_fit(facts, target, settings, extras=extras)
     n = n_max - (_largest(0, n_max, lambda k: at(n_max - k) is not None) or 0)
     while n > 0 and at(n - 1) is not None:  # not monotone everywhere: step down while it fits
         n -= 1
@@ -434,6 +445,8 @@ def plan_override(
     target: DeviceBudgets,
     settings: Settings,
     counts: tuple[int, ...] | None = None,
+    *,
+    extras: Extras | None = None,
 ) -> OffloadPlan:
     """``-ot`` (``-ts`` on several devices): at the split ``counts`` (default: the one the
     ``--n-cpu-moe`` plan finds) (and at splits a few layers either side
@@ -441,9 +454,13 @@ def plan_override(
     boundaries fall decides what room is left), each device keeps all of its own experts
     that fit and room left anywhere takes experts from the CPU; the split that keeps the
     most expert bytes on the devices wins."""
-    search = _Search(facts, target, settings)
+    search = _Search(facts, target, settings, extras=extras)
     if counts is None:
-        counts = (search.total_layers,) if target.n == 1 else _split_of(facts, target, settings)
+        counts = (
+            (search.total_layers,)
+            if target.n == 1
+            else _split_of(facts, target, settings, extras=extras)
+        )
     best: tuple[int, tuple[int, ...], _Fill, MemoryEstimate] | None = None
     candidates = [counts] + [
         c
@@ -456,16 +473,18 @@ def plan_override(
         if target.fits(memory) and (best is None or memory.gpu_expert_bytes > best[0]):
             best = (memory.gpu_expert_bytes, trial, fill, memory)
     if best is None:
-        raise does_not_fit(facts, target, settings)
+        raise does_not_fit(facts, target, settings, extras=extras)
     _, counts, fill, memory = best
     placement = Placement(overrides=fill_rules(fill), tensor_split=counts_split(counts))
     partial = fill.partial[0] if fill.partial else (None, ())
     return OffloadPlan(placement, memory, fill.cpu_blocks, partial[0], partial[1])
 
 
-def _split_of(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> tuple[int, ...]:
+def _split_of(
+    facts: ModelFacts, target: DeviceBudgets, settings: Settings, *, extras: Extras | None = None
+) -> tuple[int, ...]:
     """The split of the ``--n-cpu-moe`` plan."""
-    found = plan_n_cpu_moe(facts, target, settings).placement.tensor_split
+    found = plan_n_cpu_moe(facts, target, settings, extras=extras).placement.tensor_split
     return tuple(int(c) for c in found)
 
 
@@ -475,6 +494,8 @@ def fixed_split(
     settings: Settings,
     n: int,
     n_gpu_layers: int = ALL_LAYERS,
+    *,
+    extras: Extras | None = None,
 ) -> OffloadPlan:
     """``--n-cpu-moe n`` (``-ngl n_gpu_layers``) at the split that gives every device its
     largest share front to back (in proportion to the budgets when none fits)."""
@@ -483,7 +504,7 @@ def fixed_split(
             f"--n-cpu-moe {n}: the model has {facts.n_layers} blocks",
             hint=f"use 0 to {facts.n_layers}",
         )
-    search = _Search(facts, target, settings, n_gpu_layers)
+    search = _Search(facts, target, settings, n_gpu_layers, extras=extras)
     blocks = moved_blocks(facts, n)
     found = distribute(search, blocks, overridden=n > 0)
     counts = found[0] if found else even_split(search.total_layers, target)
@@ -501,7 +522,12 @@ def even_split(total: int, target: DeviceBudgets) -> tuple[int, ...]:
 
 
 def max_context(
-    facts: ModelFacts, target: DeviceBudgets, settings: Settings, n_cpu_moe: int | None = None
+    facts: ModelFacts,
+    target: DeviceBudgets,
+    settings: Settings,
+    n_cpu_moe: int | None = None,
+    *,
+    extras: Extras | None = None,
 ) -> tuple[int, tuple[int, ...]] | None:
     """The largest context (a multiple of 256, up to the training context) at which the
     layers can be split to fit, at ``--n-cpu-moe n_cpu_moe`` (default: the floor, every
@@ -515,7 +541,7 @@ def max_context(
 
     def fits(steps: int) -> bool:
         trial = settings.model_copy(update={"n_ctx": steps * CTX_STEP})
-        search = _Search(facts, target, trial, ngl)
+        search = _Search(facts, target, trial, ngl, extras=extras)
         result = distribute(search, blocks, overridden=bool(blocks))
         if result is not None:
             found[steps] = result[0]
@@ -525,37 +551,47 @@ def max_context(
     return None if best is None else (best * CTX_STEP, found[best])
 
 
-def plan_layers(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> OffloadPlan:
+def plan_layers(
+    facts: ModelFacts, target: DeviceBudgets, settings: Settings, *, extras: Extras | None = None
+) -> OffloadPlan:
     """Classic layer offload (dense models, or the bench's comparison): the largest -ngl K
     whose K layers can be split to fit."""
     for ngl in range(facts.n_layers + 1, -1, -1):
-        found = distribute(_Search(facts, target, settings, ngl), [], overridden=False)
+        found = distribute(
+            _Search(facts, target, settings, ngl, extras=extras), [], overridden=False
+        )
         if found is not None:
             counts, memory = found
             return OffloadPlan(Placement(ngl, tensor_split=counts_split(counts)), memory, ())
-    raise does_not_fit(facts, target, settings)
+    raise does_not_fit(facts, target, settings, extras=extras)
 
 
-def floor_plan(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> OffloadPlan:
+def floor_plan(
+    facts: ModelFacts, target: DeviceBudgets, settings: Settings, *, extras: Extras | None = None
+) -> OffloadPlan:
     """What needs the least device memory: every expert on the CPU (a dense model: -ngl 0),
     at the split that fits best."""
     if facts.is_moe:
-        return fixed_split(facts, target, settings, facts.n_layers)
-    found = distribute(_Search(facts, target, settings, 0), [], False, best_effort=True)
+        return fixed_split(facts, target, settings, facts.n_layers, extras=extras)
+    found = distribute(
+        _Search(facts, target, settings, 0, extras=extras), [], False, best_effort=True
+    )
     assert found is not None
     return OffloadPlan(Placement(n_gpu_layers=0), found[1], ())
 
 
-def does_not_fit(facts: ModelFacts, target: DeviceBudgets, settings: Settings) -> DoesNotFitError:
+def does_not_fit(
+    facts: ModelFacts, target: DeviceBudgets, settings: Settings, *, extras: Extras | None = None
+) -> DoesNotFitError:
     """The error for budgets no placement fits, with what would fit instead (computed)."""
-    floor = floor_plan(facts, target, settings).memory
+    floor = floor_plan(facts, target, settings, extras=extras).memory
     needs = [format_bytes(d.total_bytes) for d in floor.devices]
     if target.n == 1:
         hints = [f"even with every expert on the CPU the GPU needs {needs[0]}"]
     else:
         names = (f"{d.name} {need}" for d, need in zip(target.devices, needs, strict=True))
         hints = [f"even with every expert on the CPU the devices need {', '.join(names)}"]
-    hints += [fit.text for fit in context_fits(facts, target, settings)] or [
+    hints += [fit.text for fit in context_fits(facts, target, settings, extras=extras)] or [
         "a smaller quant of the model (or a bigger GPU) is needed"
     ]
     return DoesNotFitError(
@@ -575,7 +611,12 @@ class ContextFit(NamedTuple):
 
 
 def context_fits(
-    facts: ModelFacts, target: DeviceBudgets, settings: Settings, n_cpu_moe: int | None = None
+    facts: ModelFacts,
+    target: DeviceBudgets,
+    settings: Settings,
+    n_cpu_moe: int | None = None,
+    *,
+    extras: Extras | None = None,
 ) -> list[ContextFit]:
     """The largest contexts that fit at the settings' cache type, and at q4_0 (when that is
     another type and gives more), at the floor (or at ``--n-cpu-moe n_cpu_moe``)."""
@@ -583,7 +624,7 @@ def context_fits(
     for cache in dict.fromkeys((settings.type_k, "q4_0")):
         trial = settings.model_copy(update={"type_k": cache, "type_v": cache})
         try:
-            context = max_context(facts, target, trial, n_cpu_moe)
+            context = max_context(facts, target, trial, n_cpu_moe, extras=extras)
         except BadValueError:  # e.g. a head size q4_0 blocks do not divide
             context = None
         best = context[0] if context else None

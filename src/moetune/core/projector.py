@@ -1,7 +1,7 @@
 """The memory of a multimodal projector (``--mmproj FILE``): clip's weights and compute reserve.
 
-Pure: reads the GGUF header only.  Facts from llama.cpp build 11434 (tools/mtmd/clip.cpp,
-clip-model.h, mtmd.cpp, tools/server/server-context.cpp):
+Pure: works from the GGUF header that jobs/loader.py (or the hub) read.  Facts from llama.cpp
+build 11434 (tools/mtmd/clip.cpp, clip-model.h, mtmd.cpp, tools/server/server-context.cpp):
 
 - weights: clip logs ``load_hparams: model size: X MiB`` = the sum of ggml_nbytes over EVERY
   tensor in the file (clip_model_loader's constructor), printed once per modality context
@@ -57,13 +57,12 @@ from typing import NamedTuple
 
 from moetune.core.compute.clip import GRAPHS, Shape, replay_clip
 from moetune.errors import ProjectorError
-from moetune.gguf.reader import GGUFHeader, TensorInfo, read_header
+from moetune.gguf.reader import GGUFHeader, TensorInfo
 
 __all__ = [
     "ClipHparams",
     "ProjectorCompute",
     "ProjectorFacts",
-    "load_projector",
     "projector_compute",
     "projector_from_header",
 ]
@@ -402,13 +401,9 @@ def _check_data(h: GGUFHeader) -> None:
         )
 
 
-def load_projector(path: Path) -> ProjectorFacts:
-    """Read an mmproj GGUF's header; ProjectorError if llama.cpp's clip would refuse it."""
-    return projector_from_header(read_header(path))
-
-
 def projector_from_header(h: GGUFHeader) -> ProjectorFacts:
-    """The facts of an mmproj header already read (from a file, or from the hub)."""
+    """The facts of an mmproj header already read (from a file, or from the hub);
+    ProjectorError if llama.cpp's clip would refuse it."""
     arch = h.metadata.get("general.architecture")
     if arch != "clip":
         raise ProjectorError(

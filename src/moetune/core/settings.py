@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from moetune.core.extras import Extras
 from moetune.units import MIB
 
 # What a CUDA process costs beyond llama.cpp's own buffers: the context (~300 MiB on recent
@@ -22,7 +21,7 @@ def default_n_ctx(training_context: int | None) -> int:
 class Settings(BaseModel):
     """The llama-server settings that change memory (defaults: llama-server's, FA on)."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True)
 
     n_ctx: int = Field(gt=0)
     type_k: str = "f16"
@@ -39,13 +38,13 @@ class Settings(BaseModel):
     device_kind: str = "cuda"  # "cuda", or "rpc" for a ggml-rpc-server device (tests)
     # llama-server reserves logits for n_seq rows; llama-fit-params and llama-bench for all.
     all_outputs: bool = False
-    # what else the same llama-server holds: a projector, a draft model (core/extras.py);
-    # its memory is in every estimate, its flags are in the command's pass-through arguments
-    extras: Extras | None = Field(default=None, exclude=True, repr=False)
+    # the tokens speculation drafts per step (--spec-type, --spec-draft-n-max: core/extras.py);
+    # what else the same llama-server loads (a projector, a draft) travels beside the
+    # settings as core.extras.Extras. Left out of the JSON, as before it was a setting.
+    n_draft: int = Field(default=0, ge=0, exclude=True)
 
     @property
     def n_outputs(self) -> int:
         """The logits rows llama-server reserves per ubatch: one per slot, and one more per
         drafted token when speculation is on (tools/server server_output_limits)."""
-        n_draft = self.extras.n_draft if self.extras is not None else 0
-        return min(self.n_seq * (1 + n_draft), self.n_batch)
+        return min(self.n_seq * (1 + self.n_draft), self.n_batch)

@@ -31,12 +31,12 @@ from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
 from moetune.jobs.names import CONFIG_NAMES
-from moetune.jobs.results import BenchResult, ConfigRun, DepthResult, verdicts
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
+from moetune.records.results import BenchResult, ConfigRun, DepthResult, verdicts
 from moetune.units import format_bytes, parse_tokens
 
 Event = Callable[[str], None]
@@ -93,7 +93,7 @@ def _plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Confi
     if not facts.is_moe:
         return ConfigSpec("plan", "--n-cpu-moe", skip="a dense model has no experts")
     try:
-        plan = plan_n_cpu_moe(facts, setup.device_budgets, spec.settings)
+        plan = plan_n_cpu_moe(facts, setup.device_budgets, spec.settings, extras=spec.extras)
     except DoesNotFitError as exc:
         return ConfigSpec("plan", "--n-cpu-moe", skip=exc.message)
     about = f"--n-cpu-moe {plan.placement.n_cpu_moe or 0}{_ts(plan.placement)}"
@@ -110,7 +110,7 @@ def _fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Config
 def _cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     if not facts.is_moe:
         return ConfigSpec("cpu-moe", "-cmoe", skip="a dense model has no experts")
-    plan = floor_plan(facts, setup.device_budgets, spec.settings)
+    plan = floor_plan(facts, setup.device_budgets, spec.settings, extras=spec.extras)
     placement = Placement(tensor_split=plan.placement.tensor_split)
     args = spec.args(placement, ("-cmoe",))
     return ConfigSpec("cpu-moe", f"-cmoe{_ts(placement)}", tuple(args), plan.memory.gpu_bytes)
@@ -118,7 +118,7 @@ def _cpu_moe_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Co
 
 def _layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     try:
-        plan = plan_layers(facts, setup.device_budgets, spec.settings)
+        plan = plan_layers(facts, setup.device_budgets, spec.settings, extras=spec.extras)
     except DoesNotFitError as exc:
         return ConfigSpec("layers", "-ngl", skip=exc.message)
     ngl = plan.placement.n_gpu_layers
@@ -130,7 +130,7 @@ def _layers_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Con
 
 
 def _gpu_only_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
-    plan = fixed_split(facts, setup.device_budgets, spec.settings, 0)
+    plan = fixed_split(facts, setup.device_budgets, spec.settings, 0, extras=spec.extras)
     placement = Placement(tensor_split=plan.placement.tensor_split)
     about = f"-ngl 99{_ts(placement)}"
     if not setup.device_budgets.fits(plan.memory):

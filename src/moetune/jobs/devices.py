@@ -22,7 +22,7 @@ from moetune.units import Sizes, format_bytes, per_device
 
 if TYPE_CHECKING:  # plan imports this module without starting anything
     from moetune.hardware.base import GpuInfo, GpuProbe
-    from moetune.llamacpp.info import Device, ServerInfo
+    from moetune.records.server import Device, ServerInfo
 
 
 class DeviceSet(NamedTuple):

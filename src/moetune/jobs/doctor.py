@@ -32,7 +32,8 @@ from moetune.core.planner import DEFAULT_HEADROOM_BYTES
 from moetune.errors import BadValueError, DoesNotFitError, MoetuneError, ServerNotFoundError
 from moetune.gguf.roles import Role
 from moetune.hardware.base import VRAM_HINT, GpuInfo, GpuProbe, HostInfo, HostProbe
-from moetune.llamacpp.info import INSTALL_HINT, ServerInfo
+from moetune.llamacpp.info import INSTALL_HINT
+from moetune.records.server import ServerInfo
 from moetune.store.hardware import HardwareProfile, match_detected, pcie_bandwidth_bytes_per_s
 from moetune.units import GIB, format_bytes
 

@@ -1,9 +1,10 @@
 """The one way `run` and `bench` launch llama-server, and the one device set-up they share.
 
 ``LaunchSpec`` holds what every launch of a job has in common (binary, model, settings,
-pass-through arguments, threads, port, log dir, timeouts) and turns a placement into the
-argv through the command builder.  ``prepare_device`` checks the pass-through arguments,
-asks llama-server which device it offloads to, fixes the budget and picks the memory probe.
+pass-through arguments and the extras they load beside the model, threads, port, log dir,
+timeouts) and turns a placement into the argv through the command builder.
+``prepare_device`` checks the pass-through arguments, asks llama-server which device it
+offloads to, fixes the budget and picks the memory probe.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from moetune.core.command import (
     server_argv,
 )
 from moetune.core.devices import DeviceSpec, bufts
+from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
 from moetune.core.planner import DeviceBudgets, does_not_fit, max_context
@@ -29,9 +31,10 @@ from moetune.core.settings import Settings, default_n_ctx
 from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
 from moetune.jobs.devices import require_devices, specs_from_listed
-from moetune.llamacpp.info import Device, ServerInfo
+from moetune.jobs.loader import with_extras
 from moetune.llamacpp.memprobe import MemoryProbe, choose_probe
 from moetune.llamacpp.process import RunningServer, launch, server_info
+from moetune.records.server import Device, ServerInfo
 from moetune.units import MIB, Ctx, Sizes, format_bytes, per_device
 
 
@@ -43,6 +46,7 @@ class LaunchSpec:
     model: str
     settings: Settings
     extra: tuple[str, ...] = ()  # after --, passed through (-ub/-b stay here)
+    extras: Extras | None = None  # what ``extra`` loads beside the model (jobs/loader.py)
     threads: int | None = None
     port: int | None = None
     log_dir: Path | None = None
@@ -84,7 +88,7 @@ class LaunchSpec:
 
 def settings_from_extra(
     settings: Settings, extra: tuple[str, ...], facts: ModelFacts | None = None
-) -> Settings:
+) -> tuple[Settings, Extras | None]:
     """The micro-batch and batch sizes given after ``--`` (llama-server's defaults else), and
     with ``facts`` (the model) the projector and draft model they load beside it."""
     update = {
@@ -93,9 +97,7 @@ def settings_from_extra(
     }
     found = settings.model_copy(update=update)
     if facts is None:
-        return found
-    from moetune.core.extras import with_extras
-
+        return found, None
     return with_extras(found, facts, extra)
 
 
@@ -263,11 +265,10 @@ def resolve_context(
             ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
         )
     else:
-        found = max_context(facts, setup.device_budgets, settings)
+        found = max_context(facts, setup.device_budgets, settings, extras=spec.extras)
         if found is None:
-            raise does_not_fit(
-                facts, setup.device_budgets, settings.model_copy(update={"n_ctx": 256})
-            )
+            smallest = settings.model_copy(update={"n_ctx": 256})
+            raise does_not_fit(facts, setup.device_budgets, smallest, extras=spec.extras)
         n_ctx = found[0]
     if facts.context_length and n_ctx > facts.context_length:
         warn(f"context {n_ctx} is beyond the training context {facts.context_length}")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from moetune.errors import BadValueError
 from moetune.jobs.names import DEFAULT_DEPTHS, DEFAULT_N_PREDICT, DEFAULT_REPEATS
-from moetune.jobs.results import DepthResult, Sample, capped_depths, summarize
 from moetune.jobs.status import NO_STATUS, StatusSink
 from moetune.llamacpp.client import CompletionResult, ServerClient
+from moetune.records.results import DepthResult, Sample, capped_depths, summarize
 
 WARM_UP_TOKENS = 4
 

@@ -20,7 +20,6 @@ from moetune.core.memory import MemoryEstimate, estimate
 from moetune.core.placement import Placement
 from moetune.core.planner import _Search, counts_split, distribute, moved_blocks, plan_n_cpu_moe
 from moetune.core.search import Attempt, Search, Split, best_attempt, tune
-from moetune.core.settings import Settings
 from moetune.errors import (
     BadValueError,
     DoesNotFitError,
@@ -30,12 +29,12 @@ from moetune.errors import (
 )
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
-from moetune.jobs.results import DepthResult, RunResult
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
+from moetune.records.results import DepthResult, RunResult
 from moetune.store.tuned import (
     Measured,
     ProfileStore,
@@ -257,13 +256,14 @@ def tune_model(
     within its budget is confirmed by N-1 (at its best split) being over."""
     if not facts.is_moe:
         raise BadValueError("a dense model has no experts to tune: use `moetune plan`")
-    splits = _Splits(facts, setup, spec.settings)
+    splits = _Splits(facts, setup, spec)
     try:
-        start = plan_n_cpu_moe(facts, setup.device_budgets, spec.settings)
+        start = plan_n_cpu_moe(facts, setup.device_budgets, spec.settings, extras=spec.extras)
         seen = _checked_start(facts, spec, setup, start.placement, progress)
         if any(seen):  # start from llama.cpp's own figures where they differ
             budgets = tuple(b - c for b, c in zip(setup.budgets, seen, strict=True))
-            start = plan_n_cpu_moe(facts, setup.device_budgets.with_budgets(budgets), spec.settings)
+            corrected = setup.device_budgets.with_budgets(budgets)
+            start = plan_n_cpu_moe(facts, corrected, spec.settings, extras=spec.extras)
         planned = start.placement.n_cpu_moe or 0
     except DoesNotFitError:  # the prediction may be pessimistic: let a measurement decide
         planned = facts.n_layers
@@ -295,8 +295,9 @@ def tune_model(
 class _Splits:
     """The split of each N over the devices, with each device's measured error counted."""
 
-    def __init__(self, facts: ModelFacts, setup: DeviceSetup, settings: Settings) -> None:
-        self.facts, self.setup, self.settings = facts, setup, settings
+    def __init__(self, facts: ModelFacts, setup: DeviceSetup, spec: LaunchSpec) -> None:
+        self.facts, self.setup, self.settings = facts, setup, spec.settings
+        self.extras = spec.extras
         self._searches: dict[tuple[int, ...], _Search] = {}
 
     def _search(self, errors: tuple[int, ...]) -> _Search:
@@ -304,7 +305,10 @@ class _Splits:
         if found is None:
             budgets = tuple(b - e for b, e in zip(self.setup.budgets, errors, strict=True))
             found = _Search(
-                self.facts, self.setup.device_budgets.with_budgets(budgets), self.settings
+                self.facts,
+                self.setup.device_budgets.with_budgets(budgets),
+                self.settings,
+                extras=self.extras,
             )
             self._searches[errors] = found
         return found
@@ -426,7 +430,8 @@ def confirm_n(
     """One launch at ``--n-cpu-moe n`` (and ``-ts counts``: a saved profile's), measured
     like a tuning attempt."""
     placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
-    predicted = _peaks(estimate(facts, placement, spec.settings, setup.devices))
+    memory = estimate(facts, placement, spec.settings, setup.devices, extras=spec.extras)
+    predicted = _peaks(memory)
     attempt = run_trial(
         spec,
         setup,

@@ -54,7 +54,7 @@ def _dry_run_settings(settings: Settings) -> Settings:
             "kv_unified": True,
             "gpu_overhead_bytes": 0,
             "device_correction_bytes": 0,
-            "extras": None,
+            "n_draft": 0,
         }
     )
 

@@ -1,8 +1,8 @@
 """What llama.cpp binaries say about themselves, as data: devices, version and build.
 
-Starts nothing (process.py runs the binaries and hands their output to the parsers here), so
-jobs, the store and report/ can use these types without the process machinery.  Facts from
-llama.cpp build 11434:
+Starts nothing (process.py runs the binaries and hands their output to the parsers here); the
+types they parse into (``Device``, ``ServerInfo``) live in records/server.py, which the store
+reads too.  Facts from llama.cpp build 11434:
 
 - ``--version`` prints ``version: V (build N, commit C)`` and ``built with CC for TARGET`` on
   stderr; a build from the PyPI sdist says ``build 0, commit unknown``.
@@ -14,11 +14,9 @@ llama.cpp build 11434:
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import TypedDict
 
-from pydantic import BaseModel, ConfigDict
-
+from moetune.records.server import Device
 from moetune.units import MIB
 
 ENV_SERVER = "MOETUNE_LLAMA_SERVER"
@@ -36,31 +34,6 @@ _BUILT_RE = re.compile(r"built with (?P<compiler>.+?) for (?P<target>.+)")
 _DEVICE_RE = re.compile(
     r"^\s+(?P<name>[^\s:]+): (?P<desc>.*) \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\)\s*$"
 )
-
-
-class Device(BaseModel):
-    """One non-CPU device as ``llama-server --list-devices`` prints it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str  # CUDA0, Vulkan0, RPC0, ...
-    description: str  # NVIDIA GeForce RTX 4090, 127.0.0.1:50052, ...
-    total_bytes: int
-    free_bytes: int
-
-
-class ServerInfo(BaseModel):
-    """What a llama-server binary says about itself."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    path: Path
-    version: str | None  # "0.6.0-dev", "b6123", ...
-    build_number: int | None  # None when the build did not record it (prints "build 0")
-    commit: str | None  # None when the build did not record it (prints "commit unknown")
-    compiler: str | None
-    target: str | None
-    devices: tuple[Device, ...]  # empty on a CPU-only build
 
 
 class VersionInfo(TypedDict):

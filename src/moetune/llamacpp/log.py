@@ -19,8 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict
-
+from moetune.records.fit import FitChoice, FitDevice
 from moetune.units import MIB
 
 BUFFER_KINDS = ("model", "KV", "RS", "compute", "output")
@@ -190,30 +189,6 @@ def last_words(text: str) -> str | None:
 # --- what --fit chose ---------------------------------------------------------------------------
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FitDevice(_Frozen):
-    """One device as ``--fit`` left it (the last summary line it printed for it)."""
-
-    device: str
-    layers: int
-    overflowing: int
-    used_mib: int
-    free_mib: int
-
-
-class FitChoice(_Frozen):
-    """What llama.cpp's ``--fit`` decided, from its log."""
-
-    status: str  # unchanged | fitted | failed | error | unknown
-    message: str | None
-    devices: list[FitDevice]
-    offloaded: str | None  # "9/9" from "offloaded 9/9 layers to GPU"
-    target_mib: int | None  # the --fit-target moetune passed (None: llama.cpp's default)
-
-
 _FIT_DEVICE_RE = re.compile(
     r"common_params_fit_impl:\s+- (?P<dev>.+?):\s+(?P<layers>\d+) layers"
     r"(?: \(\s*(?P<over>\d+) overflowing\))?,\s+(?P<used>-?\d+) MiB used,"
@@ -258,19 +233,6 @@ def parse_fit_log(text: str, target_mib: int | None = None) -> FitChoice:
         offloaded=offloaded[-1] if offloaded else None,
         target_mib=target_mib,
     )
-
-
-def describe_fit(fit: FitChoice) -> str:
-    """One line: ``fitted: RPC0 9 layers (6 with CPU experts)``."""
-    parts = [
-        f"{d.device.split(' (', 1)[0]} {d.layers} layers ({d.overflowing} with CPU experts)"
-        for d in fit.devices
-    ]
-    if fit.message:
-        parts.append(fit.message)
-    if not parts and fit.offloaded:
-        parts.append(f"{fit.offloaded} layers offloaded")
-    return f"{fit.status}" + (f": {'; '.join(parts)}" if parts else "")
 
 
 # --- llama-fit-params's projection -------------------------------------------------------------

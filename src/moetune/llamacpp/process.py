@@ -45,7 +45,6 @@ from moetune.llamacpp.info import (
     ENV_SERVER,
     INSTALL_HINT,
     SERVER_NAME,
-    ServerInfo,
     parse_devices,
     parse_version,
 )
@@ -57,6 +56,7 @@ from moetune.llamacpp.log import (
     parse_buffers,
     real_load_lines,
 )
+from moetune.records.server import ServerInfo
 
 LOG_FLAGS: tuple[str, ...] = ("-lv", "4", "--no-log-prefix")
 # Set by launch, or would break log parsing or port ownership.

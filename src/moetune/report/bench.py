@@ -8,8 +8,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from moetune.jobs.results import BenchResult, ConfigRun, DepthResult, Stat, Verdict
-from moetune.llamacpp.log import describe_fit
+from moetune.records.fit import describe_fit
+from moetune.records.results import BenchResult, ConfigRun, DepthResult, Stat, Verdict
 from moetune.report.common import fitted, new_table, plural, short_path
 from moetune.units import format_bytes
 

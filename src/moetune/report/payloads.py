@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from moetune.errors import ProfileError
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.quants import QuantsResult
-    from moetune.jobs.results import BenchResult, RunResult
+    from moetune.records.results import BenchResult, RunResult
     from moetune.store.hardware import HardwareProfile
     from moetune.store.tuned import TunedProfile
 

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moetune.core.search import Attempt
-from moetune.jobs.results import RunResult
+from moetune.records.results import RunResult
 from moetune.report.common import fmt, new_table, plural, shell_line
 from moetune.units import format_bytes, format_speed
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from moetune.errors import BadValueError, ModelFileError
-from moetune.jobs.results import RESULT_KIND, BenchResult
+from moetune.records.results import RESULT_KIND, BenchResult
 from moetune.store.paths import bench_dir
 
 

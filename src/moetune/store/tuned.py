@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
 from moetune.gguf.split import SPLIT_NAME_RE, read_model
-from moetune.llamacpp.info import Device, ServerInfo
+from moetune.records.server import Device, ServerInfo
 from moetune.store.paths import tuned_dir
 from moetune.store.validate import validated
 from moetune.units import format_bytes, size_arg, tokens_arg

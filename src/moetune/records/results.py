@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from moetune.core.search import Attempt
 from moetune.core.settings import Settings
 from moetune.errors import BadValueError
-from moetune.llamacpp.log import FitChoice
+from moetune.records.fit import FitChoice
 
 RESULT_KIND = "moetune.bench"
 
