@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 
+from moetune.core.archs import arch_of
 from moetune.core.dims import _indexer
 from moetune.core.facts import load_model_facts
 from moetune.core.kvcache import estimate_cache
@@ -143,6 +144,8 @@ def test_glm_dsa_indexer_layers(tmp_path: Path) -> None:
     assert facts.dims.indexer_full == (True, True, False, False, True, False)
     cache = estimate_cache(facts, n_ctx=4096, type_k="q8_0", type_v="q8_0", n_seq=1)
     assert cache.kv_bytes == 4096 * (6 * 96 + 3 * 64) // 32 * 34
-    assert _indexer({"context_length": 202752}, "glm-dsa", 79, 78)[1] == (True,) * 78 + (False,)
-    flags = _indexer({"context_length": 1048576}, "glm-dsa", 78, 78)[1]
+    assert _indexer({"context_length": 202752}, arch_of("glm-dsa"), 79, 78)[1] == (True,) * 78 + (
+        False,
+    )
+    flags = _indexer({"context_length": 1048576}, arch_of("glm-dsa"), 78, 78)[1]
     assert [il for il in range(78) if flags[il]] == [0, 1, *range(2, 78, 4)]

@@ -1,6 +1,6 @@
 """The verified architectures are one list: the fixture matrix's (tests/archfix.py), which
-README.md shows (written by scripts/verified-archs.py) and core/dims.py's VERIFIED_ARCHS
-holds. Cheap: no server."""
+README.md shows (written by scripts/verified-archs.py) and core/archs.py's records mark
+verified. Cheap: no server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from moetune.core.dims import KNOWN_ARCHS, VERIFIED_ARCHS
+from moetune.core.archs import known_archs, verified_archs
 
 from archfix import README, matrix_archs, readme_archs, readme_section
 
@@ -22,11 +22,11 @@ def test_readme_lists_the_matrix() -> None:
 
 
 def test_verified_archs_are_the_matrix() -> None:
-    assert sorted(VERIFIED_ARCHS) == matrix_archs()
+    assert sorted(verified_archs()) == matrix_archs()
 
 
 def test_verified_archs_are_known() -> None:
-    assert VERIFIED_ARCHS <= KNOWN_ARCHS
+    assert verified_archs() <= known_archs()
 
 
 def test_script_prints_the_matrix() -> None:
