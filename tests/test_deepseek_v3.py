@@ -22,7 +22,7 @@ from moetune.core.placement import Placement
 from moetune.llamacpp.log import parse_projection
 from moetune.units import GIB, MIB
 
-from archfix_c import FIXTURES
+from archfix_c import write_glm_dsa
 from factory import loadable_copy
 from helpers import EXAMPLES
 from llama import bin_path
@@ -140,7 +140,7 @@ def test_matches_llama_fit_params(
 def test_glm_dsa_indexer_layers(tmp_path: Path) -> None:
     """glm-dsa: attention.indexer.types picks the layers with an indexer cache; without the key,
     GLM-5/5.1 (context under 1M) index every layer, GLM-5.2 layers 0, 1, 2, 6, 10, ..., 74."""
-    facts = load_model_facts(FIXTURES["glm-dsa"](tmp_path / "glm-dsa.gguf"))
+    facts = load_model_facts(write_glm_dsa(tmp_path / "glm-dsa.gguf"))
     assert facts.dims.indexer_full == (True, True, False, False, True, False)
     cache = estimate_cache(facts, n_ctx=4096, type_k="q8_0", type_v="q8_0", n_seq=1)
     assert cache.kv_bytes == 4096 * (6 * 96 + 3 * 64) // 32 * 34
