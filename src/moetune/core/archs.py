@@ -12,6 +12,12 @@ Each field is read from llama.cpp build 11434: the loader (src/models/<arch>.cpp
 ``load_arch_hparams``), ``llama_model::create_memory`` (src/llama-model.cpp) and the graph
 builder (src/models/<arch>.cpp ``build_graph``). Defaults are the base loader's GQA rules and
 the generic block. This module is a leaf: it imports nothing from moetune.
+
+Adding an architecture: its record here (``verified=True``), its fixture (a writer in a
+tests/archfix_*.py module, registered with ``@fixture(name)``) and README's verified list
+(``scripts/verified-archs.py --write``); a rule no field expresses yet is a new field, whose
+default is everyone else's behaviour; a new mixer or block is also its module in compute/ and
+its entry in compute/graph.py.
 """
 
 from __future__ import annotations
