@@ -134,6 +134,21 @@ def write_dots1(path: Path) -> Path:
     return t.close()
 
 
+@fixture("bailingmoe")
+def write_bailingmoe(path: Path) -> Path:
+    """src/models/bailingmoe.cpp: plain GQA attention, softmax gating renormalised as the file
+    says (expert_weights_norm), a shared expert (n_ff_exp x expert_shared_count) on every
+    block."""
+    t = Tiny(path, "bailingmoe")
+    t.keys()
+    t.writer.add_expert_shared_count(1)
+    t.writer.add_expert_weights_norm(True)
+    t.globals()
+    for i in range(t.n_layers):
+        _moe_block(t, i, shared=t.n_ff_exp)
+    return t.close()
+
+
 @fixture("bailingmoe2")
 def write_bailingmoe2(path: Path) -> Path:
     """src/models/bailingmoe2.cpp: fused attn_qkv, Q/K norms, a leading dense block, shared

@@ -123,6 +123,7 @@ _RECORDS: tuple[Arch, ...] = (
             "dbrx",
             "olmoe",
             "granitemoe",
+            "bailingmoe",
             "bailingmoe2",
             "dots1",
             "ernie4_5-moe",
