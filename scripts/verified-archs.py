@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Print the architectures the fixture matrix verifies (tests/archfix.py: every
-tests/archfix_*.py module's FIXTURES and tests/factory.py's MOE_ARCHS), one per line.
+"""Print the architectures the fixture matrix verifies (tests/archfix.py: every fixture
+registered in a tests/archfix_*.py module, and tests/factory.py's MOE_ARCHS), one per line.
 
     .venv/bin/python scripts/verified-archs.py            # the list
     .venv/bin/python scripts/verified-archs.py --write    # rewrite README.md's section

@@ -1,17 +1,19 @@
 """The architecture matrix's interface: which tiny models it writes, and how.
 
-A fixture module is any ``tests/archfix_<group>.py`` that exposes
+Each architecture's fixture is ONE registration, keyed by the architecture's name as
+src/llama-arch.cpp spells it (``LLM_ARCH_NAMES``): a writer that writes a tiny model of that
+architecture which the real llama-server loads, at the given path, and returns the path, with
+the extra llama-server (and llama-fit-params) flags the architecture needs::
 
-- ``FIXTURES: dict[str, Callable[[Path], Path]]``: an architecture name, as
-  src/llama-arch.cpp spells it (``LLM_ARCH_NAMES``), to a writer that writes a tiny model of
-  that architecture which the real llama-server loads, at the given path, and returns the path;
-- optionally ``SERVER_ARGS: dict[str, tuple[str, ...]]``: extra llama-server (and
-  llama-fit-params) flags an architecture needs.
+    @fixture("llama4", "-c", "40960")
+    def write_llama4(path: Path) -> Path: ...
 
-``matrix()`` collects every module's fixtures, plus factory.py's ``MOE_ARCHS`` (written by
-``write_model``), into one ``ArchCase`` per architecture; tests/test_arch_matrix.py runs each
-against llama-server's logged buffers and llama-fit-params, scripts/verified-archs.py lists
-them in the README, and ``VERIFIED_ARCHS`` (core/dims.py) must name exactly these.
+in a fixture module (any ``tests/archfix_<group>.py``), or ``fixture(arch)(writer)`` for a
+writer built otherwise. factory.py's ``MOE_ARCHS`` (written by ``write_model``) are
+registered here. ``matrix()`` imports every fixture module and returns one ``ArchCase`` per
+architecture; tests/test_arch_matrix.py runs each against llama-server's logged buffers and
+llama-fit-params, scripts/verified-archs.py lists them in the README, and the records of
+core/archs.py marked ``verified`` must name exactly these (tests/test_verified_archs.py).
 
 Keep fixtures tiny (4 blocks, n_embd 256 or less, a few experts): the whole matrix runs in a
 few minutes. ``Tiny`` is a small helper for writing them: common keys, the 320-token byte-level
@@ -46,6 +48,24 @@ class ArchCase:
     server_args: tuple[str, ...] = ()
 
 
+# every registered fixture, by architecture (filled by ``fixture`` as the modules load)
+_CASES: dict[str, ArchCase] = {}
+
+
+def fixture(arch: str, *server_args: str, group: str = "") -> Callable[[Writer], Writer]:
+    """Register the decorated writer as ``arch``'s fixture (its group: the module's suffix,
+    ``a`` for archfix_a.py); an architecture registered twice fails."""
+
+    def register(write: Writer) -> Writer:
+        where = group or getattr(write, "__module__", "").removeprefix("archfix_")
+        if arch in _CASES:
+            raise ValueError(f"{arch!r} has fixtures in both {_CASES[arch].group} and {where}")
+        _CASES[arch] = ArchCase(arch, where, write, server_args)
+        return write
+
+    return register
+
+
 def fixture_modules() -> list[str]:
     """The ``archfix_<group>`` module names under tests/, sorted."""
     return sorted(p.stem for p in TESTS.glob("archfix_*.py"))
@@ -55,21 +75,15 @@ def _factory_writer(arch: str, path: Path) -> Path:
     return factory.write_model(path, arch)
 
 
+for _arch in factory.MOE_ARCHS:
+    fixture(_arch, group=FACTORY_GROUP)(partial(_factory_writer, _arch))
+
+
 def matrix() -> dict[str, ArchCase]:
-    """Every architecture with a fixture, by name (sorted); an architecture given twice fails."""
-    cases = {
-        arch: ArchCase(arch, FACTORY_GROUP, partial(_factory_writer, arch))
-        for arch in factory.MOE_ARCHS
-    }
+    """Every architecture with a fixture, by name (sorted)."""
     for name in fixture_modules():
-        module = importlib.import_module(name)
-        extra: dict[str, tuple[str, ...]] = getattr(module, "SERVER_ARGS", {})
-        group = name.removeprefix("archfix_")
-        for arch, writer in module.FIXTURES.items():
-            if arch in cases:
-                raise ValueError(f"{arch!r} has fixtures in both {cases[arch].group} and {group}")
-            cases[arch] = ArchCase(arch, group, writer, tuple(extra.get(arch, ())))
-    return dict(sorted(cases.items()))
+        importlib.import_module(name)
+    return dict(sorted(_CASES.items()))
 
 
 def matrix_archs() -> list[str]:
@@ -244,6 +258,7 @@ __all__ = [
     "ArchCase",
     "Tiny",
     "Writer",
+    "fixture",
     "fixture_modules",
     "matrix",
     "matrix_archs",

@@ -9,14 +9,11 @@ experts (2 used) of width 256, so a q8_0 cache and F16 matrices fit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import gguf
 
-from archfix import Tiny
-
-Writer = Callable[[Path], Path]
+from archfix import Tiny, fixture
 
 
 def _moe_block(
@@ -38,6 +35,7 @@ def _moe_block(
         t.shared_expert(i, shared, gate_inp=shexp_gate)
 
 
+@fixture("qwen2moe")
 def write_qwen2moe(path: Path) -> Path:
     """src/models/qwen2moe.cpp: Q/K/V biases, a gated shared expert on every block."""
     t = Tiny(path, "qwen2moe")
@@ -49,6 +47,7 @@ def write_qwen2moe(path: Path) -> Path:
     return t.close()
 
 
+@fixture("olmoe")
 def write_olmoe(path: Path) -> Path:
     """src/models/olmoe.cpp: Q/K norms over the whole projection (n_embd wide)."""
     t = Tiny(path, "olmoe", n_ff=256, n_head_kv=4)
@@ -62,6 +61,7 @@ def write_olmoe(path: Path) -> Path:
     return t.close()
 
 
+@fixture("granitemoe")
 def write_granitemoe(path: Path) -> Path:
     """src/models/granite-moe.cpp: logit/residual/embedding/attention scales; experts are
     n_ff wide; a shared expert when expert_shared_feed_forward_length is set."""
@@ -79,6 +79,7 @@ def write_granitemoe(path: Path) -> Path:
     return t.close()
 
 
+@fixture("ernie4_5-moe")
 def write_ernie4_5_moe(path: Path) -> Path:
     """src/models/ernie4-5.cpp: one leading dense block, then MoE blocks (every
     interleave_moe_layer_step-th) with a shared expert and exp_probs_b."""
@@ -98,6 +99,7 @@ def write_ernie4_5_moe(path: Path) -> Path:
     return t.close()
 
 
+@fixture("hunyuan-moe")
 def write_hunyuan_moe(path: Path) -> Path:
     """src/models/hunyuan-moe.cpp: Q/K norms, a shared expert on every block, experts n_ff
     wide."""
@@ -110,6 +112,7 @@ def write_hunyuan_moe(path: Path) -> Path:
     return t.close()
 
 
+@fixture("dots1")
 def write_dots1(path: Path) -> Path:
     """src/models/dots1.cpp: Q/K norms, a leading dense block, shared experts
     (n_ff_exp x expert_shared_count), sigmoid gating with exp_probs_b."""
@@ -131,6 +134,22 @@ def write_dots1(path: Path) -> Path:
     return t.close()
 
 
+@fixture("bailingmoe")
+def write_bailingmoe(path: Path) -> Path:
+    """src/models/bailingmoe.cpp: plain GQA attention, softmax gating renormalised as the file
+    says (expert_weights_norm), a shared expert (n_ff_exp x expert_shared_count) on every
+    block."""
+    t = Tiny(path, "bailingmoe")
+    t.keys()
+    t.writer.add_expert_shared_count(1)
+    t.writer.add_expert_weights_norm(True)
+    t.globals()
+    for i in range(t.n_layers):
+        _moe_block(t, i, shared=t.n_ff_exp)
+    return t.close()
+
+
+@fixture("bailingmoe2")
 def write_bailingmoe2(path: Path) -> Path:
     """src/models/bailingmoe2.cpp: fused attn_qkv, Q/K norms, a leading dense block, shared
     experts, sigmoid gating with exp_probs_b."""
@@ -162,6 +181,8 @@ def write_bailingmoe2(path: Path) -> Path:
     return t.close()
 
 
+# a context beyond the window / chunk at 4 slots (window x 4 + ubatch), so that it shows
+@fixture("smallthinker", "-c", "20480")
 def write_smallthinker(path: Path) -> Path:
     """src/models/smallthinker.cpp: with attention.sliding_window > 0, a 4096-token window
     on 3 of every 4 layers (the first of each 4 is dense) and RoPE only on those."""
@@ -176,6 +197,7 @@ def write_smallthinker(path: Path) -> Path:
     return t.close()
 
 
+@fixture("minimax-m2")
 def write_minimax_m2(path: Path) -> Path:
     """src/models/minimax-m2.cpp: Q/K norms over whole projections, exp_probs_b, sigmoid
     gating, experts n_ff wide."""
@@ -193,6 +215,7 @@ def write_minimax_m2(path: Path) -> Path:
     return t.close()
 
 
+@fixture("grovemoe")
 def write_grovemoe(path: Path) -> Path:
     """src/models/grovemoe.cpp: Q/K norms, routed experts plus "chunk" experts
     (``*_chexps``, n_expert / experts_per_group of them)."""
@@ -214,6 +237,7 @@ def write_grovemoe(path: Path) -> Path:
     return t.close()
 
 
+@fixture("qwen3vlmoe")
 def write_qwen3vlmoe(path: Path) -> Path:
     """src/models/qwen3vlmoe.cpp: qwen3moe blocks, M-RoPE sections, deepstack layers (the
     input embedding is n_embd x (1 + n_deepstack_layers) wide in the graph)."""
@@ -227,6 +251,7 @@ def write_qwen3vlmoe(path: Path) -> Path:
     return t.close()
 
 
+@fixture("phimoe")
 def write_phimoe(path: Path) -> Path:
     """src/models/phimoe.cpp: LayerNorm with biases, Q/K/V and output biases, an output
     bias; head size n_embd / n_head; experts n_ff wide."""
@@ -245,6 +270,7 @@ def write_phimoe(path: Path) -> Path:
     return t.close()
 
 
+@fixture("dbrx")
 def write_dbrx(path: Path) -> Path:
     """src/models/dbrx.cpp: LayerNorm (eps key), clamp_kqv, fused attn_qkv, attn_output_norm
     as the FFN norm, experts n_ff wide."""
@@ -264,6 +290,7 @@ def write_dbrx(path: Path) -> Path:
     return t.close()
 
 
+@fixture("llama")
 def write_llama(path: Path) -> Path:
     """src/models/llama.cpp with experts (Mixtral): plain GQA, experts n_ff wide."""
     t = Tiny(path, "llama", n_ff=256)
@@ -274,6 +301,8 @@ def write_llama(path: Path) -> Path:
     return t.close()
 
 
+# a context beyond the window / chunk at 4 slots (window x 4 + ubatch), so that it shows
+@fixture("llama4", "-c", "40960")
 def write_llama4(path: Path) -> Path:
     """src/models/llama4.cpp: chunked attention (8192-token chunks) on 3 of every 4 layers,
     no RoPE on every 4th; MoE (sigmoid router, shared expert) on every
@@ -291,27 +320,3 @@ def write_llama4(path: Path) -> Path:
         else:
             t.dense_ffn(i)
     return t.close()
-
-
-FIXTURES: dict[str, Writer] = {
-    "qwen2moe": write_qwen2moe,
-    "olmoe": write_olmoe,
-    "granitemoe": write_granitemoe,
-    "ernie4_5-moe": write_ernie4_5_moe,
-    "hunyuan-moe": write_hunyuan_moe,
-    "dots1": write_dots1,
-    "bailingmoe2": write_bailingmoe2,
-    "smallthinker": write_smallthinker,
-    "minimax-m2": write_minimax_m2,
-    "grovemoe": write_grovemoe,
-    "qwen3vlmoe": write_qwen3vlmoe,
-    "phimoe": write_phimoe,
-    "dbrx": write_dbrx,
-    "llama": write_llama,
-    "llama4": write_llama4,
-}
-# contexts beyond the window / chunk at 4 slots (window x 4 + ubatch), so that it shows
-SERVER_ARGS: dict[str, tuple[str, ...]] = {
-    "smallthinker": ("-c", "20480"),
-    "llama4": ("-c", "40960"),
-}

@@ -1,11 +1,11 @@
 """Tiny loadable fixtures of the recurrent / hybrid MoE architectures of llama.cpp build 11434.
 
-``FIXTURES`` maps an architecture name (as src/llama-arch.cpp spells it) to a writer that
-writes a small model of it at a path and returns the path; the architecture matrix
-(tests/test_arch_matrix.py) loads each in the real llama-server and compares moetune's
-estimate with the buffers it logs.  The keys and tensors follow each architecture's
-``load_arch_hparams`` / ``load_arch_tensors`` (src/models/<arch>.cpp); shapes are chosen so
-that a q8_0 cache and the F16 matrices fit (head sizes multiples of 32).
+Each writer is registered (``archfix.fixture``) under an architecture name (as
+src/llama-arch.cpp spells it); it writes a small model of it at a path and returns the path; the
+architecture matrix (tests/test_arch_matrix.py) loads each in the real llama-server and compares
+moetune's estimate with the buffers it logs. The keys and tensors follow each architecture's
+``load_arch_hparams`` / ``load_arch_tensors`` (src/models/<arch>.cpp); shapes are chosen so that
+a q8_0 cache and the F16 matrices fit (head sizes multiples of 32).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as QType
 
+from archfix import fixture
 from factory import (
     HEAD_DIM,
     N_HEAD,
@@ -101,6 +102,7 @@ def _qwen3next_layer(b: _Builder, il: int) -> None:
     _shared_expert(b, il)
 
 
+@fixture("qwen3next")
 def write_qwen3next(path: Path) -> Path:
     return _write(path, "qwen3next", _qwen3next_keys, _qwen3next_layer)
 
@@ -184,6 +186,7 @@ def _granite_layer(b: _Builder, il: int) -> None:
     _shared_expert(b, il)
 
 
+@fixture("granitehybrid")
 def write_granitehybrid(path: Path) -> Path:
     return _write(path, "granitehybrid", _granite_keys, _granite_layer, common=False)
 
@@ -239,15 +242,9 @@ def _jamba_layer(b: _Builder, il: int) -> None:
         b.mat(f"{p}.ffn_down.weight", e, f)
 
 
+@fixture("jamba")
 def write_jamba(path: Path) -> Path:
     return _write(path, "jamba", _jamba_keys, _jamba_layer, common=False)
 
 
-FIXTURES: dict[str, Callable[[Path], Path]] = {
-    "qwen3next": write_qwen3next,
-    "granitehybrid": write_granitehybrid,
-    "jamba": write_jamba,
-}
-SERVER_ARGS: dict[str, tuple[str, ...]] = {}
-
-__all__ = ["FIXTURES", "N_HEAD", "N_HEAD_KV", "SERVER_ARGS"]
+__all__ = ["N_HEAD", "N_HEAD_KV"]

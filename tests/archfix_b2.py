@@ -1,23 +1,22 @@
 """Tiny loadable fixtures of more recurrent / hybrid MoE architectures of llama.cpp build 11434
 (after tests/archfix_b.py): Nemotron-H MoE, LFM2-MoE, Kimi-Linear.
 
-``FIXTURES`` maps an architecture name (as src/llama-arch.cpp spells it) to a writer that
-writes a small model of it at a path and returns the path; the architecture matrix
-(tests/test_arch_matrix.py) loads each in the real llama-server and compares moetune's
-estimate with the buffers it logs.  Keys and tensors follow each architecture's
-``load_arch_hparams`` / ``load_arch_tensors`` (src/models/<arch>.cpp); head sizes are
-multiples of 32 so that a q8_0 cache fits, ``ssm_conv1d`` is F32.
+Each writer is registered (``archfix.fixture``) under an architecture name (as
+src/llama-arch.cpp spells it); it writes a small model of it at a path and returns the path; the
+architecture matrix (tests/test_arch_matrix.py) loads each in the real llama-server and compares
+moetune's estimate with the buffers it logs. Keys and tensors follow each architecture's
+``load_arch_hparams`` / ``load_arch_tensors`` (src/models/<arch>.cpp); head sizes are multiples
+of 32 so that a q8_0 cache fits, ``ssm_conv1d`` is F32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import gguf
 import numpy as np
 
-from archfix import Tiny
+from archfix import Tiny, fixture
 from factory import _add_tokenizer
 
 # --- nemotron_h_moe (Nemotron-3-Nano class: Mamba-2 | NoPE attention | MoE blocks) ------------
@@ -94,6 +93,7 @@ def _nemotron_moe(t: Tiny, il: int) -> None:
     t.mat(f"{p}.ffn_down_shexp.weight", e, _NM_SHEXP)
 
 
+@fixture("nemotron_h_moe")
 def write_nemotron_h_moe(path: Path) -> Path:
     t = Tiny(path, "nemotron_h_moe", n_layers=len(_NEMOTRON_PATTERN), n_experts=8)
     _nemotron_keys(t)
@@ -162,6 +162,7 @@ def _lfm2moe_layer(t: Tiny, il: int) -> None:
         t.norm(f"{p}.exp_probs_b.bias", t.n_experts, 0.0)
 
 
+@fixture("lfm2moe")
 def write_lfm2moe(path: Path) -> Path:
     t = Tiny(path, "lfm2moe", n_layers=6, n_experts=8, n_head_kv=2)
     _lfm2moe_keys(t)
@@ -172,12 +173,3 @@ def write_lfm2moe(path: Path) -> Path:
     for il in range(t.n_layers):
         _lfm2moe_layer(t, il)
     return t.close()
-
-
-FIXTURES: dict[str, Callable[[Path], Path]] = {
-    "nemotron_h_moe": write_nemotron_h_moe,
-    "lfm2moe": write_lfm2moe,
-}
-SERVER_ARGS: dict[str, tuple[str, ...]] = {}
-
-__all__ = ["FIXTURES", "SERVER_ARGS"]

@@ -1,9 +1,10 @@
 """Tiny loadable fixtures of the MLA and sparse-attention MoE architectures of build 11434.
 
-``FIXTURES`` maps an architecture name (as src/llama-arch.cpp spells it), or ``ARCH/variant``
-for a second shape of the same architecture, to a writer that writes a small model of it at
-a path and returns the path; the architecture matrix (tests/test_arch_matrix.py) loads each
-in the real llama-server and compares moetune's estimate with the buffers it logs.
+Each writer is registered (``archfix.fixture``) under an architecture name (as
+src/llama-arch.cpp spells it), or kept in ``VARIANTS`` for a second shape of an architecture; it
+writes a small model of it at a path and returns the path; the architecture matrix
+(tests/test_arch_matrix.py) loads each in the real llama-server and compares moetune's estimate
+with the buffers it logs.
 
 The keys and tensors follow each architecture's ``load_arch_hparams`` / ``load_arch_tensors``
 (src/models/deepseek2.cpp, deepseek32.cpp, glm-dsa.cpp). MLA files store the absorbed form
@@ -23,6 +24,7 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as QType
 
+from archfix import fixture
 from factory import _add_tokenizer, _Builder, _Dims
 
 _GATING_SOFTMAX, _GATING_SIGMOID = 1, 2  # llama_expert_gating_func_type
@@ -219,11 +221,8 @@ def _writer(shape: MlaShape) -> Callable[[Path], Path]:
     return lambda path: write_mla(path, shape)
 
 
-FIXTURES: dict[str, Callable[[Path], Path]] = {
-    "deepseek32": _writer(DEEPSEEK32),
-    "glm-dsa": _writer(GLM_DSA),
-}
-SERVER_ARGS: dict[str, tuple[str, ...]] = {}
+write_deepseek32 = fixture("deepseek32")(_writer(DEEPSEEK32))
+write_glm_dsa = fixture("glm-dsa")(_writer(GLM_DSA))
 # Second shapes of an architecture the matrix already holds (deepseek2 is factory.py's), run
 # by tests/test_mla_variants.py with the matrix's settings and bounds.
 VARIANTS: dict[str, Callable[[Path], Path]] = {

@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 
+from moetune.core.archs import arch_of
 from moetune.core.dims import _indexer
 from moetune.core.kvcache import estimate_cache
 from moetune.core.memory import Settings, estimate
@@ -21,7 +22,7 @@ from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_projection
 from moetune.units import GIB, MIB
 
-from archfix_c import FIXTURES
+from archfix_c import write_glm_dsa
 from factory import loadable_copy
 from helpers import EXAMPLES
 from llama import bin_path
@@ -139,10 +140,12 @@ def test_matches_llama_fit_params(
 def test_glm_dsa_indexer_layers(tmp_path: Path) -> None:
     """glm-dsa: attention.indexer.types picks the layers with an indexer cache; without the key,
     GLM-5/5.1 (context under 1M) index every layer, GLM-5.2 layers 0, 1, 2, 6, 10, ..., 74."""
-    facts = load_model_facts(FIXTURES["glm-dsa"](tmp_path / "glm-dsa.gguf"))
+    facts = load_model_facts(write_glm_dsa(tmp_path / "glm-dsa.gguf"))
     assert facts.dims.indexer_full == (True, True, False, False, True, False)
     cache = estimate_cache(facts, n_ctx=4096, type_k="q8_0", type_v="q8_0", n_seq=1)
     assert cache.kv_bytes == 4096 * (6 * 96 + 3 * 64) // 32 * 34
-    assert _indexer({"context_length": 202752}, "glm-dsa", 79, 78)[1] == (True,) * 78 + (False,)
-    flags = _indexer({"context_length": 1048576}, "glm-dsa", 78, 78)[1]
+    assert _indexer({"context_length": 202752}, arch_of("glm-dsa"), 79, 78)[1] == (True,) * 78 + (
+        False,
+    )
+    flags = _indexer({"context_length": 1048576}, arch_of("glm-dsa"), 78, 78)[1]
     assert [il for il in range(78) if flags[il]] == [0, 1, *range(2, 78, 4)]

@@ -23,12 +23,12 @@ from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers, parse_projection, total_mib
 from moetune.units import MIB
 
-from archfix_c import FIXTURES, VARIANTS
+from archfix_c import VARIANTS, write_deepseek32, write_glm_dsa
 from llama import bin_path, running_server
 
 pytestmark = pytest.mark.server
 
-WRITERS = {**FIXTURES, **VARIANTS}
+WRITERS = {"deepseek32": write_deepseek32, "glm-dsa": write_glm_dsa, **VARIANTS}
 
 
 @dataclass(frozen=True)

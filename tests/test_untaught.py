@@ -2,8 +2,8 @@
 under-predicts llama.cpp, a warning naming the architecture, and ``inspect`` says so.
 
 Two kinds of case: ``rnd1`` (a real llama.cpp MoE architecture, a diffusion model whose
-create_memory gives it no KV cache), kept out of core/dims.py's tables on purpose; and taught
-architectures of the matrix whose knowledge is removed from the tables for the test (a
+create_memory gives it no KV cache), kept out of core/archs.py's records on purpose; and taught
+architectures of the matrix whose records are replaced by the untaught one for the test (a
 chunked-attention, a sliding-window, an MLA and a hybrid one).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core import dims
+from moetune.core import archs
 from moetune.core.devices import single_device
 from moetune.core.plan import PlanRequest, make_plan
 from moetune.core.settings import Settings
@@ -44,17 +44,15 @@ def write_rnd1(path: Path) -> Path:
 
 @pytest.fixture
 def forget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Remove the FORGOTTEN architectures from every table of core/dims.py."""
-    for name in ("PLAIN_ARCHS", "MLA_ARCHS", "HYBRID_ARCHS", "KNOWN_ARCHS"):
-        monkeypatch.setattr(dims, name, getattr(dims, name) - set(FORGOTTEN))
-    swa = {k: v for k, v in dims.SWA_ARCHS.items() if k not in FORGOTTEN}
-    monkeypatch.setattr(dims, "SWA_ARCHS", swa)
+    """Replace the FORGOTTEN architectures' records (core/archs.py) by the untaught one."""
+    for name in FORGOTTEN:
+        monkeypatch.setitem(archs.ARCHS, name, archs.untaught_record(name))
     yield
 
 
 def test_rnd1_is_untaught() -> None:
-    assert UNTAUGHT_REAL not in dims.KNOWN_ARCHS
-    assert UNTAUGHT_REAL not in dims.VERIFIED_ARCHS
+    assert UNTAUGHT_REAL not in archs.known_archs()
+    assert UNTAUGHT_REAL not in archs.verified_archs()
 
 
 def test_plan_warns_and_inspect_says_not_verified(tmp_path: Path) -> None:

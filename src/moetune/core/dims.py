@@ -3,7 +3,8 @@ pattern and window, recurrent layers and their state, MLA; read as src/llama-mod
 ``load_hparams`` (and each architecture's loader in src/models/) reads them, build 11434.
 
 The KV cache (kvcache.py), the compute-buffer replay (compute/) and the model facts all take
-their dimensions from ``dims_of(facts)``. Architecture knowledge lives here, in the tables below.
+their dimensions from ``dims_of(facts)``. What each architecture's loader does differently
+comes from its record (core/archs.py); the rules here read the keys the way the records say.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
+from moetune.core.archs import Arch, arch_of
 from moetune.core.hparams import HParams, first, largest, per_layer, scalar
 from moetune.errors import GGUFFormatError
 
@@ -49,112 +51,6 @@ class DimsSource(Protocol):
     def tensors(self) -> Sequence[_Tensor]: ...
 
 
-# Architectures whose loader (src/models/<arch>.cpp ``load_arch_hparams``) reads no SWA,
-# recurrent, MLA or head-size keys of its own, and which llama_model::create_memory
-# (src/llama-model.cpp) gives a plain ``llama_kv_cache``: the base loader's GQA rules are exact.
-PLAIN_ARCHS = frozenset(
-    {
-        "llama",
-        "qwen2",
-        "qwen2moe",
-        "qwen3",
-        "qwen3moe",
-        "qwen3vlmoe",
-        "phimoe",
-        "dbrx",
-        "olmoe",
-        "deepseek",
-        "granitemoe",
-        "bailingmoe2",
-        "dots1",
-        "ernie4_5-moe",
-        "hunyuan-moe",
-        "minimax-m2",
-        "grovemoe",
-        "mistral3",
-        "seed_oss",
-        "glm4moe",
-    }
-)
-# Loaders that call ``load_swa_pattern(ml, n_pattern, dense_first)`` with these defaults and
-# read ``attention.sliding_window`` (src/models/openai-moe.cpp: pattern 2, SWA on even layers).
-SWA_ARCHS: dict[str, tuple[int, bool]] = {
-    "gpt-oss": (2, False),
-    "llama4": (4, False),  # src/models/llama4.cpp: 3 chunked - 1 full
-    "smallthinker": (4, True),  # src/models/smallthinker.cpp: 1 full - 3 SWA
-}
-# Loaders that replace the window by a fixed one (llama4: LLAMA_SWA_TYPE_CHUNKED with
-# 8192-token chunks unless attention.sliding_window is present and 0; smallthinker: 4096
-# whenever attention.sliding_window > 0). The cache sizes a chunked cache like a sliding one
-# (llama_kv_cache_iswa: pad256(min(ctx, n_swa * n_seq + n_ubatch))). (window, on when absent)
-FIXED_WINDOWS: dict[str, tuple[int, bool]] = {"llama4": (8192, True), "smallthinker": (4096, False)}
-# Loaders that read attention.key_length_mla / value_length_mla (src/models/deepseek2.cpp).
-# DeepSeek sparse attention (src/models/deepseek32.cpp, glm-dsa.cpp): MLA plus a lightning
-# indexer whose keys (attention.indexer.key_length, one head) have a cache of their own
-# (llama_kv_cache_dsa, src/llama-kv-cache-dsa.cpp); glm-dsa's attention.indexer.types says
-# which layers own an indexer (the others reuse the previous one's top-k).
-DSA_ARCHS = frozenset({"deepseek32", "glm-dsa"})
-MLA_ARCHS = frozenset({"deepseek2"}) | DSA_ARCHS
-# Gated-delta-net hybrids: create_memory's filter_attn / filter_recr for QWEN3NEXT, QWEN35,
-# QWEN35MOE (src/llama-model.cpp), recurrent flags from src/models/qwen3next.cpp & qwen35*.cpp.
-HYBRID_ARCHS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
-# Mamba hybrids (llama_memory_hybrid with create_memory's default filters): a layer is
-# recurrent iff its attention.head_count_kv is 0 (src/models/granite-hybrid.cpp
-# load_arch_hparams); the mixer is build_mamba2_layer (src/models/mamba-base.cpp).
-MAMBA_HYBRID_ARCHS = frozenset({"granitehybrid", "jamba"})  # jamba.cpp: the same rule
-# Nemotron-H (src/models/nemotron-h.cpp): each block is ONE of Mamba-2 (head_count_kv and
-# feed_forward_length both 0), attention (feed_forward_length 0) or an FFN/MoE block, which
-# create_memory's filter_attn / filter_recr leave without any cache.
-NEMOTRON_H_ARCHS = frozenset({"nemotron_h_moe"})
-# LFM2 short-convolution hybrids (src/models/lfm2moe.cpp): recurrent iff head_count_kv is 0,
-# one conv state of n_embd * (shortconv.l_cache - 1) per sequence, no SSM state.
-SHORTCONV_ARCHS = frozenset({"lfm2moe"})
-KNOWN_ARCHS = (
-    PLAIN_ARCHS
-    | MLA_ARCHS
-    | HYBRID_ARCHS
-    | MAMBA_HYBRID_ARCHS
-    | NEMOTRON_H_ARCHS
-    | SHORTCONV_ARCHS
-    | frozenset(SWA_ARCHS)
-)
-# The architectures the fixture matrix checks against llama-server and llama-fit-params
-# (tests/test_arch_matrix.py, which fails when this set and the matrix differ); ``inspect``
-# calls them verified. Add an architecture here together with its tests/archfix_*.py fixture.
-VERIFIED_ARCHS = frozenset(
-    {
-        "qwen3moe",
-        "gpt-oss",
-        "deepseek2",
-        "glm4moe",
-        "qwen35moe",  # tests/factory.py
-        # tests/archfix_a.py
-        "qwen2moe",
-        "olmoe",
-        "granitemoe",
-        "ernie4_5-moe",
-        "hunyuan-moe",
-        "dots1",
-        "bailingmoe2",
-        "smallthinker",
-        "minimax-m2",
-        "grovemoe",
-        "qwen3vlmoe",
-        "phimoe",
-        "dbrx",
-        "llama",
-        "llama4",
-        "qwen3next",
-        "granitehybrid",
-        "jamba",  # tests/archfix_b.py
-        "deepseek32",
-        "glm-dsa",  # tests/archfix_c.py
-        "nemotron_h_moe",
-        "lfm2moe",  # tests/archfix_b2.py
-    }
-)
-
-
 class SsmDims(NamedTuple):
     """The ``ssm.*`` keys (0 when absent) of Mamba-style and gated-delta-net layers."""
 
@@ -185,7 +81,7 @@ class Dims(NamedTuple):
     """What llama.cpp's ``llama_hparams`` holds for one model, per layer where it varies."""
 
     arch: str
-    known: bool  # an architecture whose cache and graph rules moetune has read
+    record: Arch  # the architecture's record (core/archs.py)
     n_layer_all: int  # block_count, NextN/MTP blocks included
     kv_end: int  # layers >= kv_end get no cache (NextN/MTP, filtered in create_memory)
     layers: tuple[int, ...]  # the blocks the graph runs (NextN/MTP blocks are skipped)
@@ -205,6 +101,11 @@ class Dims(NamedTuple):
     indexer_k: int = 0  # DSA: the indexer's key length (0: no indexer)
     indexer_full: tuple[bool, ...] = ()  # DSA: per layer, the layer owns an indexer
     ffn_only: tuple[bool, ...] = ()  # per layer: an FFN-only block, no mixer, no cache
+
+    @property
+    def known(self) -> bool:
+        """An architecture whose cache and graph rules moetune has read."""
+        return self.record.known
 
     def is_ffn_only(self, il: int) -> bool:
         """Nemotron-H's FFN/MoE blocks: neither attention nor recurrent state."""
@@ -246,7 +147,7 @@ class Dims(NamedTuple):
 
 def dims_of(facts: DimsSource) -> Dims:
     """Read the dimensions the way src/llama-model.cpp load_hparams does."""
-    hp, arch = facts.hparams, facts.architecture
+    hp, arch = facts.hparams, arch_of(facts.architecture)
     n_all = scalar(hp, "block_count", facts.n_layers) or facts.n_layers
     if n_all <= 0:
         raise GGUFFormatError("the model has no blocks")
@@ -256,8 +157,8 @@ def dims_of(facts: DimsSource) -> Dims:
     n_head_kv = per_layer(hp, "attention.head_count_kv", n_all, 0)
     indexer_k, indexer_full = _indexer(hp, arch, n_all, n_layer)
     dims = Dims(
-        arch=arch,
-        known=arch in KNOWN_ARCHS,
+        arch=arch.name,
+        record=arch,
         n_layer_all=n_all,
         # create_memory: NextN/MTP layers are filtered out (when n_layer() > 0); recurrent
         # layers only range over n_layer() (llama_memory_recurrent ctor).
@@ -271,8 +172,8 @@ def dims_of(facts: DimsSource) -> Dims:
         head_v=_head_sizes(hp, "value_length"),
         swa=tuple(swa),
         n_swa=n_swa,
-        recurrent=tuple(_recurrent_layers(facts, n_all, n_layer)),
-        mla=arch in MLA_ARCHS and _is_mla(hp),
+        recurrent=tuple(_recurrent_layers(facts, arch, n_all, n_layer)),
+        mla=arch.mla and _is_mla(hp),
         ssm=_ssm_dims(hp),
         n_pos=4 if "rope.dimension_sections" in hp else 1,
         n_expert_used=max(facts.n_experts_used, 1),
@@ -340,15 +241,16 @@ def _head_sizes(hp: HParams, key: str) -> tuple[int, int]:
     return full, scalar(hp, f"attention.{key}_swa", full)
 
 
-def _indexer(hp: HParams, arch: str, n_all: int, n_layer: int) -> tuple[int, tuple[bool, ...]]:
+def _indexer(hp: HParams, arch: Arch, n_all: int, n_layer: int) -> tuple[int, tuple[bool, ...]]:
     """The DSA indexer: its key length, and the layers that own one (create_memory's
-    filter_lid: trunk layers only; glm-dsa: attention.indexer.types, all layers when absent
-    before GLM-5.2, whose context_length is 1M and whose default is GLM_5_2_DEFAULT_INDEXER_TYPES).
+    filter_lid: trunk layers only; "types" (glm-dsa): attention.indexer.types, all layers when
+    absent before GLM-5.2, whose context_length is 1M and whose default is
+    GLM_5_2_DEFAULT_INDEXER_TYPES).
     """
-    if arch not in DSA_ARCHS:
+    if not arch.indexer:
         return 0, ()
     flags = [True] * n_layer
-    if arch == "glm-dsa":
+    if arch.indexer == "types":
         if "attention.indexer.types" in hp:
             flags = [bool(v) for v in per_layer(hp, "attention.indexer.types", n_layer, 0)]
         elif scalar(hp, "context_length", 0) >= _GLM_5_2_CONTEXT:
@@ -368,7 +270,7 @@ def _is_mla(hp: HParams) -> bool:
     )
 
 
-def _swa_layers(hp: HParams, arch: str, n_all: int, n_layer: int) -> tuple[list[bool], int]:
+def _swa_layers(hp: HParams, arch: Arch, n_all: int, n_layer: int) -> tuple[list[bool], int]:
     """Which layers use the sliding window, and the window (0 when none).
 
     llama_model_base::load_swa_pattern (src/llama-model.cpp): an array
@@ -376,12 +278,12 @@ def _swa_layers(hp: HParams, arch: str, n_all: int, n_layer: int) -> tuple[list[
     loader's default when absent) feeds llama_hparams::set_swa_pattern
     (src/llama-hparams.cpp), which marks only the first n_layer() layers.
     """
-    if arch not in SWA_ARCHS:
+    if arch.swa_pattern is None:
         return [False] * n_all, 0
-    n_pattern, dense_first = SWA_ARCHS[arch]
+    n_pattern, dense_first = arch.swa_pattern
     n_swa = scalar(hp, "attention.sliding_window", 0)
-    if arch in FIXED_WINDOWS:
-        fixed, when_absent = FIXED_WINDOWS[arch]
+    if arch.fixed_window is not None:
+        fixed, when_absent = arch.fixed_window
         present = "attention.sliding_window" in hp
         n_swa = fixed if (n_swa > 0 if present else when_absent) else 0
     if n_swa <= 0:  # the loader requires the key: without a window there is no SWA
@@ -405,23 +307,24 @@ def _swa_by_pattern(il: int, n_pattern: int, dense_first: bool) -> bool:
     return il % n_pattern < n_pattern - 1
 
 
-def _recurrent_layers(facts: DimsSource, n_all: int, n_layer: int) -> list[bool]:
-    """Recurrent (linear-attention) layers.
+def _recurrent_layers(facts: DimsSource, arch: Arch, n_all: int, n_layer: int) -> list[bool]:
+    """Recurrent (linear-attention) layers, by the record's ``recurrence`` rule.
 
-    The gated-delta-net hybrids (src/models/qwen35moe.cpp, qwen3next.cpp, qwen35.cpp):
-    attention.recurrent_layers (scalar or per-layer array) if present, else every
+    "interval", the gated-delta-net hybrids (src/models/qwen35moe.cpp, qwen3next.cpp,
+    qwen35.cpp): attention.recurrent_layers (scalar or per-layer array) if present, else every
     full_attention_interval-th layer (default 4) is attention and the others of the first
-    n_layer() are recurrent. Any other architecture: the blocks that hold an ``ssm_conv1d``.
+    n_layer() are recurrent. "ssm_conv", any other architecture: the blocks that hold an
+    ``ssm_conv1d``.
     """
     hp = facts.hparams
-    if facts.architecture in NEMOTRON_H_ARCHS:  # is_recr: no KV heads and no FFN
+    if arch.recurrence == "no_kv_no_ffn":  # Nemotron-H's is_recr: no KV heads and no FFN
         n_head_kv = per_layer(hp, "attention.head_count_kv", n_all, 0)
         n_ff = per_layer(hp, "feed_forward_length", n_all, 0)
         return [il < n_layer and n_head_kv[il] == 0 and n_ff[il] == 0 for il in range(n_all)]
-    if facts.architecture in MAMBA_HYBRID_ARCHS | SHORTCONV_ARCHS:
+    if arch.recurrence == "no_kv_heads":
         n_head_kv = per_layer(hp, "attention.head_count_kv", n_all, 0)
         return [il < n_layer and n_head_kv[il] == 0 for il in range(n_all)]
-    if facts.architecture not in HYBRID_ARCHS:
+    if arch.recurrence == "ssm_conv":
         conv = {t.layer for t in facts.tensors if t.name.endswith(".ssm_conv1d.weight")}
         return [il < n_layer and il in conv for il in range(n_all)]
     if "attention.recurrent_layers" in hp:
@@ -432,10 +335,10 @@ def _recurrent_layers(facts: DimsSource, n_all: int, n_layer: int) -> list[bool]
     return [il < n_layer and (il + 1) % interval != 0 for il in range(n_all)]
 
 
-def _ffn_only(hp: HParams, arch: str, n_all: int) -> tuple[bool, ...]:
+def _ffn_only(hp: HParams, arch: Arch, n_all: int) -> tuple[bool, ...]:
     """Nemotron-H's FFN blocks: a non-zero feed_forward_length (create_memory's filters keep
     attention and recurrent state only where it is 0)."""
-    if arch not in NEMOTRON_H_ARCHS:
+    if arch.recurrence != "no_kv_no_ffn":
         return ()
     return tuple(n > 0 for n in per_layer(hp, "feed_forward_length", n_all, 0))
 

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from moetune.core.archs import arch_of
 from moetune.core.dims import Dims
 from moetune.core.facts import ModelFacts
 from moetune.core.settings import Settings
@@ -166,28 +167,10 @@ def estimate_cache(
     )
 
 
-# llm_arch_supports_rs_rollback (src/llama-arch.cpp): recurrent state with rollback snapshots
-RS_ROLLBACK_ARCHS = frozenset(
-    {
-        "kimi-k3",
-        "qwen35",
-        "qwen35moe",
-        "qwen4exp",
-        "deepseek4",
-        "glm5-next",
-        "nemotron_h",
-        "nemotron_h_moe",
-        "lfm2",
-        "lfm2moe",
-        "bailingmoe3",
-    }
-)
-
-
 def rs_snapshots(arch: str, n_rs_seq: int) -> int:
     """``cparams.n_rs_seq`` after the llama_context ctor: 0 where the architecture has no
-    recurrent rollback."""
-    return max(n_rs_seq, 0) if arch in RS_ROLLBACK_ARCHS else 0
+    recurrent rollback (the record's rs_rollback, llm_arch_supports_rs_rollback)."""
+    return max(n_rs_seq, 0) if arch_of(arch).rs_rollback else 0
 
 
 def nextn_cache(

@@ -25,7 +25,7 @@ What it costs, each term on the device llama.cpp puts it:
   T = min(n_ctx, n_ubatch) tokens over the MTP cache, ``n_outputs_max = n_parallel`` logits rows.
 - the MAIN context changes too: its logits rows become ``n_parallel * (1 + n_max)``
   (server_output_limits; ``Settings.n_outputs`` does that from ``n_draft``), and on
-  the architectures with recurrent rollback (kvcache.RS_ROLLBACK_ARCHS, e.g. qwen35moe) its RS
+  the architectures with recurrent rollback (rs_rollback in core/archs.py, e.g. qwen35moe) its RS
   buffer holds ``n_seq * (1 + n_max)`` rows instead of ``n_seq`` (``cparams.n_rs_seq =
   need_n_rs_seq()`` = the draft ``n_max``, ``--spec-draft-n-max``, default 3): the
   ``main_rs_bytes`` fields here. Its KV is unchanged (NextN layers are filtered out of it

@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from moetune.core.dims import KNOWN_ARCHS, VERIFIED_ARCHS
+from moetune.core.archs import arch_of
 from moetune.core.facts import LayerFacts, ModelFacts
 from moetune.gguf.roles import Role
 from moetune.report.common import new_table, short_path
@@ -60,9 +60,10 @@ def _pct(part: int, whole: int) -> str:
 
 def _verified(arch: str) -> Text:
     """Whether moetune's fixture matrix checks this architecture against llama.cpp."""
-    if arch in VERIFIED_ARCHS:
+    record = arch_of(arch)
+    if record.verified:
         return Text("yes: plans match llama.cpp's own accounting")
-    if arch in KNOWN_ARCHS:
+    if record.known:
         return Text(
             "not verified: its cache rules are read from llama.cpp, not yet tested", style="yellow"
         )

@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
 
 def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, Any]:
-    from moetune.core.dims import VERIFIED_ARCHS
+    from moetune.core.archs import arch_of
 
     exclude = None if with_tensors else {"tensors"}
     # verified: the architecture is in moetune's fixture matrix (README "Verified architectures")
     return {
         **facts.model_dump(mode="json", exclude=exclude),
-        "verified": facts.architecture in VERIFIED_ARCHS,
+        "verified": arch_of(facts.architecture).verified,
     }
 
 

@@ -10,9 +10,6 @@ from moetune.core.compute.ir import Graph, Tensor, weight_rows
 from moetune.core.compute.params import F16
 
 MaskFn = Callable[[Tensor | None], Tensor]
-_QKV_ORDER = {"gpt-oss": "qkv"}  # build order of the Q/K/V projections; default q, v, k
-_NO_ROPE = frozenset({"jamba", "nemotron_h_moe"})  # attention without positions (jamba.cpp,
-# nemotron-h.cpp)
 
 
 def _rotate(g: Graph, cur: Tensor, rot: Tensor | None) -> Tensor:
@@ -37,7 +34,7 @@ def attention(g: Graph, inp: Inputs, il: int, x: Tensor) -> Tensor:
     kind = attn_kind(g, il) or "full"
     ai = inp.attn[kind]
     proj: dict[str, tuple[Tensor, Tensor]] = {}
-    for part in _QKV_ORDER.get(d.arch, "qvk"):
+    for part in d.record.qkv_order:
         cur, full = _attn_proj(g, inp, il, x, part=part, heads=(n_head, n_kv_head, gated))
         proj[part] = _rotate(g, cur, ai.v_rot if part == "v" else ai.k_rot), full
     n_kv = kv_cells(g, kind)
@@ -78,7 +75,7 @@ def _attn_proj(
     qk_norm = g.w(f"{p}_norm.weight")
     if qk_norm is not None:
         cur = g.norm(cur, qk_norm, f"{part.upper()}cur_normed")
-    if d.arch in _NO_ROPE:
+    if not d.record.rope:
         return cur, full
     return g.op("rope", f"{part.upper()}cur", cur.ne, cur, inp.pos), full
 

@@ -125,8 +125,8 @@ def compute_for(
     )
 
 
-# An architecture moetune has not been taught (core/dims.py KNOWN_ARCHS) is replayed with the
-# generic block; its buffers get half as much again, and at least 64 MiB, on top.
+# An architecture moetune has not been taught (no known record in core/archs.py) is replayed
+# with the generic block; its buffers get half as much again, and at least 64 MiB, on top.
 UNTAUGHT_MARGIN_SHARE, UNTAUGHT_MARGIN_BYTES = 0.5, 64 * 1024 * 1024
 
 

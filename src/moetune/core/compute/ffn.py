@@ -85,13 +85,10 @@ def _router(g: Graph, il: int, x: Tensor) -> tuple[Tensor, Tensor]:
     return topk, weights
 
 
-# build_moe_ffn called with norm_w = true whatever the file says (src/models/<arch>.cpp)
-_NORM_W_ARCHS = frozenset({"granitehybrid", "lfm2moe"})
-
-
 def _norm_weights(g: Graph) -> bool:
-    """Whether the routing weights are renormalised (qwen3moe and qwen3.5 always)."""
-    if g.d.arch.startswith(("qwen3", "qwen35")) or g.d.arch in _NORM_W_ARCHS:
+    """Whether the routing weights are renormalised: always where build_moe_ffn is called
+    with norm_w = true (the record's norm_w: qwen3moe, qwen3.5, ...), else as the file says."""
+    if g.d.record.norm_w:
         return True
     return bool(g.hparams.get("expert_weights_norm", False))
 

@@ -56,7 +56,7 @@ def gated_delta_net(g: Graph, inp: Inputs, il: int, x: Tensor) -> Tensor:
     for name in ("q_conv", "k_conv"):
         view = g.view(conv, (s.head_k, s.n_k_heads, seq_t, n_seqs))
         cur = g.op("scale", name, view.ne, g.op("rms_norm", name, view.ne, view))
-        qk.append(_gdn_repeat(g, cur, s) if g.d.arch == "qwen3next" else cur)
+        qk.append(_gdn_repeat(g, cur, s) if g.d.record.repeat_qk else cur)
     v = g.view(conv, (s.head_v, s.n_v_heads, seq_t, n_seqs))
     gate, beta = _gdn_gates(g, il, x, s)
     out = g.op(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from moetune.core.archs import Block, Mixer
 from moetune.core.compute.attention import attention, attention_mla
 from moetune.core.compute.dsa import attention_dsa
 from moetune.core.compute.ffn import ffn, moe
@@ -12,17 +15,16 @@ from moetune.core.compute.mamba import mamba1, mamba2
 from moetune.core.compute.nemotron import nemotron_block
 from moetune.core.compute.shortconv import shortconv
 
-_OUT_IDS_LATE = {
-    "gpt-oss": "l_out",
-    "qwen35moe": "norm",
-    "qwen35": "norm",
-    "qwen3next": "norm",
-    "nemotron_h_moe": "norm",
+Part = Callable[[Graph, Inputs, int, Tensor], Tensor]
+# the recurrent layers' mixers, by the name an architecture's record gives (core/archs.py)
+_MIXERS: dict[Mixer, Part] = {
+    "gated_delta_net": gated_delta_net,
+    "mamba2": mamba2,
+    "mamba1": mamba1,
+    "shortconv": shortconv,
 }
-# the recurrent layers' mixer by architecture (default: the gated delta net)
-_RECURRENT_MIXERS = {"granitehybrid": mamba2, "jamba": mamba1, "lfm2moe": shortconv}
-# blocks that are one part (mixer or FFN) on a plain residual, by architecture
-_ONE_PART_BLOCKS = {"nemotron_h_moe": nemotron_block}
+# blocks that are one part (mixer or FFN) on a plain residual, by the record's name for them
+_ONE_PART_BLOCKS: dict[Block, Part] = {"nemotron_h": nemotron_block}
 
 
 def build_graph(g: Graph) -> None:
@@ -50,18 +52,18 @@ def embeddings(g: Graph, inp: Inputs) -> Tensor:
 def layer(g: Graph, inp: Inputs, il: int, res: Tensor, last: bool) -> Tensor:
     """One block: norm, mixer (attention, MLA or delta net), residual, norm, FFN, residual."""
     p = f"blk.{il}."
-    if g.d.arch in _ONE_PART_BLOCKS:
-        return _ONE_PART_BLOCKS[g.d.arch](g, inp, il, res)
+    if g.d.record.block:
+        return _ONE_PART_BLOCKS[g.d.record.block](g, inp, il, res)
     x = g.norm(res, g.w(p + "attn_norm.weight"), "attn_norm")
     if g.d.recurrent[il]:
-        cur = _RECURRENT_MIXERS.get(g.d.arch, gated_delta_net)(g, inp, il, x)
+        cur = _MIXERS[g.d.record.mixer](g, inp, il, x)
     elif g.d.indexer_k:
         cur = attention_dsa(g, inp, il, x)
     elif g.has(p + "attn_kv_a_mqa.weight"):
         cur = attention_mla(g, inp, il, x)
     else:
         cur = attention(g, inp, il, x)
-    if last and g.d.arch not in _OUT_IDS_LATE:
+    if last and not g.d.record.out_ids_late:
         n_out = (g.d.n_embd, g.run.n_outputs)
         cur = g.op("get_rows", "attn_out_rows", n_out, cur, inp.out_ids)
         res = g.op("get_rows", "res_rows", n_out, res, inp.out_ids)
@@ -74,12 +76,9 @@ def layer(g: Graph, inp: Inputs, il: int, res: Tensor, last: bool) -> Tensor:
     return g.op("add", "l_out", out.ne, *_residual(g, out, ffn_inp))
 
 
-# the residual adds take the residual stream first (ggml-alloc tries src0 first in place)
-_RESIDUAL_FIRST = frozenset({"jamba", "lfm2moe"})
-
-
 def _residual(g: Graph, cur: Tensor, res: Tensor) -> tuple[Tensor, Tensor]:
-    return (res, cur) if g.d.arch in _RESIDUAL_FIRST else (cur, res)
+    """The residual add's sources (ggml-alloc tries src0 first in place)."""
+    return (res, cur) if g.d.record.residual_first else (cur, res)
 
 
 def _scaled(g: Graph, cur: Tensor, key: str) -> Tensor:
@@ -90,18 +89,14 @@ def _scaled(g: Graph, cur: Tensor, key: str) -> Tensor:
     return g.op("scale", key, cur.ne, cur)
 
 
-# LLM_TENSOR_OUTPUT_NORM_LFM2 (src/llama-arch.cpp): LFM2 files name their output norm so
-_OUTPUT_NORM = {"lfm2moe": "token_embd_norm.weight"}
-
-
 def output(g: Graph, inp: Inputs, res: Tensor) -> None:
     """Output norm and logits for the output rows (t_embd and t_logits are outputs)."""
     n_out = (g.d.n_embd, g.run.n_outputs)
-    late = _OUT_IDS_LATE.get(g.d.arch)
+    late = g.d.record.out_ids_late
     if late == "l_out":
         res.is_output = True  # t_h_nextn
         res = g.op("get_rows", "rows", n_out, res, inp.out_ids)
-    cur = g.norm(res, g.w(_OUTPUT_NORM.get(g.d.arch, "output_norm.weight")), "result_norm")
+    cur = g.norm(res, g.w(g.d.record.output_norm), "result_norm")
     if late == "norm":
         cur.is_output = True  # t_h_nextn
         cur = g.op("get_rows", "result_norm", n_out, cur, inp.out_ids)

@@ -8,11 +8,6 @@ from moetune.core.compute.ir import Graph, Tensor
 from moetune.core.compute.params import F32, I32, I64, KQ_MASK_TYPES
 from moetune.core.kvcache import swa_cells
 
-# llm_arch_supports_mixed_batch() is false for these (llama-arch.cpp)
-_NO_MIXED_BATCH = frozenset(
-    {"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"}
-)
-
 
 class Inputs(NamedTuple):
     """The graph inputs (allocated first, in the CPU's compute buffer)."""
@@ -61,7 +56,7 @@ def build_inputs(g: Graph) -> Inputs:
     tokens = g.input("inp_tokens", (t,), I32)
     g.input("inp_embd", (e, t), F32)  # the unused vector-embeddings branch: never freed
     mixed: tuple[Tensor | None, Tensor | None, Tensor | None] = (None, None, None)
-    if g.d.arch not in _NO_MIXED_BATCH:
+    if g.d.record.mixed_batch:  # llm_arch_supports_mixed_batch()
         mixed = (
             g.input("inp_mixed_tokens", (t,), I32),
             g.input("inp_mixed_slots", (t,), I64),
