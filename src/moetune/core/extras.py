@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pydantic_core import CoreSchema, core_schema
 
+from moetune.core.flags import FlagRole, Pair, pairs, words
 from moetune.core.placement import ALL_LAYERS, CPU, EXPS_REGEX, Override
 from moetune.errors import BadValueError
 
@@ -64,25 +65,6 @@ _N_MAX_FLAGS = {
     "ngram-mod": ("--spec-ngram-mod-n-max", 64),
 }
 _NGRAM_CACHE_N_MAX = 8
-# the flags above that take a value, as llama-server reads them
-_VALUED = frozenset(
-    {
-        *MMPROJ_FLAGS,
-        *MMPROJ_DEVICE_FLAGS,
-        *DRAFT_FLAGS,
-        *DRAFT_NGL_FLAGS,
-        *DRAFT_DEVICE_FLAGS,
-        *DRAFT_OT_FLAGS,
-        *DRAFT_NCMOE_FLAGS,
-        *DRAFT_CTK_FLAGS,
-        *DRAFT_CTV_FLAGS,
-        SPEC_TYPE_FLAG,
-        *MAIN_DEVICE_FLAGS,
-        "--image-min-tokens",
-        "--image-max-tokens",
-        *(flag for flag, _ in _N_MAX_FLAGS.values()),
-    }
-)
 
 
 class DraftRule(NamedTuple):
@@ -119,23 +101,12 @@ class ExtraArgs(NamedTuple):
         return "draft-mtp" in self.spec_types
 
 
-def _pairs(extra: Sequence[str]) -> list[tuple[str, str | None]]:
-    """(flag, value) in order; ``--flag=value`` and ``--flag value`` alike."""
-    found: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(extra):
-        arg = extra[i]
-        key, eq, value = arg.partition("=")
-        if eq and key in _VALUED:
-            found.append((key, value))
-        elif arg in _VALUED:
-            if i + 1 >= len(extra):
-                raise BadValueError(f"{arg} after -- needs a value")
-            found.append((arg, extra[i + 1]))
-            i += 1
-        else:
-            found.append((arg, None))
-        i += 1
+def _pairs(extra: Sequence[str]) -> list[Pair]:
+    """``extra``'s pairs (the one tokenizer); BadValueError for a flag left without its value."""
+    found = pairs(extra)
+    for pair in found:
+        if pair.missing:
+            raise BadValueError(f"{pair.name} after -- needs a value")
     return found
 
 
@@ -218,7 +189,8 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
     types: list[str] = []
     main_devices: list[str] = []
     update: dict[str, object] = {}
-    for flag, value in _pairs(extra):
+    for pair in _pairs(extra):
+        flag, value = pair.key, pair.value
         if value is not None:
             values[flag] = value
         if _projector_flag(flag, value, update):
@@ -292,17 +264,14 @@ def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
     and the aliases made from it, then run from any folder)."""
     from pathlib import Path
 
-    files = frozenset({*MMPROJ_FLAGS, *DRAFT_FLAGS})
-    found: list[str] = []
-    for index, arg in enumerate(extra):
-        key, eq, value = arg.partition("=")
-        if eq and key in files:
-            found.append(f"{key}={Path(value).absolute()}")
-        elif index and extra[index - 1] in files:
-            found.append(str(Path(arg).absolute()))
-        else:
-            found.append(arg)
-    return tuple(found)
+    return tuple(
+        words(
+            pair.with_value(str(Path(pair.values[0]).absolute()))
+            if pair.flag is not None and pair.flag.file and pair.values
+            else pair
+            for pair in pairs(extra)
+        )
+    )
 
 
 def with_extras(
@@ -318,57 +287,20 @@ def with_extras(
     return settings if extras is None else settings.model_copy(update={"extras": extras})
 
 
-# what only a projector or a draft uses: flags llama-fit-params refuses (it counts neither)
-_BARE_EXTRAS = frozenset(
-    {
-        *MMPROJ_OFFLOAD_FLAGS,
-        *DRAFT_CMOE_FLAGS,
-        "--spec-default",
-        "--spec-draft-backend-sampling",
-        *NO_MMPROJ_FLAGS,
-        "--mmproj-auto",
-    }
-)
-_VALUED_EXTRAS = frozenset(
-    {
-        *(_VALUED - set(MAIN_DEVICE_FLAGS)),
-        "-hfd",
-        "-hfrd",
-        "-td",
-        "-tbd",
-        "-Cd",
-        "-Crd",
-        "-Cbd",
-        "-Crbd",
-        "--draft",
-        "--draft-n",
-        "--draft-max",
-        "--draft-min",
-        "--draft-n-min",
-    }
-)
-
-
 def without_extras(args: Sequence[str]) -> list[str]:
-    """``args`` without the projector's, the draft's and speculation's flags (and values)."""
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        key, eq, _ = arg.partition("=")
-        if key in _BARE_EXTRAS:
-            continue
-        if key in _VALUED_EXTRAS or key.startswith("--spec-"):
-            skip = not eq
-            continue
-        kept.append(arg)
-    return kept
+    """``args`` as llama-fit-params takes them: without the projector's, the draft's and
+    speculation's flags (it counts neither), nor any other it refuses (llama-server's own)."""
+    return words(
+        pair
+        for pair in pairs(args)
+        if pair.flag is None
+        or (pair.flag.fit and pair.flag.role not in (FlagRole.PROJECTOR, FlagRole.DRAFT))
+    )
 
 
 def _flags(extra: Sequence[str]) -> set[str]:
-    return {arg.split("=", 1)[0] for arg in extra}
+    """The flags among ``extra`` as llama-server reads their names (values left out)."""
+    return {pair.key for pair in pairs(extra)}
 
 
 # --- the loaded companions (the files read) ----------------------------------------------------
