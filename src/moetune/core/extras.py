@@ -39,20 +39,7 @@ if TYPE_CHECKING:
     from moetune.core.projector import ProjectorFacts
     from moetune.core.settings import Settings
 
-MMPROJ_FLAGS = ("-mm", "--mmproj")
-NO_MMPROJ_FLAGS = ("--no-mmproj", "--no-mmproj-auto")  # -hf brings no mmproj sibling
-MMPROJ_OFFLOAD_FLAGS = ("--mmproj-offload", "--no-mmproj-offload")
-MMPROJ_DEVICE_FLAGS = ("-mmdev", "--mmproj-device")
-DRAFT_FLAGS = ("-md", "--spec-draft-model", "--model-draft")
-DRAFT_NGL_FLAGS = ("-ngld", "--spec-draft-ngl", "--gpu-layers-draft", "--n-gpu-layers-draft")
-DRAFT_DEVICE_FLAGS = ("-devd", "--spec-draft-device", "--device-draft")
-DRAFT_OT_FLAGS = ("-otd", "--spec-draft-override-tensor", "--override-tensor-draft")
-DRAFT_CMOE_FLAGS = ("-cmoed", "--spec-draft-cpu-moe", "--cpu-moe-draft")
-DRAFT_NCMOE_FLAGS = ("-ncmoed", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "--n-cpu-moe-draft")
-DRAFT_CTK_FLAGS = ("-ctkd", "--spec-draft-type-k", "--cache-type-k-draft")
-DRAFT_CTV_FLAGS = ("-ctvd", "--spec-draft-type-v", "--cache-type-v-draft")
 SPEC_TYPE_FLAG = "--spec-type"
-MAIN_DEVICE_FLAGS = ("-dev", "--device")  # the projector follows the first one
 DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 SPEC_TYPES = ("none", *DRAFT_TYPES, *NGRAM_TYPES)
@@ -161,20 +148,21 @@ def n_max(spec_types: Sequence[str], values: dict[str, str]) -> int:
     return found
 
 
-def _projector_flag(flag: str, value: str | None, update: dict[str, object]) -> bool:
-    """A projector flag's effect into ``update``; False when ``flag`` is not one."""
-    if flag in MMPROJ_FLAGS and value is not None:
+def _projector_flag(pair: Pair, update: dict[str, object]) -> bool:
+    """A projector flag's effect into ``update``; False when ``pair`` is not one."""
+    value = pair.value
+    if pair.is_("-mm") and value is not None:
         update["mmproj"] = value
-    elif flag in NO_MMPROJ_FLAGS or flag == "--mmproj-auto":
-        update["mmproj_auto"] = flag == "--mmproj-auto"
-    elif flag in MMPROJ_OFFLOAD_FLAGS:
-        update["mmproj_offload"] = flag == "--mmproj-offload"
-    elif flag in MMPROJ_DEVICE_FLAGS and value is not None:
+    elif pair.is_("--mmproj-auto"):  # --no-mmproj: -hf brings no mmproj sibling
+        update["mmproj_auto"] = pair.key == "--mmproj-auto"
+    elif pair.is_("--mmproj-offload"):
+        update["mmproj_offload"] = pair.key == "--mmproj-offload"
+    elif pair.is_("-mmdev") and value is not None:
         none = value == "none"
         update["mmproj_offload"] = not none
         update["mmproj_device"] = None if none else value
-    elif flag in ("--image-min-tokens", "--image-max-tokens") and value is not None:
-        update[flag.removeprefix("--").replace("-", "_")] = _int(flag, value)
+    elif pair.is_("--image-min-tokens", "--image-max-tokens") and value is not None:
+        update[pair.key.removeprefix("--").replace("-", "_")] = _int(pair.name, value)
     else:
         return False
     return True
@@ -190,36 +178,36 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
     main_devices: list[str] = []
     update: dict[str, object] = {}
     for pair in _pairs(extra):
-        flag, value = pair.key, pair.value
+        name, value = pair.name, pair.value
         if value is not None:
-            values[flag] = value
-        if _projector_flag(flag, value, update):
+            values[pair.key] = value
+        if _projector_flag(pair, update):
             continue
-        if flag in DRAFT_FLAGS and value is not None:
+        if pair.is_("-md") and value is not None:
             update["draft"] = value
-        elif flag in DRAFT_NGL_FLAGS and value is not None:
+        elif pair.is_("-ngld") and value is not None:
             update["draft_n_gpu_layers"] = _ngl(value)
-        elif flag in DRAFT_DEVICE_FLAGS and value is not None:
+        elif pair.is_("-devd") and value is not None:
             names = tuple(n.strip() for n in value.split(",") if n.strip())
             update["draft_devices"] = () if names == ("none",) else names
-        elif flag in DRAFT_OT_FLAGS and value is not None:
-            rules += _rules(flag, value)
-        elif flag in DRAFT_CMOE_FLAGS:
+        elif pair.is_("-otd") and value is not None:
+            rules += _rules(name, value)
+        elif pair.is_("-cmoed"):
             rules.append(DraftRule(EXPS_REGEX, "CPU"))
-        elif flag in DRAFT_NCMOE_FLAGS and value is not None:
-            rules += [DraftRule(f"blk\\.{i}{EXPS_REGEX}", "CPU") for i in range(_int(flag, value))]
-        elif flag in (*DRAFT_CTK_FLAGS, *DRAFT_CTV_FLAGS) and value is not None:
+        elif pair.is_("-ncmoed") and value is not None:
+            rules += [DraftRule(f"blk\\.{i}{EXPS_REGEX}", "CPU") for i in range(_int(name, value))]
+        elif pair.is_("-ctkd", "-ctvd") and value is not None:
             from moetune.core.kvcache import parse_cache_type  # kvcache imports settings
 
-            update["draft_type_k" if flag in DRAFT_CTK_FLAGS else "draft_type_v"] = (
-                parse_cache_type(value)
+            update["draft_type_k" if pair.is_("-ctkd") else "draft_type_v"] = parse_cache_type(
+                value
             )
-        elif flag == SPEC_TYPE_FLAG and value is not None:
+        elif pair.is_(SPEC_TYPE_FLAG) and value is not None:
             types += _spec_types(value)
-        elif flag == "--spec-default":  # n-gram-mod, drafting up to 64 tokens
+        elif pair.is_("--spec-default"):  # n-gram-mod, drafting up to 64 tokens
             types.append("ngram-mod")
             values["--spec-ngram-mod-n-max"] = "64"
-        elif flag in MAIN_DEVICE_FLAGS and value is not None:
+        elif pair.is_("-dev") and value is not None:  # the projector follows the first one
             main_devices = [n.strip() for n in value.split(",") if n.strip()]
     if update.get("mmproj_offload", True) and "mmproj_device" not in update and main_devices:
         # common_params_parse: the projector follows the first -dev device (none: the CPU)
