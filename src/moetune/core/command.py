@@ -7,40 +7,10 @@ import shlex
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from moetune.core.flags import FlagRole, Pair, flag, pairs, words
 from moetune.core.placement import ALL_LAYERS, CPU, Override, Placement
 from moetune.core.settings import Settings
 from moetune.errors import BadValueError
-
-# Flags whose value moetune decides for the configurations it launches.
-OWNED_FLAGS = frozenset(
-    {
-        "-ngl",
-        "--gpu-layers",
-        "--n-gpu-layers",
-        "-ncmoe",
-        "--n-cpu-moe",
-        "-cmoe",
-        "--cpu-moe",
-        "-ot",
-        "--override-tensor",
-        "-fit",
-        "--fit",
-        "-c",
-        "--ctx-size",
-        "-ctk",
-        "--cache-type-k",
-        "-ctv",
-        "--cache-type-v",
-        "-fa",
-        "--flash-attn",
-        "-m",
-        "--model",
-        "-np",
-        "--parallel",
-        "-ts",
-        "--tensor-split",
-    }
-)
 
 
 class FitMode(NamedTuple):
@@ -144,45 +114,28 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
 
 def hf_argv(argv: Sequence[str], name: str, sibling: str | None = None) -> list[str]:
     """A command launched on the files of a Hugging Face name as the user would type it:
-    ``-hf NAME`` for ``-m FILE``, and without the ``--mmproj`` of the sibling -hf brings."""
-    found = list(argv)
-    if "-m" in found[:-1]:
-        at = found.index("-m")
-        found[at : at + 2] = ["-hf", name]
-    for flag in ("--mmproj", "-mm"):
-        if sibling is not None and flag in found[:-1]:
-            at = found.index(flag)
-            if found[at + 1] == sibling:
-                del found[at : at + 2]
-    return found
+    ``-hf NAME`` for the first ``-m FILE``, and without the ``--mmproj`` of the sibling -hf
+    brings (every spelling, ``--flag=value`` too)."""
+    found: list[Pair] = []
+    named = False
+    for pair in pairs(argv):
+        if not named and pair.is_("-m") and pair.values:
+            found.append(Pair("-hf", (name,), flag("-hf")))
+            named = True
+        elif sibling is None or not pair.is_("-mm") or pair.value != sibling:
+            found.append(pair)
+    return words(found)
 
 
 def _number(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
 
-# Flags that choose the devices: before any -ot rule that names one of them.
-DEVICE_FLAGS = frozenset({"--rpc", "-dev", "--device", "-mg", "--main-gpu"})
-
-
 def device_args(extra: Sequence[str]) -> tuple[list[str], list[str]]:
     """The device-choosing flags among ``extra`` (with their values), and the rest."""
-    devices: list[str] = []
-    rest: list[str] = []
-    skip = False
-    for index, arg in enumerate(extra):
-        if skip:
-            skip = False
-            continue
-        key = arg.split("=", 1)[0]
-        if key in DEVICE_FLAGS:
-            devices.append(arg)
-            if "=" not in arg and index + 1 < len(extra):
-                devices.append(extra[index + 1])
-                skip = True
-        else:
-            rest.append(arg)
-    return devices, rest
+    found = pairs(extra)
+    devices = [pair for pair in found if pair.role is FlagRole.DEVICE]
+    return words(devices), words(pair for pair in found if pair.role is not FlagRole.DEVICE)
 
 
 def _fit_flags(fit: FitMode | None) -> list[str]:
@@ -202,8 +155,9 @@ def shell_join(argv: Sequence[str]) -> str:
 
 
 def conflicting_args(extra: Sequence[str]) -> list[str]:
-    """Arguments after ``--`` that would fight moetune's own placement or measurement."""
-    return [arg for arg in extra if arg.split("=", 1)[0] in OWNED_FLAGS]
+    """Arguments after ``--`` that would fight moetune's own placement or measurement (each
+    flag as written, without its value)."""
+    return [pair.words()[0] for pair in pairs(extra) if pair.role is FlagRole.PLACEMENT]
 
 
 def check_extra(extra: Sequence[str]) -> None:
@@ -216,12 +170,12 @@ def check_extra(extra: Sequence[str]) -> None:
 
 
 def extra_value(extra: Sequence[str], *names: str) -> str | None:
-    """The value of one of ``names`` among pass-through arguments (``-dev CUDA1``)."""
-    for index, arg in enumerate(extra):
-        key, _, value = arg.partition("=")
-        if key in names:
-            return value or (extra[index + 1] if index + 1 < len(extra) else "")
-    return None
+    """The value llama-server takes for one of ``names`` among pass-through arguments
+    (``-dev CUDA1``): the last one given; "" when the flag ends the arguments."""
+    found = [pair for pair in pairs(extra) if pair.is_(*names)]
+    if not found:
+        return None
+    return found[-1].value or ""
 
 
 def extra_int(extra: Sequence[str], *names: str) -> int | None:
@@ -232,10 +186,9 @@ def extra_int(extra: Sequence[str], *names: str) -> int | None:
 
 def rpc_endpoints(extra: Sequence[str]) -> list[str]:
     """The ``--rpc host:port,...`` servers among the pass-through arguments."""
-    found: list[str] = []
-    for index, arg in enumerate(extra):
-        if arg == "--rpc" and index + 1 < len(extra):
-            found += extra[index + 1].split(",")
-        elif arg.startswith("--rpc="):
-            found += arg.split("=", 1)[1].split(",")
-    return found
+    return [
+        endpoint
+        for pair in pairs(extra)
+        if pair.is_("--rpc") and pair.value is not None
+        for endpoint in pair.value.split(",")
+    ]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, NamedTuple
 
+from moetune.core.flags import FlagRole, Pair, pairs, words
 from moetune.core.hparams import scalar
 from moetune.core.kvcache import parse_cache_type
 from moetune.core.placement import ALL_LAYERS, CPU, EXPS_REGEX, Override
@@ -38,20 +39,7 @@ if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
     from moetune.core.projector import ProjectorFacts
 
-MMPROJ_FLAGS = ("-mm", "--mmproj")
-NO_MMPROJ_FLAGS = ("--no-mmproj", "--no-mmproj-auto")  # -hf brings no mmproj sibling
-MMPROJ_OFFLOAD_FLAGS = ("--mmproj-offload", "--no-mmproj-offload")
-MMPROJ_DEVICE_FLAGS = ("-mmdev", "--mmproj-device")
-DRAFT_FLAGS = ("-md", "--spec-draft-model", "--model-draft")
-DRAFT_NGL_FLAGS = ("-ngld", "--spec-draft-ngl", "--gpu-layers-draft", "--n-gpu-layers-draft")
-DRAFT_DEVICE_FLAGS = ("-devd", "--spec-draft-device", "--device-draft")
-DRAFT_OT_FLAGS = ("-otd", "--spec-draft-override-tensor", "--override-tensor-draft")
-DRAFT_CMOE_FLAGS = ("-cmoed", "--spec-draft-cpu-moe", "--cpu-moe-draft")
-DRAFT_NCMOE_FLAGS = ("-ncmoed", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "--n-cpu-moe-draft")
-DRAFT_CTK_FLAGS = ("-ctkd", "--spec-draft-type-k", "--cache-type-k-draft")
-DRAFT_CTV_FLAGS = ("-ctvd", "--spec-draft-type-v", "--cache-type-v-draft")
 SPEC_TYPE_FLAG = "--spec-type"
-MAIN_DEVICE_FLAGS = ("-dev", "--device")  # the projector follows the first one
 DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 SPEC_TYPES = ("none", *DRAFT_TYPES, *NGRAM_TYPES)
@@ -64,25 +52,6 @@ _N_MAX_FLAGS = {
     "ngram-mod": ("--spec-ngram-mod-n-max", 64),
 }
 _NGRAM_CACHE_N_MAX = 8
-# the flags above that take a value, as llama-server reads them
-_VALUED = frozenset(
-    {
-        *MMPROJ_FLAGS,
-        *MMPROJ_DEVICE_FLAGS,
-        *DRAFT_FLAGS,
-        *DRAFT_NGL_FLAGS,
-        *DRAFT_DEVICE_FLAGS,
-        *DRAFT_OT_FLAGS,
-        *DRAFT_NCMOE_FLAGS,
-        *DRAFT_CTK_FLAGS,
-        *DRAFT_CTV_FLAGS,
-        SPEC_TYPE_FLAG,
-        *MAIN_DEVICE_FLAGS,
-        "--image-min-tokens",
-        "--image-max-tokens",
-        *(flag for flag, _ in _N_MAX_FLAGS.values()),
-    }
-)
 
 
 class DraftRule(NamedTuple):
@@ -119,23 +88,12 @@ class ExtraArgs(NamedTuple):
         return "draft-mtp" in self.spec_types
 
 
-def _pairs(extra: Sequence[str]) -> list[tuple[str, str | None]]:
-    """(flag, value) in order; ``--flag=value`` and ``--flag value`` alike."""
-    found: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(extra):
-        arg = extra[i]
-        key, eq, value = arg.partition("=")
-        if eq and key in _VALUED:
-            found.append((key, value))
-        elif arg in _VALUED:
-            if i + 1 >= len(extra):
-                raise BadValueError(f"{arg} after -- needs a value")
-            found.append((arg, extra[i + 1]))
-            i += 1
-        else:
-            found.append((arg, None))
-        i += 1
+def _pairs(extra: Sequence[str]) -> list[Pair]:
+    """``extra``'s pairs (the one tokenizer); BadValueError for a flag left without its value."""
+    found = pairs(extra)
+    for pair in found:
+        if pair.missing:
+            raise BadValueError(f"{pair.name} after -- needs a value")
     return found
 
 
@@ -190,20 +148,21 @@ def n_max(spec_types: Sequence[str], values: dict[str, str]) -> int:
     return found
 
 
-def _projector_flag(flag: str, value: str | None, update: dict[str, object]) -> bool:
-    """A projector flag's effect into ``update``; False when ``flag`` is not one."""
-    if flag in MMPROJ_FLAGS and value is not None:
+def _projector_flag(pair: Pair, update: dict[str, object]) -> bool:
+    """A projector flag's effect into ``update``; False when ``pair`` is not one."""
+    value = pair.value
+    if pair.is_("-mm") and value is not None:
         update["mmproj"] = value
-    elif flag in NO_MMPROJ_FLAGS or flag == "--mmproj-auto":
-        update["mmproj_auto"] = flag == "--mmproj-auto"
-    elif flag in MMPROJ_OFFLOAD_FLAGS:
-        update["mmproj_offload"] = flag == "--mmproj-offload"
-    elif flag in MMPROJ_DEVICE_FLAGS and value is not None:
+    elif pair.is_("--mmproj-auto"):  # --no-mmproj: -hf brings no mmproj sibling
+        update["mmproj_auto"] = pair.key == "--mmproj-auto"
+    elif pair.is_("--mmproj-offload"):
+        update["mmproj_offload"] = pair.key == "--mmproj-offload"
+    elif pair.is_("-mmdev") and value is not None:
         none = value == "none"
         update["mmproj_offload"] = not none
         update["mmproj_device"] = None if none else value
-    elif flag in ("--image-min-tokens", "--image-max-tokens") and value is not None:
-        update[flag.removeprefix("--").replace("-", "_")] = _int(flag, value)
+    elif pair.is_("--image-min-tokens", "--image-max-tokens") and value is not None:
+        update[pair.key.removeprefix("--").replace("-", "_")] = _int(pair.name, value)
     else:
         return False
     return True
@@ -218,34 +177,35 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
     types: list[str] = []
     main_devices: list[str] = []
     update: dict[str, object] = {}
-    for flag, value in _pairs(extra):
+    for pair in _pairs(extra):
+        name, value = pair.name, pair.value
         if value is not None:
-            values[flag] = value
-        if _projector_flag(flag, value, update):
+            values[pair.key] = value
+        if _projector_flag(pair, update):
             continue
-        if flag in DRAFT_FLAGS and value is not None:
+        if pair.is_("-md") and value is not None:
             update["draft"] = value
-        elif flag in DRAFT_NGL_FLAGS and value is not None:
+        elif pair.is_("-ngld") and value is not None:
             update["draft_n_gpu_layers"] = _ngl(value)
-        elif flag in DRAFT_DEVICE_FLAGS and value is not None:
+        elif pair.is_("-devd") and value is not None:
             names = tuple(n.strip() for n in value.split(",") if n.strip())
             update["draft_devices"] = () if names == ("none",) else names
-        elif flag in DRAFT_OT_FLAGS and value is not None:
-            rules += _rules(flag, value)
-        elif flag in DRAFT_CMOE_FLAGS:
+        elif pair.is_("-otd") and value is not None:
+            rules += _rules(name, value)
+        elif pair.is_("-cmoed"):
             rules.append(DraftRule(EXPS_REGEX, "CPU"))
-        elif flag in DRAFT_NCMOE_FLAGS and value is not None:
-            rules += [DraftRule(f"blk\\.{i}{EXPS_REGEX}", "CPU") for i in range(_int(flag, value))]
-        elif flag in (*DRAFT_CTK_FLAGS, *DRAFT_CTV_FLAGS) and value is not None:
-            update["draft_type_k" if flag in DRAFT_CTK_FLAGS else "draft_type_v"] = (
-                parse_cache_type(value)
+        elif pair.is_("-ncmoed") and value is not None:
+            rules += [DraftRule(f"blk\\.{i}{EXPS_REGEX}", "CPU") for i in range(_int(name, value))]
+        elif pair.is_("-ctkd", "-ctvd") and value is not None:
+            update["draft_type_k" if pair.is_("-ctkd") else "draft_type_v"] = parse_cache_type(
+                value
             )
-        elif flag == SPEC_TYPE_FLAG and value is not None:
+        elif pair.is_(SPEC_TYPE_FLAG) and value is not None:
             types += _spec_types(value)
-        elif flag == "--spec-default":  # n-gram-mod, drafting up to 64 tokens
+        elif pair.is_("--spec-default"):  # n-gram-mod, drafting up to 64 tokens
             types.append("ngram-mod")
             values["--spec-ngram-mod-n-max"] = "64"
-        elif flag in MAIN_DEVICE_FLAGS and value is not None:
+        elif pair.is_("-dev") and value is not None:  # the projector follows the first one
             main_devices = [n.strip() for n in value.split(",") if n.strip()]
     if update.get("mmproj_offload", True) and "mmproj_device" not in update and main_devices:
         # common_params_parse: the projector follows the first -dev device (none: the CPU)
@@ -290,70 +250,30 @@ def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
     and the aliases made from it, then run from any folder)."""
     from pathlib import Path
 
-    files = frozenset({*MMPROJ_FLAGS, *DRAFT_FLAGS})
-    found: list[str] = []
-    for index, arg in enumerate(extra):
-        key, eq, value = arg.partition("=")
-        if eq and key in files:
-            found.append(f"{key}={Path(value).absolute()}")
-        elif index and extra[index - 1] in files:
-            found.append(str(Path(arg).absolute()))
-        else:
-            found.append(arg)
-    return tuple(found)
-
-
-# what only a projector or a draft uses: flags llama-fit-params refuses (it counts neither)
-_BARE_EXTRAS = frozenset(
-    {
-        *MMPROJ_OFFLOAD_FLAGS,
-        *DRAFT_CMOE_FLAGS,
-        "--spec-default",
-        "--spec-draft-backend-sampling",
-        *NO_MMPROJ_FLAGS,
-        "--mmproj-auto",
-    }
-)
-_VALUED_EXTRAS = frozenset(
-    {
-        *(_VALUED - set(MAIN_DEVICE_FLAGS)),
-        "-hfd",
-        "-hfrd",
-        "-td",
-        "-tbd",
-        "-Cd",
-        "-Crd",
-        "-Cbd",
-        "-Crbd",
-        "--draft",
-        "--draft-n",
-        "--draft-max",
-        "--draft-min",
-        "--draft-n-min",
-    }
-)
+    return tuple(
+        words(
+            pair.with_value(str(Path(pair.values[0]).absolute()))
+            if pair.flag is not None and pair.flag.file and pair.values
+            else pair
+            for pair in pairs(extra)
+        )
+    )
 
 
 def without_extras(args: Sequence[str]) -> list[str]:
-    """``args`` without the projector's, the draft's and speculation's flags (and values)."""
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        key, eq, _ = arg.partition("=")
-        if key in _BARE_EXTRAS:
-            continue
-        if key in _VALUED_EXTRAS or key.startswith("--spec-"):
-            skip = not eq
-            continue
-        kept.append(arg)
-    return kept
+    """``args`` as llama-fit-params takes them: without the projector's, the draft's and
+    speculation's flags (it counts neither), nor any other it refuses (llama-server's own)."""
+    return words(
+        pair
+        for pair in pairs(args)
+        if pair.flag is None
+        or (pair.flag.fit and pair.flag.role not in (FlagRole.PROJECTOR, FlagRole.DRAFT))
+    )
 
 
 def _flags(extra: Sequence[str]) -> set[str]:
-    return {arg.split("=", 1)[0] for arg in extra}
+    """The flags among ``extra`` as llama-server reads their names (values left out)."""
+    return {pair.key for pair in pairs(extra)}
 
 
 # --- the loaded companions (jobs/loader.py reads their files) --------------------------------

@@ -21,6 +21,8 @@ import shlex
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from moetune.core.flags import Pair, pairs, words
+
 FORMATS = ("preset", "llama-swap")
 MARK = "moetune:"  # the comment that starts each of moetune's entries
 KEPT = "--- below this line: your own, kept on re-export ---"
@@ -62,7 +64,6 @@ LONG_NAMES = {
     "-mmdev": "mmproj-device",
     "-lm": "load-mode",
 }
-_NUMBER = re.compile(r"^-\d")
 
 
 class ServeEntry(NamedTuple):
@@ -75,31 +76,23 @@ class ServeEntry(NamedTuple):
     note: str  # one line: tuned when, on what, how fast; or what the plan predicts
 
 
-def arg_pairs(args: Sequence[str]) -> list[tuple[str, str | None]]:
-    """(flag, value) in order; a flag without a value (the next word is a flag) has None."""
-    pairs: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        nxt = args[i + 1] if i + 1 < len(args) else None
-        if nxt is not None and (not nxt.startswith("-") or _NUMBER.match(nxt)):
-            pairs.append((flag, nxt))
-            i += 2
-        else:
-            pairs.append((flag, None))
-            i += 1
-    return pairs
+def arg_pairs(args: Sequence[str]) -> list[Pair]:
+    """(flag, values) in order, by llama-server's flag table (core/flags.py)."""
+    return pairs(args)
 
 
 def preset_keys(args: Sequence[str]) -> dict[str, str]:
     """llama-server's arguments as preset keys: long names without dashes; a bare flag is
     ``true``."""
     keys: dict[str, str] = {}
-    for flag, value in arg_pairs(args):
-        name, eq, inline = flag.partition("=")
-        key = LONG_NAMES.get(name, name.lstrip("-"))
-        keys[key] = inline if eq else "true" if value is None else value
+    for pair in arg_pairs(args):
+        keys[_key(pair)] = "true" if pair.value is None else " ".join(pair.values)
     return keys
+
+
+def _key(pair: Pair) -> str:
+    """The pair's preset key: its long name without dashes."""
+    return LONG_NAMES.get(pair.key, pair.key.lstrip("-"))
 
 
 def _shared(entries: Sequence[dict[str, str]]) -> dict[str, str]:
@@ -207,16 +200,9 @@ def _yaml_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-Pair = tuple[str, str | None]
-
-
-def _words(pairs: Sequence[Pair]) -> list[str]:
-    return [word for flag, value in pairs for word in ((flag,) if value is None else (flag, value))]
-
-
 def _swap_block(entry: ServeEntry, binary: str, shared: Sequence[Pair]) -> list[str]:
     own = [pair for pair in arg_pairs(entry.args) if pair not in shared]
-    cmd = shlex.join([binary, "--port", "PORT_", *_words(own)]).replace("PORT_", "${PORT}")
+    cmd = shlex.join([binary, "--port", "PORT_", *words(own)]).replace("PORT_", "${PORT}")
     if shared:
         cmd += " ${" + SHARED_MACRO + "}"
     return [
@@ -232,12 +218,11 @@ def _shared_pairs(entries: Sequence[ServeEntry]) -> list[Pair]:
     """The flag-value pairs every command has, never a model's source."""
     if len(entries) < 2:
         return []
-    pairs = [arg_pairs(e.args) for e in entries]
+    found = [arg_pairs(e.args) for e in entries]
     return [
-        (flag, value)
-        for flag, value in pairs[0]
-        if LONG_NAMES.get(flag, flag.lstrip("-")) not in _SOURCE_KEYS
-        and all((flag, value) in other for other in pairs[1:])
+        pair
+        for pair in found[0]
+        if _key(pair) not in _SOURCE_KEYS and all(pair in other for other in found[1:])
     ]
 
 
@@ -246,7 +231,7 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
     model blocks (between its begin/end comments) and its macro are replaced, the rest kept."""
     shared_pairs = _shared_pairs(entries)
     blocks = {e.name: _swap_block(e, binary, shared_pairs) for e in entries}
-    shared = _words(shared_pairs)
+    shared = words(shared_pairs)
     macro = f"  {SHARED_MACRO}: {_yaml_quote(shlex.join(shared))}"
     if not existing:
         lines = ["# llama-swap config written by moetune export llama-swap"]

@@ -17,6 +17,7 @@ from pathlib import Path
 from moetune.core.devices import DeviceSpec
 from moetune.core.extras import without_extras
 from moetune.core.facts import ModelFacts
+from moetune.core.flags import FlagRole, Pair, flag, pairs, words
 from moetune.core.memory import DeviceMemory, estimate
 from moetune.core.placement import Placement
 from moetune.core.plan import DeviceCheck, PlanRequest, PlanResult, make_plan
@@ -136,13 +137,14 @@ def corrected(req: PlanRequest, checks: Sequence[DeviceCheck]) -> PlanRequest | 
 
 
 def on_disk(args: Sequence[str], model_path: str) -> list[str]:
-    """``args`` with the model named by its file (``-m``), not by ``-hf``/``-mu``."""
-    found = list(args)
-    for index, arg in enumerate(found[:-1]):
-        if arg in ("-hf", "-hfr", "--hf-repo", "-mu", "--model-url"):
-            found[index : index + 2] = ["-m", model_path]
+    """``args`` with the model named by its file (``-m``), not by ``-hf``/``-mu`` (the first
+    of them, ``--flag=value`` too)."""
+    found = pairs(args)
+    for index, pair in enumerate(found):
+        if pair.role is FlagRole.MODEL and pair.values:
+            found[index] = Pair("-m", (model_path,), flag("-m"))
             break
-    return found
+    return words(found)
 
 
 def checked_plan(

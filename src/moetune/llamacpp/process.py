@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 
+from moetune.core.flags import FlagRole, pairs
 from moetune.errors import (
     BadValueError,
     MoetuneError,
@@ -59,8 +60,6 @@ from moetune.llamacpp.log import (
 from moetune.records.server import ServerInfo
 
 LOG_FLAGS: tuple[str, ...] = ("-lv", "4", "--no-log-prefix")
-# Set by launch, or would break log parsing or port ownership.
-MANAGED_FLAGS = frozenset({"--host", "--port", "--reuse-port", "--log-disable", "--log-jsonl"})
 # Environment settings that would change the log's format (the flags above win over the rest).
 _SCRUBBED_ENV_PREFIX = "LLAMA_ARG_LOG_"
 KEEP_LOGS = 50
@@ -410,9 +409,12 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 
 def _check_args(args: Sequence[str]) -> None:
     """BadValueError for flags that launch sets itself."""
-    for arg in args:
-        if arg.split("=", 1)[0] in MANAGED_FLAGS:
-            raise BadValueError(f"{arg} is set by moetune; leave it out of the llama-server flags")
+    for pair in pairs(args):
+        # set by launch, or would break log parsing or the port (a negation asks for its default)
+        if pair.role is FlagRole.LAUNCH and not pair.key.startswith("--no-"):
+            raise BadValueError(
+                f"{pair.words()[0]} is set by moetune; leave it out of the llama-server flags"
+            )
 
 
 def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:

@@ -1,0 +1,313 @@
+"""One flag table for llama-server's arguments (core/flags.py): the table against
+``llama-server --help`` and ``llama-fit-params --help`` of the build the tests run, the one
+tokenizer, and every argv walker over the same argv."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from moetune.core.command import (
+    conflicting_args,
+    device_args,
+    extra_int,
+    extra_value,
+    hf_argv,
+    rpc_endpoints,
+)
+from moetune.core.extras import (
+    SPEC_TYPES,
+    _flags,
+    absolute_files,
+    parse_extra_args,
+    with_draft,
+    without_extras,
+)
+from moetune.core.flags import FLAGS, Flag, FlagRole, Pair, flag, lookup, pairs, words
+from moetune.errors import BadValueError
+from moetune.jobs.export import arg_pairs, preset_keys
+from moetune.jobs.verify import on_disk
+from moetune.llamacpp.process import launch
+
+from llama import bin_path
+
+# the same argv for every walker: = forms, repeated flags, values that start with "-", a flag
+# the table does not know (and its would-be value)
+ARGV = (
+    "-m",
+    "m.gguf",
+    "--mmproj=p.gguf",
+    "-md",
+    "d.gguf",
+    "--seed",
+    "-1",
+    "--override-kv",
+    "tokenizer.ggml.add_bos_token=bool:false",
+    "-ot",
+    "-x=CPU",
+    "-dev=CUDA0",
+    "--rpc",
+    "127.0.0.1:50052",
+    "--rpc=127.0.0.1:50053",
+    "-ub",
+    "1024",
+    "--ubatch_size",
+    "2048",
+    "--jinja",
+    "--spec-type",
+    "draft-simple",
+    "--spec-type",
+    "ngram-mod",
+    "--no-mmproj-offload",
+    "--host",
+    "0.0.0.0",
+    "--made-up-flag",
+    "x",
+)
+
+
+# --- the table against the build ---------------------------------------------------------------
+
+
+def _head(entry: Flag) -> str:
+    """How common_arg::to_string prints a flag's names and value hints."""
+    names = entry.names
+    text = names[0] if len(names) == 1 else f"{names[0] + ', ':<7}" + ", ".join(names[1:])
+    return " ".join([text, *(hint for hint in (entry.value, entry.value_2) if hint is not None)])
+
+
+def _help_heads(text: str) -> set[str]:
+    """The first line of each flag in ``--help`` up to its help text (at column 40, or on
+    the next line when the names and hints run past column 37)."""
+    heads = set()
+    for line in text.splitlines():
+        if not line.startswith("-") or line.startswith("-----"):
+            continue
+        short = len(line) > 40 and line[37:40] == "   "
+        heads.add(line[:40].rstrip() if short else line.rstrip())
+    return heads
+
+
+def _help(tool: str) -> str:
+    done = subprocess.run(
+        [str(bin_path(tool)), "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout
+
+
+@pytest.mark.server
+def test_the_table_is_llama_servers_help() -> None:
+    """Every flag of this build's llama-server, with its spellings and value hints, is in the
+    table, and nothing else: a new or changed flag fails here instead of being mis-parsed."""
+    heads = _help_heads(_help("llama-server"))
+    table = {_head(entry) for entry in FLAGS}
+    assert sorted(heads - table) == []  # in llama-server, not in the table
+    assert sorted(table - heads) == []  # in the table, not in llama-server
+    assert len(heads) == len(FLAGS)
+
+
+@pytest.mark.server
+def test_fit_says_which_flags_llama_fit_params_takes() -> None:
+    heads = _help_heads(_help("llama-fit-params"))
+    assert sorted(_head(e) for e in FLAGS if e.fit and _head(e) not in heads) == []
+    assert sorted(_head(e) for e in FLAGS if not e.fit and _head(e) in heads) == []
+
+
+@pytest.mark.server
+def test_llama_server_takes_no_equals_form() -> None:
+    """What the tokenizer's reading of NAME=VALUE is not: llama-server's own."""
+    done = subprocess.run(
+        [str(bin_path("llama-server")), "--threads=4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "invalid argument: --threads=4" in done.stdout + done.stderr
+
+
+def test_each_name_is_one_flag() -> None:
+    names = [name for entry in FLAGS for name in entry.names]
+    assert len(names) == len(set(names))
+    assert all(name.startswith("-") for name in names)
+    assert [e.names[0] for e in FLAGS if e.file] == ["-mm", "--spec-draft-model"]
+    assert flag("--spec-type").value == ",".join(SPEC_TYPES)  # what parse_extra_args knows
+
+
+# --- the tokenizer ---------------------------------------------------------------------------
+
+
+def test_pairs_by_the_table() -> None:
+    found = pairs(ARGV)
+    assert [(pair.name, pair.values, pair.joined) for pair in found] == [
+        ("-m", ("m.gguf",), False),
+        ("--mmproj", ("p.gguf",), True),
+        ("-md", ("d.gguf",), False),
+        ("--seed", ("-1",), False),
+        ("--override-kv", ("tokenizer.ggml.add_bos_token=bool:false",), False),
+        ("-ot", ("-x=CPU",), False),
+        ("-dev", ("CUDA0",), True),
+        ("--rpc", ("127.0.0.1:50052",), False),
+        ("--rpc", ("127.0.0.1:50053",), True),
+        ("-ub", ("1024",), False),
+        ("--ubatch_size", ("2048",), False),
+        ("--jinja", (), False),
+        ("--spec-type", ("draft-simple",), False),
+        ("--spec-type", ("ngram-mod",), False),
+        ("--no-mmproj-offload", (), False),
+        ("--host", ("0.0.0.0",), False),
+        ("--made-up-flag", (), False),
+        ("x", (), False),
+    ]
+    assert words(found) == list(ARGV)
+    assert found[10].key == "--ubatch-size" and found[10].flag is flag("-ub")
+    assert found[-2].flag is None and found[-1].flag is None
+    assert [pair.role for pair in found[:3]] == [
+        FlagRole.PLACEMENT,
+        FlagRole.PROJECTOR,
+        FlagRole.DRAFT,
+    ]
+
+
+def test_pairs_edge_cases() -> None:
+    assert pairs(["-t"]) == [Pair("-t", (), flag("-t"))]
+    assert pairs(["-t"])[0].missing
+    # two values
+    assert pairs(["--control-vector-layer-range", "-1", "5", "-t", "4"])[0].values == ("-1", "5")
+    # a flag without values written with "=": a word the table does not know
+    assert pairs(["--jinja=1"]) == [Pair("--jinja=1")]
+    # the value of "=" is everything after the first "="
+    assert pairs(["-ot=a=CPU"])[0].values == ("a=CPU",)
+    assert pairs(["-dev="])[0].values == ("",)
+    assert lookup("--n_gpu_layers") is flag("-ngl")
+    assert lookup("-n_gpu_layers") is None  # only "--" names read "_" as "-"
+    with pytest.raises(KeyError):
+        flag("--made-up-flag")
+
+
+# --- every walker over the same argv ---------------------------------------------------------
+
+
+def test_every_walker_over_the_same_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    # core/extras
+    parsed = parse_extra_args(ARGV)
+    assert (parsed.mmproj, parsed.draft) == ("p.gguf", "d.gguf")
+    assert parsed.mmproj_offload is False
+    assert parsed.spec_types == ("draft-simple", "ngram-mod")
+    assert without_extras(ARGV) == [  # and --jinja, --host: llama-fit-params takes neither
+        "-m",
+        "m.gguf",
+        "--seed",
+        "-1",
+        "--override-kv",
+        "tokenizer.ggml.add_bos_token=bool:false",
+        "-ot",
+        "-x=CPU",
+        "-dev=CUDA0",
+        "--rpc",
+        "127.0.0.1:50052",
+        "--rpc=127.0.0.1:50053",
+        "-ub",
+        "1024",
+        "--ubatch_size",
+        "2048",
+        "--made-up-flag",
+        "x",
+    ]
+    made_absolute = list(ARGV)
+    made_absolute[2] = f"--mmproj={tmp_path / 'p.gguf'}"
+    made_absolute[4] = str(tmp_path / "d.gguf")
+    assert absolute_files(ARGV) == tuple(made_absolute)
+    assert "--ubatch-size" in _flags(ARGV) and "-1" not in _flags(ARGV)
+    assert with_draft(ARGV, "d.gguf")[:2] == ("-md", "d.gguf")  # a --spec-type is there
+    # core/command
+    devices, others = device_args(ARGV)
+    assert devices == ["-dev=CUDA0", "--rpc", "127.0.0.1:50052", "--rpc=127.0.0.1:50053"]
+    assert others == [*ARGV[:11], *ARGV[15:]]
+    assert extra_value(ARGV, "-ub", "--ubatch-size") == "2048"  # the last one wins
+    assert extra_int(ARGV, "-ub", "--ubatch-size") == 2048
+    assert extra_value(ARGV, "-dev", "--device") == "CUDA0"
+    assert extra_value(ARGV, "--seed") == "-1"
+    assert extra_value(ARGV, "-sm", "--split-mode") is None
+    assert rpc_endpoints(ARGV) == ["127.0.0.1:50052", "127.0.0.1:50053"]
+    assert conflicting_args(ARGV) == ["-m", "-ot"]
+    assert hf_argv(ARGV, "u/m:Q4", sibling="p.gguf") == ["-hf", "u/m:Q4", *ARGV[3:]]
+    # jobs/export
+    assert preset_keys(ARGV) == {
+        "model": "m.gguf",
+        "mmproj": "p.gguf",
+        "model-draft": "d.gguf",
+        "seed": "-1",
+        "override-kv": "tokenizer.ggml.add_bos_token=bool:false",
+        "override-tensor": "-x=CPU",
+        "device": "CUDA0",
+        "rpc": "127.0.0.1:50053",
+        "ubatch-size": "2048",
+        "jinja": "true",
+        "spec-type": "ngram-mod",
+        "no-mmproj-offload": "true",
+        "host": "0.0.0.0",
+        "made-up-flag": "true",
+        "x": "true",
+    }
+    assert arg_pairs(ARGV) == pairs(ARGV)
+    # jobs/verify
+    by_name = ["-hf", "u/m:Q4", *ARGV[2:]]
+    assert on_disk(by_name, "/m/m.gguf") == ["-m", "/m/m.gguf", *ARGV[2:]]
+    # llamacpp/process: --host is launch's own
+    with pytest.raises(BadValueError, match="--host is set by moetune"):
+        launch(tmp_path / "llama-server", ARGV)
+
+
+def test_a_flag_without_its_value_after_dashes() -> None:
+    with pytest.raises(BadValueError, match="-md after -- needs a value"):
+        parse_extra_args(["-md"])
+
+
+# --- the divergences the one table ends (each failed before it) --------------------------------
+
+
+def test_hf_argv_names_the_model_by_any_spelling() -> None:
+    """It left ``--model x`` and ``--mmproj=s`` alone."""
+    argv = ["llama-server", "--model", "/c/m.gguf", "--mmproj=/c/s.gguf", "-c", "4096"]
+    assert hf_argv(argv, "u/m:Q4", sibling="/c/s.gguf") == [
+        "llama-server",
+        "-hf",
+        "u/m:Q4",
+        "-c",
+        "4096",
+    ]
+
+
+def test_on_disk_reads_the_equals_form() -> None:
+    """It left ``-hf=u/m:Q4``."""
+    assert on_disk(["-hf=u/m:Q4", "-c", "4096"], "/c/m.gguf") == ["-m", "/c/m.gguf", "-c", "4096"]
+
+
+def test_extra_value_of_an_empty_equals_form() -> None:
+    """``extra_value(['-dev=', 'CUDA1'])`` returned 'CUDA1': the next word, no value of -dev."""
+    assert extra_value(["-dev=", "CUDA1"], "-dev", "--device") == ""
+
+
+def test_a_flag_without_a_value_takes_none() -> None:
+    """``arg_pairs(['--jinja', 'chat.tmpl'])`` paired the two: --jinja takes no value."""
+    assert preset_keys(["--jinja", "chat.tmpl"]) == {"jinja": "true", "chat.tmpl": "true"}
+
+
+def test_extra_value_is_the_last_one() -> None:
+    """It took the first ``-ub`` where llama-server (and parse_extra_args) take the last."""
+    assert extra_value(["-ub", "1024", "-ub", "2048"], "-ub", "--ubatch-size") == "2048"
+
+
+def test_a_value_is_never_a_flag(tmp_path: Path) -> None:
+    """A value that looks like a flag belongs to the flag before it: ``-a --port`` names an
+    alias, ``--chat-template -m`` a template."""
+    assert conflicting_args(["--chat-template", "-m"]) == []
+    assert without_extras(["-t", "--spec-default"]) == ["-t", "--spec-default"]
+    assert device_args(["-a", "--rpc", "-t", "4"]) == ([], ["-a", "--rpc", "-t", "4"])
+    with pytest.raises(BadValueError, match="--port=8080 is set by moetune"):
+        launch(tmp_path / "llama-server", ["-a", "--host", "--port=8080"])
