@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from moetune.cli.app import app, handle_errors, write_text
+from moetune.cli.app import app, handle_errors
 from moetune.cli.options import (
     Command,
     CtxOpt,
@@ -19,9 +19,9 @@ from moetune.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from moetune.cli.models import Model
     from moetune.errors import ProfileNotFoundError
     from moetune.jobs.alias import Shell
+    from moetune.jobs.models import Model
 
 
 @app.command("alias", cls=Command)
@@ -52,9 +52,10 @@ def alias(
     """
     import os
 
-    from moetune.cli.models import open_model, require_weights
     from moetune.errors import BadValueError, ProfileNotFoundError
     from moetune.jobs.alias import alias_text, check_name, parse_shell, shell_from_path
+    from moetune.jobs.models import open_model, require_weights
+    from moetune.report.render import TextView, render
     from moetune.store.tuned import ProfileStore, model_identity, model_profile
 
     check_name(name)
@@ -74,7 +75,7 @@ def alias(
             profile = model_profile(
                 ProfileStore(), model_identity(named.path), tokens, cache_type, beside
             )
-            write_text(alias_text(name, profile, chosen))
+            render(TextView(alias_text(name, profile, chosen)))
             return
         except ProfileNotFoundError as exc:
             if require_tuned:
@@ -83,7 +84,7 @@ def alias(
     elif require_tuned:
         require_weights(named)  # a tuned profile is of a file on disk: says how to get it
     options = (gpu, vram, ctx, cache_type, mmproj, draft)
-    write_text(_predicted(name, named.absolute(), chosen, options, missing))
+    render(TextView(_predicted(name, named.absolute(), chosen, options, missing)))
 
 
 def _predicted(
@@ -96,10 +97,10 @@ def _predicted(
     """The alias of moetune's plan when nothing is tuned, with a warning on stderr."""
     from moetune.cli.app import err
     from moetune.cli.options import DEFAULT_CACHE_TYPE
-    from moetune.cli.plan import predicted_plan
     from moetune.core.extras import extras_args
     from moetune.errors import DoesNotFitError
     from moetune.jobs.alias import predicted_comments, render_function
+    from moetune.jobs.plan import predicted_plan
     from moetune.llamacpp.process import server_for_commands
 
     gpu, vram, ctx, cache_type, mmproj, draft = options

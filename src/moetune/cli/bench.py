@@ -7,15 +7,7 @@ from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
-from moetune.cli.app import (
-    app,
-    err,
-    handle_errors,
-    live_status,
-    print_report,
-    stop_on_signals,
-    write_json,
-)
+from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
 from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
@@ -70,15 +62,12 @@ def _workload(
 def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool) -> None:
     """Print (table and verdict, or JSON), then keep the JSON in the data dir and --out."""
     from moetune.report import to_json
-    from moetune.report.bench import render_bench
     from moetune.report.payloads import bench_payload
+    from moetune.report.render import BenchView, render
     from moetune.store.bench import default_result_path, write_result
 
+    render(BenchView(result), as_json)
     text = to_json(bench_payload(result))
-    if as_json:
-        write_json(text)
-    else:
-        print_report(render_bench(result))
     paths = [default_result_path(result)] if save else []
     paths += [out_file] if out_file is not None else []
     for path in paths:
@@ -217,11 +206,11 @@ def _bench_model(
     choice: _Choice,
     emit: tuple[bool, Path | None, bool],
 ) -> None:
-    from moetune.cli.models import launch_spec
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
     from moetune.jobs.devices import split_endpoints
     from moetune.jobs.launch import prepare_device, resolve_context
+    from moetune.jobs.models import launch_spec
     from moetune.jobs.results import capped_depths
 
     stop_on_signals()
@@ -262,14 +251,10 @@ def report_command(
     Several files are compared as one (configurations named NAME@FILE where names clash).
     """
     from moetune.jobs.results import merge_results
-    from moetune.report import SCHEMA_VERSION, to_json
-    from moetune.report.bench import render_report
-    from moetune.report.payloads import bench_payload
+    from moetune.report import SCHEMA_VERSION
+    from moetune.report.render import BenchView, render
     from moetune.store.bench import load_result
 
     results = [load_result(path, SCHEMA_VERSION) for path in files]
     merged = merge_results(results, [path.stem for path in files])
-    if as_json:
-        write_json(to_json(bench_payload(merged)))
-        return
-    print_report(render_report(merged))
+    render(BenchView(merged, chart=True), as_json)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from moetune.cli.app import app, handle_errors, print_report, write_json
+from moetune.cli.app import app, handle_errors
 from moetune.cli.options import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
@@ -55,17 +55,14 @@ def doctor(
     GPUs, PCIe link, driver, CPU cores, RAM, swap, WSL2 and llama-server; each finding is
     ok / warn / fail with its fix. Exits CHECK_FAILED (12) when a finding fails.
     """
-    from moetune.cli.machine import one_gpu, plan_devices
     from moetune.core.facts import load_model_facts
     from moetune.errors import BadValueError
     from moetune.hardware import detect_gpu_probe
     from moetune.hardware.host import PsutilHostProbe
-    from moetune.jobs.devices import split_endpoints
+    from moetune.jobs.devices import one_gpu, plan_devices, split_endpoints
     from moetune.jobs.doctor import DoctorInputs, diagnose
     from moetune.llamacpp.process import find_server, server_info
-    from moetune.report import to_json
-    from moetune.report.doctor import render_doctor
-    from moetune.report.payloads import doctor_payload
+    from moetune.report.render import DoctorView, render
     from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
     from moetune.units import per_device
 
@@ -112,10 +109,7 @@ def doctor(
         device_args=devices.device_args if devices else (),
     )
     found = diagnose(inputs, load_model_facts(model) if model is not None else None)
-    if as_json:
-        write_json(to_json(doctor_payload(found)))
-    else:
-        print_report(render_doctor(found))
+    render(DoctorView(found), as_json)
     if failed := [f.check for f in found.findings if f.status == "fail"]:
         from moetune.report.common import plural
 

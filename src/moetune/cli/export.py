@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors, write_text
+from moetune.cli.app import app, err, handle_errors
 from moetune.cli.options import Command, CtxOpt, GpuProfileOpt, PickCacheTypeOpt, VramOpt
 from moetune.errors import BadValueError
 
 if TYPE_CHECKING:
-    from moetune.cli.models import Model
     from moetune.errors import ProfileNotFoundError
     from moetune.jobs.export import ServeEntry
+    from moetune.jobs.models import Model
     from moetune.store.tuned import ProfileStore, TunedProfile
     from moetune.units import Ctx, Sizes
 
@@ -53,6 +53,7 @@ def export(
     everything written by hand is kept.
     """
     from moetune.jobs.export import FORMATS, llama_swap_text, preset_text
+    from moetune.report.render import TextView, render
 
     if fmt not in FORMATS:
         raise BadValueError(f"unknown format {fmt!r}", hint=f"use {' or '.join(FORMATS)}")
@@ -66,7 +67,7 @@ def export(
         else llama_swap_text(entries, binary, existing)
     )
     if out is None:
-        write_text(text)
+        render(TextView(text))
         return
     out.write_text(text, encoding="utf-8")
     err().print(f"wrote {len(entries)} model(s) to {out}", highlight=False)
@@ -112,8 +113,8 @@ def _entry(
     require_tuned: bool,
 ) -> tuple[ServeEntry, str | None]:
     """One model's entry: its tuned profile, else its plan; and the binary it was tuned with."""
-    from moetune.cli.models import open_model, require_weights
     from moetune.errors import ProfileNotFoundError
+    from moetune.jobs.models import open_model, require_weights
     from moetune.store.tuned import model_identity, model_profile
 
     named = open_model(text).absolute()
@@ -170,9 +171,9 @@ def _planned(
     missing: ProfileNotFoundError | None,
 ) -> ServeEntry:
     from moetune.cli.options import DEFAULT_CACHE_TYPE
-    from moetune.cli.plan import predicted_plan
     from moetune.errors import DoesNotFitError
     from moetune.jobs.export import ServeEntry
+    from moetune.jobs.plan import predicted_plan
     from moetune.units import format_bytes
 
     gpu, vram = hardware

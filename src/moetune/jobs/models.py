@@ -149,8 +149,8 @@ def launch_spec(
     """The one LaunchSpec of ``run`` and ``bench``: the model opened and checked loadable,
     its file on disk (and the mmproj sibling -hf would load), the settings the arguments
     after -- set, the threads; the context is resolved later, with the devices."""
-    from moetune.cli.machine import physical_cores
     from moetune.core.settings import Settings
+    from moetune.jobs.devices import physical_cores
     from moetune.jobs.launch import LaunchSpec, check_loadable, settings_from_extra
     from moetune.llamacpp.process import find_server
 
