@@ -9,8 +9,6 @@ import typer
 
 from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
 from moetune.cli.options import (
-    DEFAULT_CACHE_TYPE,
-    DEFAULT_HEADROOM,
     CacheTypeOpt,
     Command,
     CtxOpt,
@@ -28,7 +26,14 @@ from moetune.cli.options import (
     pass_through,
 )
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
-from moetune.jobs.names import CONFIG_NAMES, DEFAULT_N_PREDICT, DEFAULT_REPEATS, ENDPOINTS
+from moetune.jobs.names import (
+    CONFIG_NAMES,
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_HEADROOM,
+    DEFAULT_N_PREDICT,
+    DEFAULT_REPEATS,
+    ENDPOINTS,
+)
 from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:

@@ -9,8 +9,6 @@ import typer
 
 from moetune.cli.app import app, handle_errors
 from moetune.cli.options import (
-    DEFAULT_CACHE_TYPE,
-    DEFAULT_HEADROOM,
     CacheTypeOpt,
     Command,
     CtxOpt,
@@ -24,6 +22,7 @@ from moetune.cli.options import (
     VramOpt,
 )
 from moetune.errors import CheckFailedError
+from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 if TYPE_CHECKING:
     from moetune.llamacpp.info import ServerInfo

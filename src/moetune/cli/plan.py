@@ -8,8 +8,6 @@ import typer
 
 from moetune.cli.app import app, handle_errors
 from moetune.cli.options import (
-    DEFAULT_CACHE_TYPE,
-    DEFAULT_HEADROOM,
     CacheTypeOpt,
     CtxOpt,
     DraftOpt,
@@ -28,6 +26,7 @@ from moetune.cli.options import (
     pass_through,
 )
 from moetune.errors import DoesNotFitError
+from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 
 @app.command(cls=PassThroughCommand)

@@ -9,8 +9,6 @@ import typer
 
 from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
 from moetune.cli.options import (
-    DEFAULT_CACHE_TYPE,
-    DEFAULT_HEADROOM,
     CacheTypeOpt,
     CtxOpt,
     DraftOpt,
@@ -27,6 +25,7 @@ from moetune.cli.options import (
     parser,
     pass_through,
 )
+from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 
 @app.command(cls=PassThroughCommand)
