@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.extras import load_extras, parse_extra_args, with_draft
+from moetune.core.extras import load_extras, parse_extras_flags, with_draft
 from moetune.core.facts import load_model_facts
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import Placement
@@ -69,7 +69,7 @@ def _predict(case: Case, target: Path, draft: Path) -> MemoryEstimate:
         gpu_overhead_bytes=0,
         device_kind="rpc",
     )
-    extras = load_extras(parse_extra_args(_extra(case, draft)), facts)
+    extras = load_extras(parse_extras_flags(_extra(case, draft)), facts)
     settings = settings.model_copy(update={"extras": extras})
     placement = Placement.with_n_cpu_moe(case.n_cpu_moe, n_gpu_layers=99 if case.rpc else 0)
     return estimate(facts, placement, settings)
@@ -147,7 +147,7 @@ def test_speculation_widens_the_targets_logits(pair: tuple[Path, Path]) -> None:
     facts = load_model_facts(target)
     plain = Settings(n_ctx=4096, gpu_overhead_bytes=0, device_kind="rpc")
     spec = plain.model_copy(
-        update={"extras": load_extras(parse_extra_args(with_draft((), str(draft))), facts)}
+        update={"extras": load_extras(parse_extras_flags(with_draft((), str(draft))), facts)}
     )
     assert spec.n_outputs == 16 and plain.n_outputs == 4
 
@@ -182,4 +182,4 @@ def test_a_draft_with_another_vocabulary_is_refused(
     other = write_header_only(tmp_path / "other.gguf", n_vocab=4096, n_merges=10, n_layers=2)
     facts = load_model_facts(target)
     with pytest.raises(DraftModelError, match=r"cannot draft for target\.gguf"):
-        load_extras(parse_extra_args(with_draft((), str(other))), facts)
+        load_extras(parse_extras_flags(with_draft((), str(other))), facts)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from moetune.core.extras import load_extras, parse_extra_args, with_mmproj
+from moetune.core.extras import load_extras, parse_extras_flags, with_mmproj
 from moetune.core.facts import load_model_facts
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import Placement
@@ -135,7 +135,7 @@ def test_projector_memory_matches_llama_server(
     extra = with_mmproj(() if offload else ("--no-mmproj-offload",), str(files["mmproj"]))
     facts = load_model_facts(files["model"])
     settings = Settings(n_ctx=4096, gpu_overhead_bytes=0, device_kind="rpc")
-    settings = settings.model_copy(update={"extras": load_extras(parse_extra_args(extra), facts)})
+    settings = settings.model_copy(update={"extras": load_extras(parse_extras_flags(extra), facts)})
     memory = estimate(facts, Placement(), settings)
     with running_server(
         files["model"],

@@ -261,9 +261,9 @@ def test_compute_without_flash_attention(
 
 
 def _with_mtp(f: ModelFacts, *args: str) -> Settings:
-    from moetune.core.extras import load_extras, parse_extra_args
+    from moetune.core.extras import load_extras, parse_extras_flags
 
-    extras = load_extras(parse_extra_args(("--spec-type", "draft-mtp", *args)), f)
+    extras = load_extras(parse_extras_flags(("--spec-type", "draft-mtp", *args)), f)
     return _settings().model_copy(update={"extras": extras})
 
 

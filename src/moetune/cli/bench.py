@@ -23,7 +23,7 @@ from moetune.cli.options import (
     TargetVramOpt,
     parse_positive_tokens,
     parser,
-    pass_through,
+    pass_through_of,
 )
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.names import (
@@ -158,19 +158,19 @@ def bench(
 
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
-    from moetune.core.extras import extras_args, parse_extra_args
+    from moetune.core.extras import add_extras_flags, parse_extras_flags
     from moetune.jobs.bench import bench_url
 
     workload = _workload(depths, repeats, n_predict, endpoint, image)
-    extra = extras_args(
-        pass_through(context),
+    pass_through = add_extras_flags(
+        pass_through_of(context),
         mmproj=str(mmproj) if mmproj else None,
         draft=str(draft) if draft else None,
     )
-    if image is not None and server_url is None and parse_extra_args(extra).mmproj is None:
+    if image is not None and server_url is None and parse_extras_flags(pass_through).mmproj is None:
         raise BadValueError("--image needs a projector to encode it: give --mmproj FILE")
     if server_url is not None:
-        if model is not None or extra:
+        if model is not None or pass_through:
             raise BadValueError(
                 "--server-url measures a running server: leave out MODEL and llama-server flags"
             )
@@ -190,7 +190,7 @@ def bench(
         server=server,
         rpc=rpc,
     )
-    _bench_model(model, extra, workload, choice, (as_json, out_file, save))
+    _bench_model(model, pass_through, workload, choice, (as_json, out_file, save))
 
 
 class _Choice(NamedTuple):
@@ -206,7 +206,7 @@ class _Choice(NamedTuple):
 
 def _bench_model(
     model: str,
-    extra: tuple[str, ...],
+    pass_through: tuple[str, ...],
     workload: Workload,
     choice: _Choice,
     emit: tuple[bool, Path | None, bool],
@@ -220,7 +220,9 @@ def _bench_model(
 
     stop_on_signals()
     names = tuple(parse_configs(choice.configs))
-    facts, spec = launch_spec(model, extra, server=choice.server, cache_type=choice.cache_type)
+    facts, spec = launch_spec(
+        model, pass_through, server=choice.server, cache_type=choice.cache_type
+    )
     if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     with live_status("benchmarking...") as live:

@@ -197,7 +197,7 @@ DraftOpt = Annotated[
 ]
 
 
-def pass_through(context: typer.Context) -> tuple[str, ...]:
+def pass_through_of(context: typer.Context) -> tuple[str, ...]:
     """The arguments after ``--``, for llama-server."""
     return tuple(context.meta.get(PASS_THROUGH, ()))
 

@@ -23,7 +23,7 @@ from moetune.cli.options import (
     ServerOpt,
     TargetVramOpt,
     VramOpt,
-    pass_through,
+    pass_through_of,
 )
 from moetune.errors import DoesNotFitError
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
@@ -74,8 +74,8 @@ def plan(
     Several devices (--vram 24G,12G, --rpc HOST:PORT, or several GPUs): the -ts split too.
     Arguments after -- go into the command; the projector's and the draft's are counted.
     """
-    from moetune.core.command import check_extra
-    from moetune.core.extras import extras_args
+    from moetune.core.command import check_pass_through
+    from moetune.core.extras import add_extras_flags
     from moetune.hub import ModelName, parse_model_arg
     from moetune.jobs.devices import host_ram, plan_devices
     from moetune.jobs.models import open_model
@@ -83,19 +83,19 @@ def plan(
     from moetune.report.render import PlanView, QuantsView, render
     from moetune.units import per_device
 
-    extra = extras_args(
-        pass_through(context),
+    pass_through = add_extras_flags(
+        pass_through_of(context),
         mmproj=str(mmproj) if mmproj else None,
         draft=str(draft) if draft else None,
     )
-    check_extra(extra)
+    check_pass_through(pass_through)
     found = plan_devices(
         vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu, overhead=overhead, server=server
     )
     n = len(found.devices)
     inputs = PlanInputs(
         found=found,
-        extra=extra,
+        pass_through=pass_through,
         ctx=ctx,
         cache_type=cache_type,
         ubatch=ubatch,

@@ -23,7 +23,7 @@ from moetune.cli.options import (
     TargetVramOpt,
     parse_positive_tokens,
     parser,
-    pass_through,
+    pass_through_of,
 )
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
@@ -70,7 +70,7 @@ def run(
     llama.cpp build and settings launches it directly (once, to confirm) unless --retune.
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
-    from moetune.core.extras import absolute_files, extras_args
+    from moetune.core.extras import absolute_files, add_extras_flags
     from moetune.hardware import detect_gpu_probe
     from moetune.jobs.devices import split_endpoints
     from moetune.jobs.launch import prepare_device, resolve_context
@@ -81,10 +81,10 @@ def run(
 
     stop_on_signals()
     # absolute: the saved command and the aliases made from it run from any folder
-    extra = absolute_files(
-        extras_args(pass_through(context), mmproj=_opt(mmproj), draft=_opt(draft))
+    pass_through = absolute_files(
+        add_extras_flags(pass_through_of(context), mmproj=_opt(mmproj), draft=_opt(draft))
     )
-    facts, spec = launch_spec(model, extra, server=server, cache_type=cache_type, port=port)
+    facts, spec = launch_spec(model, pass_through, server=server, cache_type=cache_type, port=port)
     with live_status("tuning...") as live:
         spec, setup = prepare_device(
             spec,

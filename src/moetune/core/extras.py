@@ -92,7 +92,7 @@ class DraftRule(NamedTuple):
     buft: str
 
 
-class ExtraArgs(NamedTuple):
+class ExtrasFlags(NamedTuple):
     """The projector and draft flags among llama-server's arguments."""
 
     mmproj: str | None = None
@@ -119,19 +119,19 @@ class ExtraArgs(NamedTuple):
         return "draft-mtp" in self.spec_types
 
 
-def _pairs(extra: Sequence[str]) -> list[tuple[str, str | None]]:
+def _pairs(pass_through: Sequence[str]) -> list[tuple[str, str | None]]:
     """(flag, value) in order; ``--flag=value`` and ``--flag value`` alike."""
     found: list[tuple[str, str | None]] = []
     i = 0
-    while i < len(extra):
-        arg = extra[i]
+    while i < len(pass_through):
+        arg = pass_through[i]
         key, eq, value = arg.partition("=")
         if eq and key in _VALUED:
             found.append((key, value))
         elif arg in _VALUED:
-            if i + 1 >= len(extra):
+            if i + 1 >= len(pass_through):
                 raise BadValueError(f"{arg} after -- needs a value")
-            found.append((arg, extra[i + 1]))
+            found.append((arg, pass_through[i + 1]))
             i += 1
         else:
             found.append((arg, None))
@@ -209,16 +209,16 @@ def _projector_flag(flag: str, value: str | None, update: dict[str, object]) -> 
     return True
 
 
-def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
+def parse_extras_flags(pass_through: Sequence[str]) -> ExtrasFlags:
     """The projector and draft flags among llama-server's arguments (the last one of a flag
     wins, as in llama.cpp; rules and speculative types accumulate)."""
-    parsed = ExtraArgs()
+    parsed = ExtrasFlags()
     values: dict[str, str] = {}
     rules: list[DraftRule] = []
     types: list[str] = []
     main_devices: list[str] = []
     update: dict[str, object] = {}
-    for flag, value in _pairs(extra):
+    for flag, value in _pairs(pass_through):
         if value is not None:
             values[flag] = value
         if _projector_flag(flag, value, update):
@@ -263,23 +263,23 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
     )
 
 
-def with_draft(extra: Sequence[str], draft: str) -> tuple[str, ...]:
+def with_draft(pass_through: Sequence[str], draft: str) -> tuple[str, ...]:
     """``--draft FILE``: ``-md FILE``, and ``--spec-type draft-simple`` unless a speculative
     type is given (without one llama-server loads the draft but never uses it)."""
-    speculation = () if SPEC_TYPE_FLAG in _flags(extra) else (SPEC_TYPE_FLAG, "draft-simple")
-    return ("-md", draft, *speculation, *extra)
+    speculation = () if SPEC_TYPE_FLAG in _flags(pass_through) else (SPEC_TYPE_FLAG, "draft-simple")
+    return ("-md", draft, *speculation, *pass_through)
 
 
-def with_mmproj(extra: Sequence[str], mmproj: str) -> tuple[str, ...]:
+def with_mmproj(pass_through: Sequence[str], mmproj: str) -> tuple[str, ...]:
     """``--mmproj FILE`` given to moetune: the same flag for llama-server."""
-    return ("--mmproj", mmproj, *extra)
+    return ("--mmproj", mmproj, *pass_through)
 
 
-def extras_args(
-    extra: Sequence[str], *, mmproj: str | None = None, draft: str | None = None
+def add_extras_flags(
+    pass_through: Sequence[str], *, mmproj: str | None = None, draft: str | None = None
 ) -> tuple[str, ...]:
     """llama-server's arguments with moetune's ``--mmproj``/``--draft`` turned into its own."""
-    found = tuple(extra)
+    found = tuple(pass_through)
     if draft is not None:
         found = with_draft(found, draft)
     if mmproj is not None:
@@ -287,18 +287,18 @@ def extras_args(
     return found
 
 
-def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
-    """``extra`` with the projector's and the draft's files made absolute (a saved command,
+def absolute_files(pass_through: Sequence[str]) -> tuple[str, ...]:
+    """``pass_through`` with the projector's and the draft's files made absolute (a saved command,
     and the aliases made from it, then run from any folder)."""
     from pathlib import Path
 
     files = frozenset({*MMPROJ_FLAGS, *DRAFT_FLAGS})
     found: list[str] = []
-    for index, arg in enumerate(extra):
+    for index, arg in enumerate(pass_through):
         key, eq, value = arg.partition("=")
         if eq and key in files:
             found.append(f"{key}={Path(value).absolute()}")
-        elif index and extra[index - 1] in files:
+        elif index and pass_through[index - 1] in files:
             found.append(str(Path(arg).absolute()))
         else:
             found.append(arg)
@@ -308,18 +308,18 @@ def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
 def with_extras(
     settings: Settings,
     target: ModelFacts,
-    extra: Sequence[str],
+    pass_through: Sequence[str],
     *,
     sibling: ProjectorFacts | None = None,
 ) -> Settings:
-    """``settings`` with what ``extra`` loads beside ``target`` (its files read and checked;
+    """``settings`` with what ``pass_through`` loads beside ``target`` (its files read and checked;
     ``sibling``: the mmproj ``-hf`` brings); unchanged when it loads nothing."""
-    extras = load_extras(parse_extra_args(extra), target, sibling=sibling)
+    extras = load_extras(parse_extras_flags(pass_through), target, sibling=sibling)
     return settings if extras is None else settings.model_copy(update={"extras": extras})
 
 
 # what only a projector or a draft uses: flags llama-fit-params refuses (it counts neither)
-_BARE_EXTRAS = frozenset(
+_BARE_EXTRAS_FLAGS = frozenset(
     {
         *MMPROJ_OFFLOAD_FLAGS,
         *DRAFT_CMOE_FLAGS,
@@ -329,7 +329,7 @@ _BARE_EXTRAS = frozenset(
         "--mmproj-auto",
     }
 )
-_VALUED_EXTRAS = frozenset(
+_VALUED_EXTRAS_FLAGS = frozenset(
     {
         *(_VALUED - set(MAIN_DEVICE_FLAGS)),
         "-hfd",
@@ -349,7 +349,7 @@ _VALUED_EXTRAS = frozenset(
 )
 
 
-def without_extras(args: Sequence[str]) -> list[str]:
+def without_extras_flags(args: Sequence[str]) -> list[str]:
     """``args`` without the projector's, the draft's and speculation's flags (and values)."""
     kept: list[str] = []
     skip = False
@@ -358,17 +358,17 @@ def without_extras(args: Sequence[str]) -> list[str]:
             skip = False
             continue
         key, eq, _ = arg.partition("=")
-        if key in _BARE_EXTRAS:
+        if key in _BARE_EXTRAS_FLAGS:
             continue
-        if key in _VALUED_EXTRAS or key.startswith("--spec-"):
+        if key in _VALUED_EXTRAS_FLAGS or key.startswith("--spec-"):
             skip = not eq
             continue
         kept.append(arg)
     return kept
 
 
-def _flags(extra: Sequence[str]) -> set[str]:
-    return {arg.split("=", 1)[0] for arg in extra}
+def _flags(pass_through: Sequence[str]) -> set[str]:
+    return {arg.split("=", 1)[0] for arg in pass_through}
 
 
 # --- the loaded companions (the files read) ----------------------------------------------------
@@ -452,7 +452,7 @@ _TOKENS = "tokenizer.ggml.tokens"
 
 
 def load_extras(
-    args: ExtraArgs, target: ModelFacts, *, sibling: ProjectorFacts | None = None
+    args: ExtrasFlags, target: ModelFacts, *, sibling: ProjectorFacts | None = None
 ) -> Extras | None:
     """Read the projector's and the draft's headers and check them against the target as
     llama.cpp would: the projector's embedding width (mtmd.cpp), the draft's vocabulary

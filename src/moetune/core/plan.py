@@ -122,7 +122,7 @@ class PlanRequest(BaseModel):
     device_targets: tuple[int | None, ...] = ()
     device_headrooms: tuple[int, ...] = ()
     device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
-    extra_args: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
+    pass_through: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
 
     @property
     def budget_bytes(self) -> int:
@@ -209,7 +209,7 @@ def _placement_result(
         settings,
         placement,
         threads=req.physical_cores,
-        extra=(*req.device_args, *req.extra_args),
+        pass_through=(*req.device_args, *req.pass_through),
         bufts=bufts(req.devices),
         model_flag=req.model_flag,
     )

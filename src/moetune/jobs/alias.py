@@ -187,7 +187,7 @@ def alias_for_model(
     """The alias ``name`` of ``model``: its profile tuned at ``ctx``/``cache_type`` with the
     ``mmproj``/``draft`` files beside it, else (unless ``require_tuned``) moetune's plan for
     the GPU of ``hardware`` (``--gpu``, ``--vram``; default: detected)."""
-    from moetune.core.extras import extras_args
+    from moetune.core.extras import add_extras_flags
     from moetune.errors import DoesNotFitError, ProfileNotFoundError
     from moetune.jobs.models import open_model, require_weights
     from moetune.jobs.names import DEFAULT_CACHE_TYPE
@@ -215,7 +215,7 @@ def alias_for_model(
     elif require_tuned:
         require_weights(named)  # a tuned profile is of a file on disk: says how to get it
     named = named.absolute()  # the printed command runs from any folder
-    extra = extras_args(
+    pass_through = add_extras_flags(
         (), mmproj=str(mmproj) if mmproj else None, draft=str(draft) if draft else None
     )
     gpu, vram = hardware
@@ -225,7 +225,7 @@ def alias_for_model(
         gpu=gpu,
         ctx=ctx,
         cache_type=cache_type or DEFAULT_CACHE_TYPE,
-        extra=extra,
+        pass_through=pass_through,
         missing=missing,
     )
     if not plan.fits:

@@ -15,9 +15,9 @@ from pathlib import Path
 from moetune.core.command import (
     FitMode,
     args_for,
-    check_extra,
-    extra_int,
-    extra_value,
+    check_pass_through,
+    pass_through_int,
+    pass_through_value,
     rpc_endpoints,
     server_argv,
 )
@@ -43,7 +43,7 @@ class LaunchSpec:
     binary: Path
     model: str
     settings: Settings
-    extra: tuple[str, ...] = ()  # after --, passed through (-ub/-b stay here)
+    pass_through: tuple[str, ...] = ()  # after --, passed through (-ub/-b stay here)
     threads: int | None = None
     port: int | None = None
     log_dir: Path | None = None
@@ -55,7 +55,8 @@ class LaunchSpec:
     hf_sibling: str | None = None
 
     def args(self, placement: Placement, flags: tuple[str, ...] = ()) -> list[str]:
-        """llama-server's arguments (no binary) for ``placement``, ``flags`` before ``extra``."""
+        """llama-server's arguments (no binary) for ``placement``, ``flags`` before the
+        pass-through arguments."""
         return self._argv(placement, flags, None)
 
     def fit_args(self, target_mib: int | tuple[int, ...] | None) -> list[str]:
@@ -73,7 +74,7 @@ class LaunchSpec:
             self.settings,
             placement,
             threads=self.threads,
-            extra=(*flags, *self.extra),
+            pass_through=(*flags, *self.pass_through),
             with_ubatch=False,
             fit=fit,
             bufts=bufts(self.devices),
@@ -85,21 +86,21 @@ class LaunchSpec:
         return launch(self.binary, args, port=port or self.port, log_dir=self.log_dir)
 
 
-def settings_from_extra(
-    settings: Settings, extra: tuple[str, ...], facts: ModelFacts | None = None
+def settings_from_pass_through(
+    settings: Settings, pass_through: tuple[str, ...], facts: ModelFacts | None = None
 ) -> Settings:
     """The micro-batch and batch sizes given after ``--`` (llama-server's defaults else), and
     with ``facts`` (the model) the projector and draft model they load beside it."""
     update = {
-        "n_ubatch": extra_int(extra, "-ub", "--ubatch-size") or 512,
-        "n_batch": extra_int(extra, "-b", "--batch-size") or 2048,
+        "n_ubatch": pass_through_int(pass_through, "-ub", "--ubatch-size") or 512,
+        "n_batch": pass_through_int(pass_through, "-b", "--batch-size") or 2048,
     }
     found = settings.model_copy(update=update)
     if facts is None:
         return found
     from moetune.core.extras import with_extras
 
-    return with_extras(found, facts, extra)
+    return with_extras(found, facts, pass_through)
 
 
 @dataclass(frozen=True)
@@ -145,10 +146,10 @@ class DeviceSetup:
 REFUSED_SPLITS = frozenset({"row", "tensor"})
 
 
-def split_mode(extra: tuple[str, ...]) -> str:
+def split_mode(pass_through: tuple[str, ...]) -> str:
     """``-sm`` among the pass-through arguments (llama.cpp's default: layer); row and tensor
     are refused."""
-    mode = extra_value(extra, "-sm", "--split-mode") or "layer"
+    mode = pass_through_value(pass_through, "-sm", "--split-mode") or "layer"
     if mode in REFUSED_SPLITS:
         raise BadValueError(
             f"-sm {mode} is not supported: moetune plans a split by layer",
@@ -157,10 +158,10 @@ def split_mode(extra: tuple[str, ...]) -> str:
     return mode
 
 
-def chosen_devices(listed: tuple[Device, ...], extra: tuple[str, ...]) -> tuple[Device, ...]:
+def chosen_devices(listed: tuple[Device, ...], pass_through: tuple[str, ...]) -> tuple[Device, ...]:
     """The devices llama-server will use: ``-dev A,B`` (in that order), ``-sm none`` with
     ``-mg i``, else every device it lists."""
-    names = extra_value(extra, "-dev", "--device")
+    names = pass_through_value(pass_through, "-dev", "--device")
     chosen = listed
     if names is not None:
         wanted = [n.strip() for n in names.split(",") if n.strip() and n.strip() != "none"]
@@ -172,8 +173,8 @@ def chosen_devices(listed: tuple[Device, ...], extra: tuple[str, ...]) -> tuple[
                 hint="its devices: " + ", ".join(by_name),
             )
         chosen = tuple(by_name[n] for n in wanted)
-    if split_mode(extra) == "none":
-        main = extra_int(extra, "-mg", "--main-gpu") or 0
+    if split_mode(pass_through) == "none":
+        main = pass_through_int(pass_through, "-mg", "--main-gpu") or 0
         if main >= len(chosen):
             raise BadValueError(f"-mg {main}: there are {len(chosen)} devices")
         chosen = (chosen[main],)
@@ -229,11 +230,11 @@ def prepare_device(
     """Check the pass-through arguments, ask llama-server for its devices, fix each one's
     budget and memory probe; the spec comes back with the first device's compute rules and
     overhead in its settings (and moetune's own ``--rpc`` among its arguments)."""
-    check_extra(spec.extra)
+    check_pass_through(spec.pass_through)
     if rpc:
-        spec = replace(spec, extra=("--rpc", ",".join(rpc), *spec.extra))
-    info = server_info(spec.binary, rpc=rpc_endpoints(spec.extra))
-    listed = chosen_devices(require_devices(info), spec.extra)
+        spec = replace(spec, pass_through=("--rpc", ",".join(rpc), *spec.pass_through))
+    info = server_info(spec.binary, rpc=rpc_endpoints(spec.pass_through))
+    listed = chosen_devices(require_devices(info), spec.pass_through)
     devices = specs_from_listed(listed, overhead)
     budgets = budgets_for(devices, target_bytes, headroom_bytes)
     probes = tuple(choose_probe(d, gpus) for d in devices)

@@ -24,7 +24,7 @@ def predicted_plan(
     gpu: str | None = None,
     ctx: Ctx | None = None,
     cache_type: str,
-    extra: tuple[str, ...] = (),
+    pass_through: tuple[str, ...] = (),
     missing: MoetuneError | None = None,
 ) -> tuple[PlanResult, str]:
     """The plan `moetune plan MODEL` makes with these options and the defaults (for a command
@@ -46,7 +46,7 @@ def predicted_plan(
     headrooms = (DEFAULT_HEADROOM_BYTES,) * len(found.devices)  # plan's default --headroom
     inputs = PlanInputs(
         found=found,
-        extra=extra,
+        pass_through=pass_through,
         ctx=ctx,
         cache_type=cache_type,
         ubatch=512,
@@ -63,7 +63,7 @@ class PlanInputs(NamedTuple):
     """What a plan is asked for, apart from the model."""
 
     found: DeviceSet
-    extra: tuple[str, ...]
+    pass_through: tuple[str, ...]
     ctx: Ctx | None
     cache_type: str
     ubatch: int
@@ -92,7 +92,7 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
         gpu_overhead_bytes=first.overhead_bytes,
         device_kind=first.kind,
     )
-    settings = with_extras(settings, facts, inputs.extra, sibling=chosen.sibling)
+    settings = with_extras(settings, facts, inputs.pass_through, sibling=chosen.sibling)
     if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
         settings = settings.model_copy(
             update={"n_seq": inputs.parallel, "kv_unified": False, "explicit_parallel": True}
@@ -117,7 +117,7 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
         device_targets=targets if targets and n > 1 else (),
         device_headrooms=headrooms if n > 1 else (),
         device_args=inputs.found.device_args,
-        extra_args=inputs.extra,
+        pass_through=inputs.pass_through,
     )
 
 
