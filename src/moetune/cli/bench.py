@@ -25,14 +25,13 @@ from moetune.cli.options import (
     parser,
     pass_through_of,
 )
-from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
+from moetune.errors import BadValueError
 from moetune.jobs.names import (
     CONFIG_NAMES,
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
     DEFAULT_N_PREDICT,
     DEFAULT_REPEATS,
-    ENDPOINTS,
 )
 from moetune.units import Ctx, Sizes
 
@@ -41,31 +40,9 @@ if TYPE_CHECKING:
     from moetune.jobs.results import BenchResult
 
 
-def _workload(
-    depths: str, repeats: int, n_predict: int, endpoint: str, image: Path | None = None
-) -> Workload:
-    from moetune.jobs.bench import parse_depths
-    from moetune.jobs.measure import Workload, image_data_uri
-
-    if endpoint not in ENDPOINTS:
-        raise BadValueError(f"unknown endpoint {endpoint!r}", hint=f"one of {', '.join(ENDPOINTS)}")
-    if repeats < 1:
-        raise BadValueError(f"--repeats must be at least 1, got {repeats}")
-    if image is not None and endpoint != "chat":
-        raise BadValueError("--image is sent with chat requests: use --endpoint chat")
-    uri = image_data_uri(image) if image is not None else None
-    return Workload(
-        tuple(parse_depths(depths)),
-        repeats,
-        n_predict,
-        endpoint,
-        uri,
-        image.name if image is not None else None,
-    )
-
-
 def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool) -> None:
     """Print (table and verdict, or JSON), then keep the JSON in the data dir and --out."""
+    from moetune.jobs.bench import require_measured
     from moetune.report import to_json
     from moetune.report.payloads import bench_payload
     from moetune.report.render import BenchView, render
@@ -77,15 +54,7 @@ def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool)
     paths += [out_file] if out_file is not None else []
     for path in paths:
         err().print(f"saved {write_result(path, text)}", highlight=False)
-    if not result.results:
-        failed = [c for c in result.configs if c.status == "failed"]
-        if not failed:
-            raise DoesNotFitError("nothing was measured: no configuration fits the budget")
-        first = failed[0]
-        raise ServerFailedError(
-            f"nothing was measured: {first.name}: {first.message or 'failed'}",
-            hint=f"full log: {first.log_path}" if first.log_path else None,
-        )
+    require_measured(result)
 
 
 @app.command(cls=PassThroughCommand)
@@ -159,9 +128,9 @@ def bench(
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     from moetune.core.extras import add_extras_flags, parse_extras_flags
-    from moetune.jobs.bench import bench_url
+    from moetune.jobs.bench import bench_url, workload_of
 
-    workload = _workload(depths, repeats, n_predict, endpoint, image)
+    workload = workload_of(depths, repeats, n_predict, endpoint, image)
     pass_through = add_extras_flags(
         pass_through_of(context),
         mmproj=str(mmproj) if mmproj else None,
@@ -211,10 +180,8 @@ def _bench_model(
     choice: _Choice,
     emit: tuple[bool, Path | None, bool],
 ) -> None:
-    from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
-    from moetune.jobs.devices import split_endpoints
-    from moetune.jobs.launch import prepare_device, resolve_context
+    from moetune.jobs.launch import prepare_launch
     from moetune.jobs.models import launch_spec
     from moetune.jobs.results import capped_depths
 
@@ -226,19 +193,14 @@ def _bench_model(
     if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     with live_status("benchmarking...") as live:
-        spec, setup = prepare_device(
-            spec,
-            target_bytes=choice.target,
-            headroom_bytes=choice.headroom,
-            gpus=detect_gpu_probe(),
-            overhead=choice.overhead,
-            rpc=split_endpoints(choice.rpc),
-        )
-        spec = resolve_context(
+        spec, setup = prepare_launch(
             facts,
             spec,
-            setup,
-            choice.ctx,
+            ctx=choice.ctx,
+            target_bytes=choice.target,
+            headroom_bytes=choice.headroom,
+            overhead=choice.overhead,
+            rpc=choice.rpc,
             warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
         )
         capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)

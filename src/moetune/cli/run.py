@@ -71,9 +71,7 @@ def run(
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     from moetune.core.extras import absolute_files, add_extras_flags
-    from moetune.hardware import detect_gpu_probe
-    from moetune.jobs.devices import split_endpoints
-    from moetune.jobs.launch import prepare_device, resolve_context
+    from moetune.jobs.launch import prepare_launch
     from moetune.jobs.models import launch_spec
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
     from moetune.report.render import RunView, render
@@ -86,19 +84,14 @@ def run(
     )
     facts, spec = launch_spec(model, pass_through, server=server, cache_type=cache_type, port=port)
     with live_status("tuning...") as live:
-        spec, setup = prepare_device(
-            spec,
-            target_bytes=target_vram,
-            headroom_bytes=headroom,
-            gpus=detect_gpu_probe(),
-            overhead=overhead,
-            rpc=split_endpoints(rpc),
-        )
-        spec = resolve_context(
+        spec, setup = prepare_launch(
             facts,
             spec,
-            setup,
-            ctx,
+            ctx=ctx,
+            target_bytes=target_vram,
+            headroom_bytes=headroom,
+            overhead=overhead,
+            rpc=rpc,
             warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
         )
         progress = Progress(

@@ -3,7 +3,8 @@
 ``LaunchSpec`` holds what every launch of a job has in common (binary, model, settings,
 pass-through arguments, threads, port, log dir, timeouts) and turns a placement into the
 argv through the command builder.  ``prepare_device`` checks the pass-through arguments,
-asks llama-server which device it offloads to, fixes the budget and picks the memory probe.
+asks llama-server which device it offloads to, fixes the budget and picks the memory probe;
+``prepare_launch`` does that for the GPUs here and then resolves the context.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from moetune.core.settings import Settings, default_n_ctx
 from moetune.core.split import Target, split_does_not_fit, split_max_context
 from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
-from moetune.jobs.devices import require_devices, specs_from_listed
+from moetune.jobs.devices import require_devices, specs_from_listed, split_endpoints
 from moetune.llamacpp.info import Device, ServerInfo
 from moetune.llamacpp.memprobe import MemoryProbe, choose_probe
 from moetune.llamacpp.process import RunningServer, launch, server_info
@@ -294,3 +295,29 @@ def resolve_context(
     if facts.context_length and n_ctx > facts.context_length:
         warn(f"context {n_ctx} is beyond the training context {facts.context_length}")
     return replace(spec, settings=settings.model_copy(update={"n_ctx": n_ctx}))
+
+
+def prepare_launch(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    *,
+    ctx: Ctx | None,
+    target_bytes: Sizes | None,
+    headroom_bytes: Sizes,
+    overhead: Sizes | None,
+    rpc: str | None,
+    warn: Callable[[str], None],
+) -> tuple[LaunchSpec, DeviceSetup]:
+    """What run and bench do before the first launch: the devices set up (the GPUs detected
+    here, the ``--rpc`` servers), and the spec at the context asked for."""
+    from moetune.hardware import detect_gpu_probe
+
+    spec, setup = prepare_device(
+        spec,
+        target_bytes=target_bytes,
+        headroom_bytes=headroom_bytes,
+        gpus=detect_gpu_probe(),
+        overhead=overhead,
+        rpc=split_endpoints(rpc),
+    )
+    return resolve_context(facts, spec, setup, ctx, warn=warn), setup
