@@ -52,13 +52,13 @@ def alias(
     from moetune.report.render import TextView, render
 
     check_name(name)
-    chosen = parse_shell(shell) if shell else shell_from_path(os.environ.get("SHELL"))
+    target_shell = parse_shell(shell) if shell else shell_from_path(os.environ.get("SHELL"))
     if ctx is not None and ctx.is_max:
         raise BadValueError("alias picks the profile tuned at one context: give --ctx N")
     text = alias_for_model(
         name,
         model,
-        chosen,
+        target_shell,
         ctx=ctx,
         cache_type=cache_type,
         mmproj=mmproj,
