@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.extras import parse_extra_args, with_draft
+from moetune.core.extras import parse_extras_flags, with_draft
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import Placement
 from moetune.errors import DraftModelError
@@ -179,4 +179,4 @@ def test_a_draft_with_another_vocabulary_is_refused(
     other = write_header_only(tmp_path / "other.gguf", n_vocab=4096, n_merges=10, n_layers=2)
     facts = load_model_facts(target)
     with pytest.raises(DraftModelError, match=r"cannot draft for target\.gguf"):
-        load_extras(parse_extra_args(with_draft((), str(other))), facts)
+        load_extras(parse_extras_flags(with_draft((), str(other))), facts)

@@ -12,18 +12,18 @@ import pytest
 from moetune.core.command import (
     conflicting_args,
     device_args,
-    extra_int,
-    extra_value,
     hf_argv,
+    pass_through_int,
+    pass_through_value,
     rpc_endpoints,
 )
 from moetune.core.extras import (
     SPEC_TYPES,
     _flags,
     absolute_files,
-    parse_extra_args,
+    parse_extras_flags,
     with_draft,
-    without_extras,
+    without_extras_flags,
 )
 from moetune.core.flags import FLAGS, Flag, FlagRole, Pair, flag, lookup, pairs, words
 from moetune.errors import BadValueError
@@ -194,11 +194,11 @@ def test_pairs_edge_cases() -> None:
 def test_every_walker_over_the_same_argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     # core/extras
-    parsed = parse_extra_args(ARGV)
+    parsed = parse_extras_flags(ARGV)
     assert (parsed.mmproj, parsed.draft) == ("p.gguf", "d.gguf")
     assert parsed.mmproj_offload is False
     assert parsed.spec_types == ("draft-simple", "ngram-mod")
-    assert without_extras(ARGV) == [  # and --jinja, --host: llama-fit-params takes neither
+    assert without_extras_flags(ARGV) == [  # and --jinja, --host: llama-fit-params takes neither
         "-m",
         "m.gguf",
         "--seed",
@@ -228,11 +228,11 @@ def test_every_walker_over_the_same_argv(tmp_path: Path, monkeypatch: pytest.Mon
     devices, others = device_args(ARGV)
     assert devices == ["-dev=CUDA0", "--rpc", "127.0.0.1:50052", "--rpc=127.0.0.1:50053"]
     assert others == [*ARGV[:11], *ARGV[15:]]
-    assert extra_value(ARGV, "-ub", "--ubatch-size") == "2048"  # the last one wins
-    assert extra_int(ARGV, "-ub", "--ubatch-size") == 2048
-    assert extra_value(ARGV, "-dev", "--device") == "CUDA0"
-    assert extra_value(ARGV, "--seed") == "-1"
-    assert extra_value(ARGV, "-sm", "--split-mode") is None
+    assert pass_through_value(ARGV, "-ub", "--ubatch-size") == "2048"  # the last one wins
+    assert pass_through_int(ARGV, "-ub", "--ubatch-size") == 2048
+    assert pass_through_value(ARGV, "-dev", "--device") == "CUDA0"
+    assert pass_through_value(ARGV, "--seed") == "-1"
+    assert pass_through_value(ARGV, "-sm", "--split-mode") is None
     assert rpc_endpoints(ARGV) == ["127.0.0.1:50052", "127.0.0.1:50053"]
     assert conflicting_args(ARGV) == ["-m", "-ot"]
     assert hf_argv(ARGV, "u/m:Q4", sibling="p.gguf") == ["-hf", "u/m:Q4", *ARGV[3:]]
@@ -265,7 +265,7 @@ def test_every_walker_over_the_same_argv(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_a_flag_without_its_value_after_dashes() -> None:
     with pytest.raises(BadValueError, match="-md after -- needs a value"):
-        parse_extra_args(["-md"])
+        parse_extras_flags(["-md"])
 
 
 # --- the divergences the one table ends (each failed before it) --------------------------------
@@ -290,7 +290,7 @@ def test_on_disk_reads_the_equals_form() -> None:
 
 def test_extra_value_of_an_empty_equals_form() -> None:
     """``extra_value(['-dev=', 'CUDA1'])`` returned 'CUDA1': the next word, no value of -dev."""
-    assert extra_value(["-dev=", "CUDA1"], "-dev", "--device") == ""
+    assert pass_through_value(["-dev=", "CUDA1"], "-dev", "--device") == ""
 
 
 def test_a_flag_without_a_value_takes_none() -> None:
@@ -300,14 +300,14 @@ def test_a_flag_without_a_value_takes_none() -> None:
 
 def test_extra_value_is_the_last_one() -> None:
     """It took the first ``-ub`` where llama-server (and parse_extra_args) take the last."""
-    assert extra_value(["-ub", "1024", "-ub", "2048"], "-ub", "--ubatch-size") == "2048"
+    assert pass_through_value(["-ub", "1024", "-ub", "2048"], "-ub", "--ubatch-size") == "2048"
 
 
 def test_a_value_is_never_a_flag(tmp_path: Path) -> None:
     """A value that looks like a flag belongs to the flag before it: ``-a --port`` names an
     alias, ``--chat-template -m`` a template."""
     assert conflicting_args(["--chat-template", "-m"]) == []
-    assert without_extras(["-t", "--spec-default"]) == ["-t", "--spec-default"]
+    assert without_extras_flags(["-t", "--spec-default"]) == ["-t", "--spec-default"]
     assert device_args(["-a", "--rpc", "-t", "4"]) == ([], ["-a", "--rpc", "-t", "4"])
     with pytest.raises(BadValueError, match="--port=8080 is set by moetune"):
         launch(tmp_path / "llama-server", ["-a", "--host", "--port=8080"])

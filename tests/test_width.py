@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console, RenderableType
 
-from moetune.cli.app import print_report
 from moetune.core.search import Attempt
 from moetune.core.settings import Settings
 from moetune.records import results as res
 from moetune.report import bench as rb
 from moetune.report.common import short_path
+from moetune.report.render import print_report
 from moetune.report.run import render_run
 from moetune.store.tuned import (
     BuildIdentity,

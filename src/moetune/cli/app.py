@@ -1,4 +1,5 @@
-"""The typer app, the consoles, and the one place where errors become a line and an exit code.
+"""The typer app, the stderr console, and the one place where errors become a line and an
+exit code (a command's output goes through report.render).
 
 Command modules register themselves on ``app``; each imports what its command needs inside
 the command, so that starting moetune costs only typer and the command that runs.
@@ -19,7 +20,7 @@ from moetune import __version__
 from moetune.errors import ExitCode, MoetuneError
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console
 
     from moetune.jobs.status import LiveStatus
 
@@ -38,14 +39,6 @@ R = TypeVar("R")
 
 class _State:
     debug: bool = False
-
-
-@functools.lru_cache(maxsize=1)
-def out() -> Console:
-    """The console for results (stdout)."""
-    from rich.console import Console
-
-    return Console(soft_wrap=False)
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,28 +63,6 @@ def live_status(label: str) -> Iterator[LiveStatus]:
         return
     with console.status(label) as spinner:
         yield LiveStatus(show=lambda line: spinner.update(Text(line)))
-
-
-def print_report(report: RenderableType, console: Console | None = None) -> None:
-    """Print a report (on stdout): prose and tables fitted to the terminal, each ShellLine
-    whole on its line (a command to copy, never broken by rich)."""
-    from rich.console import Group
-
-    from moetune.report.common import ShellLine
-
-    def items(part: RenderableType) -> list[RenderableType]:
-        if isinstance(part, Group):
-            return [leaf for inner in part.renderables for leaf in items(inner)]
-        return [part]
-
-    console = console or out()
-    for item in items(report):
-        console.print(item, soft_wrap=isinstance(item, ShellLine))
-
-
-def write_json(text: str) -> None:
-    """One JSON document on stdout."""
-    sys.stdout.write(text + "\n")
 
 
 def stop_on_signals() -> None:
@@ -147,8 +118,3 @@ def _main(
     ] = False,
 ) -> None:
     _State.debug = debug
-
-
-def write_text(text: str) -> None:
-    """Text on stdout, as it is."""
-    sys.stdout.write(text)

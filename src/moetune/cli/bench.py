@@ -7,18 +7,8 @@ from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
-from moetune.cli.app import (
-    app,
-    err,
-    handle_errors,
-    live_status,
-    print_report,
-    stop_on_signals,
-    write_json,
-)
+from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
 from moetune.cli.options import (
-    DEFAULT_CACHE_TYPE,
-    DEFAULT_HEADROOM,
     CacheTypeOpt,
     Command,
     CtxOpt,
@@ -33,10 +23,16 @@ from moetune.cli.options import (
     TargetVramOpt,
     parse_positive_tokens,
     parser,
-    pass_through,
+    pass_through_of,
 )
-from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
-from moetune.jobs.names import CONFIG_NAMES, DEFAULT_N_PREDICT, DEFAULT_REPEATS, ENDPOINTS
+from moetune.errors import BadValueError
+from moetune.jobs.names import (
+    CONFIG_NAMES,
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_HEADROOM,
+    DEFAULT_N_PREDICT,
+    DEFAULT_REPEATS,
+)
 from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
@@ -44,54 +40,21 @@ if TYPE_CHECKING:
     from moetune.records.results import BenchResult
 
 
-def _workload(
-    depths: str, repeats: int, n_predict: int, endpoint: str, image: Path | None = None
-) -> Workload:
-    from moetune.jobs.bench import parse_depths
-    from moetune.jobs.measure import Workload, image_data_uri
-
-    if endpoint not in ENDPOINTS:
-        raise BadValueError(f"unknown endpoint {endpoint!r}", hint=f"one of {', '.join(ENDPOINTS)}")
-    if repeats < 1:
-        raise BadValueError(f"--repeats must be at least 1, got {repeats}")
-    if image is not None and endpoint != "chat":
-        raise BadValueError("--image is sent with chat requests: use --endpoint chat")
-    uri = image_data_uri(image) if image is not None else None
-    return Workload(
-        tuple(parse_depths(depths)),
-        repeats,
-        n_predict,
-        endpoint,
-        uri,
-        image.name if image is not None else None,
-    )
-
-
 def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool) -> None:
     """Print (table and verdict, or JSON), then keep the JSON in the data dir and --out."""
+    from moetune.jobs.bench import require_measured
     from moetune.report import to_json
-    from moetune.report.bench import render_bench
     from moetune.report.payloads import bench_payload
+    from moetune.report.render import BenchView, render
     from moetune.store.bench import default_result_path, write_result
 
+    render(BenchView(result), as_json)
     text = to_json(bench_payload(result))
-    if as_json:
-        write_json(text)
-    else:
-        print_report(render_bench(result))
     paths = [default_result_path(result)] if save else []
     paths += [out_file] if out_file is not None else []
     for path in paths:
         err().print(f"saved {write_result(path, text)}", highlight=False)
-    if not result.results:
-        failed = [c for c in result.configs if c.status == "failed"]
-        if not failed:
-            raise DoesNotFitError("nothing was measured: no configuration fits the budget")
-        first = failed[0]
-        raise ServerFailedError(
-            f"nothing was measured: {first.name}: {first.message or 'failed'}",
-            hint=f"full log: {first.log_path}" if first.log_path else None,
-        )
+    require_measured(result)
 
 
 @app.command(cls=PassThroughCommand)
@@ -164,19 +127,19 @@ def bench(
 
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
-    from moetune.core.extras import extras_args, parse_extra_args
-    from moetune.jobs.bench import bench_url
+    from moetune.core.extras import add_extras_flags, parse_extras_flags
+    from moetune.jobs.bench import bench_url, workload_of
 
-    workload = _workload(depths, repeats, n_predict, endpoint, image)
-    extra = extras_args(
-        pass_through(context),
+    workload = workload_of(depths, repeats, n_predict, endpoint, image)
+    pass_through = add_extras_flags(
+        pass_through_of(context),
         mmproj=str(mmproj) if mmproj else None,
         draft=str(draft) if draft else None,
     )
-    if image is not None and server_url is None and parse_extra_args(extra).mmproj is None:
+    if image is not None and server_url is None and parse_extras_flags(pass_through).mmproj is None:
         raise BadValueError("--image needs a projector to encode it: give --mmproj FILE")
     if server_url is not None:
-        if model is not None or extra:
+        if model is not None or pass_through:
             raise BadValueError(
                 "--server-url measures a running server: leave out MODEL and llama-server flags"
             )
@@ -196,7 +159,7 @@ def bench(
         server=server,
         rpc=rpc,
     )
-    _bench_model(model, extra, workload, choice, (as_json, out_file, save))
+    _bench_model(model, pass_through, workload, choice, (as_json, out_file, save))
 
 
 class _Choice(NamedTuple):
@@ -212,37 +175,32 @@ class _Choice(NamedTuple):
 
 def _bench_model(
     model: str,
-    extra: tuple[str, ...],
+    pass_through: tuple[str, ...],
     workload: Workload,
     choice: _Choice,
     emit: tuple[bool, Path | None, bool],
 ) -> None:
-    from moetune.cli.models import launch_spec
-    from moetune.hardware import detect_gpu_probe
     from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
-    from moetune.jobs.devices import split_endpoints
-    from moetune.jobs.launch import prepare_device, resolve_context
+    from moetune.jobs.launch import prepare_launch
+    from moetune.jobs.models import launch_spec
     from moetune.records.results import capped_depths
 
     stop_on_signals()
     names = tuple(parse_configs(choice.configs))
-    facts, spec = launch_spec(model, extra, server=choice.server, cache_type=choice.cache_type)
+    facts, spec = launch_spec(
+        model, pass_through, server=choice.server, cache_type=choice.cache_type
+    )
     if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     with live_status("benchmarking...") as live:
-        spec, setup = prepare_device(
-            spec,
-            target_bytes=choice.target,
-            headroom_bytes=choice.headroom,
-            gpus=detect_gpu_probe(),
-            overhead=choice.overhead,
-            rpc=split_endpoints(choice.rpc),
-        )
-        spec = resolve_context(
+        spec, setup = prepare_launch(
             facts,
             spec,
-            setup,
-            choice.ctx,
+            ctx=choice.ctx,
+            target_bytes=choice.target,
+            headroom_bytes=choice.headroom,
+            overhead=choice.overhead,
+            rpc=choice.rpc,
             warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
         )
         capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)
@@ -262,14 +220,10 @@ def report_command(
     Several files are compared as one (configurations named NAME@FILE where names clash).
     """
     from moetune.records.results import merge_results
-    from moetune.report import SCHEMA_VERSION, to_json
-    from moetune.report.bench import render_report
-    from moetune.report.payloads import bench_payload
+    from moetune.report import SCHEMA_VERSION
+    from moetune.report.render import BenchView, render
     from moetune.store.bench import load_result
 
     results = [load_result(path, SCHEMA_VERSION) for path in files]
     merged = merge_results(results, [path.stem for path in files])
-    if as_json:
-        write_json(to_json(bench_payload(merged)))
-        return
-    print_report(render_report(merged))
+    render(BenchView(merged, chart=True), as_json)

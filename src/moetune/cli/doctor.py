@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from moetune.cli.app import app, handle_errors, print_report, write_json
+from moetune.cli.app import app, handle_errors
 from moetune.cli.options import (
-    DEFAULT_CACHE_TYPE,
-    DEFAULT_HEADROOM,
     CacheTypeOpt,
     Command,
     CtxOpt,
@@ -24,9 +22,7 @@ from moetune.cli.options import (
     VramOpt,
 )
 from moetune.errors import CheckFailedError
-
-if TYPE_CHECKING:
-    from moetune.records.server import ServerInfo
+from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 
 @app.command(cls=Command)
@@ -55,67 +51,30 @@ def doctor(
     GPUs, PCIe link, driver, CPU cores, RAM, swap, WSL2 and llama-server; each finding is
     ok / warn / fail with its fix. Exits CHECK_FAILED (12) when a finding fails.
     """
-    from moetune.cli.machine import one_gpu, plan_devices
     from moetune.errors import BadValueError
-    from moetune.hardware import detect_gpu_probe
-    from moetune.hardware.host import PsutilHostProbe
-    from moetune.jobs.devices import split_endpoints
-    from moetune.jobs.doctor import DoctorInputs, diagnose
-    from moetune.jobs.loader import load_model_facts
-    from moetune.llamacpp.process import find_server, server_info
-    from moetune.report import to_json
-    from moetune.report.doctor import render_doctor
-    from moetune.report.payloads import doctor_payload
-    from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
-    from moetune.units import per_device
+    from moetune.jobs.devices import one_gpu
+    from moetune.jobs.doctor import doctor_report
+    from moetune.report.render import DoctorView, render
 
     if ram_bandwidth is not None and ram_bandwidth <= 0:
         raise BadValueError(f"--ram-bandwidth must be positive GB/s, got {ram_bandwidth}")
     one_gpu(vram, gpu)
     if ctx is not None and ctx.is_max:
         raise BadValueError("doctor checks one context: give --ctx N, e.g. --ctx 32k")
-    hardware = load_hardware_profiles()
-
-    endpoints = split_endpoints(rpc)
-
-    def lookup() -> ServerInfo:
-        path = find_server(server)
-        return server_info(path, rpc=endpoints) if endpoints else server_info(path)
-
-    several = model is not None and ((vram is not None and len(vram) > 1) or bool(endpoints))
-    devices = (
-        plan_devices(
-            vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None, server=server
-        )
-        if several
-        else None
-    )
-    n = len(devices.devices) if devices else 1
-    targets = per_device(target_vram, n, "--target-vram")
-    headrooms = per_device(headroom, n, "--headroom") or headroom.values
-    inputs = DoctorInputs(
-        gpus=detect_gpu_probe(),
-        host=PsutilHostProbe(),
-        server=lookup,
-        hardware=hardware,
-        gpu_profile=find_hardware_profile(gpu, hardware) if gpu else None,
-        vram_bytes=vram[0] if vram is not None and not devices else None,
-        ram_bytes=ram,
-        ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth else None,
-        n_ctx=ctx.tokens if ctx is not None else None,
+    found = doctor_report(
+        model,
+        vram=vram,
+        gpu=gpu,
+        rpc=rpc,
+        ram=ram,
+        ram_bandwidth=ram_bandwidth,
+        ctx=ctx,
         cache_type=cache_type,
-        target_bytes=targets[0] if targets else None,
-        headroom_bytes=headrooms[0],
-        devices=devices.devices if devices else (),
-        device_targets=tuple(targets or ()),
-        device_headrooms=headrooms,
-        device_args=devices.device_args if devices else (),
+        target_vram=target_vram,
+        headroom=headroom,
+        server=server,
     )
-    found = diagnose(inputs, load_model_facts(model) if model is not None else None)
-    if as_json:
-        write_json(to_json(doctor_payload(found)))
-    else:
-        print_report(render_doctor(found))
+    render(DoctorView(found), as_json)
     if failed := [f.check for f in found.findings if f.status == "fail"]:
         from moetune.report.common import plural
 

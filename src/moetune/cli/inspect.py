@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from moetune.cli.app import app, handle_errors, print_report, write_json
+from moetune.cli.app import app, handle_errors
 from moetune.cli.options import Command, JsonOpt, ModelArg
 
 
@@ -21,15 +21,8 @@ def inspect(
     ] = False,
 ) -> None:
     """Architecture, blocks, experts, and bytes per block by tensor role."""
-    from moetune.cli.models import open_model
+    from moetune.jobs.models import open_model
+    from moetune.report.render import InspectView, render
 
     facts = open_model(model).facts
-    if as_json:
-        from moetune.report import to_json
-        from moetune.report.payloads import inspect_payload
-
-        write_json(to_json(inspect_payload(facts, with_tensors=tensors)))
-        return
-    from moetune.report.inspect import render_inspect
-
-    print_report(render_inspect(facts, show_layers=layers))
+    render(InspectView(facts, layers=layers, tensors=tensors), as_json)

@@ -23,8 +23,6 @@ from typer.core import TyperCommand
 from moetune.errors import BadValueError, ExitCode
 from moetune.units import Ctx, Sizes, parse_ctx, parse_size, parse_sizes, parse_tokens
 
-DEFAULT_CACHE_TYPE = "q8_0"
-DEFAULT_HEADROOM = "1.5G"
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
 PASS_THROUGH = "pass_through"  # ctx.meta key: the arguments after --
 
@@ -199,7 +197,7 @@ DraftOpt = Annotated[
 ]
 
 
-def pass_through(context: typer.Context) -> tuple[str, ...]:
+def pass_through_of(context: typer.Context) -> tuple[str, ...]:
     """The arguments after ``--``, for llama-server."""
     return tuple(context.meta.get(PASS_THROUGH, ()))
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors, print_report, write_json
+from moetune.cli.app import app, err, handle_errors
 from moetune.cli.options import Command, JsonOpt
 
 if TYPE_CHECKING:
@@ -23,20 +23,13 @@ app.add_typer(profiles_app, name="profiles")
 @handle_errors
 def list_profiles(as_json: JsonOpt = False) -> None:
     """Hardware profiles shipped with moetune (and yours), and tuned profiles saved by run."""
-    from moetune.report import profiles as render
-    from moetune.report import to_json
+    from moetune.report.render import ProfilesView, render
     from moetune.store.hardware import load_hardware_profiles
     from moetune.store.tuned import ProfileStore
 
     hardware = load_hardware_profiles()
     store = ProfileStore()
-    tuned = store.scan()
-    if as_json:
-        from moetune.report.payloads import profiles_payload
-
-        write_json(to_json(profiles_payload(hardware, tuned, str(store.root))))
-        return
-    print_report(render.render_profiles_list(hardware, tuned, str(store.root)))
+    render(ProfilesView(hardware, store.scan(), str(store.root)), as_json)
 
 
 def _hardware_or_none(name: str) -> HardwareProfile | None:
@@ -62,8 +55,7 @@ def show(
 ) -> None:
     """One profile in full: a tuned one (with its llama-server command) or a hardware one."""
     from moetune.errors import ProfileNotFoundError
-    from moetune.report import profiles as render
-    from moetune.report import to_json
+    from moetune.report.render import HardwareView, TunedView, render
     from moetune.store.tuned import ProfileStore
 
     store = ProfileStore()
@@ -75,15 +67,9 @@ def show(
             raise ProfileNotFoundError(
                 f"no tuned or hardware profile {name!r}", hint="`moetune profiles list` shows them"
             ) from None
-        if as_json:
-            write_json(to_json(hardware.model_dump(mode="json")))
-        else:
-            print_report(render.render_hardware(hardware))
+        render(HardwareView(hardware), as_json)
         return
-    if as_json:
-        write_json(to_json(tuned.model_dump(mode="json")))
-    else:
-        print_report(render.render_tuned(tuned, str(store.path_for(name))))
+    render(TunedView(tuned, str(store.path_for(name))), as_json)
 
 
 @profiles_app.command("rm", cls=Command)

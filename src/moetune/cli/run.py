@@ -7,18 +7,8 @@ from typing import Annotated
 
 import typer
 
-from moetune.cli.app import (
-    app,
-    err,
-    handle_errors,
-    live_status,
-    print_report,
-    stop_on_signals,
-    write_json,
-)
+from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
 from moetune.cli.options import (
-    DEFAULT_CACHE_TYPE,
-    DEFAULT_HEADROOM,
     CacheTypeOpt,
     CtxOpt,
     DraftOpt,
@@ -33,8 +23,9 @@ from moetune.cli.options import (
     TargetVramOpt,
     parse_positive_tokens,
     parser,
-    pass_through,
+    pass_through_of,
 )
+from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 
 @app.command(cls=PassThroughCommand)
@@ -79,34 +70,28 @@ def run(
     llama.cpp build and settings launches it directly (once, to confirm) unless --retune.
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
-    from moetune.cli.models import launch_spec
-    from moetune.core.extras import absolute_files, extras_args
-    from moetune.hardware import detect_gpu_probe
-    from moetune.jobs.devices import split_endpoints
-    from moetune.jobs.launch import prepare_device, resolve_context
+    from moetune.core.extras import absolute_files, add_extras_flags
+    from moetune.jobs.launch import prepare_launch
+    from moetune.jobs.models import launch_spec
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
+    from moetune.report.render import RunView, render
     from moetune.store.tuned import ProfileStore
 
     stop_on_signals()
     # absolute: the saved command and the aliases made from it run from any folder
-    extra = absolute_files(
-        extras_args(pass_through(context), mmproj=_opt(mmproj), draft=_opt(draft))
+    pass_through = absolute_files(
+        add_extras_flags(pass_through_of(context), mmproj=_opt(mmproj), draft=_opt(draft))
     )
-    facts, spec = launch_spec(model, extra, server=server, cache_type=cache_type, port=port)
+    facts, spec = launch_spec(model, pass_through, server=server, cache_type=cache_type, port=port)
     with live_status("tuning...") as live:
-        spec, setup = prepare_device(
-            spec,
-            target_bytes=target_vram,
-            headroom_bytes=headroom,
-            gpus=detect_gpu_probe(),
-            overhead=overhead,
-            rpc=split_endpoints(rpc),
-        )
-        spec = resolve_context(
+        spec, setup = prepare_launch(
             facts,
             spec,
-            setup,
-            ctx,
+            ctx=ctx,
+            target_bytes=target_vram,
+            headroom_bytes=headroom,
+            overhead=overhead,
+            rpc=rpc,
             warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
         )
         progress = Progress(
@@ -125,19 +110,7 @@ def run(
             fill=Fill(tokens=fill, repeats=repeats),
             progress=progress,
         )
-    from moetune.report import run as rendered
-
-    if as_json:
-        from moetune.report import to_json
-        from moetune.report.payloads import run_payload, run_profile_payload
-
-        payload = run_payload(result)
-        payload["profile"] = run_profile_payload(result)
-        write_json(to_json(payload))
-    else:
-        print_report(rendered.render_run(result))
-        if (lines := rendered.render_run_profile(result, str(model))) is not None:
-            print_report(lines)
+    render(RunView(result, str(model)), as_json)
     if keep and result.best is not None:
         keep_serving(
             spec,

@@ -35,7 +35,7 @@ class ServerArgs(NamedTuple):
     n_batch: int | None = None
     flash_attn: bool = True
     n_parallel: int | None = None  # -np; None = llama-server's auto (4 slots, unified KV)
-    extra: tuple[str, ...] = ()
+    pass_through: tuple[str, ...] = ()
     fit: FitMode | None = None  # set: no placement flags, llama.cpp's --fit decides
     tensor_split: tuple[float, ...] = ()  # -ts, one value per device
     bufts: tuple[str, ...] = ()  # the devices' buffer types, for -ot rules that name them
@@ -48,7 +48,7 @@ def args_for(
     placement: Placement | None,
     *,
     threads: int | None = None,
-    extra: tuple[str, ...] = (),
+    pass_through: tuple[str, ...] = (),
     with_ubatch: bool = True,
     fit: FitMode | None = None,
     bufts: tuple[str, ...] = (),
@@ -56,7 +56,7 @@ def args_for(
 ) -> ServerArgs:
     """The arguments for ``placement`` at ``settings`` (``--n-cpu-moe N`` when the placement
     came from it, else its ``-ot`` rules), or for llama.cpp's own ``fit`` when ``placement``
-    is None. ``with_ubatch=False`` when ``extra`` carries -ub."""
+    is None. ``with_ubatch=False`` when ``pass_through`` carries -ub."""
     place = placement if placement is not None else Placement()
     by_n = place.n_cpu_moe is not None
     return ServerArgs(
@@ -71,7 +71,7 @@ def args_for(
         n_ubatch=settings.n_ubatch if with_ubatch and settings.n_ubatch != 512 else None,
         flash_attn=settings.flash_attn,
         n_parallel=settings.n_seq if settings.explicit_parallel else None,
-        extra=extra,
+        pass_through=pass_through,
         fit=fit if placement is None else None,
         tensor_split=place.tensor_split,
         bufts=bufts,
@@ -87,9 +87,9 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
     ``args.fit`` the placement flags are left out and ``--fit on`` decides instead.
     """
     devices: list[str] = []
-    extra = list(args.extra)
+    pass_through = list(args.pass_through)
     if any(rule.target != CPU for rule in args.overrides):  # -ot names a device --rpc adds
-        devices, extra = device_args(args.extra)
+        devices, pass_through = device_args(args.pass_through)
     argv = [binary, args.model_flag, args.model, *devices]
     if args.fit is None:
         argv += ["-ngl", "99" if args.n_gpu_layers >= ALL_LAYERS else str(args.n_gpu_layers)]
@@ -109,7 +109,7 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
         argv += ["-b", str(args.n_batch)]
     if args.n_parallel:
         argv += ["-np", str(args.n_parallel)]
-    return [*argv, *_fit_flags(args.fit), *extra]
+    return [*argv, *_fit_flags(args.fit), *pass_through]
 
 
 def hf_argv(argv: Sequence[str], name: str, sibling: str | None = None) -> list[str]:
@@ -131,9 +131,9 @@ def _number(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
 
-def device_args(extra: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The device-choosing flags among ``extra`` (with their values), and the rest."""
-    found = pairs(extra)
+def device_args(pass_through: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The device-choosing flags among ``pass_through`` (with their values), and the rest."""
+    found = pairs(pass_through)
     devices = [pair for pair in found if pair.role is FlagRole.DEVICE]
     return words(devices), words(pair for pair in found if pair.role is not FlagRole.DEVICE)
 
@@ -154,41 +154,41 @@ def shell_join(argv: Sequence[str]) -> str:
 # --- the pass-through arguments after -- ------------------------------------------------------
 
 
-def conflicting_args(extra: Sequence[str]) -> list[str]:
+def conflicting_args(pass_through: Sequence[str]) -> list[str]:
     """Arguments after ``--`` that would fight moetune's own placement or measurement (each
     flag as written, without its value)."""
-    return [pair.words()[0] for pair in pairs(extra) if pair.role is FlagRole.PLACEMENT]
+    return [pair.words()[0] for pair in pairs(pass_through) if pair.role is FlagRole.PLACEMENT]
 
 
-def check_extra(extra: Sequence[str]) -> None:
+def check_pass_through(pass_through: Sequence[str]) -> None:
     """BadValueError for pass-through arguments that fight the placement moetune decides."""
-    if clashes := conflicting_args(extra):
+    if clashes := conflicting_args(pass_through):
         raise BadValueError(
             f"{' '.join(clashes)} after -- conflicts with the placement moetune tunes",
             hint="drop it: moetune sets -ngl, --n-cpu-moe, -ot, -ts, -c, -ctk/-ctv, -fa and --fit",
         )
 
 
-def extra_value(extra: Sequence[str], *names: str) -> str | None:
+def pass_through_value(pass_through: Sequence[str], *names: str) -> str | None:
     """The value llama-server takes for one of ``names`` among pass-through arguments
     (``-dev CUDA1``): the last one given; "" when the flag ends the arguments."""
-    found = [pair for pair in pairs(extra) if pair.is_(*names)]
+    found = [pair for pair in pairs(pass_through) if pair.is_(*names)]
     if not found:
         return None
     return found[-1].value or ""
 
 
-def extra_int(extra: Sequence[str], *names: str) -> int | None:
+def pass_through_int(pass_through: Sequence[str], *names: str) -> int | None:
     """The integer value of one of ``names`` among pass-through arguments (``-ub 2048``)."""
-    text = extra_value(extra, *names)
+    text = pass_through_value(pass_through, *names)
     return int(text) if text is not None and text.isdigit() else None
 
 
-def rpc_endpoints(extra: Sequence[str]) -> list[str]:
+def rpc_endpoints(pass_through: Sequence[str]) -> list[str]:
     """The ``--rpc host:port,...`` servers among the pass-through arguments."""
     return [
         endpoint
-        for pair in pairs(extra)
+        for pair in pairs(pass_through)
         if pair.is_("--rpc") and pair.value is not None
         for endpoint in pair.value.split(",")
     ]

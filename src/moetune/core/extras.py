@@ -61,7 +61,7 @@ class DraftRule(NamedTuple):
     buft: str
 
 
-class ExtraArgs(NamedTuple):
+class ExtrasFlags(NamedTuple):
     """The projector and draft flags among llama-server's arguments."""
 
     mmproj: str | None = None
@@ -88,9 +88,10 @@ class ExtraArgs(NamedTuple):
         return "draft-mtp" in self.spec_types
 
 
-def _pairs(extra: Sequence[str]) -> list[Pair]:
-    """``extra``'s pairs (the one tokenizer); BadValueError for a flag left without its value."""
-    found = pairs(extra)
+def _pairs(pass_through: Sequence[str]) -> list[Pair]:
+    """``pass_through``'s pairs (the one tokenizer); BadValueError for a flag left without
+    its value."""
+    found = pairs(pass_through)
     for pair in found:
         if pair.missing:
             raise BadValueError(f"{pair.name} after -- needs a value")
@@ -168,16 +169,16 @@ def _projector_flag(pair: Pair, update: dict[str, object]) -> bool:
     return True
 
 
-def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
+def parse_extras_flags(pass_through: Sequence[str]) -> ExtrasFlags:
     """The projector and draft flags among llama-server's arguments (the last one of a flag
     wins, as in llama.cpp; rules and speculative types accumulate)."""
-    parsed = ExtraArgs()
+    parsed = ExtrasFlags()
     values: dict[str, str] = {}
     rules: list[DraftRule] = []
     types: list[str] = []
     main_devices: list[str] = []
     update: dict[str, object] = {}
-    for pair in _pairs(extra):
+    for pair in _pairs(pass_through):
         name, value = pair.name, pair.value
         if value is not None:
             values[pair.key] = value
@@ -221,23 +222,23 @@ def parse_extra_args(extra: Sequence[str]) -> ExtraArgs:
     )
 
 
-def with_draft(extra: Sequence[str], draft: str) -> tuple[str, ...]:
+def with_draft(pass_through: Sequence[str], draft: str) -> tuple[str, ...]:
     """``--draft FILE``: ``-md FILE``, and ``--spec-type draft-simple`` unless a speculative
     type is given (without one llama-server loads the draft but never uses it)."""
-    speculation = () if SPEC_TYPE_FLAG in _flags(extra) else (SPEC_TYPE_FLAG, "draft-simple")
-    return ("-md", draft, *speculation, *extra)
+    speculation = () if SPEC_TYPE_FLAG in _flags(pass_through) else (SPEC_TYPE_FLAG, "draft-simple")
+    return ("-md", draft, *speculation, *pass_through)
 
 
-def with_mmproj(extra: Sequence[str], mmproj: str) -> tuple[str, ...]:
+def with_mmproj(pass_through: Sequence[str], mmproj: str) -> tuple[str, ...]:
     """``--mmproj FILE`` given to moetune: the same flag for llama-server."""
-    return ("--mmproj", mmproj, *extra)
+    return ("--mmproj", mmproj, *pass_through)
 
 
-def extras_args(
-    extra: Sequence[str], *, mmproj: str | None = None, draft: str | None = None
+def add_extras_flags(
+    pass_through: Sequence[str], *, mmproj: str | None = None, draft: str | None = None
 ) -> tuple[str, ...]:
     """llama-server's arguments with moetune's ``--mmproj``/``--draft`` turned into its own."""
-    found = tuple(extra)
+    found = tuple(pass_through)
     if draft is not None:
         found = with_draft(found, draft)
     if mmproj is not None:
@@ -245,8 +246,8 @@ def extras_args(
     return found
 
 
-def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
-    """``extra`` with the projector's and the draft's files made absolute (a saved command,
+def absolute_files(pass_through: Sequence[str]) -> tuple[str, ...]:
+    """``pass_through`` with the projector's and the draft's files made absolute (a saved command,
     and the aliases made from it, then run from any folder)."""
     from pathlib import Path
 
@@ -255,12 +256,12 @@ def absolute_files(extra: Sequence[str]) -> tuple[str, ...]:
             pair.with_value(str(Path(pair.values[0]).absolute()))
             if pair.flag is not None and pair.flag.file and pair.values
             else pair
-            for pair in pairs(extra)
+            for pair in pairs(pass_through)
         )
     )
 
 
-def without_extras(args: Sequence[str]) -> list[str]:
+def without_extras_flags(args: Sequence[str]) -> list[str]:
     """``args`` as llama-fit-params takes them: without the projector's, the draft's and
     speculation's flags (it counts neither), nor any other it refuses (llama-server's own)."""
     return words(
@@ -271,9 +272,9 @@ def without_extras(args: Sequence[str]) -> list[str]:
     )
 
 
-def _flags(extra: Sequence[str]) -> set[str]:
-    """The flags among ``extra`` as llama-server reads their names (values left out)."""
-    return {pair.key for pair in pairs(extra)}
+def _flags(pass_through: Sequence[str]) -> set[str]:
+    """The flags among ``pass_through`` as llama-server reads their names (values left out)."""
+    return {pair.key for pair in pairs(pass_through)}
 
 
 # --- the loaded companions (jobs/loader.py reads their files) --------------------------------
@@ -369,7 +370,7 @@ class Vocabulary(NamedTuple):
 
 
 def companions(
-    args: ExtraArgs,
+    args: ExtrasFlags,
     target: ModelFacts,
     *,
     projector: ProjectorFacts | None = None,

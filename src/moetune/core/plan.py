@@ -114,7 +114,7 @@ class PlanRequest(BaseModel):
     physical_cores: int | None = None
     gpu_free_bytes: int | None = None  # one device: its detected free memory
     device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
-    extra_args: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
+    pass_through: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
     # what those load beside the model (jobs/loader.py read the files), beside the settings
     extras: InstanceOf[Extras] | None = Field(default=None, exclude=True, repr=False)
 
@@ -196,7 +196,7 @@ def _placement_result(
         settings,
         placement,
         threads=req.physical_cores,
-        extra=(*req.device_args, *req.extra_args),
+        pass_through=(*req.device_args, *req.pass_through),
         bufts=target.bufts,
         model_flag=req.model_flag,
     )

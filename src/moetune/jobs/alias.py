@@ -2,22 +2,31 @@
 
 A function rather than an ``alias``: it quotes each argument once (regexes of ``-ot`` rules,
 paths with spaces) and passes the caller's own arguments through (``qwen --port 8081``).
-Pure: returns text, never prints.
+The snippet is text, never printed here; ``alias_for_model`` finds what it runs: the model's
+tuned profile, else moetune's plan for it (a warning through ``warn`` says so).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from moetune.errors import BadValueError
-from moetune.store.tuned import TunedProfile, retune_command
+from moetune.store.tuned import (
+    ProfileStore,
+    TunedProfile,
+    model_identity,
+    model_profile,
+    retune_command,
+)
 from moetune.units import format_bytes, format_speed
 
 if TYPE_CHECKING:
     from moetune.core.plan import PlanResult
+    from moetune.units import Ctx, Sizes
 
 Shell = Literal["bash", "zsh", "fish"]
 SHELLS: tuple[Shell, ...] = ("bash", "zsh", "fish")
@@ -160,3 +169,70 @@ def render_function(
 def alias_text(name: str, profile: TunedProfile, shell: Shell) -> str:
     """The dotfile snippet that starts the tuned server of ``profile`` as ``name``."""
     return render_function(name, profile.command, shell, _comments(name, profile))
+
+
+def alias_for_model(
+    name: str,
+    model: str,
+    shell: Shell,
+    *,
+    ctx: Ctx | None,
+    cache_type: str | None,
+    mmproj: Path | None,
+    draft: Path | None,
+    hardware: tuple[str | None, Sizes | None],
+    require_tuned: bool,
+    warn: Callable[[str], None],
+) -> str:
+    """The alias ``name`` of ``model``: its profile tuned at ``ctx``/``cache_type`` with the
+    ``mmproj``/``draft`` files beside it, else (unless ``require_tuned``) moetune's plan for
+    the GPU of ``hardware`` (``--gpu``, ``--vram``; default: detected)."""
+    from moetune.core.extras import add_extras_flags
+    from moetune.errors import DoesNotFitError, ProfileNotFoundError
+    from moetune.jobs.models import open_model, require_weights
+    from moetune.jobs.names import DEFAULT_CACHE_TYPE
+    from moetune.jobs.plan import predicted_plan
+    from moetune.llamacpp.process import server_for_commands
+
+    beside = [
+        (flag, str(path.absolute()))
+        for flag, path in (("--mmproj", mmproj), ("--draft", draft))
+        if path is not None
+    ]
+    named = open_model(model)
+    missing: ProfileNotFoundError | None = None
+    if named.path is not None:
+        try:
+            tokens = ctx.tokens if ctx is not None else None
+            profile = model_profile(
+                ProfileStore(), model_identity(named.path), tokens, cache_type, beside
+            )
+            return alias_text(name, profile, shell)
+        except ProfileNotFoundError as exc:
+            if require_tuned:
+                raise
+            missing = exc
+    elif require_tuned:
+        require_weights(named)  # a tuned profile is of a file on disk: says how to get it
+    named = named.absolute()  # the printed command runs from any folder
+    pass_through = add_extras_flags(
+        (), mmproj=str(mmproj) if mmproj else None, draft=str(draft) if draft else None
+    )
+    gpu, vram = hardware
+    plan, source = predicted_plan(
+        named,
+        vram=vram,
+        gpu=gpu,
+        ctx=ctx,
+        cache_type=cache_type or DEFAULT_CACHE_TYPE,
+        pass_through=pass_through,
+        missing=missing,
+    )
+    if not plan.fits:
+        raise DoesNotFitError(f"does not fit: {plan.reason}")
+    argv = [server_for_commands(), *plan.recommended.command[1:]]
+    warn(
+        f"no tuned profile for {named.facts.paths[0]}: the alias runs "
+        "moetune's plan (predicted, not measured); `moetune run` tunes it"
+    )
+    return render_function(name, argv, shell, predicted_comments(name, plan, source))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Literal
 
 from moetune import __version__
@@ -30,7 +31,7 @@ from moetune.core.planner import fixed_split, floor_plan, plan_layers, plan_n_cp
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
-from moetune.jobs.names import CONFIG_NAMES
+from moetune.jobs.names import CONFIG_NAMES, ENDPOINTS
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
@@ -411,4 +412,43 @@ def bench_url(
         configs=[run],
         results=results,
         verdicts=verdicts(results),
+    )
+
+
+def workload_of(
+    depths: str, repeats: int, n_predict: int, endpoint: str, image: Path | None = None
+) -> Workload:
+    """What each configuration is measured with: ``--depths``, ``--repeats``, ``--n-predict``,
+    ``--endpoint`` and the ``--image`` sent with every chat request (read here)."""
+    from moetune.jobs.measure import image_data_uri
+
+    if endpoint not in ENDPOINTS:
+        raise BadValueError(f"unknown endpoint {endpoint!r}", hint=f"one of {', '.join(ENDPOINTS)}")
+    if repeats < 1:
+        raise BadValueError(f"--repeats must be at least 1, got {repeats}")
+    if image is not None and endpoint != "chat":
+        raise BadValueError("--image is sent with chat requests: use --endpoint chat")
+    uri = image_data_uri(image) if image is not None else None
+    return Workload(
+        tuple(parse_depths(depths)),
+        repeats,
+        n_predict,
+        endpoint,
+        uri,
+        image.name if image is not None else None,
+    )
+
+
+def require_measured(result: BenchResult) -> None:
+    """Nothing measured: DoesNotFitError when no configuration fits, else ServerFailedError
+    naming the first that failed (and its log)."""
+    if result.results:
+        return
+    failed = [c for c in result.configs if c.status == "failed"]
+    if not failed:
+        raise DoesNotFitError("nothing was measured: no configuration fits the budget")
+    first = failed[0]
+    raise ServerFailedError(
+        f"nothing was measured: {first.name}: {first.message or 'failed'}",
+        hint=f"full log: {first.log_path}" if first.log_path else None,
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
@@ -34,8 +35,14 @@ from moetune.gguf.roles import Role
 from moetune.hardware.base import VRAM_HINT, GpuInfo, GpuProbe, HostInfo, HostProbe
 from moetune.llamacpp.info import INSTALL_HINT
 from moetune.records.server import ServerInfo
-from moetune.store.hardware import HardwareProfile, match_detected, pcie_bandwidth_bytes_per_s
-from moetune.units import GIB, format_bytes
+from moetune.store.hardware import (
+    HardwareProfile,
+    find_hardware_profile,
+    load_hardware_profiles,
+    match_detected,
+    pcie_bandwidth_bytes_per_s,
+)
+from moetune.units import GIB, Ctx, Sizes, format_bytes, per_device
 
 Status = Literal["ok", "warn", "fail"]
 # Assumed when not given: a dual-channel desktop (DDR4-3200 is 51 GB/s, DDR5-6000 96 GB/s in
@@ -610,3 +617,64 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
     return DoctorReport(
         findings=findings, gpus=gpus, host=host, server=info, model=model, ceiling=ceiling
     )
+
+
+def doctor_report(
+    model: Path | None,
+    *,
+    vram: Sizes | None,
+    gpu: str | None,
+    rpc: str | None,
+    ram: int | None,
+    ram_bandwidth: float | None,
+    ctx: Ctx | None,
+    cache_type: str,
+    target_vram: Sizes | None,
+    headroom: Sizes,
+    server: str | None,
+) -> DoctorReport:
+    """``moetune doctor``: this machine as found here (GPUs, host, llama-server), what the
+    options describe instead (``--vram``, ``--gpu``, ``--ram``...), and ``model`` on it."""
+    from moetune.hardware import detect_gpu_probe
+    from moetune.hardware.host import PsutilHostProbe
+    from moetune.jobs.devices import plan_devices, split_endpoints
+    from moetune.jobs.loader import load_model_facts
+    from moetune.llamacpp.process import find_server, server_info
+
+    hardware = load_hardware_profiles()
+    endpoints = split_endpoints(rpc)
+
+    def lookup() -> ServerInfo:
+        path = find_server(server)
+        return server_info(path, rpc=endpoints) if endpoints else server_info(path)
+
+    several = model is not None and ((vram is not None and len(vram) > 1) or bool(endpoints))
+    devices = (
+        plan_devices(
+            vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None, server=server
+        )
+        if several
+        else None
+    )
+    n = len(devices.devices) if devices else 1
+    targets = per_device(target_vram, n, "--target-vram")
+    headrooms = per_device(headroom, n, "--headroom") or headroom.values
+    inputs = DoctorInputs(
+        gpus=detect_gpu_probe(),
+        host=PsutilHostProbe(),
+        server=lookup,
+        hardware=hardware,
+        gpu_profile=find_hardware_profile(gpu, hardware) if gpu else None,
+        vram_bytes=vram[0] if vram is not None and not devices else None,
+        ram_bytes=ram,
+        ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth else None,
+        n_ctx=ctx.tokens if ctx is not None else None,
+        cache_type=cache_type,
+        target_bytes=targets[0] if targets else None,
+        headroom_bytes=headrooms[0],
+        devices=devices.devices if devices else (),
+        device_targets=tuple(targets or ()),
+        device_headrooms=headrooms,
+        device_args=devices.device_args if devices else (),
+    )
+    return diagnose(inputs, load_model_facts(model) if model is not None else None)

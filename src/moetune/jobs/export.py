@@ -18,8 +18,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from moetune.errors import ProfileNotFoundError
+    from moetune.jobs.models import Model
+    from moetune.store.tuned import ProfileStore, TunedProfile
+    from moetune.units import Ctx, Sizes
 
 from moetune.core.flags import Pair, pairs, words
 
@@ -273,3 +280,146 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
         for block in blocks.values():
             out += block
     return "\n".join(out) + "\n"
+
+
+# --- each model's entry: its tuned profile, else its plan -----------------------------------------
+
+
+def export_entries(
+    models: list[str],
+    ctx: Ctx | None,
+    cache_type: str | None,
+    hardware: tuple[str | None, Sizes | None],
+    require_tuned: bool,
+    *,
+    warn: Callable[[str], None],
+) -> tuple[list[ServeEntry], str]:
+    """Each model's entry (tuned, else planned: ``warn`` says so) and the llama-server the
+    commands run; no ``models``: every tuned profile's (the newest of each model file)."""
+    from moetune.errors import BadValueError, ProfileError
+    from moetune.store.tuned import ProfileStore
+
+    store = ProfileStore()
+    if not models:
+        profiles = _newest_per_model([p for p in store.scan() if not isinstance(p, ProfileError)])
+        if not profiles:
+            raise BadValueError(
+                "no tuned profiles to export",
+                hint="tune one with `moetune run MODEL`, or name the models",
+            )
+        return [_tuned(p) for p in profiles], profiles[0].command[0]
+    entries: list[ServeEntry] = []
+    binary: str | None = None
+    for text in models:
+        entry, tuned_binary = _entry(
+            store,
+            text,
+            ctx=ctx,
+            cache_type=cache_type,
+            hardware=hardware,
+            require_tuned=require_tuned,
+            warn=warn,
+        )
+        entries.append(entry)
+        binary = binary or tuned_binary
+    from moetune.llamacpp.process import server_for_commands
+
+    return entries, binary or server_for_commands()
+
+
+def _entry(
+    store: ProfileStore,
+    text: str,
+    *,
+    ctx: Ctx | None,
+    cache_type: str | None,
+    hardware: tuple[str | None, Sizes | None],
+    require_tuned: bool,
+    warn: Callable[[str], None],
+) -> tuple[ServeEntry, str | None]:
+    """One model's entry: its tuned profile, else its plan; and the binary it was tuned with."""
+    from moetune.errors import ProfileNotFoundError
+    from moetune.jobs.models import open_model, require_weights
+    from moetune.store.tuned import model_identity, model_profile
+
+    named = open_model(text).absolute()
+    missing: ProfileNotFoundError | None = None
+    if named.path is not None:
+        try:
+            profile = model_profile(
+                store, model_identity(named.path), ctx.tokens if ctx else None, cache_type
+            )
+            return _tuned(profile), profile.command[0]
+        except ProfileNotFoundError as exc:
+            if require_tuned:
+                raise
+            missing = exc
+    elif require_tuned:
+        require_weights(named)
+    return _planned(named, ctx, cache_type, hardware, missing, warn=warn), None
+
+
+def _newest_per_model(profiles: list[TunedProfile]) -> list[TunedProfile]:
+    """One profile per model file: the newest."""
+    newest: dict[str, TunedProfile] = {}
+    for profile in sorted(profiles, key=lambda p: p.tuned_at, reverse=True):
+        newest.setdefault(profile.model.path, profile)
+    return list(newest.values())
+
+
+def _name(args: list[str], fallback: str) -> str:
+    """The model id requests use: the -hf name, else the file's name without .gguf."""
+    if "-hf" in args:
+        return args[args.index("-hf") + 1]
+    return fallback.removesuffix(".gguf")
+
+
+def _tuned(profile: TunedProfile) -> ServeEntry:
+    from moetune.units import format_bytes
+
+    m = profile.measured
+    speed = f", decode {m.decode_tps:.1f} tok/s" if m.decode_tps is not None else ""
+    note = (
+        f"{profile.model.file_name} on {profile.gpu.name}, {profile.tuned_at[:10]}, "
+        f"ctx {profile.settings.n_ctx}, peak {format_bytes(m.vram_bytes)}{speed}"
+    )
+    args = list(profile.command[1:])
+    return ServeEntry(_name(args, profile.model.file_name), tuple(args), True, note)
+
+
+def _planned(
+    named: Model,
+    ctx: Ctx | None,
+    cache_type: str | None,
+    hardware: tuple[str | None, Sizes | None],
+    missing: ProfileNotFoundError | None,
+    *,
+    warn: Callable[[str], None],
+) -> ServeEntry:
+    from moetune.errors import DoesNotFitError
+    from moetune.jobs.names import DEFAULT_CACHE_TYPE
+    from moetune.jobs.plan import predicted_plan
+    from moetune.units import format_bytes
+
+    gpu, vram = hardware
+    plan, source = predicted_plan(
+        named,
+        vram=vram,
+        gpu=gpu,
+        ctx=ctx,
+        cache_type=cache_type or DEFAULT_CACHE_TYPE,
+        missing=missing,
+    )
+    if not plan.fits:
+        raise DoesNotFitError(f"{named.facts.paths[0]} does not fit: {plan.reason}")
+    rec = plan.recommended
+    warn(
+        f"no tuned profile for {named.facts.paths[0]}: exporting moetune's "
+        "plan (predicted, not measured)"
+    )
+    note = (
+        f"no tuned profile; plan for GPU {source}, ctx {plan.settings.n_ctx}, predicted "
+        f"peak {format_bytes(rec.memory.gpu_bytes)}"
+    )
+    args = list(rec.command[1:])
+    return ServeEntry(_name(args, Path(str(named.facts.paths[0])).name), tuple(args), False, note)

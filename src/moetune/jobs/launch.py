@@ -4,7 +4,8 @@
 pass-through arguments and the extras they load beside the model, threads, port, log dir,
 timeouts) and turns a placement into the argv through the command builder.
 ``prepare_device`` checks the pass-through arguments, asks llama-server which device it
-offloads to, fixes the budget and picks the memory probe.
+offloads to, fixes the budget and picks the memory probe; ``prepare_launch`` does that for
+the GPUs here and then resolves the context.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from pathlib import Path
 from moetune.core.command import (
     FitMode,
     args_for,
-    check_extra,
-    extra_int,
-    extra_value,
+    check_pass_through,
+    pass_through_int,
+    pass_through_value,
     rpc_endpoints,
     server_argv,
 )
@@ -30,7 +31,7 @@ from moetune.core.planner import DeviceBudgets, does_not_fit, max_context
 from moetune.core.settings import Settings, default_n_ctx
 from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
-from moetune.jobs.devices import require_devices, specs_from_listed
+from moetune.jobs.devices import require_devices, specs_from_listed, split_endpoints
 from moetune.jobs.loader import with_extras
 from moetune.llamacpp.memprobe import MemoryProbe, choose_probe
 from moetune.llamacpp.process import RunningServer, launch, server_info
@@ -45,8 +46,8 @@ class LaunchSpec:
     binary: Path
     model: str
     settings: Settings
-    extra: tuple[str, ...] = ()  # after --, passed through (-ub/-b stay here)
-    extras: Extras | None = None  # what ``extra`` loads beside the model (jobs/loader.py)
+    pass_through: tuple[str, ...] = ()  # after --, passed through (-ub/-b stay here)
+    extras: Extras | None = None  # what ``pass_through`` loads beside the model (jobs/loader.py)
     threads: int | None = None
     port: int | None = None
     log_dir: Path | None = None
@@ -58,7 +59,8 @@ class LaunchSpec:
     hf_sibling: str | None = None
 
     def args(self, placement: Placement, flags: tuple[str, ...] = ()) -> list[str]:
-        """llama-server's arguments (no binary) for ``placement``, ``flags`` before ``extra``."""
+        """llama-server's arguments (no binary) for ``placement``, ``flags`` before the
+        pass-through arguments."""
         return self._argv(placement, flags, None)
 
     def fit_args(self, margins_mib: tuple[int, ...] | None) -> list[str]:
@@ -74,7 +76,7 @@ class LaunchSpec:
             self.settings,
             placement,
             threads=self.threads,
-            extra=(*flags, *self.extra),
+            pass_through=(*flags, *self.pass_through),
             with_ubatch=False,
             fit=fit,
             bufts=bufts(self.devices),
@@ -86,19 +88,19 @@ class LaunchSpec:
         return launch(self.binary, args, port=port or self.port, log_dir=self.log_dir)
 
 
-def settings_from_extra(
-    settings: Settings, extra: tuple[str, ...], facts: ModelFacts | None = None
+def settings_from_pass_through(
+    settings: Settings, pass_through: tuple[str, ...], facts: ModelFacts | None = None
 ) -> tuple[Settings, Extras | None]:
     """The micro-batch and batch sizes given after ``--`` (llama-server's defaults else), and
     with ``facts`` (the model) the projector and draft model they load beside it."""
     update = {
-        "n_ubatch": extra_int(extra, "-ub", "--ubatch-size") or 512,
-        "n_batch": extra_int(extra, "-b", "--batch-size") or 2048,
+        "n_ubatch": pass_through_int(pass_through, "-ub", "--ubatch-size") or 512,
+        "n_batch": pass_through_int(pass_through, "-b", "--batch-size") or 2048,
     }
     found = settings.model_copy(update=update)
     if facts is None:
         return found, None
-    return with_extras(found, facts, extra)
+    return with_extras(found, facts, pass_through)
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,10 @@ class DeviceSetup:
 REFUSED_SPLITS = frozenset({"row", "tensor"})
 
 
-def split_mode(extra: tuple[str, ...]) -> str:
+def split_mode(pass_through: tuple[str, ...]) -> str:
     """``-sm`` among the pass-through arguments (llama.cpp's default: layer); row and tensor
     are refused."""
-    mode = extra_value(extra, "-sm", "--split-mode") or "layer"
+    mode = pass_through_value(pass_through, "-sm", "--split-mode") or "layer"
     if mode in REFUSED_SPLITS:
         raise BadValueError(
             f"-sm {mode} is not supported: moetune plans a split by layer",
@@ -144,10 +146,10 @@ def split_mode(extra: tuple[str, ...]) -> str:
     return mode
 
 
-def chosen_devices(listed: tuple[Device, ...], extra: tuple[str, ...]) -> tuple[Device, ...]:
+def chosen_devices(listed: tuple[Device, ...], pass_through: tuple[str, ...]) -> tuple[Device, ...]:
     """The devices llama-server will use: ``-dev A,B`` (in that order), ``-sm none`` with
     ``-mg i``, else every device it lists."""
-    names = extra_value(extra, "-dev", "--device")
+    names = pass_through_value(pass_through, "-dev", "--device")
     chosen = listed
     if names is not None:
         wanted = [n.strip() for n in names.split(",") if n.strip() and n.strip() != "none"]
@@ -159,8 +161,8 @@ def chosen_devices(listed: tuple[Device, ...], extra: tuple[str, ...]) -> tuple[
                 hint="its devices: " + ", ".join(by_name),
             )
         chosen = tuple(by_name[n] for n in wanted)
-    if split_mode(extra) == "none":
-        main = extra_int(extra, "-mg", "--main-gpu") or 0
+    if split_mode(pass_through) == "none":
+        main = pass_through_int(pass_through, "-mg", "--main-gpu") or 0
         if main >= len(chosen):
             raise BadValueError(f"-mg {main}: there are {len(chosen)} devices")
         chosen = (chosen[main],)
@@ -216,11 +218,11 @@ def prepare_device(
     """Check the pass-through arguments, ask llama-server for its devices, fix each one's
     budget and memory probe; the spec comes back with the first device's compute rules and
     overhead in its settings (and moetune's own ``--rpc`` among its arguments)."""
-    check_extra(spec.extra)
+    check_pass_through(spec.pass_through)
     if rpc:
-        spec = replace(spec, extra=("--rpc", ",".join(rpc), *spec.extra))
-    info = server_info(spec.binary, rpc=rpc_endpoints(spec.extra))
-    listed = chosen_devices(require_devices(info), spec.extra)
+        spec = replace(spec, pass_through=("--rpc", ",".join(rpc), *spec.pass_through))
+    info = server_info(spec.binary, rpc=rpc_endpoints(spec.pass_through))
+    listed = chosen_devices(require_devices(info), spec.pass_through)
     devices = specs_from_listed(listed, overhead)
     budgets = budgets_for(devices, target_bytes, headroom_bytes)
     probes = tuple(choose_probe(d, gpus) for d in devices)
@@ -273,3 +275,29 @@ def resolve_context(
     if facts.context_length and n_ctx > facts.context_length:
         warn(f"context {n_ctx} is beyond the training context {facts.context_length}")
     return replace(spec, settings=settings.model_copy(update={"n_ctx": n_ctx}))
+
+
+def prepare_launch(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    *,
+    ctx: Ctx | None,
+    target_bytes: Sizes | None,
+    headroom_bytes: Sizes,
+    overhead: Sizes | None,
+    rpc: str | None,
+    warn: Callable[[str], None],
+) -> tuple[LaunchSpec, DeviceSetup]:
+    """What run and bench do before the first launch: the devices set up (the GPUs detected
+    here, the ``--rpc`` servers), and the spec at the context asked for."""
+    from moetune.hardware import detect_gpu_probe
+
+    spec, setup = prepare_device(
+        spec,
+        target_bytes=target_bytes,
+        headroom_bytes=headroom_bytes,
+        gpus=detect_gpu_probe(),
+        overhead=overhead,
+        rpc=split_endpoints(rpc),
+    )
+    return resolve_context(facts, spec, setup, ctx, warn=warn), setup

@@ -16,13 +16,13 @@ from pathlib import Path
 from moetune.core.extras import (
     TOKENS_KEY,
     VOCABULARY_KEYS,
-    ExtraArgs,
     Extras,
+    ExtrasFlags,
     Vocabulary,
     check_projector,
     check_vocabulary,
     companions,
-    parse_extra_args,
+    parse_extras_flags,
 )
 from moetune.core.facts import ModelFacts, facts_from_gguf
 from moetune.core.projector import ProjectorFacts, projector_from_header
@@ -53,7 +53,7 @@ def read_vocabulary(facts: ModelFacts) -> Vocabulary:
 
 
 def load_extras(
-    args: ExtraArgs, target: ModelFacts, *, sibling: ProjectorFacts | None = None
+    args: ExtrasFlags, target: ModelFacts, *, sibling: ProjectorFacts | None = None
 ) -> Extras | None:
     """Read the projector's and the draft's headers and check them against the target as
     llama.cpp would: the projector's embedding width (mtmd.cpp), the draft's vocabulary
@@ -77,13 +77,13 @@ def load_extras(
 def with_extras(
     settings: Settings,
     target: ModelFacts,
-    extra: Sequence[str],
+    pass_through: Sequence[str],
     *,
     sibling: ProjectorFacts | None = None,
 ) -> tuple[Settings, Extras | None]:
-    """``settings`` with the tokens speculation drafts, and what ``extra`` loads beside
+    """``settings`` with the tokens speculation drafts, and what ``pass_through`` loads beside
     ``target`` (its files read and checked; ``sibling``: the mmproj ``-hf`` brings)."""
-    args = parse_extra_args(extra)
+    args = parse_extras_flags(pass_through)
     extras = load_extras(args, target, sibling=sibling)
     if args.n_draft:
         settings = settings.model_copy(update={"n_draft": args.n_draft})

@@ -391,8 +391,10 @@ def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
     costs = tuple(d.overhead_bytes for d in setup.devices)
     if any(c != default_overhead(d.kind) for c, d in zip(costs, setup.devices, strict=True)):
         command += ["--overhead", Sizes(costs).arg]
-    extra = hf_argv(spec.extra, spec.hf, spec.hf_sibling) if spec.hf else list(spec.extra)
-    return [*command, "--", *extra] if extra else command
+    pass_through = (
+        hf_argv(spec.pass_through, spec.hf, spec.hf_sibling) if spec.hf else list(spec.pass_through)
+    )
+    return [*command, "--", *pass_through] if pass_through else command
 
 
 def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
@@ -403,7 +405,7 @@ def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
         type_k=s.type_k,
         type_v=s.type_v,
         target_bytes=setup.budgets[0],
-        extra_args=list(spec.extra),
+        extra_args=list(spec.pass_through),
         command=tune_command(spec, setup),
         device_targets=list(setup.budgets) if setup.multi else [],
     )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from moetune.core.devices import DeviceSpec
-from moetune.core.extras import without_extras
+from moetune.core.extras import without_extras_flags
 from moetune.core.facts import ModelFacts
 from moetune.core.flags import FlagRole, Pair, flag, pairs, words
 from moetune.core.memory import DeviceMemory, estimate
@@ -102,7 +102,7 @@ def check_plan(
     the prediction of the same dry run (``model_path``: the file on disk a ``-hf`` name's
     command names, so that the tool reads it and never downloads)."""
     rec = result.recommended
-    args = without_extras(rec.command[1:])
+    args = without_extras_flags(rec.command[1:])
     if model_path is not None:
         args = on_disk(args, model_path)
     projected = parse_projection(fit_projection(tool, args))
@@ -186,7 +186,7 @@ def dry_run_corrections(
     """What llama.cpp's dry run of ``args`` (a placement's llama-server arguments) finds on
     each device beyond the prediction of the same run, where beyond the fidelity bounds
     (0 elsewhere): what ``run`` counts on each device before its first launch."""
-    projected = parse_projection(fit_projection(tool, without_extras(args)))
+    projected = parse_projection(fit_projection(tool, without_extras_flags(args)))
     predicted = estimate(facts, placement, _dry_run_settings(settings), _bare(devices))
     found = []
     for index, memory in enumerate(predicted.devices):

@@ -31,11 +31,11 @@ def _memory_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
             "RAM",
         ),
         ("host KV and compute buffers", mem.host_kv_bytes + mem.host_compute_bytes, "RAM"),
-        *_extra_rows(mem),
+        *_extras_rows(mem),
     ]
 
 
-def _extra_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
+def _extras_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
     """The projector's and the draft's rows, where each part lands (only when present)."""
     rows: list[tuple[str, int, str]] = []
     if (mm := mem.mmproj) is not None:

@@ -111,7 +111,7 @@ def _grid(rows: list[tuple[str, str]]) -> Table:
 
 def render_tuned(profile: TunedProfile, path: str) -> RenderableType:
     s, m = profile.settings, profile.measured
-    extra = shell_join(s.extra_args) if s.extra_args else "-"
+    pass_through = shell_join(s.extra_args) if s.extra_args else "-"
     rows = [
         ("name", profile.name),
         ("file", path),
@@ -129,7 +129,7 @@ def render_tuned(profile: TunedProfile, path: str) -> RenderableType:
         ("llama.cpp", profile.llama_cpp.describe()),
         ("context", f"{s.n_ctx}, cache {s.type_k}/{s.type_v}"),
         ("target", format_bytes(s.target_bytes)),
-        ("after --", extra),
+        ("after --", pass_through),
         ("placement", _placement(profile)),
         (
             "measured",

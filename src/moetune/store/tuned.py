@@ -89,7 +89,7 @@ class TuneSettings(BaseModel):
     type_v: str
     target_bytes: int = Field(gt=0)
     device_targets: list[int] = []  # several devices: each one's target
-    extra_args: list[str] = []
+    extra_args: list[str] = []  # the pass-through arguments (after --), as profiles store them
     # the moetune command that tunes it again (server, target, context, after --): not compared
     command: list[str] = []
 

@@ -124,23 +124,23 @@ def require_weights(model: Model) -> Model:
     )
 
 
-def launch_model(model: Model, extra: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+def launch_model(model: Model, pass_through: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """What ``run`` and ``bench`` launch: the file on disk (absolute: a saved command runs
-    from any folder), and ``extra`` with the mmproj sibling ``-hf`` would load, from the
-    cache, unless ``extra`` has a projector of its own or ``--no-mmproj``."""
-    from moetune.core.extras import parse_extra_args
+    from any folder), and ``pass_through`` with the mmproj sibling ``-hf`` would load, from the
+    cache, unless ``pass_through`` has a projector of its own or ``--no-mmproj``."""
+    from moetune.core.extras import parse_extras_flags
 
     model = require_weights(model)
     assert model.path is not None
-    args = parse_extra_args(extra)
+    args = parse_extras_flags(pass_through)
     if model.sibling_path is not None and args.mmproj is None and args.mmproj_auto:
-        extra = ("--mmproj", str(model.sibling_path.absolute()), *extra)
-    return str(model.path.absolute()), extra
+        pass_through = ("--mmproj", str(model.sibling_path.absolute()), *pass_through)
+    return str(model.path.absolute()), pass_through
 
 
 def launch_spec(
     text: str,
-    extra: tuple[str, ...],
+    pass_through: tuple[str, ...],
     *,
     server: str | None,
     cache_type: str,
@@ -149,23 +149,23 @@ def launch_spec(
     """The one LaunchSpec of ``run`` and ``bench``: the model opened and checked loadable,
     its file on disk (and the mmproj sibling -hf would load), the settings the arguments
     after -- set, the threads; the context is resolved later, with the devices."""
-    from moetune.cli.machine import physical_cores
     from moetune.core.settings import Settings
-    from moetune.jobs.launch import LaunchSpec, check_loadable, settings_from_extra
+    from moetune.jobs.devices import physical_cores
+    from moetune.jobs.launch import LaunchSpec, check_loadable, settings_from_pass_through
     from moetune.llamacpp.process import find_server
 
     chosen = open_model(text)
     check_loadable(chosen.facts)
-    path, extra = launch_model(chosen, extra)
-    settings, extras = settings_from_extra(
-        Settings(n_ctx=1, type_k=cache_type, type_v=cache_type), extra, chosen.facts
+    path, pass_through = launch_model(chosen, pass_through)
+    settings, extras = settings_from_pass_through(
+        Settings(n_ctx=1, type_k=cache_type, type_v=cache_type), pass_through, chosen.facts
     )
     sibling = chosen.sibling_path
     return chosen.facts, LaunchSpec(
         binary=find_server(server),
         model=path,
         settings=settings,
-        extra=extra,
+        pass_through=pass_through,
         extras=extras,
         port=port,
         threads=physical_cores(),

@@ -1,0 +1,202 @@
+"""What ``moetune plan`` computes: the request for a model on a device set, the plan, llama.cpp's
+check of it where the devices are here, every quant of a repository (``plan user/model``), and
+the plan alias and export fall back to when nothing is tuned (``predicted_plan``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from moetune.errors import MoetuneError, NoGpuError
+from moetune.units import Ctx, Sizes
+
+if TYPE_CHECKING:
+    from moetune.core.plan import PlanRequest, PlanResult
+    from moetune.hub import ModelName, Quant
+    from moetune.jobs.devices import DeviceSet
+    from moetune.jobs.models import Model
+    from moetune.jobs.quants import QuantsResult
+
+
+def predicted_plan(
+    chosen: Model,
+    *,
+    vram: Sizes | None = None,
+    gpu: str | None = None,
+    ctx: Ctx | None = None,
+    cache_type: str,
+    pass_through: tuple[str, ...] = (),
+    missing: MoetuneError | None = None,
+) -> tuple[PlanResult, str]:
+    """The plan `moetune plan MODEL` makes with these options and the defaults (for a command
+    that falls back to it when nothing is tuned: alias, export), and which GPU it is for.
+    ``missing``: why nothing was tuned, the error when there is no GPU to plan for either."""
+    from moetune.core.plan import make_plan
+    from moetune.core.planner import DEFAULT_HEADROOM_BYTES
+    from moetune.jobs.devices import host_ram, plan_devices
+
+    try:
+        found = plan_devices(
+            vram=vram, rpc=None, gpu_index=None, gpu_profile=gpu, overhead=None, server=None
+        )
+    except NoGpuError as exc:
+        if missing is None:
+            raise
+        hint = (missing.hint + "; " if missing.hint else "") + "or give --gpu ID or --vram SIZE"
+        raise type(missing)(f"{missing.message}, and no GPU here to plan for", hint=hint) from exc
+    headrooms = (DEFAULT_HEADROOM_BYTES,) * len(found.devices)  # plan's default --headroom
+    inputs = PlanInputs(
+        found=found,
+        pass_through=pass_through,
+        ctx=ctx,
+        cache_type=cache_type,
+        ubatch=512,
+        parallel=None,
+        n_cpu_moe=None,
+        targets=(),
+        headrooms=headrooms,
+        ram=host_ram(None),
+    )
+    return make_plan(chosen.facts, plan_request(chosen, inputs)), found.source
+
+
+class PlanInputs(NamedTuple):
+    """What a plan is asked for, apart from the model."""
+
+    found: DeviceSet
+    pass_through: tuple[str, ...]
+    ctx: Ctx | None
+    cache_type: str
+    ubatch: int
+    parallel: int | None
+    n_cpu_moe: int | None
+    targets: tuple[int, ...]
+    headrooms: tuple[int, ...]
+    ram: tuple[int | None, int | None, int | None]
+
+
+def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
+    """The plan request for ``chosen`` (its context default, the companions it brings)."""
+    from moetune.core.plan import PlanRequest
+    from moetune.core.settings import Settings, default_n_ctx
+    from moetune.jobs.loader import with_extras
+
+    facts, ctx = chosen.facts, inputs.ctx
+    n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
+    devices, first = inputs.found.devices, inputs.found.devices[0]
+    settings = Settings(
+        n_ctx=n_ctx,
+        type_k=inputs.cache_type,
+        type_v=inputs.cache_type,
+        n_ubatch=inputs.ubatch,
+        gpu_overhead_bytes=first.overhead_bytes,
+        device_kind=first.kind,
+    )
+    settings, extras = with_extras(settings, facts, inputs.pass_through, sibling=chosen.sibling)
+    if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
+        settings = settings.model_copy(
+            update={"n_seq": inputs.parallel, "kv_unified": False, "explicit_parallel": True}
+        )
+    flag, source = chosen.named
+    ram_total, ram_available, cores = inputs.ram
+    targets, headrooms = inputs.targets, inputs.headrooms
+    return PlanRequest(
+        model_path=source,
+        model_flag=flag,
+        devices=devices,
+        target_vram=targets,
+        headrooms=headrooms,
+        settings=settings,
+        ctx_max=ctx is not None and ctx.is_max,
+        n_cpu_moe=inputs.n_cpu_moe,
+        ram_total_bytes=ram_total,
+        ram_available_bytes=ram_available,
+        physical_cores=cores,
+        gpu_free_bytes=inputs.found.gpu_free_bytes,
+        device_args=inputs.found.device_args,
+        pass_through=inputs.pass_through,
+        extras=extras,
+    )
+
+
+def plan_repo(name: ModelName, inputs: PlanInputs) -> QuantsResult:
+    """``plan user/model``: every quant of the repository, and the two picks."""
+    from moetune.core.plan import make_plan
+    from moetune.hub import list_repo
+    from moetune.jobs.models import model_of_quant
+    from moetune.jobs.quants import plan_quants
+
+    listing = list_repo(name)
+    opened: dict[str, Model] = {}  # each quant's headers are read once, for both plans
+
+    def plan_of(quant: Quant, ctx_max: bool) -> PlanResult:
+        if quant.tag not in opened:
+            opened[quant.tag] = model_of_quant(name, listing, quant)
+        chosen = opened[quant.tag]
+        request = plan_request(chosen, inputs._replace(ctx=_MAX if ctx_max else inputs.ctx))
+        return make_plan(chosen.facts, request)
+
+    return plan_quants(name, listing, plan_of, inputs.found.devices, inputs.ram)
+
+
+_MAX = Ctx(None)
+
+
+def plan_model(
+    chosen: Model, inputs: PlanInputs, *, verify: bool, server: str | None
+) -> PlanResult:
+    """The plan for ``chosen``, checked by llama.cpp unless ``verify`` is off."""
+    from moetune.core.plan import make_plan
+
+    request = plan_request(chosen, inputs)
+    result = make_plan(chosen.facts, request)
+    if not verify:
+        return result.model_copy(update={"checked": "skipped (--no-verify)"})
+    return _checked(chosen, request, result, inputs.found, server)
+
+
+def _checked(
+    chosen: Model, request: PlanRequest, result: PlanResult, found: DeviceSet, server: str | None
+) -> PlanResult:
+    """The plan checked by llama.cpp where the devices are here and llama-fit-params is
+    installed; else it says it is a prediction, and why."""
+    if not (found.here or _described_here(found)):
+        return result.model_copy(update={"checked": "prediction (the devices are not here)"})
+    from moetune.jobs.verify import checked_plan, find_tool, reachable
+    from moetune.llamacpp.process import find_server
+
+    endpoints = [d.description for d in found.devices if d.kind == "rpc"]
+    if not all(map(reachable, endpoints)):
+        return result.model_copy(update={"checked": "prediction (the devices are not here)"})
+    try:
+        tool = find_tool(find_server(server))
+    except MoetuneError:
+        tool = None
+    if tool is None:
+        return result.model_copy(update={"checked": "prediction (llama-fit-params not found)"})
+    if chosen.facts.header_only:
+        why = "prediction (a header-only file: llama.cpp cannot dry-run it)"
+        return result.model_copy(update={"checked": why})
+    if chosen.path is None:  # llama-fit-params would download it
+        why = "prediction (not downloaded: llama.cpp's dry run needs the file)"
+        return result.model_copy(update={"checked": why})
+    try:
+        return checked_plan(chosen.facts, request, result, tool, model_path=str(chosen.path))
+    except MoetuneError as exc:  # the check is a bonus: the plan stands as a prediction
+        return result.model_copy(
+            update={
+                "checked": "prediction (llama.cpp's check failed)",
+                "warnings": [*result.warnings, exc.message],
+            }
+        )
+
+
+def _described_here(found: DeviceSet) -> bool:
+    """Devices described by --vram are here when the GPUs they name are detected."""
+    if not found.source.startswith("given"):
+        return False
+    wanted = sum(d.kind == "cuda" for d in found.devices)
+    if wanted == 0:
+        return True
+    from moetune.hardware import detect_gpu_probe, nvidia_driver_here
+
+    return nvidia_driver_here() and wanted <= len(detect_gpu_probe().gpus())

@@ -1,0 +1,235 @@
+"""The one way a command's output reaches stdout: ``render`` prints any view as text (rich) or
+as its ``--json`` document (report.payloads), dispatching on the view's type.
+
+A view is a job's result with what its text needs beside it (where the devices came from, a
+table asked for). The result types are named for type checking only, and the rich renderers
+are imported when text is printed: ``--json`` loads neither rich nor the modules of results
+it does not print.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from moetune.report import to_json
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from moetune.core.facts import ModelFacts
+    from moetune.core.plan import PlanResult
+    from moetune.errors import ProfileError
+    from moetune.jobs.doctor import DoctorReport
+    from moetune.jobs.quants import QuantsResult
+    from moetune.records.results import BenchResult, RunResult
+    from moetune.store.hardware import HardwareProfile
+    from moetune.store.tuned import TunedProfile
+
+
+@dataclass(frozen=True)
+class InspectView:
+    """``inspect``: the model's facts; ``layers``: the per-block table, ``tensors``: every
+    tensor in the JSON."""
+
+    facts: ModelFacts
+    layers: bool = False
+    tensors: bool = False
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """``plan MODEL``: the plan, the model, and where the devices came from."""
+
+    result: PlanResult
+    facts: ModelFacts
+    source: str
+
+
+@dataclass(frozen=True)
+class QuantsView:
+    """``plan user/model``: every quant planned, and where the devices came from."""
+
+    result: QuantsResult
+    source: str
+
+
+@dataclass(frozen=True)
+class RunView:
+    """``run``: the attempts and the best, and what became of the tuned profile of ``model``."""
+
+    result: RunResult
+    model: str
+
+
+@dataclass(frozen=True)
+class BenchView:
+    """``bench`` (``chart`` off) and ``report`` (with the bar chart of decode speeds)."""
+
+    result: BenchResult
+    chart: bool = False
+
+
+@dataclass(frozen=True)
+class ProfilesView:
+    """``profiles list``: the hardware profiles and the tuned ones (those that do not load
+    as errors) in the folder ``root``."""
+
+    hardware: list[HardwareProfile]
+    tuned: list[TunedProfile | ProfileError]
+    root: str
+
+
+@dataclass(frozen=True)
+class TunedView:
+    """``profiles show`` of a tuned profile, and the file it is kept in."""
+
+    profile: TunedProfile
+    path: str
+
+
+@dataclass(frozen=True)
+class HardwareView:
+    """``profiles show`` of a hardware profile."""
+
+    profile: HardwareProfile
+
+
+@dataclass(frozen=True)
+class DoctorView:
+    """``doctor``: every finding."""
+
+    report: DoctorReport
+
+
+@dataclass(frozen=True)
+class TextView:
+    """Text printed as it is (``alias``'s shell function, ``export``'s config)."""
+
+    text: str
+
+
+View = (
+    InspectView
+    | PlanView
+    | QuantsView
+    | RunView
+    | BenchView
+    | ProfilesView
+    | TunedView
+    | HardwareView
+    | DoctorView
+    | TextView
+)
+
+
+@functools.lru_cache(maxsize=1)
+def stdout() -> Console:
+    """The console for results (stdout)."""
+    from rich.console import Console
+
+    return Console(soft_wrap=False)
+
+
+def render(view: View, as_json: bool = False, console: Console | None = None) -> None:
+    """Print ``view`` on stdout (``console``: another console, for tests): its JSON document
+    with ``as_json``, else its text."""
+    if isinstance(view, TextView):
+        sys.stdout.write(view.text)
+    elif as_json:
+        sys.stdout.write(to_json(payload(view)) + "\n")
+    else:
+        print_report(text(view), console)
+
+
+def payload(view: View) -> dict[str, Any]:
+    """The ``--json`` document of ``view`` (``to_json`` adds the schema version)."""
+    from moetune.report import payloads as p
+
+    match view:
+        case InspectView():
+            return p.inspect_payload(view.facts, with_tensors=view.tensors)
+        case PlanView():
+            return p.plan_payload(view.result)
+        case QuantsView():
+            return p.quants_payload(view.result)
+        case RunView():
+            return {**p.run_payload(view.result), "profile": p.run_profile_payload(view.result)}
+        case BenchView():
+            return p.bench_payload(view.result)
+        case ProfilesView():
+            return p.profiles_payload(view.hardware, view.tuned, view.root)
+        case TunedView() | HardwareView():
+            return view.profile.model_dump(mode="json")
+        case DoctorView():
+            return p.doctor_payload(view.report)
+        case TextView():
+            raise TypeError("text has no JSON document")
+
+
+def text(view: View) -> RenderableType:
+    """What ``view`` shows a person: its report, fitted to the terminal."""
+    match view:
+        case InspectView():
+            from moetune.report.inspect import render_inspect
+
+            return render_inspect(view.facts, show_layers=view.layers)
+        case PlanView():
+            from moetune.report.plan import render_plan
+
+            return render_plan(view.result, view.facts, view.source)
+        case QuantsView():
+            from moetune.report.quants import render_quants
+
+            return render_quants(view.result, view.source)
+        case RunView():
+            from rich.console import Group
+
+            from moetune.report.run import render_run, render_run_profile
+
+            found = render_run(view.result)
+            profile = render_run_profile(view.result, view.model)
+            return found if profile is None else Group(found, profile)
+        case BenchView():
+            from moetune.report.bench import render_bench, render_report
+
+            return render_report(view.result) if view.chart else render_bench(view.result)
+        case ProfilesView():
+            from moetune.report.profiles import render_profiles_list
+
+            return render_profiles_list(view.hardware, view.tuned, view.root)
+        case TunedView():
+            from moetune.report.profiles import render_tuned
+
+            return render_tuned(view.profile, view.path)
+        case HardwareView():
+            from moetune.report.profiles import render_hardware
+
+            return render_hardware(view.profile)
+        case DoctorView():
+            from moetune.report.doctor import render_doctor
+
+            return render_doctor(view.report)
+        case TextView():
+            from rich.text import Text
+
+            return Text(view.text)
+
+
+def print_report(report: RenderableType, console: Console | None = None) -> None:
+    """Print a report (on stdout): prose and tables fitted to the terminal, each ShellLine
+    whole on its line (a command to copy, never broken by rich)."""
+    from rich.console import Group
+
+    from moetune.report.common import ShellLine
+
+    def items(part: RenderableType) -> list[RenderableType]:
+        if isinstance(part, Group):
+            return [leaf for inner in part.renderables for leaf in items(inner)]
+        return [part]
+
+    console = console or stdout()
+    for item in items(report):
+        console.print(item, soft_wrap=isinstance(item, ShellLine))
