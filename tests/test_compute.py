@@ -19,7 +19,7 @@ import pytest
 
 from moetune.core.compute.alloc import simulate
 from moetune.core.compute.estimate import ComputeEstimate, estimate_compute
-from moetune.core.compute.params import Options, Placement, run_params
+from moetune.core.compute.params import LayerHomes, Options, run_params
 from moetune.core.compute.replay import NotSegmentable, Replay
 from moetune.core.facts import ModelFacts
 from moetune.gguf.roles import Role
@@ -243,13 +243,13 @@ def test_fit_params_dry_run_of_a_real_size_model(tmp_path: Path, rpc: str) -> No
 # --- the segment replay gives the whole-graph replay's figures ---------------------------------
 
 
-def _placements(facts: ModelFacts, rng: random.Random) -> list[Placement]:
+def _placements(facts: ModelFacts, rng: random.Random) -> list[LayerHomes]:
     """Every kind of placement a planner tries (first or last blocks' experts on the CPU, -ngl,
     scattered blocks), and some at random."""
     n, tensors = facts.n_layers, facts.tensors
 
-    def one(dev_start: int, blocks: Iterable[int], output: bool) -> Placement:
-        return Placement.single(n, dev_start, blocks, output, tensors)
+    def one(dev_start: int, blocks: Iterable[int], output: bool) -> LayerHomes:
+        return LayerHomes.single(n, dev_start, blocks, output, tensors)
 
     found = [one(0, (), True), one(0, range(n), True)]
     found += [one(0, range(k), True) for k in (1, n // 2)]
@@ -291,19 +291,19 @@ def test_segment_replay_equals_the_whole_graph(
         assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
 
 
-def _multi_placements(facts: ModelFacts, n_dev: int, rng: random.Random) -> list[Placement]:
+def _multi_placements(facts: ModelFacts, n_dev: int, rng: random.Random) -> list[LayerHomes]:
     """Layers split over ``n_dev`` devices as -ts makes them (contiguous, in device order),
     with experts on the CPU or on another device, whole blocks and single parts."""
     n = facts.n_layers
     experts = [t for t in facts.tensors if t.role is Role.EXPERTS and t.layer is not None]
-    found: list[Placement] = []
+    found: list[LayerHomes] = []
     for _ in range(6):
         cuts = sorted(rng.sample(range(1, n + 1), n_dev - 1))
         homes = [sum(il >= c for c in cuts) for il in range(n + 1)]
         moves = frozenset(
             (t.name, rng.choice([-1, *range(n_dev)])) for t in experts if rng.random() < 0.3
         )
-        found += [Placement(tuple(homes)), Placement(tuple(homes), moves)]
+        found += [LayerHomes(tuple(homes)), LayerHomes(tuple(homes), moves)]
     return found
 
 
@@ -332,8 +332,8 @@ def test_pipeline_parallelism_is_replayed_whole(tmp_path: Path) -> None:
     one = Options(True, "q8_0", "q8_0", (False, False), False)
     four = one._replace(n_copies=4)
     with pytest.raises(NotSegmentable):
-        Replay(facts, run, four).segmented_peaks(Placement(homes))
-    plain = Replay(facts, run, one).peaks(Placement(homes))
-    copies = Replay(facts, run, four).peaks(Placement(homes))
-    assert copies == simulate(facts, run, Placement(homes), four)
+        Replay(facts, run, four).segmented_peaks(LayerHomes(homes))
+    plain = Replay(facts, run, one).peaks(LayerHomes(homes))
+    copies = Replay(facts, run, four).peaks(LayerHomes(homes))
+    assert copies == simulate(facts, run, LayerHomes(homes), four)
     assert copies[0] > plain[0] and copies[1] > plain[1]

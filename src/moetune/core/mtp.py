@@ -45,8 +45,7 @@ from pydantic import BaseModel, computed_field
 
 from moetune.core.compute.estimate import ComputeEstimate, _options
 from moetune.core.compute.mtp import mtp_peaks
-from moetune.core.compute.params import Placement as ComputePlacement
-from moetune.core.compute.params import run_params
+from moetune.core.compute.params import LayerHomes, run_params
 from moetune.core.facts import ModelFacts, TensorFacts
 from moetune.core.kvcache import cache_for, estimate_cache, nextn_cache, rs_snapshots
 from moetune.core.placement import CPU, EXPS_REGEX, SKIPPED, Placement, _compiled, homes_for
@@ -200,7 +199,7 @@ def mtp_compute(
         type_v=type_v,
         n_copies=4 if pipeline else 1,
     )
-    devices, host = mtp_peaks(facts, run, ComputePlacement(homes, moves), opts, kinds)
+    devices, host = mtp_peaks(facts, run, LayerHomes(homes, moves), opts, kinds)
     return ComputeEstimate(devices=devices, host_bytes=host)
 
 

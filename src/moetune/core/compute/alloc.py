@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from moetune.core.compute.graph import build_graph
 from moetune.core.compute.ir import Graph, State, Tensor
-from moetune.core.compute.params import Options, Placement, Run
+from moetune.core.compute.params import LayerHomes, Options, Run
 from moetune.core.compute.sched import Split, assign_backends, split_graph
 from moetune.core.facts import ModelFacts
 
@@ -191,7 +191,7 @@ def count_uses(order: Sequence[Tensor]) -> None:
             src.alloc.children += 1
 
 
-def simulate(facts: ModelFacts, run: Run, place: Placement, opts: Options) -> dict[int, int]:
+def simulate(facts: ModelFacts, run: Run, place: LayerHomes, opts: Options) -> dict[int, int]:
     """Build the whole reserve graph, schedule it, allocate it: the peak bytes per backend.
 
     The reference replay; ``estimate_compute`` gets the same figures from replay.py, which

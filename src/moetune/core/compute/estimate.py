@@ -7,7 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from moetune.core.compute.params import CPU, DEV, DEVICE_KINDS, Options, Placement, run_params
+from moetune.core.compute.params import (
+    CPU_BACKEND,
+    DEV,
+    DEVICE_KINDS,
+    LayerHomes,
+    Options,
+    run_params,
+)
 from moetune.core.compute.replay import replay_for
 from moetune.core.facts import ModelFacts
 from moetune.core.settings import Settings
@@ -80,14 +87,14 @@ def estimate_compute(
     run = run_params(n_ctx, n_ubatch, n_batch, n_seq, n_outputs)
     blocks = range(cpu_expert_layers) if cpu_expert_blocks is None else cpu_expert_blocks
     n_dev = facts.n_layers if layers_on_device is None else min(layers_on_device, facts.n_layers)
-    placement = Placement.single(
+    placement = LayerHomes.single(
         facts.n_layers, facts.n_layers - max(n_dev, 0), blocks, output_on_device, facts.tensors
     )
     options = _options(
         (device_kind,), flash_attn=flash_attn, type_k=type_k, type_v=type_v, op_offload=op_offload
     )
     peaks = replay_for(facts, run, options).peaks(placement)
-    return _margin(facts, ComputeEstimate(devices=(peaks[DEV],), host_bytes=peaks[CPU]))
+    return _margin(facts, ComputeEstimate(devices=(peaks[DEV],), host_bytes=peaks[CPU_BACKEND]))
 
 
 def compute_for(
@@ -117,11 +124,13 @@ def compute_for(
         type_v=settings.type_v,
         n_copies=4 if pipeline else 1,
     )
-    placement = Placement(homes, moves)
+    placement = LayerHomes(homes, moves)
     peaks = replay_for(facts, run, options).peaks(placement)
     return _margin(
         facts,
-        ComputeEstimate(devices=tuple(peaks[i] for i in range(len(kinds))), host_bytes=peaks[CPU]),
+        ComputeEstimate(
+            devices=tuple(peaks[i] for i in range(len(kinds))), host_bytes=peaks[CPU_BACKEND]
+        ),
     )
 
 

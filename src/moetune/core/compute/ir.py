@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import math
 
-from moetune.core.compute.params import CPU, CUDA_ROW_PADDING, DEV, F32, Options, Placement, Run
+from moetune.core.compute.params import (
+    CPU_BACKEND,
+    CUDA_ROW_PADDING,
+    DEV,
+    F32,
+    LayerHomes,
+    Options,
+    Run,
+)
 from moetune.core.facts import ModelFacts, TensorFacts
 
 _UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
@@ -105,7 +113,7 @@ class Graph:
         self,
         facts: ModelFacts,
         run: Run,
-        place: Placement,
+        place: LayerHomes,
         opts: Options,
         tensors: dict[str, TensorFacts] | None = None,
     ) -> None:
@@ -121,7 +129,10 @@ class Graph:
         # llama-context.cpp graph_get_cb: with every layer offloaded (or a batch under 32
         # tokens) a block's "norm" tensors are assigned to the block's device, so that the
         # scheduler does not run them on the previous block's device.
-        full = all(place.block(il) != CPU for il in self.d.layers) and place.output != CPU
+        full = (
+            all(place.block(il) != CPU_BACKEND for il in self.d.layers)
+            and place.output != CPU_BACKEND
+        )
         self.pin_norms = full or run.n_tokens < 32
         # tensors a later block reuses (glm-dsa's shared indexer layers: the last top-k)
         self.carry: dict[str, Tensor] = {}

@@ -25,7 +25,7 @@ from moetune.core.compute.attention import attention
 from moetune.core.compute.ffn import ffn, moe
 from moetune.core.compute.inputs import Inputs, _attn_inputs, _rot_input
 from moetune.core.compute.ir import Graph, Tensor
-from moetune.core.compute.params import CPU, F32, I32, Options, Placement, Run
+from moetune.core.compute.params import CPU_BACKEND, F32, I32, LayerHomes, Options, Run
 from moetune.core.facts import ModelFacts
 
 
@@ -77,7 +77,7 @@ def build_mtp_graph(g: Graph, il: int) -> None:
 
 
 def simulate_mtp(
-    facts: ModelFacts, run: Run, place: Placement, opts: Options, il: int
+    facts: ModelFacts, run: Run, place: LayerHomes, opts: Options, il: int
 ) -> dict[int, int]:
     """Build, schedule and allocate the MTP graph: the peak bytes per backend."""
     graph = Graph(facts, run, place, opts)
@@ -86,11 +86,11 @@ def simulate_mtp(
 
 
 def mtp_peaks(
-    facts: ModelFacts, run: Run, place: Placement, opts: Options, kinds: Sequence[str]
+    facts: ModelFacts, run: Run, place: LayerHomes, opts: Options, kinds: Sequence[str]
 ) -> tuple[tuple[int, ...], int]:
     """Each device's and the host's MTP compute buffer (0 where the model has no NextN)."""
     layout = facts.dims
     if layout.kv_end >= layout.n_layer_all:
         return (0,) * len(kinds), 0
     peaks = simulate_mtp(facts, run, place, opts, layout.kv_end)
-    return tuple(peaks.get(i, 0) for i in range(len(kinds))), peaks.get(CPU, 0)
+    return tuple(peaks.get(i, 0) for i in range(len(kinds))), peaks.get(CPU_BACKEND, 0)

@@ -11,7 +11,10 @@ from moetune.core.kvcache import pad
 from moetune.gguf.roles import Role
 
 DEV = 0  # backend id of the first device (devices are 0, 1, ... in llama.cpp's order)
-CPU = 64  # backend id of the CPU: always the last, lowest-priority backend
+# The CPU's backend id in the replay: the last, lowest-priority backend. A weight's home on
+# the CPU is core/placement.py's CPU (-1); here -1 means "not yet assigned", as in ggml's
+# scheduler, so the replay numbers the CPU after every device (backend_of maps one to the other).
+CPU_BACKEND = 64
 DEVICE_KINDS = ("cuda", "rpc", "cpu-like")
 F32, F16, I32, I64 = 4, 2, 4, 8
 KQ_MASK_TYPES = {True: F16, False: F32}  # flash attention needs an F16 mask
@@ -57,11 +60,12 @@ def run_params(n_ctx: int, n_ubatch: int, n_batch: int, n_seq: int, n_outputs: i
 
 def backend_of(home: int) -> int:
     """The backend id of a home (core/placement.py: a device index, or negative: the CPU)."""
-    return home if home >= 0 else CPU
+    return home if home >= 0 else CPU_BACKEND
 
 
-class Placement(NamedTuple):
-    """Where weights live: each block's home (then the output layer's), and the tensors an
+class LayerHomes(NamedTuple):
+    """Where weights live, as the compute replay reads them (from core/placement.py's
+    WeightSplit): each block's home (then the output layer's), and the tensors an
     override put elsewhere (``moves``: name, home); a home is a device index or, negative,
     the CPU, as core/placement.py has them."""
 
@@ -76,17 +80,17 @@ class Placement(NamedTuple):
         cpu_experts: Iterable[int] = (),
         output_on_device: bool = True,
         tensors: Iterable[TensorFacts] = (),
-    ) -> Placement:
+    ) -> LayerHomes:
         """One device: blocks >= ``dev_start`` on it, the experts of ``cpu_experts`` (found
         among ``tensors``) on the CPU."""
-        homes = tuple(DEV if il >= dev_start else CPU for il in range(n_layers))
+        homes = tuple(DEV if il >= dev_start else CPU_BACKEND for il in range(n_layers))
         blocks = frozenset(cpu_experts)
         moves = frozenset(
-            (t.name, CPU)
+            (t.name, CPU_BACKEND)
             for t in tensors
-            if t.role is Role.EXPERTS and t.layer in blocks and homes[t.layer] != CPU
+            if t.role is Role.EXPERTS and t.layer in blocks and homes[t.layer] != CPU_BACKEND
         )
-        return cls((*homes, DEV if output_on_device else CPU), moves)
+        return cls((*homes, DEV if output_on_device else CPU_BACKEND), moves)
 
     def block(self, il: int) -> int:
         return backend_of(self.homes[il])
@@ -103,7 +107,7 @@ class Placement(NamedTuple):
                 return backend_of(moved)
         if tensor.layer is None:
             on_out = tensor.role in (Role.OUTPUT, Role.OUTPUT_NORM)
-            return self.output if on_out else CPU
+            return self.output if on_out else CPU_BACKEND
         return self.block(tensor.layer)
 
     def grouped_moves(self) -> dict[int, tuple[tuple[str, int], ...]]:
@@ -145,7 +149,7 @@ class Options(NamedTuple):
 
     @property
     def backends(self) -> tuple[int, ...]:
-        return (*range(len(self.cuda)), CPU)
+        return (*range(len(self.cuda)), CPU_BACKEND)
 
     def is_cuda(self, backend: int) -> bool:
         return 0 <= backend < len(self.cuda) and self.cuda[backend]

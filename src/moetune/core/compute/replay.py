@@ -29,7 +29,7 @@ from moetune.core.compute.alloc import FreeBlocks, GAlloc, count_uses, simulate
 from moetune.core.compute.graph import embeddings, layer, output
 from moetune.core.compute.inputs import Inputs, build_inputs
 from moetune.core.compute.ir import Graph, State, Tensor
-from moetune.core.compute.params import CPU, DEV, Options, Placement, Run
+from moetune.core.compute.params import CPU_BACKEND, DEV, LayerHomes, Options, Run
 from moetune.core.compute.sched import (
     PASSES,
     VIEW_OPS,
@@ -185,7 +185,7 @@ class Replay:
         self.inp: Inputs = build_inputs(base)
         self.leafs = base.leafs
         for leaf in self.leafs:
-            leaf.backend = CPU
+            leaf.backend = CPU_BACKEND
         self.leaf_slot: dict[int, Slot] = {id(t): ("leaf", i, 0) for i, t in enumerate(self.leafs)}
         self.ports: dict[Slot, Tensor] = {}  # the one copy tensor of each copy slot
         interned: dict[Hashable, int] = {}
@@ -199,21 +199,21 @@ class Replay:
         self._allocs: dict[Hashable, _AllocOut] = {}
         self._segs: dict[tuple[str, Hashable, int], Segment] = {}
         self._results: dict[tuple[Kind, ...], dict[int, int]] = {}
-        self._simulated: OrderedDict[Placement, dict[int, int]] = OrderedDict()
+        self._simulated: OrderedDict[LayerHomes, dict[int, int]] = OrderedDict()
         self._snapshots: list[Snapshot] = []
         self._state_ids: dict[Snapshot, int] = {}
         self._steps: dict[Hashable, tuple[int, tuple[tuple[int, int], ...]]] = {}
 
     # --- building segments ----------------------------------------------------------------
 
-    def _graph(self, place: Placement) -> Graph:
+    def _graph(self, place: LayerHomes) -> Graph:
         return Graph(self.facts, self.run, place, self.opts, tensors=self.tensors)
 
     def _uniform(
         self, backend: int, moves: frozenset[tuple[str, int]] = frozenset(), output: int = DEV
-    ) -> Placement:
+    ) -> LayerHomes:
         """Every block on ``backend`` (a segment only reads its own block's homes)."""
-        return Placement((*(backend,) * self.n_blocks, output), moves)
+        return LayerHomes((*(backend,) * self.n_blocks, output), moves)
 
     def _block_sig(self, il: int) -> Hashable:
         d = self.facts.dims
@@ -224,7 +224,7 @@ class Replay:
         )
         return (tensors, d.swa[il], d.recurrent[il], d.n_head[il], d.n_head_kv[il])
 
-    def segments(self, place: Placement) -> tuple[Segment, ...]:
+    def segments(self, place: LayerHomes) -> tuple[Segment, ...]:
         """The graph's segments for ``place`` (the same objects for the same situations)."""
         last = self.facts.dims.layers[-1]
         grouped = place.grouped_moves()
@@ -233,7 +233,7 @@ class Replay:
         segment, homes = self._segment, place.homes
         for il in self.facts.dims.layers:
             home = homes[il]
-            how = (home if home >= 0 else CPU, grouped.get(il, ()), il == last)
+            how = (home if home >= 0 else CPU_BACKEND, grouped.get(il, ()), il == last)
             found.append(segment("block", how, il))
         found.append(segment("tail", (place.output, outside), -1))
         return tuple(found)
@@ -266,7 +266,7 @@ class Replay:
                 raise NotSegmentable("a block with graph leafs of its own")
         elif kind.what == "tail" and res_in is not None and isinstance(kind.sig, tuple):
             out_home, outside = kind.sig
-            g = self._graph(self._uniform(CPU, frozenset(outside), output=out_home))
+            g = self._graph(self._uniform(CPU_BACKEND, frozenset(outside), output=out_home))
             output(g, self.inp, res_in)
         else:
             raise NotSegmentable(f"cannot build a {kind.what} segment here")
@@ -295,7 +295,7 @@ class Replay:
 
     # --- one estimate ---------------------------------------------------------------------
 
-    def peaks(self, place: Placement) -> dict[int, int]:
+    def peaks(self, place: LayerHomes) -> dict[int, int]:
         """The compute buffer of each backend for ``place`` (as ``simulate`` gives it)."""
         try:
             return self.segmented_peaks(place)
@@ -307,7 +307,7 @@ class Replay:
                     self._simulated.popitem(last=False)
             return dict(found)
 
-    def segmented_peaks(self, place: Placement) -> dict[int, int]:
+    def segmented_peaks(self, place: LayerHomes) -> dict[int, int]:
         """``peaks`` by the segment replay alone (NotSegmentable where it does not apply)."""
         if self.opts.n_copies > 1:
             raise NotSegmentable("pipeline parallelism copies every split input")

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from moetune.core.compute.ir import Graph, Tensor
-from moetune.core.compute.params import CPU, DEV, F32, OP_OFFLOAD_MIN_BATCH, Options
+from moetune.core.compute.params import CPU_BACKEND, DEV, F32, OP_OFFLOAD_MIN_BATCH, Options
 
 VIEW_OPS = frozenset({"view", "reshape", "permute", "transpose"})  # ggml_is_view_op()
 PASSES = ((True, False), (True, True), (False, False), (False, True))  # (skip_cpu, backward)
@@ -40,12 +40,12 @@ def _backend_from_cur(node: Tensor, opts: Options) -> int:
     if node.view_src is not None and node.view_src.buffer is not None:
         return node.view_src.buffer
     if node.is_input:
-        return CPU
+        return CPU_BACKEND
     if node.op in ("rope", "flash_attn"):
         return -1
     for src in node.srcs:
         if src.weight and src.buffer is not None:
-            target = opts.offload_to if src.buffer == CPU else None
+            target = opts.offload_to if src.buffer == CPU_BACKEND else None
             if target is not None and _batch_size(node) >= OP_OFFLOAD_MIN_BATCH:
                 return target
             return src.buffer
@@ -67,7 +67,7 @@ def expand(
         if views[i]:
             continue
         if backends[i] != -1:
-            cur = -1 if skip_cpu and backends[i] == CPU else backends[i]
+            cur = -1 if skip_cpu and backends[i] == CPU_BACKEND else backends[i]
         elif cur != -1:
             backends[i] = cur
     return cur
@@ -99,7 +99,7 @@ def is_view(nodes: Sequence[Tensor]) -> list[bool]:
 def assign_backends(g: Graph) -> None:
     """Passes 1-4 of ggml_backend_sched_split_graph over the whole graph."""
     for leaf in g.leafs:  # pass 1: inputs on the CPU; other leafs by pass 4, from a user
-        leaf.backend = CPU if leaf.is_input else -1
+        leaf.backend = CPU_BACKEND if leaf.is_input else -1
     backends, views = pin(g.nodes, g.opts), is_view(g.nodes)
     for skip_cpu, backward in PASSES:
         expand(backends, views, -1, skip_cpu, backward)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from moetune.core.compute.alloc import GAlloc
 from moetune.core.compute.clip.builder import Builder
 from moetune.core.compute.clip.models import GRAPHS, Shape
-from moetune.core.compute.params import CPU, DEV, Options
+from moetune.core.compute.params import CPU_BACKEND, DEV, Options
 from moetune.core.compute.sched import (
     PASSES,
     Split,
@@ -40,7 +40,7 @@ def replay_clip(
     ``weights``: name -> (ggml shape, type name, bytes); ``kind``: "cpu" (no device: one CPU
     buffer, returned as host), "rpc" or "cuda" (128-byte alignment)."""
     on_device = kind != "cpu"
-    builder = Builder(weights, DEV if on_device else CPU, flash_attn)
+    builder = Builder(weights, DEV if on_device else CPU_BACKEND, flash_attn)
     output = GRAPHS[shape.proj](builder, shape)
     nodes, leafs = builder.order(output)
     opts = Options(
@@ -51,17 +51,17 @@ def replay_clip(
         op_offload=False,
     )
     for leaf in leafs:
-        leaf.backend = CPU
+        leaf.backend = CPU_BACKEND
     backends, views = pin(nodes, opts), is_view(nodes)
     for skip_cpu, backward in PASSES:
         expand(backends, views, -1, skip_cpu, backward)
     finish(nodes, backends)
     if not on_device:
         for node in nodes:
-            node.backend = CPU
+            node.backend = CPU_BACKEND
     splitter = Splitter(Split(first_backend(nodes)), {})
     for node in nodes:
         splitter.add(node)
     order = emit(splitter.splits, {}, opts)
     peaks = GAlloc(opts).run(leafs, order)
-    return (peaks.get(DEV, 0) if on_device else 0), peaks[CPU]
+    return (peaks.get(DEV, 0) if on_device else 0), peaks[CPU_BACKEND]
