@@ -3,7 +3,7 @@
 ``write_model`` writes a small, loadable model of one of ``ARCHS`` (4 query heads of 64, a
 320-token byte-level ``gpt2`` vocabulary, F16 matrices, F32 norms/biases/routers, seeded
 random weights) that the real llama-server serves ``/completion`` with.  The tensor and key
-lists follow llama.cpp build 11434 (see DESIGN.md §4).
+lists follow llama.cpp build 11434 (its src/models/ARCH.cpp loaders and src/llama-arch.cpp).
 
 ``write_header_only`` writes a Qwen3-MoE header (Qwen3-30B-A3B or Qwen3-235B-A22B shaped, Q4_K_M
 or F16) with a full-size vocabulary and no tensor data (or a sparse hole where the data would

@@ -81,8 +81,8 @@ STARTERS = frozenset(
         "moetune.cli",
     }
 )
-# Where each third-party library (and subprocess) may be imported: one package each, as
-# DESIGN.md rule 2 has it; pydantic is the model layer of every package (rule 7).
+# Where each third-party library (and subprocess) may be imported: one package each
+# (docs/architecture.md, "House rules"); pydantic is the model layer of every package.
 HOMES: dict[str, tuple[str, ...]] = {
     "pydantic": ("core", "gguf", "records", "llamacpp", "hardware", "jobs", "store"),
     "typer": ("cli",),
