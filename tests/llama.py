@@ -115,6 +115,16 @@ def _wait_healthy(server: Server, timeout: float) -> None:
     raise LlamaBinaryError(f"llama-server not healthy after {timeout} s:\n{server.log_tail()}")
 
 
+# The CPU's weights as moetune plans them: in the CPU's own buffer. Without --no-repack the
+# CPU backend moves matrices into an "extra" buffer type that depends on this CPU's features
+# (CPU_REPACK for some quant types; on a CPU with AMX, an AMX buffer that takes F16 and Q4_0/Q8_0/
+# K-quant matrices too, src/llama-model.cpp make_cpu_buft_list, ggml-cpu/amx/amx.cpp), which a
+# plan made for another machine cannot know; tests that compare the CPU's weight buffers, or
+# that load a model on the CPU alone, pass it (on this build an MLA model on the CPU alone with
+# the AMX buffer even aborts in the scheduler).
+CPU_PLAIN = ("--no-repack",)
+
+
 @contextlib.contextmanager
 def running_server(
     model: Path | None, *extra_args: str, timeout: float = 120, verbose: bool = True

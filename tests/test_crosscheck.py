@@ -18,7 +18,7 @@ from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import EXPERT_TYPES, MOE_ARCHS, make_split, write_model
-from llama import running_server
+from llama import CPU_PLAIN, running_server
 
 VARIANTS = [("qwen3", "F16")] + [(a, t) for a in MOE_ARCHS for t in EXPERT_TYPES]
 EXPERT_NAME = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch|)exps\.")
@@ -90,7 +90,7 @@ def test_total_equals_llama_server_model_buffers(
 ) -> None:
     """Without mmap, the model buffers llama-server allocates sum to exactly our total."""
     path = variants[arch, expert_type]
-    with running_server(path, "--load-mode", "none", "-c", "512") as server:
+    with running_server(path, "--load-mode", "none", "-c", "512", *CPU_PLAIN) as server:
         buffers = parse_buffers(server.log_text())
     printed = total_mib(buffers, "model")
     assert printed > 0

@@ -23,7 +23,7 @@ from moetune.llamacpp.log import BufferLine, parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import write_header_only, write_model
-from llama import running_server
+from llama import CPU_PLAIN, running_server
 
 DRAFT_MARK = "common_speculative_init_result: loading draft model"
 
@@ -98,6 +98,7 @@ def _logged(case: Case, target: Path, draft: Path, rpc: str) -> tuple[str, str]:
         "off",
         "-lm",
         "none",
+        *CPU_PLAIN,
         *_extra(case, draft),
     ) as server:
         text = server.log_text()

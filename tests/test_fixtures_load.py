@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from factory import ARCHS, MOE_ARCHS, make_split, write_model
-from llama import Server, completion, running_server
+from llama import CPU_PLAIN, Server, completion, running_server
 
 pytestmark = pytest.mark.server
 
@@ -20,7 +20,7 @@ def _assert_generates(server: Server) -> None:
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_loads_cpu_only(tiny_models: dict[str, Path], arch: str) -> None:
-    with running_server(tiny_models[arch]) as server:
+    with running_server(tiny_models[arch], *CPU_PLAIN) as server:
         _assert_generates(server)
         assert "CPU_Mapped model buffer size" in server.log_text()
 

@@ -25,7 +25,7 @@ from moetune.llamacpp.log import parse_buffers
 from moetune.units import MIB
 
 from factory import ARCHS, write_model
-from llama import LlamaBinaryError, running_server
+from llama import CPU_PLAIN, LlamaBinaryError, running_server
 
 PRINTED_TOLERANCE_MIB = 0.005 + 1e-9  # %.2f rounding
 _KV_SIZE_RE = re.compile(
@@ -231,7 +231,7 @@ def test_matches_llama_server(
 ) -> None:
     est = case.estimate(grid_facts[case.arch])
     assert est.exact
-    with running_server(tiny_models[case.arch], *case.argv()) as server:
+    with running_server(tiny_models[case.arch], *case.argv(), *CPU_PLAIN) as server:
         log = _last_context(server.log_text())
     assert int(_CTX_RE.findall(log)[0]) == est.n_ctx
     assert int(_CTX_SEQ_RE.findall(log)[0]) == est.n_ctx_seq
@@ -252,7 +252,10 @@ def test_refused_like_llama_server(
 ) -> None:
     with pytest.raises(BadValueError):
         case.estimate(grid_facts[case.arch])
-    with pytest.raises(LlamaBinaryError), running_server(tiny_models[case.arch], *case.argv()):
+    with (
+        pytest.raises(LlamaBinaryError),
+        running_server(tiny_models[case.arch], *case.argv(), *CPU_PLAIN),
+    ):
         pass
 
 

@@ -24,7 +24,7 @@ from moetune.llamacpp.log import BufferLine, parse_buffers, total_mib
 from moetune.units import MIB
 
 from factory import write_model
-from llama import running_server
+from llama import CPU_PLAIN, running_server
 
 N_LAYERS = 4
 N_CTX = 4096
@@ -152,7 +152,19 @@ class Printed:
 
 def _serve(model: Path, *args: str) -> Printed:
     with running_server(
-        model, "-c", str(N_CTX), "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "--fit", "off", *args
+        model,
+        "-c",
+        str(N_CTX),
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-fa",
+        "on",
+        "--fit",
+        "off",
+        *CPU_PLAIN,
+        *args,
     ) as server:
         text = server.log_text()
     main, _, mtp = text.partition(_MTP_START)
