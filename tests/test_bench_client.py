@@ -145,6 +145,16 @@ def test_complete_stream_from_recorded_chunks() -> None:
     assert result.ttft_s is not None and result.ttft_s > 0
 
 
+def test_ttft_of_a_stream_whose_tokens_all_come_in_the_final_chunk() -> None:
+    """Tokens whose text ends mid-UTF-8 are held back by llama-server, at worst until the final
+    chunk: the first token arrived then (a TTFT, and no decode rate from one instant)."""
+    with raw_http_server(sse_response(FINAL)) as url, ServerClient(url) as client:
+        result = client.complete("hello", 3)
+    assert result.predicted_n == 3 and result.content == ""
+    assert result.ttft_s is not None and result.ttft_s > 0
+    assert result.client_decode_tps is None
+
+
 def test_wait_ready_times_out_and_reports_progress() -> None:
     waits: list[float] = []
     with ServerClient(f"http://127.0.0.1:{srv.free_port()}") as client:  # nothing listens

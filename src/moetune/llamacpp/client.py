@@ -165,7 +165,8 @@ class _StreamClock:
     """Arrival times in a stream: the first chunk carrying a token, and the final chunk.
 
     llama-server holds back a token whose text ends in an incomplete UTF-8 sequence, so the
-    first token's chunk can come late with byte-level vocabularies; real models are unaffected.
+    first token's chunk can come late with byte-level vocabularies (real models are
+    unaffected), as late as the final chunk: then that is when the first token arrived.
     """
 
     def __init__(self) -> None:
@@ -178,6 +179,9 @@ class _StreamClock:
         now = time.perf_counter()
         if event.get("stop") is True:
             self.final = now
+            predicted = (event.get("timings") or {}).get("predicted_n") or 0
+            if self.first is None and predicted > 0:  # every token was held back until now
+                self.first = now
         elif "prompt_progress" in event:  # its tokens [0] is a placeholder
             return
         elif self.first is None and (event.get("tokens") or event.get("content")):
