@@ -2,5 +2,6 @@
 memory, the planner, the command builder and the tuning search.
 
 Nothing here starts a process, reads hardware, touches the network or prints; it imports only
-``moetune.gguf``, ``moetune.units``, ``moetune.errors`` and itself (tests/test_layers.py checks).
+``moetune.gguf``, ``moetune.units``, ``moetune.errors`` and itself (tests/unit/test_layers.py
+checks).
 """

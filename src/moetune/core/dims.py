@@ -86,16 +86,17 @@ KNOWN_ARCHS = (
     | frozenset(SWA_ARCHS)
 )
 # The architectures the fixture matrix checks against llama-server and llama-fit-params
-# (tests/test_arch_matrix.py, which fails when this set and the matrix differ); ``inspect``
-# calls them verified. Add an architecture here together with its tests/archfix_*.py fixture.
+# (tests/server/test_arch_matrix.py, which fails when this set and the matrix differ);
+# ``inspect`` calls them verified. Add an architecture here together with its
+# tests/support/archfix_*.py fixture.
 VERIFIED_ARCHS = frozenset(
     {
         "qwen3moe",
         "gpt-oss",
         "deepseek2",
         "glm4moe",
-        "qwen35moe",  # tests/factory.py
-        # tests/archfix_a.py
+        "qwen35moe",  # tests/support/factory.py
+        # tests/support/archfix_a.py
         "qwen2moe",
         "olmoe",
         "granitemoe",
@@ -113,11 +114,11 @@ VERIFIED_ARCHS = frozenset(
         "llama4",
         "qwen3next",
         "granitehybrid",
-        "jamba",  # tests/archfix_b.py
+        "jamba",  # tests/support/archfix_b.py
         "deepseek32",
-        "glm-dsa",  # tests/archfix_c.py
+        "glm-dsa",  # tests/support/archfix_c.py
         "nemotron_h_moe",
-        "lfm2moe",  # tests/archfix_b2.py
+        "lfm2moe",  # tests/support/archfix_b2.py
     }
 )
 

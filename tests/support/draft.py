@@ -1,0 +1,49 @@
+"""The speculative-decoding draft cases (``-md`` with its flags) and moetune's estimate for
+each: the unit tests check the draft's part, the server tests hold it to llama-server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from moetune.core.extras import load_extras, parse_extra_args, with_draft
+from moetune.core.facts import load_model_facts
+from moetune.core.memory import MemoryEstimate, Settings, estimate
+from moetune.core.placement import Placement
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    draft_args: tuple[str, ...]  # after -md FILE --spec-type draft-simple
+    main_cache: str = "f16"
+    n_cpu_moe: int = 0
+    n_ctx: int = 4096
+    rpc: bool = True
+
+
+CASES = [
+    Case("own-cache-types", ("-ctkd", "q8_0", "-ctvd", "q8_0"), main_cache="q4_0", n_cpu_moe=2),
+    Case("moe-draft-experts-on-cpu", ("-ncmoed", "1"), n_ctx=8192),
+    Case("draft-on-cpu", ("-ngld", "0", "--spec-draft-n-max", "6")),
+    Case("all-on-cpu", ("-ngld", "0"), rpc=False),
+]
+
+
+def draft_extra(case: Case, draft: Path) -> tuple[str, ...]:
+    return with_draft(case.draft_args, str(draft))
+
+
+def predict_with_draft(case: Case, target: Path, draft: Path) -> MemoryEstimate:
+    facts = load_model_facts(target)
+    settings = Settings(
+        n_ctx=case.n_ctx,
+        type_k=case.main_cache,
+        type_v=case.main_cache,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+    )
+    extras = load_extras(parse_extra_args(draft_extra(case, draft)), facts)
+    settings = settings.model_copy(update={"extras": extras})
+    placement = Placement.with_n_cpu_moe(case.n_cpu_moe, n_gpu_layers=99 if case.rpc else 0)
+    return estimate(facts, placement, settings)

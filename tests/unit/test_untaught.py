@@ -1,0 +1,36 @@
+"""An architecture moetune has not been taught gets a conservative plan that never
+under-predicts llama.cpp, a warning naming the architecture, and ``inspect`` says so.
+
+Two kinds of case: ``rnd1`` (a real llama.cpp MoE architecture, a diffusion model whose
+create_memory gives it no KV cache), kept out of core/dims.py's tables on purpose; and taught
+architectures of the matrix whose knowledge is removed from the tables for the test (a
+chunked-attention, a sliding-window, an MLA and a hybrid one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moetune.core import dims
+from moetune.core.facts import load_model_facts
+from moetune.core.plan import PlanRequest, make_plan
+from moetune.core.settings import Settings
+from moetune.report.payloads import inspect_payload
+
+from support.archfix import UNTAUGHT_REAL, write_rnd1
+
+
+def test_rnd1_is_untaught() -> None:
+    assert UNTAUGHT_REAL not in dims.KNOWN_ARCHS
+    assert UNTAUGHT_REAL not in dims.VERIFIED_ARCHS
+
+
+def test_plan_warns_and_inspect_says_not_verified(tmp_path: Path) -> None:
+    facts = load_model_facts(write_rnd1(tmp_path / "rnd1.gguf"))
+    assert not facts.dims.known
+    request = PlanRequest(
+        model_path=str(facts.paths[0]), device_bytes=8 << 30, settings=Settings(n_ctx=4096)
+    )
+    result = make_plan(facts, request)
+    assert any(UNTAUGHT_REAL in w and "not been taught" in w for w in result.warnings)
+    assert inspect_payload(facts)["verified"] is False
