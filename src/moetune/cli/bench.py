@@ -226,9 +226,9 @@ def _bench_model(
 
     stop_on_signals()
     names = tuple(parse_configs(choice.configs))
-    facts, spec = launch_spec(model, extra, server=choice.server, cache_type=choice.cache_type)
-    if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
+    if choice.ctx is not None and choice.ctx.tokens is not None:  # before finding llama-server
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
+    facts, spec = launch_spec(model, extra, server=choice.server, cache_type=choice.cache_type)
     with live_status("benchmarking...") as live:
         spec, setup = prepare_device(
             spec,
