@@ -1,5 +1,5 @@
-"""`moetune alias`: functions for bash, zsh and fish that pass each shell's syntax check and,
-run for real, hand llama-server exactly the tuned arguments (plus the caller's)."""
+"""`moetune alias` as a command: the function printed for a tuned profile, the context picked,
+no or a changed profile refused, bad names and shells."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""moetune bench end to end: the chat stream client on recorded chunks, then the real
-llama-server on a tiny model with ggml-rpc-server on 127.0.0.1 as the device."""
+"""moetune bench refuses an image without a projector, and a file that is not one, before
+anything starts."""
 
 from __future__ import annotations
 

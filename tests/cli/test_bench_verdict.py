@@ -1,5 +1,5 @@
-"""moetune bench without llama-server: statistics, the verdict, depths, --fit's log, the
-configurations, saved results and their rendering."""
+"""moetune bench and report as commands, without llama-server: usage errors and saved results
+rendered again."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""moetune's reader against gguf.GGUFReader and against the buffers llama-server allocates."""
+"""`moetune inspect --json` against an independent count of the tensors with gguf.GGUFReader."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`moetune doctor` on fake machines: no GPU, small RAM, WSL2, PCIe 3.0, and a model's RAM
-needs and speed ceiling; the command itself with the probes replaced."""
+"""`moetune doctor` as a command: text and JSON, bad options, a named exit code, the planning
+options, with the probes replaced by fakes."""
 
 from __future__ import annotations
 

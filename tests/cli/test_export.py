@@ -1,6 +1,4 @@
-"""``moetune export``: a router preset the real llama-server serves two tuned models from,
-with their tuned placement and context; a llama-swap file whose every ``cmd`` llama-server
-takes; the plan as a marked fallback; re-exporting keeps what was written by hand."""
+"""``moetune export`` of a model without a tuned profile: the plan as a marked fallback."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """``--mmproj`` and ``--draft`` through the commands: the plan's rows and JSON, the command it
-prints, the budget it keeps, and one-line errors for bad companions.  The projector's memory
-through estimate() is also checked against llama-server's own log lines (clip's weights and
-compute on the device clip picks)."""
+prints, and one-line errors for bad companions."""
 
 from __future__ import annotations
 

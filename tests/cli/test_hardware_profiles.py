@@ -1,5 +1,4 @@
-"""The shipped hardware profiles as a set: how many, each figure sourced, names and aliases
-unambiguous, the cards moetune issue 14 asks for present, memory sizes plausible."""
+"""`moetune profiles list --json` carries the shipped profiles' figures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`moetune plan`: output, JSON, bad input, and the planned command on a real device."""
+"""`moetune plan`: output, JSON, bad input."""
 
 from __future__ import annotations
 

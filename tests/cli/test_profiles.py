@@ -1,5 +1,5 @@
-"""Hardware profiles (shipped TOML, plan --gpu, broken files) and tuned profiles (identity,
-matching, invalidation, the `profiles` commands, and `moetune run` saving and reusing one)."""
+"""The hardware and tuned profiles through the commands: `plan --gpu`, broken files in one
+line, user profiles, and `moetune profiles list/show/rm`."""
 
 from __future__ import annotations
 

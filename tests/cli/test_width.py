@@ -1,5 +1,5 @@
-"""Output at 80 columns: every table fits, no cell is cut short with "…" (a path may be
-shortened in its middle, keeping the file name), and no flag is folded in two."""
+"""Output at 80 columns from the commands: every table fits, no cell is cut short with "…"
+(a path may be shortened in its middle, keeping the file name), and no flag is folded in two."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`moetune alias`: functions for bash, zsh and fish that pass each shell's syntax check and,
-run for real, hand llama-server exactly the tuned arguments (plus the caller's)."""
+"""`moetune alias` from a plan when no profile is tuned: marked PREDICTED, and bash runs the
+real llama-server with it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""moetune bench end to end: the chat stream client on recorded chunks, then the real
-llama-server on a tiny model with ggml-rpc-server on 127.0.0.1 as the device."""
+"""moetune bench end to end: the real llama-server on a tiny model with ggml-rpc-server on
+127.0.0.1 as the device."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""llamacpp.client: SSE parsing, exact-length prompts, and the client against a real tiny model."""
+"""llamacpp.client against the real llama-server on a tiny model: props, tokenizing, exact
+prompts, completions, filling the context."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Compute-buffer estimates against the figures llama.cpp reports.
-
-The pure tests compare with numbers recorded from llama.cpp build 11434 (llama-server with
-ggml-rpc-server as the device, and llama-fit-params on the header-only Qwen3-30B-A3B) and
-with the public CUDA data point; the ``server`` tests start the real llama-server over a
-grid of ubatch x context on several architectures and read its ``compute buffer size`` lines.
-"""
+"""Compute-buffer estimates against the real llama-server over a grid of ubatch x context on
+several architectures (its ``compute buffer size`` lines), and llama-fit-params' dry run of a
+real-size model."""
 
 from __future__ import annotations
 

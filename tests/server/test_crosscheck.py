@@ -1,4 +1,5 @@
-"""moetune's reader against gguf.GGUFReader and against the buffers llama-server allocates."""
+"""moetune's reader against the buffers llama-server allocates, and a split model (by
+llama-gguf-split) read as one."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""``--mmproj`` and ``--draft`` through the commands: the plan's rows and JSON, the command it
-prints, the budget it keeps, and one-line errors for bad companions.  The projector's memory
-through estimate() is also checked against llama-server's own log lines (clip's weights and
-compute on the device clip picks)."""
+"""``--mmproj`` and ``--draft`` against llama-server: the projector's memory through
+estimate() against its own log lines (clip's weights and compute on the device clip picks),
+and the planned command stays within its budget."""
 
 from __future__ import annotations
 

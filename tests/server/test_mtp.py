@@ -2,9 +2,8 @@
 MTP context's KV cache and compute buffer, and what the main context gains, against
 llama-server's own buffer lines (the MTP context's come after "creating MTP draft context").
 
-The server tests (marked ``server``) run glm4moe and qwen35moe fixtures with one NextN block,
-CPU-only and with the blocks on a ggml-rpc-server device.
-"""
+glm4moe and qwen35moe fixtures with one NextN block, CPU-only and with the blocks on a
+ggml-rpc-server device."""
 
 from __future__ import annotations
 

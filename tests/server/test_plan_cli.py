@@ -1,4 +1,4 @@
-"""`moetune plan`: output, JSON, bad input, and the planned command on a real device."""
+"""`moetune plan`'s command, run: llama-server on a real device stays within the budget."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Hardware profiles (shipped TOML, plan --gpu, broken files) and tuned profiles (identity,
-matching, invalidation, the `profiles` commands, and `moetune run` saving and reusing one)."""
+"""`moetune run` saves a tuned profile and the next run reuses it (on a ggml-rpc-server
+device)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""llamacpp.process: finding, asking, launching and stopping llama-server; its log."""
+"""llamacpp.process with the real llama-server: asking it, launching it, its failures read from
+its log, and no server outliving moetune."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The live status of run and bench: the status model on recorded events, the sampler thread,
-fill progress from llama-server, and `moetune run`'s plain lines on a pipe."""
+"""The live status against llama-server: fill progress from its log, and `moetune run`'s
+plain lines on a pipe."""
 
 from __future__ import annotations
 

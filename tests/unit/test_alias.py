@@ -1,5 +1,5 @@
-"""`moetune alias`: functions for bash, zsh and fish that pass each shell's syntax check and,
-run for real, hand llama-server exactly the tuned arguments (plus the caller's)."""
+"""`moetune alias`'s functions for bash, zsh and fish: each shell's syntax check, and run for
+real they hand a stand-in server exactly the tuned arguments (plus the caller's)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""moetune bench end to end: the chat stream client on recorded chunks, then the real
-llama-server on a tiny model with ggml-rpc-server on 127.0.0.1 as the device."""
+"""The chat stream client of moetune bench on recorded chunks, against a raw HTTP server."""
 
 from __future__ import annotations
 

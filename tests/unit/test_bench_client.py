@@ -1,4 +1,5 @@
-"""llamacpp.client: SSE parsing, exact-length prompts, and the client against a real tiny model."""
+"""llamacpp.client: SSE parsing, exact-length prompts, and its failures against a raw HTTP
+server (server/test_bench_client.py runs it against a real tiny model)."""
 
 from __future__ import annotations
 

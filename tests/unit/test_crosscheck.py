@@ -1,4 +1,4 @@
-"""moetune's reader against gguf.GGUFReader and against the buffers llama-server allocates."""
+"""moetune's reader against gguf.GGUFReader: the same tensor infos on every fixture."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""DeepSeek-V3-class MLA models at full size: the DeepSeek-V3 header of examples/models
-(deepseek2, 61 blocks, 3 dense, 256 experts in 8 groups, Q4_K_M) and a DeepSeek-V3.2 header
-(deepseek32: the same plus the lightning indexer) written by the same script, against
-llama.cpp's own dry run of a sparse loadable copy."""
+"""DeepSeek-V3-class MLA models at full size, read and planned: the DeepSeek-V3 header of
+examples/models (deepseek2, 61 blocks, 3 dense, 256 experts in 8 groups, Q4_K_M) and a
+DeepSeek-V3.2 header (deepseek32: the same plus the lightning indexer) written by the same
+script (server/test_deepseek_v3.py holds them to llama.cpp's dry run)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`moetune doctor` on fake machines: no GPU, small RAM, WSL2, PCIe 3.0, and a model's RAM
-needs and speed ceiling; the command itself with the probes replaced."""
+"""`moetune doctor`'s checks on fake machines: no GPU, small RAM, WSL2, PCIe 3.0, a busy GPU,
+and a model's RAM needs and speed ceiling."""
 
 from __future__ import annotations
 

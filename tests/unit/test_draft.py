@@ -1,11 +1,5 @@
-"""A draft model (``-md``) beside the target, against llama-server's own buffers at -lv 4.
-
-llama-server loads the draft after the target (``common_speculative_init_result: loading draft
-model``) and prints a second set of buffer lines for it: its weights where ``-ngld``/``-otd``
-put them, its own KV cache (``-ctkd``/``-ctvd``, not ``-ctk``), its compute buffer. Speculation
-also widens the target's logits to ``n_parallel * (1 + n_max)`` rows. Each term is compared on
-its own, so leaving one out fails.
-"""
+"""A draft model (``-md``) beside the target in moetune's estimate: its memory counted on its
+device, another vocabulary refused (server/test_draft.py holds each term to llama-server)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""``moetune export``: a router preset the real llama-server serves two tuned models from,
-with their tuned placement and context; a llama-swap file whose every ``cmd`` llama-server
-takes; the plan as a marked fallback; re-exporting keeps what was written by hand."""
+"""``moetune export``'s files without a server: re-exporting keeps what was written by hand,
+preset keys are llama-server's long names."""
 
 from __future__ import annotations
 

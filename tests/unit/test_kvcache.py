@@ -1,12 +1,5 @@
-"""KV / RS cache prediction (moetune.core.kvcache) against llama.cpp build 11434.
-
-The ``server`` tests start the real llama-server CPU-only on each tiny fixture over a grid of
-context sizes, cache types, slot settings and SWA options, and compare every printed cache line
-(``KV buffer size``, ``RS buffer size``, ``llama_kv_cache: size = ... (N cells, L layers, a/b
-seqs), K (..): .. MiB, V (..): .. MiB``, ``llama_memory_recurrent: size = ... (N cells``) and
-the context llama.cpp settled on with the prediction. llama.cpp prints MiB with 2 decimals, so
-a prediction is right when it is within 0.005 MiB of each printed figure.
-"""
+"""KV / RS cache prediction (moetune.core.kvcache) on its own: cache types, padding, SWA,
+hybrid state, bad settings refused (server/test_kvcache.py holds it to llama-server)."""
 
 from __future__ import annotations
 

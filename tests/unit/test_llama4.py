@@ -1,6 +1,6 @@
 """Llama 4: chunked attention (src/models/llama4.cpp: 8192-token chunks on 3 of every 4
 blocks, a sliding-window-sized cache in llama_kv_cache_iswa) on the Llama-4-Scout header of
-examples/models, against llama.cpp's own dry run."""
+examples/models (server/test_llama4.py holds it to llama.cpp's dry run)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""MTP / NextN speculative decoding (``--spec-type draft-mtp``): the NextN blocks' weights, the
-MTP context's KV cache and compute buffer, and what the main context gains, against
-llama-server's own buffer lines (the MTP context's come after "creating MTP draft context").
-
-The server tests (marked ``server``) run glm4moe and qwen35moe fixtures with one NextN block,
-CPU-only and with the blocks on a ggml-rpc-server device.
-"""
+"""MTP / NextN speculative decoding (``--spec-type draft-mtp``) in moetune's estimate: the
+NextN blocks' homes and overrides, the MTP context's cache, the hybrid state's rollback rows
+(server/test_mtp.py holds them to llama-server's own buffer lines)."""
 
 from __future__ import annotations
 

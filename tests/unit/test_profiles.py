@@ -1,5 +1,5 @@
-"""Hardware profiles (shipped TOML, plan --gpu, broken files) and tuned profiles (identity,
-matching, invalidation, the `profiles` commands, and `moetune run` saving and reusing one)."""
+"""Hardware profiles (shipped TOML, loose names, the built package ships them) and tuned
+profiles (identity, names, matching and invalidation) without a command."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The projector (mmproj) memory model: header facts, and clip's own log lines.
-
-llama-server is started at ``-lv 4`` with a tiny text model and ``--mmproj``: on the CPU
-(``--no-mmproj-offload``) and on a loopback ggml-rpc-server (``--rpc``: clip takes the first
-GPU-type device, which an RPC device is).  clip logs ``load_hparams: model size`` and one
-``reserve_compute_meta: <BUFT> compute buffer size`` line per buffer; moetune must match them.
-"""
+"""The projector (mmproj) memory model on its own: header facts, the warm-up graph and its
+caps, unmodelled types (server/test_projector.py holds it to clip's own log lines)."""
 
 from __future__ import annotations
 

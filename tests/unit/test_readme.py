@@ -1,5 +1,5 @@
-"""The README's "Try it without a GPU" lines, run as written (all but the first, which sets
-up the environment these tests already run in)."""
+"""The README's test setup line is the one the tests run under (server/test_readme.py runs the
+"Try it without a GPU" lines)."""
 
 from __future__ import annotations
 

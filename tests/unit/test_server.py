@@ -1,4 +1,5 @@
-"""llamacpp.process: finding, asking, launching and stopping llama-server; its log."""
+"""llamacpp.process without llama.cpp: finding llama-server, parsing what it says, launching
+and stopping a stand-in, its log."""
 
 from __future__ import annotations
 

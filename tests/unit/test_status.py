@@ -1,5 +1,5 @@
-"""The live status of run and bench: the status model on recorded events, the sampler thread,
-fill progress from llama-server, and `moetune run`'s plain lines on a pipe."""
+"""The live status of run and bench: the status model on recorded events and the sampler
+thread (server/test_status.py: fill progress and `moetune run`'s plain lines)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""An architecture moetune has not been taught gets a conservative plan that never
-under-predicts llama.cpp, a warning naming the architecture, and ``inspect`` says so.
-
-Two kinds of case: ``rnd1`` (a real llama.cpp MoE architecture, a diffusion model whose
-create_memory gives it no KV cache), kept out of core/dims.py's tables on purpose; and taught
-architectures of the matrix whose knowledge is removed from the tables for the test (a
-chunked-attention, a sliding-window, an MLA and a hybrid one).
-"""
+"""An architecture moetune has not been taught: ``rnd1`` (a real llama.cpp MoE architecture,
+a diffusion model), kept out of core/dims.py's tables on purpose, gets a warning naming it
+and ``inspect`` says it is not verified (server/test_untaught.py: the plan never
+under-predicts llama.cpp)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Output at 80 columns: every table fits, no cell is cut short with "…" (a path may be
-shortened in its middle, keeping the file name), and no flag is folded in two."""
+"""Output at 80 columns, rendered in-process: bench tables stack their ranges, run attempts
+fit, a shortened path keeps the file name."""
 
 from __future__ import annotations
 
