@@ -39,8 +39,8 @@ from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers
 from moetune.units import MIB
 
-from factory import ARCHS, write_header_only, write_model
-from llama import bin_path, rpc_server, running_server
+from support.factory import ARCHS, write_header_only, write_model
+from support.llama import bin_path, rpc_server, running_server
 
 SIZES: dict[str, dict[str, int]] = {
     "small": {},

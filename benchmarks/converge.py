@@ -29,8 +29,8 @@ from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
-from factory import MOE_ARCHS, write_model
-from llama import rpc_server, running_server
+from support.factory import MOE_ARCHS, write_model
+from support.llama import rpc_server, running_server
 
 
 def measure_all(model: Path, rpc: str, n_layers: int, ctx: int) -> list[int]:

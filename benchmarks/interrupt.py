@@ -25,9 +25,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from factory import write_model
-from helpers import MOETUNE, default_signals, moetune_env
-from llama import rpc_server
+from support.factory import write_model
+from support.helpers import MOETUNE, default_signals, moetune_env
+from support.llama import rpc_server
 
 ACK = b"interrupted, stopping llama-server"
 TARGET_S = 0.5

@@ -35,8 +35,8 @@ from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import Projection, parse_projection
 from moetune.units import GIB
 
-from factory import loadable_copy
-from llama import bin_path, rpc_server
+from support.factory import loadable_copy
+from support.llama import bin_path, rpc_server
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "models"

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from moetune.gguf import read_model
 from moetune.jobs.loader import load_model_facts
 
-from factory import write_header_only
+from support.factory import write_header_only
 
 
 def median_seconds(func: Callable[[], object], repeats: int) -> tuple[float, list[float]]:

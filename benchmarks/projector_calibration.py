@@ -5,7 +5,7 @@ ggml-rpc-server as the device) x flash attention on/off x image token caps, star
 llama-server -lv 4 with a tiny text model and the projector, read clip's
 ``load_hparams: model size`` and ``reserve_compute_meta: <BUFT> compute buffer size`` lines,
 and print predicted vs printed MiB.  The projectors are synthetic: the tiny test fixtures and
-real-shaped towers (tests/projector_factory.py REAL_SHAPES) with fewer blocks.
+real-shaped towers (tests/support/projector_factory.py REAL_SHAPES) with fewer blocks.
 
     python benchmarks/projector_calibration.py [--quick]
 """
@@ -24,9 +24,9 @@ from moetune.core.projector import projector_compute
 from moetune.jobs.loader import load_projector
 from moetune.units import MIB
 
-from factory import write_model  # ty: ignore[unresolved-import]
-from llama import rpc_server, running_server  # ty: ignore[unresolved-import]
-from projector_factory import REAL_SHAPES, write_projector, write_real_shaped  # ty: ignore[unresolved-import]
+from support.factory import write_model  # ty: ignore[unresolved-import]
+from support.llama import rpc_server, running_server  # ty: ignore[unresolved-import]
+from support.projector_factory import REAL_SHAPES, write_projector, write_real_shaped  # ty: ignore[unresolved-import]
 
 _COMPUTE = re.compile(r"reserve_compute_meta:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")
 _MODEL = re.compile(r"load_hparams: model size:\s+([\d.]+) MiB")

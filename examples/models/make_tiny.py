@@ -2,7 +2,7 @@
 that the real llama-server loads and serves. For trying `moetune run` and `bench` without a
 GPU, against a ``ggml-rpc-server`` (README, "Try it without a GPU").
 
-It is the test suite's model factory (tests/factory.py, one implementation), so it needs the
+It is the test suite's model factory (tests/support/factory.py, one implementation), so it needs the
 test environment: ``bash scripts/setup-test-env.sh``.
 
     .venv/bin/python examples/models/make_tiny.py /tmp/tiny-moe.gguf
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from factory import write_model
+from support.factory import write_model
 
 
 def main() -> None:

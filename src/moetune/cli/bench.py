@@ -187,11 +187,11 @@ def _bench_model(
 
     stop_on_signals()
     names = tuple(parse_configs(choice.configs))
+    if choice.ctx is not None and choice.ctx.tokens is not None:  # before finding llama-server
+        capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     facts, spec = launch_spec(
         model, pass_through, server=choice.server, cache_type=choice.cache_type
     )
-    if choice.ctx is not None and choice.ctx.tokens is not None:  # fail before launching
-        capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     with live_status("benchmarking...") as live:
         spec, setup = prepare_launch(
             facts,

@@ -3,5 +3,6 @@ memory, the planner, the command builder and the tuning search.
 
 Nothing here starts a process, reads hardware, opens a file, touches the network or prints
 (jobs/loader.py reads models and hands the core their facts); it imports only
-``moetune.gguf``, ``moetune.units``, ``moetune.errors`` and itself (tests/test_layers.py checks).
+``moetune.gguf``, ``moetune.units``, ``moetune.errors`` and itself (tests/unit/test_layers.py
+checks).
 """

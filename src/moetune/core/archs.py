@@ -14,8 +14,8 @@ builder (src/models/<arch>.cpp ``build_graph``). Defaults are the base loader's 
 the generic block. This module is a leaf: it imports nothing from moetune.
 
 Adding an architecture: its record here (``verified=True``), its fixture (a writer in a
-tests/archfix_*.py module, registered with ``@fixture(name)``) and README's verified list
-(``scripts/verified-archs.py --write``); a rule no field expresses yet is a new field, whose
+tests/support/archfix_*.py module, registered with ``@fixture(name)``) and README's verified
+list (``scripts/verified-archs.py --write``); a rule no field expresses yet is a new field, whose
 default is everyone else's behaviour; a new mixer or block is also its module in compute/ and
 its entry in compute/graph.py.
 """
@@ -55,7 +55,7 @@ class Arch:
 
     name: str
     known: bool = True  # moetune has read its cache and graph rules (False: untaught)
-    verified: bool = False  # tests/archfix*.py has its fixture: the matrix checks it
+    verified: bool = False  # tests/support/archfix*.py has its fixture: the matrix checks it
     # --- cache and recurrent state (core/dims.py, core/kvcache.py)
     # load_swa_pattern(ml, n_pattern, dense_first) with attention.sliding_window; None: no SWA
     swa_pattern: tuple[int, bool] | None = None
@@ -227,5 +227,5 @@ def known_archs() -> frozenset[str]:
 
 def verified_archs() -> frozenset[str]:
     """The architectures the fixture matrix checks against llama-server and llama-fit-params
-    (tests/archfix*.py; ``inspect`` calls them verified)."""
+    (tests/support/archfix*.py; ``inspect`` calls them verified)."""
     return frozenset(name for name, record in ARCHS.items() if record.verified)

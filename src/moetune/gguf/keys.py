@@ -1,7 +1,7 @@
 """The metadata keys moetune reads, as the GGUF spec (and gguf-py's ``gguf.Keys``) names them.
 
 Kept here rather than imported from gguf-py so that reading a header needs neither gguf-py
-nor numpy (tests/test_reader.py checks them against ``gguf.Keys``). ``LLM`` keys carry an
+nor numpy (tests/unit/test_reader.py checks them against ``gguf.Keys``). ``LLM`` keys carry an
 ``{arch}.`` prefix in the file; ``ModelFacts.hparams`` holds them without it.
 """
 

@@ -43,7 +43,7 @@ ARRAY = int(ValueType.ARRAY)
 
 
 # ggml tensor types: id -> (name, elements per block, bytes per block), as ggml.c's type
-# traits and gguf-py's GGML_QUANT_SIZES give them (gguf-py 0.19; tests/test_reader.py checks
+# traits and gguf-py's GGML_QUANT_SIZES give them (gguf-py 0.19; tests/unit/test_reader.py checks
 # the table against the installed gguf-py). An id not listed is looked up in gguf-py, if it
 # is installed, so a newer gguf-py teaches moetune new types.
 GGML_TYPES: dict[int, tuple[str, int, int]] = {

@@ -1,9 +1,9 @@
 """Hardware probes: NVIDIA GPUs (NVML, else nvidia-smi) and the host (psutil).
 
 Use ``detect_gpu_probe()`` and ``PsutilHostProbe()``. Both implement the ``GpuProbe`` /
-``HostProbe`` Protocols of ``hardware.base``; the tests' fakes (tests/fakes.py) implement the
-same Protocols. ``--vram`` and ``--gpu`` plans use no probe where ``nvidia_driver_here()``
-says there is no driver (the check by llama.cpp needs the devices here).
+``HostProbe`` Protocols of ``hardware.base``; the tests' fakes (tests/support/fakes.py)
+implement the same Protocols. ``--vram`` and ``--gpu`` plans use no probe where
+``nvidia_driver_here()`` says there is no driver (the check by llama.cpp needs the devices here).
 """
 
 from __future__ import annotations

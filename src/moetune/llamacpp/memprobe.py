@@ -6,7 +6,7 @@
   works for CUDA, ROCm, Vulkan, Metal and RPC devices alike, but leaves out the runtime
   overhead, which moetune then adds from its documented default (``--overhead``).
 
-Tests have a fake of the same Protocol (tests/fakes.py).
+Tests have a fake of the same Protocol (tests/support/fakes.py).
 """
 
 from __future__ import annotations

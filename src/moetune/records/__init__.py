@@ -3,5 +3,5 @@ the pure statistics on them).
 
 Starts nothing and imports no process, HTTP, hardware or terminal code, and of moetune only
 core/, errors and units: store/ saves these records, report/ renders them, jobs/ and
-llamacpp/ make them (tests/test_layers.py checks the layers).
+llamacpp/ make them (tests/unit/test_layers.py checks the layers).
 """

@@ -15,7 +15,7 @@ alike, and each stage of the replay passes only a little state from one segment 
 So each stage of each segment is a function of (what the segment is, the state it gets), and
 is memoised on exactly that: a block with its experts on the CPU is replayed once for a given
 allocator state and reused by every later block, candidate placement and plan that reaches
-the same state.  The figures are identical to ``simulate``'s (tests/test_compute.py compares
+the same state.  The figures are identical to ``simulate``'s (tests/unit/test_compute.py compares
 them over many placements); a situation this module does not cover falls back to it.
 """
 

@@ -1,0 +1,114 @@
+"""`moetune alias` as a command: the function printed for a tuned profile, the context picked,
+no or a changed profile refused, bad names and shells."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from moetune.cli import app
+from moetune.errors import ExitCode
+from moetune.jobs.alias import SHELLS, Shell
+from moetune.store.tuned import ProfileStore, TunedProfile, model_identity, profile_name
+
+from support.factory import write_model
+from support.helpers import have
+from support.profiles import make_profile
+
+# --- the command -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return write_model(tmp_path / "Tiny-MoE-Q8.gguf", "qwen3moe")
+
+
+def save_for(model: Path, n_ctx: int = 32768) -> TunedProfile:
+    identity = model_identity(model)
+    profile = make_profile(
+        ["/usr/bin/llama-server", "-m", str(model), "--n-cpu-moe", "3"],
+        file_name=identity.file_name,
+        identity_path=identity.path,
+        n_ctx=n_ctx,
+    )
+    profile = profile.model_copy(update={"model": identity})
+    profile = profile.model_copy(update={"name": profile_name(profile.key)})
+    ProfileStore().save(profile)
+    return profile
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_cli_prints_the_function(tiny: Path, shell: Shell) -> None:
+    save_for(tiny)
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--shell", shell])
+    assert result.exit_code == 0, result.output
+    assert ("function tiny" if shell == "fish" else "tiny() {") in result.stdout
+    assert "--n-cpu-moe 3" in result.stdout
+    if have(shell):
+        subprocess.run([shell, "-n"], input=result.stdout, text=True, check=True)
+
+
+def test_cli_picks_the_context(tiny: Path) -> None:
+    save_for(tiny, 32768)
+    save_for(tiny, 8192)
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--ctx", "8192"])
+    assert result.exit_code == 0, result.output
+    assert "ctx 8192" in result.stdout
+
+
+def test_cli_without_a_profile(tiny: Path) -> None:
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny)])
+    assert result.exit_code == ExitCode.FILE_NOT_FOUND
+    assert "no tuned profile for Tiny-MoE-Q8.gguf" in result.output
+    assert "moetune run" in result.output
+
+
+def test_cli_refuses_a_changed_model(tiny: Path) -> None:
+    save_for(tiny)
+    write_model(tiny, "qwen3moe", n_layers=6)  # same name, another file
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny)])
+    assert result.exit_code == ExitCode.BAD_VALUE, result.output
+    assert "out of date" in result.output and "model file changed" in result.output
+    assert "--retune" in result.output
+
+
+def test_cli_bad_name_and_shell(tiny: Path) -> None:
+    save_for(tiny)
+    bad_name = CliRunner().invoke(app, ["alias", "if", str(tiny)])
+    assert bad_name.exit_code == ExitCode.BAD_VALUE
+    bad_shell = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--shell", "tcsh"])
+    assert bad_shell.exit_code == ExitCode.BAD_VALUE
+    assert "bash, zsh or fish" in bad_shell.output
+
+
+def test_cli_refuses_ctx_max(tiny: Path) -> None:
+    save_for(tiny)
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--ctx", "max"])
+    assert result.exit_code == ExitCode.BAD_VALUE
+    assert "--ctx" in result.stderr
+
+
+def test_cli_picks_the_profile_tuned_with_the_projector(tiny: Path, tmp_path: Path) -> None:
+    """alias --mmproj FILE: the profile whose arguments carry that file (as run saves it,
+    absolute); none tuned with it: one line that says how to tune one."""
+    mmproj = tmp_path / "mmproj.gguf"
+    plain = save_for(tiny, 32768)
+    with_it = plain.model_copy(
+        update={
+            "settings": plain.settings.model_copy(
+                update={"n_ctx": 8192, "extra_args": ["--mmproj", str(mmproj.absolute())]}
+            ),
+            "command": [*plain.command, "--mmproj", str(mmproj.absolute())],
+        }
+    )
+    ProfileStore().save(with_it.model_copy(update={"name": profile_name(with_it.key)}))
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--mmproj", str(mmproj)])
+    assert result.exit_code == 0, result.output
+    assert "ctx 8192" in result.stdout and str(mmproj.absolute()) in result.stdout
+    other = tmp_path / "other-mmproj.gguf"
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--mmproj", str(other)])
+    assert result.exit_code == ExitCode.FILE_NOT_FOUND
+    assert "with other-mmproj.gguf" in result.output and "--mmproj" in result.output

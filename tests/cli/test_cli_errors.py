@@ -1,0 +1,90 @@
+"""User-caused errors end in one line on stderr and a named exit code, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from moetune.errors import ExitCode
+
+from support.helpers import assert_one_line_error, moetune
+from support.rawgguf import RawGGUF, small_model
+
+# Root reads any file; without these two capabilities it is refused like anyone else.
+NO_DAC = "-dac_override,-dac_read_search"
+AS_ORDINARY_ROOT = ("setpriv", "--bounding-set", NO_DAC, "--inh-caps", NO_DAC, "--")
+
+
+CASES = {
+    "not-gguf": (b"PK\x03\x04 this is a zip file", ExitCode.BAD_MODEL, "not a GGUF file"),
+    "empty": (b"", ExitCode.BAD_MODEL, "empty"),
+    "truncated": (small_model().header()[:150], ExitCode.BAD_MODEL, "truncated"),
+    "huge-tensor-count": (RawGGUF(n_tensors=1 << 60).build(), ExitCode.BAD_MODEL, "exceeds"),
+    "huge-array": (
+        RawGGUF(n_kv=1).header() + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", 9, 8, 1 << 60),
+        ExitCode.BAD_MODEL,
+        "exceeds",
+    ),
+    "version-1": (small_model(version=1).build(), ExitCode.BAD_MODEL, "version 1"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_files(tmp_path: Path, case: str) -> None:
+    data, code, words = CASES[case]
+    path = tmp_path / "model.gguf"
+    path.write_bytes(data)
+    line = assert_one_line_error(moetune("inspect", str(path)), code)
+    assert words in line
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    line = assert_one_line_error(
+        moetune("inspect", str(tmp_path / "nope.gguf")), ExitCode.FILE_NOT_FOUND
+    )
+    assert "no such file" in line
+    line = assert_one_line_error(moetune("inspect", str(tmp_path)), ExitCode.FILE_NOT_FOUND)
+    assert "directory" in line
+
+
+def test_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    line = assert_one_line_error(moetune("inspect", str(fifo)), ExitCode.FILE_NOT_FOUND)
+    assert "not a regular file" in line
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "secret.gguf"
+    path.write_bytes(small_model().build())
+    path.chmod(0)
+    prefix = AS_ORDINARY_ROOT if os.geteuid() == 0 else ()
+    result = moetune("inspect", str(path), prefix=prefix)
+    line = assert_one_line_error(result, ExitCode.FILE_NOT_FOUND)
+    assert "permission denied" in line
+
+
+def test_missing_shard(tmp_path: Path) -> None:
+    raw = small_model()
+    raw.add("split.no", 3, 0).add("split.count", 3, 2).add("split.tensors.count", 5, 2)
+    first = tmp_path / "m-00001-of-00002.gguf"
+    first.write_bytes(raw.build(data_bytes=4480))
+    line = assert_one_line_error(moetune("inspect", str(first)), ExitCode.FILE_NOT_FOUND)
+    assert "missing shard m-00002-of-00002.gguf (2 of 2)" in line
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(b"nope")
+    result = moetune("--debug", "inspect", str(path))
+    assert result.returncode == ExitCode.BAD_MODEL
+    assert "Traceback" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("moetune: error: ")
+
+
+def test_version_and_help() -> None:
+    assert moetune("--version").stdout.startswith("moetune ")
+    assert "inspect" in moetune("--help").stdout

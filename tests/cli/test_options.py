@@ -1,0 +1,173 @@
+"""One vocabulary: every command's options, read off the real CLI. Each shared name exists
+wherever it applies and parses the same inputs to the same values (and refuses the same ones
+with the same words)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import typer
+import typer.main
+from typer.core import TyperCommand
+
+from moetune.cli import app
+from moetune.cli.options import BadValueParameter
+from moetune.units import GIB, MIB, Ctx, Sizes
+
+from support.helpers import EXAMPLE_QWEN, cli
+
+SHARED = (
+    "--ctx",
+    "--vram",
+    "--gpu",
+    "--ram",
+    "--target-vram",
+    "--headroom",
+    "--cache-type",
+    "--json",
+)
+# Where each shared name applies: the commands that plan take the machine (--vram, --gpu,
+# --ram); the ones that launch take the device's own memory and only a target.
+# Several devices add two more: the RPC servers, and the runtime overhead per device.
+LAUNCHING = (
+    "--ctx",
+    "--target-vram",
+    "--headroom",
+    "--cache-type",
+    "--json",
+    "--rpc",
+    "--overhead",
+)
+WHERE: dict[str, tuple[str, ...]] = {
+    "plan": (*SHARED, "--rpc", "--overhead"),
+    "doctor": (*SHARED, "--rpc"),
+    "run": LAUNCHING,
+    "bench": LAUNCHING,
+    # the plan they fall back to without a tuned profile is for a GPU: given or a profile
+    "alias": ("--ctx", "--cache-type", "--vram", "--gpu"),
+    "export": ("--ctx", "--cache-type", "--vram", "--gpu"),
+    "inspect": ("--json",),
+    "report": ("--json",),
+    "profiles list": ("--json",),
+    "profiles show": ("--json",),
+}
+GOOD: dict[str, list[tuple[str, Any]]] = {
+    "--ctx": [
+        ("32768", Ctx(32768)),
+        ("32k", Ctx(32768)),
+        ("128K", Ctx(131072)),
+        ("max", Ctx(None)),
+        ("MAX", Ctx(None)),
+    ],
+    "--vram": [
+        ("16G", Sizes((16 * GIB,))),
+        ("22.5GiB", Sizes((22 * GIB + GIB // 2,))),
+        ("24000MiB", Sizes((24000 * MIB,))),
+        ("24G,12G", Sizes((24 * GIB, 12 * GIB))),
+    ],
+    "--ram": [("64G", 64 * GIB), ("512M", 512 * MIB)],
+    "--target-vram": [("12G", Sizes((12 * GIB,))), ("40M,30M", Sizes((40 * MIB, 30 * MIB)))],
+    "--headroom": [
+        ("1.5G", Sizes((1536 * MIB,))),
+        ("0", Sizes((0,))),
+        ("800M,1G", Sizes((800 * MIB, GIB))),
+    ],
+    "--cache-type": [("q8_0", "q8_0"), ("F16", "f16"), ("q4_0", "q4_0")],
+    "--gpu": [("rtx4090", "rtx4090")],
+    "--rpc": [("127.0.0.1:50052,10.0.0.2:50052", "127.0.0.1:50052,10.0.0.2:50052")],
+    "--overhead": [("0", Sizes((0,))), ("512M,0", Sizes((512 * MIB, 0)))],
+}
+BAD: dict[str, list[tuple[str, str]]] = {
+    "--ctx": [("lots", "not a token count"), ("0", "must be positive")],
+    "--vram": [("16", "did you mean 16G?"), ("24Q", "not a size"), ("0", "")],
+    "--ram": [("64", "did you mean 64G?")],
+    "--target-vram": [("12", "did you mean 12G?"), ("-1G", ""), ("12G,", "not a size list")],
+    "--headroom": [("1", "did you mean 1G?")],
+    "--cache-type": [("q3_z", "cache type")],
+}
+
+
+def commands() -> dict[str, TyperCommand]:
+    """Every leaf command by its full name ("profiles show")."""
+    found: dict[str, TyperCommand] = {}
+
+    def walk(command: Any, prefix: str) -> None:
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                walk(sub, f"{prefix} {name}".strip())
+        else:
+            found[prefix] = command
+
+    walk(typer.main.get_command(app), "")
+    return found
+
+
+def options(command: TyperCommand) -> dict[str, Any]:
+    return {opt: p for p in command.params if p.param_type_name == "option" for opt in p.opts}
+
+
+def test_every_command_is_covered() -> None:
+    assert set(commands()) == {*WHERE, "profiles rm"}
+
+
+@pytest.mark.parametrize("name", sorted(WHERE))
+def test_shared_names_exist_where_they_apply(name: str) -> None:
+    have = set(options(commands()[name]))
+    assert set(WHERE[name]) <= have, f"{name} lacks {set(WHERE[name]) - have}"
+    # and nowhere else under another spelling: no --context, --kv-type, --vram-target, ...
+    lookalikes = {"--context", "--kv-type", "--cache", "--vram-target", "--target", "--gpu-mem"}
+    assert not have & lookalikes
+
+
+def _parse(command: TyperCommand, option: str, text: str) -> Any:
+    param = options(command)[option]
+    return param.process_value(typer.Context(command), text)
+
+
+@pytest.mark.parametrize("option", sorted(GOOD))
+def test_same_inputs_same_values(option: str) -> None:
+    users = [c for name, c in commands().items() if option in WHERE.get(name, ())]
+    assert len(users) >= 2 or option == "--gpu"
+    for text, value in GOOD[option]:
+        got = {command.name: _parse(command, option, text) for command in users}
+        assert set(got.values()) == {value}, (option, text, got)
+
+
+@pytest.mark.parametrize("option", sorted(BAD))
+def test_same_inputs_refused_alike(option: str) -> None:
+    users = [c for name, c in commands().items() if option in WHERE.get(name, ())]
+    for text, words in BAD[option]:
+        messages = set()
+        for command in users:
+            with pytest.raises(BadValueParameter) as info:
+                _parse(command, option, text)
+            messages.add(f"{info.value.error.message} ({info.value.error.hint})")
+        assert len(messages) == 1 and words in messages.pop(), (option, text)
+
+
+@pytest.mark.parametrize("command", ["plan", "doctor"])
+def test_unitless_size_is_one_line_and_bad_value(command: str) -> None:
+    code, _, err = cli(command, str(EXAMPLE_QWEN), "--vram", "16")
+    assert code == 5, err
+    assert err.strip() == (
+        "moetune: error: --vram: '16' has no unit (did you mean 16G?) [BAD_VALUE, exit 5]"
+    )
+
+
+def test_help_names_real_types() -> None:
+    """No ``<bool>``, ``{model}`` or bare ``TEXT`` where a value has a real name."""
+    for name in commands():
+        code, out, _ = cli(*name.split(), "--help")
+        assert code == 0
+        assert "<bool>" not in out and "{" not in out.split("Options:")[0], out
+    code, out, _ = cli("plan", "--help")
+    for shown in (
+        "--ctx N|max",
+        "--vram SIZE",
+        "--target-vram SIZE",
+        "--cache-type TYPE",
+        "--gpu ID",
+        "MODEL",
+    ):
+        assert shown in out, out

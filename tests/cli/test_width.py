@@ -1,0 +1,99 @@
+"""Output at 80 columns from the commands: every table fits, no cell is cut short with "…"
+(a path may be shortened in its middle, keeping the file name), and no flag is folded in two."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from moetune.store.tuned import (
+    BuildIdentity,
+    DeviceIdentity,
+    Measured,
+    ProfileStore,
+    TuneKey,
+    TuneSettings,
+    model_identity,
+    new_profile,
+)
+from moetune.units import GIB, MIB
+
+from support.factory import ARCHS
+from support.helpers import EXAMPLE_GPT_OSS, EXAMPLE_QWEN, MOETUNE, default_signals, moetune_env
+from support.width import WIDTH, check
+
+
+def run_at(columns: int, *args: str, home: Path | None = None) -> str:
+    done = subprocess.run(
+        [*MOETUNE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=moetune_env(home, COLUMNS=str(columns)),
+        preexec_fn=default_signals,
+    )
+    assert done.returncode in (0, 6, 12), done.stderr
+    return done.stdout
+
+
+CASES = {
+    "plan-16g": ("plan", str(EXAMPLE_QWEN), "--vram", "16G", "--ram", "64G"),
+    "plan-ram-short": ("plan", str(EXAMPLE_GPT_OSS), "--vram", "24G", "--ram", "32G"),
+    "plan-gpu-short": ("plan", str(EXAMPLE_QWEN), "--vram", "4G", "--ram", "64G"),
+    "plan-three-devices": ("plan", str(EXAMPLE_GPT_OSS), "--vram", "24G,16G,12G", "--ram", "64G"),
+    "inspect-layers": ("inspect", str(EXAMPLE_QWEN), "--layers"),
+    "doctor": ("doctor", str(EXAMPLE_GPT_OSS), "--vram", "24G"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_commands_at_80_columns(case: str) -> None:
+    args = CASES[case]
+    check(run_at(WIDTH, *args), run_at(200, *args))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_inspect_blocks_of_every_architecture(tiny_models: dict[str, Path], arch: str) -> None:
+    args = ("inspect", str(tiny_models[arch]), "--layers")
+    check(run_at(WIDTH, *args), run_at(200, *args))
+
+
+def test_tuned_profiles_with_long_names(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    model = tmp_path / "Qwen3-Coder-480B-A35B-Instruct-UD-Q4_K_XL-00001-of-00006.gguf"
+    model.write_bytes(tiny_models["qwen3moe"].read_bytes())
+    home = tmp_path / "home"
+    store = ProfileStore(home / "profiles")
+    for target in (22, 20):
+        key = TuneKey(
+            model=model_identity(model),
+            gpu=DeviceIdentity(
+                name="NVIDIA GeForce RTX 4090", device="CUDA0", vram_total_bytes=24564 * MIB
+            ),
+            llama_cpp=BuildIdentity(
+                build_number=11434,
+                commit="0123abc",
+                version="b11434",
+                binary="/usr/bin/llama-server",
+                binary_fingerprint="1:2",
+            ),
+            settings=TuneSettings(
+                n_ctx=32768, type_k="q8_0", type_v="q8_0", target_bytes=target * GIB
+            ),
+        )
+        measured = Measured(
+            vram_bytes=21 * GIB,
+            decode_tps=41.5,
+            decode_tps_min=40.0,
+            decode_tps_max=43.0,
+            repeats=3,
+        )
+        store.save(new_profile(key, 12, measured, ["llama-server", "-m", str(model)]))
+    narrow = run_at(WIDTH, "profiles", "list", home=home)
+    assert "Qwen3-Coder-480B-A35B-Instruct-UD-Q4_K_XL-32k-q8_0-22G-" in narrow
+    assert "--n-cpu-moe 12" in narrow  # whole, not folded
+    assert all(len(line.rstrip()) <= WIDTH for line in narrow.splitlines()), narrow
+    wide = run_at(200, "profiles", "list", home=home)
+    assert "--n-cpu-moe 12" in wide

@@ -1,0 +1,294 @@
+"""moetune bench end to end: the real llama-server on a tiny model with ggml-rpc-server on
+127.0.0.1 as the device."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from moetune.errors import ExitCode
+
+from support.factory import ModelFactory
+from support.helpers import moetune, start_moetune
+from support.llama import running_server, wait_for_servers
+
+# --- the real llama-server ------------------------------------------------------------------
+
+CTX = 1024
+N_PREDICT = 8
+REPEATS = 2
+TARGET_MIB = 30  # on this model: --n-cpu-moe 2 fits, everything on the device does not
+
+
+@pytest.fixture(scope="module")
+def model(model_factory: ModelFactory) -> Path:
+    return model_factory("qwen3moe", n_layers=8)
+
+
+class Bench:
+    """One `moetune bench` of every configuration, shared by the tests below."""
+
+    def __init__(self, done: subprocess.CompletedProcess[str], out: Path, home: Path) -> None:
+        self.done = done
+        self.out = out
+        self.home = home
+        self.data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+
+    def config(self, name: str) -> dict[str, Any]:
+        return next(c for c in self.data["configs"] if c["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def bench(model: Path, rpc: str, tmp_path_factory: pytest.TempPathFactory) -> Bench:
+    root = tmp_path_factory.mktemp("bench-run")
+    out = root / "result.json"
+    done = moetune(
+        "bench",
+        str(model),
+        "--ctx",
+        str(CTX),
+        "--depths",
+        "0,64,256",
+        "--repeats",
+        str(REPEATS),
+        "--n-predict",
+        str(N_PREDICT),
+        "--target-vram",
+        f"{TARGET_MIB}M",
+        "--overhead",
+        "0",
+        "--out",
+        str(out),
+        "--",
+        "--rpc",
+        rpc,
+        home=root / "home",
+    )
+    return Bench(done, out, root / "home")
+
+
+def test_bench_prints_table_and_verdict(bench: Bench) -> None:
+    assert bench.done.returncode == 0, bench.done.stderr
+    text = bench.done.stdout
+    assert "configurations" in text and "measurements: median (min-max)" in text
+    assert "verdict" in text and ("is fastest" in text or "within noise" in text)
+    for name in ("plan", "fit", "cpu-moe", "layers", "gpu-only"):
+        assert name in text
+    assert "does not fit" in text  # gpu-only, skipped
+    assert "Traceback" not in bench.done.stderr
+
+
+def test_json_holds_every_sample(bench: Bench) -> None:
+    data = bench.data
+    assert data["kind"] == "moetune.bench" and data["schema_version"] >= 1
+    status = {c["name"]: c["status"] for c in data["configs"]}
+    assert status == {
+        "plan": "ok",
+        "fit": "ok",
+        "cpu-moe": "ok",
+        "layers": "ok",
+        "gpu-only": "skipped",
+    }
+    shortest = data["shortest_prompt"]
+    assert 0 < shortest < 64  # depth 0 is the chat template alone
+    assert data["depths"] == [shortest, 64, 256]
+    assert len(data["results"]) == 4 * 3
+    for row in data["results"]:
+        assert len(row["samples"]) == REPEATS
+        for sample in row["samples"]:
+            assert sample["prompt_n"] == row["depth"]  # exactly the depth asked, template included
+            assert sample["predicted_n"] == N_PREDICT
+            assert sample["prefill_tps"] > 0 and sample["decode_tps"] > 0
+            assert sample["stop_type"] == "length"
+        for key in ("ttft_s", "prefill_tps", "decode_tps"):
+            stat = row[key]
+            assert 0 < stat["min"] <= stat["median"] <= stat["max"]
+    assert {(v["depth"], v["metric"]) for v in data["verdicts"]} == {
+        (d, m) for d in data["depths"] for m in ("decode_tps", "prefill_tps")
+    }
+
+
+def test_client_ttft_agrees_with_server_prompt_time(bench: Bench) -> None:
+    for row in bench.data["results"]:
+        for sample in row["samples"]:
+            prompt_s = sample["prompt_ms"] / 1000
+            one_token_s = sample["predicted_ms"] / sample["predicted_n"] / 1000
+            # the first token follows the prompt: one token's decode plus the HTTP round trip
+            assert prompt_s <= sample["ttft_s"] <= prompt_s + 2 * one_token_s + 0.5, sample
+
+
+def test_memory_and_what_fit_chose(bench: Bench) -> None:
+    budget = bench.data["budget_bytes"]
+    assert budget == TARGET_MIB * 1024**2
+    assert bench.data["probe"] == "llama.cpp log (RPC0 buffers)"
+    for name in ("plan", "cpu-moe", "layers"):
+        config = bench.config(name)
+        assert 0 < config["peak_device_bytes"] <= budget, config
+        assert abs(config["peak_device_bytes"] - config["predicted_bytes"]) < 0.05 * budget
+    assert bench.config("cpu-moe")["peak_device_bytes"] < bench.config("plan")["peak_device_bytes"]
+    fit = bench.config("fit")["fit"]
+    assert fit["status"] == "fitted" and fit["offloaded"] == "9/9"
+    assert fit["devices"][0]["device"].startswith("RPC0") and fit["devices"][0]["overflowing"] > 0
+    assert fit["target_mib"] is not None
+
+
+def test_result_is_kept_and_reported(bench: Bench) -> None:
+    kept = list((bench.home / "bench").glob("*-qwen3moe.json"))
+    assert len(kept) == 1 and kept[0].read_text() == bench.out.read_text()
+    shown = moetune("report", str(bench.out))
+    assert shown.returncode == 0, shown.stderr
+    assert "decode tok/s by depth" in shown.stdout
+    # one bar per configuration and depth (a very slow one, e.g. under load, may be shorter
+    # than one full block: count the chart's rows by their label, not by a block character)
+    chart = shown.stdout.split("decode tok/s by depth", 1)[1]
+    bars = [
+        line
+        for line in chart.splitlines()
+        if re.match(r"^\s+(plan|fit|cpu-moe|layers|gpu-only)\s", line)
+    ]
+    assert len(bars) == 4 * 3, chart
+
+
+def test_ctx_max_is_the_largest_context_that_fits(model: Path, rpc: str) -> None:
+    """`--ctx max` (once a pydantic error): the planner's largest context, capped at the
+    model's training context (4096 here), parsed by the one --ctx parser."""
+    done = moetune(
+        "bench",
+        str(model),
+        "--ctx",
+        "max",
+        "--configs",
+        "plan",
+        "--depths",
+        "0",
+        "--repeats",
+        "1",
+        "--n-predict",
+        "4",
+        "--target-vram",
+        "60M",
+        "--overhead",
+        "0",
+        "--no-save",
+        "--json",
+        "--",
+        "--rpc",
+        rpc,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["n_ctx"] == 4096
+
+
+def test_server_url_measures_without_launching(model: Path) -> None:
+    with running_server(model, "-c", "512") as server:
+        done = moetune(
+            "bench",
+            "--server-url",
+            server.url,
+            "--endpoint",
+            "completion",
+            "--depths",
+            "0,32,4096",
+            "--repeats",
+            "1",
+            "--n-predict",
+            "4",
+            "--json",
+            "--no-save",
+            "--name",
+            "mine",
+        )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["server_url"] == server.url and data["model"] == str(model)
+    assert [c["name"] for c in data["configs"]] == ["mine"] and data["configs"][0]["args"] == []
+    assert data["depths"] == [1, 32, 512 - 4 - 1]  # 0 -> one token; 4096 capped by the context
+    for row in data["results"]:
+        (sample,) = row["samples"]
+        assert (sample["prompt_n"], sample["predicted_n"]) == (row["depth"], 4)
+    assert "saved" not in done.stderr
+
+
+def test_server_url_unreachable() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = moetune("bench", "--server-url", f"http://127.0.0.1:{port}", "--no-save")
+    assert done.returncode == ExitCode.SERVER_FAILED, done.stderr
+    assert "nothing answers at" in done.stderr
+
+
+def test_sigterm_mid_bench_leaves_no_server(model: Path, rpc: str, tmp_path: Path) -> None:
+    proc = start_moetune(
+        "bench",
+        str(model),
+        "--ctx",
+        str(CTX),
+        "--depths",
+        "0,700",
+        "--repeats",
+        "50",
+        "--n-predict",
+        "16",
+        "--no-save",
+        "--",
+        "--rpc",
+        rpc,
+    )
+    servers = wait_for_servers(proc.pid)
+    time.sleep(1.5)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED
+    _gone, alive = psutil.wait_procs(servers, timeout=15)
+    assert not alive, alive
+
+
+def test_an_image_with_every_request(model: Path, rpc: str, tmp_path: Path) -> None:
+    """bench --mmproj --image: each request carries the image, so its prompt holds the
+    image's tokens too (and TTFT includes encoding it); the result names the image."""
+    from support.projector_factory import png_bytes, write_projector
+
+    mmproj = write_projector(tmp_path / "mmproj.gguf")
+    image = tmp_path / "cat.png"
+    image.write_bytes(png_bytes(64, 48))
+    common = (
+        "--configs",
+        "plan",
+        "--depths",
+        "64",
+        "--repeats",
+        "1",
+        "--n-predict",
+        "4",
+        "--ctx",
+        "2048",
+        "--target-vram",
+        "80M",
+        "--overhead",
+        "0",
+        "--no-save",
+        "--json",
+        "--mmproj",
+        str(mmproj),
+    )
+    runs = [
+        moetune("bench", str(model), *common, *with_image, "--", "--rpc", rpc)
+        for with_image in ((), ("--image", str(image)))
+    ]
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    plain, pictured = (json.loads(done.stdout) for done in runs)
+    assert plain["image"] is None and pictured["image"] == "cat.png"
+    text_only = plain["results"][0]["samples"][0]["prompt_n"]
+    assert pictured["results"][0]["samples"][0]["prompt_n"] > text_only + 16

@@ -1,0 +1,125 @@
+"""`moetune alias`'s functions for bash, zsh and fish: each shell's syntax check, and run for
+real they hand a stand-in server exactly the tuned arguments (plus the caller's)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from moetune.errors import BadValueError
+from moetune.jobs.alias import SHELLS, Shell, alias_text, check_name, fish_quote, shell_from_path
+
+from support.helpers import have
+from support.profiles import TUNE_COMMAND, make_profile
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "dotfiles"
+TRICKY = [
+    "-m",
+    '/models/it\'s a "model" $HOME `x` !1.gguf',
+    "-ngl",
+    "99",
+    "-ot",
+    r"blk\.(3[4-9]|4[0-7])\.ffn_(up|down|gate)_(ch|)exps=CPU,blk\.33\.ffn_(down)_exps=CPU",
+    "--alias",
+    "a;b&&c|d*?[x]{y} \\ end",
+    "--fit",
+    "off",
+]
+
+
+def fake_server(tmp_path: Path) -> Path:
+    """An executable that prints each argument it gets on its own NUL-terminated record."""
+    script = tmp_path / "fake server"  # a space in the path, too
+    script.write_text('#!/bin/sh\nfor a in "$@"; do printf \'%s\\0\' "$a"; done\n')
+    script.chmod(0o755)
+    return script
+
+
+def run_function(shell: Shell, text: str, call: str) -> list[str]:
+    script = f"{text}\n{call}\n"
+    done = subprocess.run([shell, "-c", script], capture_output=True, check=True, timeout=30)
+    return done.stdout.decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_syntax_check(shell: Shell) -> None:
+    if not have(shell):
+        assert shell != "bash", "bash must be there"
+        pytest.skip(f"{shell} is not installed")
+    text = alias_text("qwen", make_profile(["/opt/llama/llama-server", *TRICKY]), shell)
+    done = subprocess.run(
+        [shell, "-n"], input=text, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr + text
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_runs_with_exact_arguments(tmp_path: Path, shell: Shell) -> None:
+    if not have(shell):
+        pytest.skip(f"{shell} is not installed")
+    server = fake_server(tmp_path)
+    text = alias_text("qwen", make_profile([str(server), *TRICKY]), shell)
+    got = run_function(shell, text, "qwen --port 8081 'two words'")
+    assert got == [*TRICKY, "--port", "8081", "two words"]
+
+
+def test_comments_say_what_was_tuned() -> None:
+    text = alias_text("qwen", make_profile(["llama-server", "-m", "/m.gguf"]), "bash")
+    header = [line for line in text.splitlines() if line.startswith("#")]
+    assert len(header) == 3
+    assert "NVIDIA GeForce RTX 4090" in header[0] and "build 6500" in header[0]
+    assert "--n-cpu-moe 12" in header[1] and "41.5 tok/s (40.2-42.0 over 3)" in header[1]
+    # the re-tune hint is the user's whole command, --retune before the arguments after --
+    assert header[2].endswith(
+        " ".join([*TUNE_COMMAND[:11], "--retune", *TUNE_COMMAND[11:]])
+        + ", then moetune alias qwen again"
+    )
+
+
+def test_newlines_in_names_cannot_escape_the_comment() -> None:
+    profile = make_profile(["llama-server"], file_name="a\nrm -rf x.gguf")
+    text = alias_text("qwen", profile, "bash")
+    body = ("}", 'llama-server "$@"')
+    assert all(
+        line.startswith("#") or "qwen" in line or line.strip() in body for line in text.splitlines()
+    )
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+@pytest.mark.parametrize("name", ["1abc", "if", "a b", "x;rm", "", "end", "qw$n"])
+def test_bad_names(name: str) -> None:
+    with pytest.raises(BadValueError):
+        check_name(name)
+
+
+@pytest.mark.parametrize("name", ["qwen", "qwen30b", "gpt_oss", "glm-air"])
+def test_good_names(name: str) -> None:
+    assert check_name(name) == name
+
+
+def test_shell_from_path() -> None:
+    assert shell_from_path("/usr/bin/zsh") == "zsh"
+    assert shell_from_path("/usr/local/bin/fish") == "fish"
+    assert shell_from_path("/bin/sh") == "bash"
+    assert shell_from_path(None) == "bash"
+
+
+def test_fish_quote() -> None:
+    assert fish_quote("plain-word_1.gguf") == "plain-word_1.gguf"
+    assert fish_quote("it's") == "'it\\'s'"
+    assert fish_quote(r"a\.b") == r"'a\\.b'"
+    assert fish_quote("") == "''"
+
+
+@pytest.mark.parametrize(("shell", "suffix"), [("bash", "bash"), ("zsh", "zsh"), ("fish", "fish")])
+def test_example_dotfiles_parse(shell: str, suffix: str) -> None:
+    path = EXAMPLES / f"moetune.{suffix}"
+    assert path.is_file()
+    if not have(shell):
+        pytest.skip(f"{shell} is not installed")
+    done = subprocess.run(
+        [shell, "-n", str(path)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr

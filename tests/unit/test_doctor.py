@@ -1,0 +1,173 @@
+"""`moetune doctor`'s checks on fake machines: no GPU, small RAM, WSL2, PCIe 3.0, a busy GPU,
+and a model's RAM needs and speed ceiling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moetune.errors import ServerFailedError, ServerNotFoundError
+from moetune.jobs.doctor import DEFAULT_RAM_BANDWIDTH_BYTES_PER_S, gpu_findings
+from moetune.records.server import ServerInfo
+from moetune.store.hardware import find_hardware_profile
+from moetune.units import GIB, MIB
+
+from support.doctor import HARDWARE, QWEN, cuda_server, gpu_4090, host, only, run
+from support.fakes import FakeHostProbe
+
+
+def test_healthy_machine() -> None:
+    report = run()
+    assert report.worst == "ok", [f for f in report.findings if f.status != "ok"]
+    assert {f.check for f in report.findings} == {
+        "gpu",
+        "pcie",
+        "driver",
+        "cpu",
+        "ram",
+        "swap",
+        "llama-server",
+    }
+    assert "PCIe 4.0 x16" in only(report, "pcie").message
+    assert "-t 8" in only(report, "cpu").message  # 8 physical of 16 logical
+    assert "build 6500" in only(report, "llama-server").message
+    assert "CUDA0" in only(report, "llama-server").message
+
+
+def test_no_gpu() -> None:
+    report = run([])
+    gpu = only(report, "gpu")
+    assert gpu.status == "fail" and "no NVIDIA driver found" in gpu.message
+    assert gpu.fix is not None and "--gpu" in gpu.fix
+    assert report.worst == "fail"
+    assert not [f for f in report.findings if f.check in ("pcie", "driver")]
+
+
+def test_small_ram() -> None:
+    report = run(the_host=FakeHostProbe.typical(8 * GIB).host())
+    ram = only(report, "ram")
+    assert ram.status == "warn" and ram.fix is not None
+
+
+def test_small_ram_with_a_model_fails_the_ram_check() -> None:
+    small = FakeHostProbe.typical(4 * GIB, ram_available_bytes=3 * GIB).host()
+    report = run(the_host=small, model=QWEN, gpu_profile=find_hardware_profile("4060 Ti", HARDWARE))
+    ram = only(report, "model-ram")
+    assert ram.status == "fail" and "--n-cpu-moe" in ram.message and ram.fix
+    decode = only(report, "decode")
+    assert decode.status == "warn" and "RAM is short" in decode.message
+
+
+def test_wsl2() -> None:
+    report = run(the_host=host(is_wsl=True))
+    wsl = only(report, "wsl")
+    assert wsl.status == "warn" and "WSL2" in wsl.message
+    assert wsl.fix is not None and ".wslconfig" in wsl.fix and "wsl --shutdown" in wsl.fix
+
+
+def test_cgroup_limit() -> None:
+    ram = only(run(the_host=host(ram_limit_bytes=16 * GIB)), "ram")
+    assert ram.status == "warn" and "16.00 GiB" in ram.message
+
+
+def test_pcie3_slot_for_a_pcie4_card() -> None:
+    report = run([gpu_4090(pcie_gen_max=3, pcie_gen_current=3)])
+    pcie = only(report, "pcie")
+    assert pcie.status == "warn"
+    assert "PCIe 3.0 x16 max" in pcie.message and "supports PCIe 4.0 x16" in pcie.message
+    assert pcie.fix is not None and "slot" in pcie.fix
+
+
+def test_pcie3_unknown_card() -> None:
+    gpu = gpu_4090(name="NVIDIA Some Card", pcie_gen_max=3, pcie_gen_current=3)
+    assert "PCIe 3.0 or older" in only(run([gpu]), "pcie").message
+
+
+def test_pcie_fewer_lanes_now() -> None:
+    pcie = only(run([gpu_4090(pcie_width_current=4)]), "pcie")
+    assert pcie.status == "warn" and "fewer lanes" in pcie.message
+
+
+def test_pcie_idle_generation_is_fine() -> None:
+    pcie = only(run([gpu_4090(pcie_gen_current=1)]), "pcie")
+    assert pcie.status == "ok" and "power saving" in pcie.message
+
+
+def test_busy_gpu_and_old_driver() -> None:
+    busy = gpu_4090(vram_free_bytes=20000 * MIB, driver_version="470.82.01")
+    report = run([busy])
+    assert only(report, "gpu").status == "warn" and "other processes" in only(report, "gpu").message
+    assert only(report, "driver").status == "warn"
+
+
+def test_swap_in_use() -> None:
+    swap = only(run(the_host=host(swap_used_bytes=3 * GIB)), "swap")
+    assert swap.status == "warn" and "1 tok/s" in (swap.fix or "")
+
+
+def test_llama_server_states() -> None:
+    def missing() -> ServerInfo:
+        raise ServerNotFoundError("llama-server not found", hint="install llama.cpp")
+
+    def broken() -> ServerInfo:
+        raise ServerFailedError("`llama-server --version` exited with 1:\nboom")
+
+    def cpu_only() -> ServerInfo:
+        return cuda_server().model_copy(update={"devices": ()})
+
+    assert only(run(server=missing), "llama-server").status == "fail"
+    failed = only(run(server=broken), "llama-server")
+    assert failed.status == "warn" and "\n" not in failed.message
+    assert "sees no GPU" in only(run(server=cpu_only), "llama-server").message
+
+
+def test_model_ceiling_on_a_detected_4090() -> None:
+    report = run(model=QWEN, n_ctx=65536)
+    c = report.ceiling
+    assert c is not None and c.gpu_bandwidth_bytes_per_s == 1008 * 10**9
+    expected = 1 / (
+        c.gpu_bytes_per_token / c.gpu_bandwidth_bytes_per_s
+        + c.cpu_bytes_per_token / c.ram_bandwidth_bytes_per_s
+    )
+    assert c.decode_tps == pytest.approx(expected)
+    assert c.bottleneck == "GPU memory bandwidth" and c.cpu_bytes_per_token == 0
+    assert c.ram_bandwidth_assumed
+    assert c.ram_bandwidth_bytes_per_s == DEFAULT_RAM_BANDWIDTH_BYTES_PER_S
+    decode = only(report, "decode")
+    assert f"{c.decode_tps:.1f} tok/s" in decode.message and c.bottleneck in decode.message
+    assert only(report, "model-ram").status == "ok"
+
+
+def test_model_without_gpu_runs_on_the_cpu() -> None:
+    report = run([], model=QWEN)
+    c = report.ceiling
+    assert c is not None and c.gpu_bytes_per_token == 0 and c.bottleneck == "RAM bandwidth"
+    assert "CPU only" in only(report, "model-ram").message
+    assert not [f for f in report.findings if f.check == "prefill"]
+
+
+def test_unknown_card_without_profile() -> None:
+    report = run([gpu_4090(name="NVIDIA Mystery GPU")], model=QWEN)
+    decode = only(report, "decode")
+    assert decode.status == "warn" and "unknown" in decode.message and "--gpu" in (decode.fix or "")
+    assert report.ceiling is not None and report.ceiling.decode_tps is None
+
+
+@pytest.mark.parametrize(("vram", "words"), [("2G", "the GPU needs"), ("512M", "headroom")])
+def test_model_that_cannot_fit(tmp_path: Path, vram: str, words: str) -> None:
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text(
+        f'name = "Tiny"\nvram = "{vram}"\nmemory_bandwidth_gb_s = 100\n'
+        "pcie_gen = 4\npcie_lanes = 16\n"
+    )
+    report = run(model=QWEN, gpu_profile=find_hardware_profile(str(tiny), HARDWARE))
+    fit = only(report, "model-fit")
+    assert fit.status == "fail" and words in fit.message
+    assert report.ceiling is None
+
+
+def test_no_gpu_with_a_described_one_is_a_warning() -> None:
+    found = gpu_findings([], "no NVIDIA driver found", "--vram 24.00 GiB")
+    assert [f.status for f in found] == ["warn"] and "--vram 24.00 GiB" in found[0].message
+    assert [f.status for f in gpu_findings([], "no NVIDIA driver found")] == ["fail"]

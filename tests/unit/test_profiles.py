@@ -1,0 +1,248 @@
+"""Hardware profiles (shipped TOML, loose names, the built package ships them) and tuned
+profiles (identity, names, matching and invalidation) without a command."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moetune.errors import ProfileError
+from moetune.store.hardware import (
+    find_hardware_profile,
+    load_hardware_profiles,
+    match_detected,
+    parse_hardware_profile,
+)
+from moetune.store.paths import tuned_dir
+from moetune.store.tuned import BuildIdentity, ProfileStore, model_identity, profile_name
+from moetune.units import GIB, MIB
+
+from support.factory import write_model
+from support.helpers import ROOT
+from support.profiles import GOOD, a_key, saved
+
+SHIPPED = ROOT / "src" / "moetune" / "profiles_data"
+REQUIRED = {"rtx4090", "rtx4090-laptop", "rtx3090", "rtx4060ti-16g", "rtx5090"}
+
+
+# --- hardware profiles -------------------------------------------------------------------------
+
+
+def test_shipped_profiles() -> None:
+    profiles = {p.id: p for p in load_hardware_profiles()}
+    assert set(profiles) >= REQUIRED
+    p = profiles["rtx4090"]
+    assert p.vram_bytes == 24564 * MIB and p.memory_bandwidth_gb_s == 1008
+    assert (p.pcie_gen, p.pcie_lanes) == (4, 16)
+    assert profiles["rtx4060ti-16g"].pcie_lanes == 8
+    assert profiles["rtx5090"].pcie_gen == 5 and profiles["rtx5090"].vram_bytes > 31 * GIB
+    assert profiles["rtx4090-laptop"].vram_bytes < 16 * GIB < profiles["rtx3090"].vram_bytes
+
+
+@pytest.mark.parametrize("path", sorted(SHIPPED.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_figure_has_its_source(path: Path) -> None:
+    lines = path.read_text().splitlines()
+    for key in ("vram", "memory_bandwidth_gb_s", "pcie_gen"):
+        index = next(i for i, line in enumerate(lines) if line.startswith(f"{key} ="))
+        assert lines[index - 1].startswith("#"), f"{path.name}: no comment above {key}"
+    assert "TechPowerUp" in path.read_text() or "NVIDIA" in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("rtx4090", "rtx4090"),
+        ("RTX 4090", "rtx4090"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        ("4090", "rtx4090"),
+        ("rtx-4090-laptop", "rtx4090-laptop"),
+        ("4090 Laptop", "rtx4090-laptop"),
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", "rtx4090-laptop"),
+        ("4060 Ti", "rtx4060ti-16g"),
+        ("rtx5090", "rtx5090"),
+        ("3090", "rtx3090"),
+    ],
+)
+def test_find_by_loose_name(query: str, expected: str) -> None:
+    assert find_hardware_profile(query, load_hardware_profiles()).id == expected
+
+
+def test_match_detected_uses_the_memory_size() -> None:
+    profiles = load_hardware_profiles()
+    name = "NVIDIA GeForce RTX 4060 Ti"
+    assert match_detected(name, 16380 * MIB, profiles) is not None
+    assert match_detected(name, 8188 * MIB, profiles) is None  # the 8 GB card
+    assert match_detected("NVIDIA GeForce RTX 4090", None, profiles) is not None
+    assert match_detected("NVIDIA H100", 80 * GIB, profiles) is None
+
+
+def test_broken_message_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError) as info:
+        parse_hardware_profile(GOOD + "vram_gb = 12\n", "mine", "mine.toml")
+    assert "\n" not in info.value.message
+    assert info.value.message == "mine.toml: unknown field 'vram_gb'"
+
+
+def test_readme_example_is_a_valid_profile() -> None:
+    text = (ROOT / "profiles" / "README.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    profile = parse_hardware_profile(example, "rtx3060", "README example")
+    assert profile.vram_bytes == 12 * GIB and profile.pcie_bytes_per_s > 31 * 10**9
+
+
+def test_built_package_ships_the_profiles(tmp_path: Path) -> None:
+    """A non-editable install finds the profiles: setuptools copies them as package data, and
+    moetune loads them from the built tree (not from this checkout)."""
+    work = tmp_path / "copy"
+    shutil.copytree(
+        ROOT / "src", work / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, work / name)
+    built = tmp_path / "built"
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import setuptools; setuptools.setup()",
+            "-q",
+            "build_py",
+            "--build-lib",
+            str(built),
+        ],
+        cwd=work,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert {p.stem for p in (built / "moetune" / "profiles_data").glob("*.toml")} >= REQUIRED
+    shutil.rmtree(work)
+    check = (
+        "import json, moetune, moetune.store.hardware as p; print(moetune.__file__); "
+        "print(json.dumps([x.id for x in p.load_hardware_profiles()]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check],
+        env={"PYTHONPATH": str(built)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    where, ids = done.stdout.splitlines()
+    assert where.startswith(str(built))
+    assert set(json.loads(ids)) >= REQUIRED
+
+
+# --- tuned profiles ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    return write_model(tmp_path / "Tiny-Q8.gguf", "qwen3moe")
+
+
+def test_identity(tiny: Path, tmp_path: Path) -> None:
+    first = model_identity(tiny)
+    assert first == model_identity(tiny)
+    assert first.file_name == "Tiny-Q8.gguf" and first.file_bytes == tiny.stat().st_size
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    copy = shutil.copy(tiny, moved / tiny.name)
+    assert model_identity(copy).model_dump(exclude={"path"}) == first.model_dump(exclude={"path"})
+    data = bytearray(tiny.read_bytes())
+    data[-1] ^= 0xFF  # tensor data only: same header, same size
+    tiny.write_bytes(bytes(data))
+    assert model_identity(tiny).header_sha256 == first.header_sha256
+    write_model(tiny, "qwen3moe", n_layers=6)
+    assert model_identity(tiny).header_sha256 != first.header_sha256
+
+
+def test_profile_name(tiny: Path) -> None:
+    """Model stem, context, cache types, target and a tag of the device: one file for each
+    thing a tuned result depends on."""
+    key = a_key(tiny)
+    name = profile_name(key)
+    assert re.fullmatch(r"Tiny-Q8-4k-q8_0-22G-[0-9a-f]{6}", name), name
+    settings = key.settings.model_copy(
+        update={"target_bytes": 20 * GIB, "type_v": "f16", "n_ctx": 5000}
+    )
+    assert profile_name(key.model_copy(update={"settings": settings})).startswith(
+        "Tiny-Q8-5000-q8_0-f16-20G-"
+    )
+    other_gpu = key.gpu.model_copy(update={"name": "NVIDIA GeForce RTX 3090"})
+    assert profile_name(key.model_copy(update={"gpu": other_gpu})) != name
+    shards = key.model.model_copy(update={"file_name": "M-00001-of-00003.gguf"})
+    assert profile_name(key.model_copy(update={"model": shards})).startswith("M-4k-")
+    weird = key.model.model_copy(update={"file_name": "we ird$.gguf"})
+    assert profile_name(key.model_copy(update={"model": weird})).startswith("we_ird-4k-")
+
+
+def test_two_targets_keep_two_profiles(tiny: Path) -> None:
+    key = a_key(tiny)
+    lower = key.model_copy(
+        update={"settings": key.settings.model_copy(update={"target_bytes": 20 * GIB})}
+    )
+    saved(key, n=5)
+    saved(lower, n=7)
+    store = ProfileStore()
+    assert len(store.names()) == 2
+    first, second = store.match(key).profile, store.match(lower).profile
+    assert first is not None and first.placement.n_cpu_moe == 5
+    assert second is not None and second.placement.n_cpu_moe == 7
+
+
+def test_home_is_xdg_or_moetune_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MOETUNE_HOME", str(tmp_path / "mh"))
+    assert tuned_dir() == tmp_path / "mh" / "profiles"
+    monkeypatch.delenv("MOETUNE_HOME")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    if sys.platform.startswith("linux"):
+        assert tuned_dir() == tmp_path / "xdg" / "moetune" / "profiles"
+
+
+def test_match_and_invalidation(tiny: Path) -> None:
+    key = a_key(tiny)
+    store = ProfileStore()
+    assert store.match(key).profile is None and not store.match(key).notes
+    saved(key)
+    match = store.match(key)
+    assert match.profile is not None and match.profile.placement.n_cpu_moe == 5
+    other_gpu = key.gpu.model_copy(update={"name": "NVIDIA GeForce RTX 3090"})
+    other_build = key.llama_cpp.model_copy(update={"build_number": 11500, "commit": "fff"})
+    other_args = key.settings.model_copy(update={"extra_args": ["-ub", "2048"]})
+    cases: dict[str, dict[str, Any]] = {
+        "llama.cpp changed": {"llama_cpp": other_build},
+        "other arguments after --": {"settings": other_args},
+    }
+    for words, change in cases.items():
+        miss = store.match(key.model_copy(update=change))
+        assert miss.profile is None and words in miss.notes[0], miss.notes
+    # another device set is another profile: not out of date, just not tuned yet
+    miss = store.match(key.model_copy(update={"gpu": other_gpu}))
+    assert miss.profile is None and not miss.notes and miss.name != profile_name(key)
+    write_model(tiny, "qwen3moe", n_layers=6)
+    miss = store.match(a_key(tiny))
+    assert miss.profile is None and "model file changed" in miss.notes[0]
+
+
+def test_unrecorded_builds_compare_the_binary(tiny: Path) -> None:
+    build = BuildIdentity(
+        build_number=None,
+        commit=None,
+        version="0.6.0-dev",
+        binary="/x/llama-server",
+        binary_fingerprint="10:20",
+    )
+    key = a_key(tiny, llama_cpp=build)
+    saved(key)
+    assert ProfileStore().match(key).profile is not None
+    rebuilt = build.model_copy(update={"binary_fingerprint": "10:30"})
+    assert ProfileStore().match(a_key(tiny, llama_cpp=rebuilt)).profile is None
