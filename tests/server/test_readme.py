@@ -1,5 +1,6 @@
 """The README's "Try it without a GPU" lines, run as written (all but the first, which sets
-up the environment these tests already run in)."""
+up the environment these tests already run in), with its RPC ports moved to free ones: the
+machine may run something else on 50052 (another checkout's tests, a real RPC server)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,28 @@ import socket
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from support.helpers import ROOT, default_signals, moetune_env, section_block
 
 
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports nobody listens on now (held open together so they differ)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def test_try_it_without_a_gpu(tmp_path: Path) -> None:
-    lines = section_block("Try it without a GPU")[1:]
-    for port in map(int, re.findall(r"-p (\d+)", "\n".join(lines))):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                pytest.fail(f"port {port} of the README example is in use on this machine")
+    text = "\n".join(section_block("Try it without a GPU")[1:])
+    ports = sorted(set(re.findall(r"-p (\d+)", text)))
+    assert len(ports) == 2, ports
+    for port, free in zip(ports, _free_ports(len(ports)), strict=True):
+        text = re.sub(rf"\b{port}\b", str(free), text)
+    lines = text.splitlines()
     # stop the RPC server however the lines end; fail on the first line that fails
     script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
     done = subprocess.run(
