@@ -19,7 +19,7 @@ from moetune.errors import ExitCode
 from moetune.report import SCHEMA_VERSION
 from moetune.store.tuned import TunedProfile
 
-from support.helpers import EXAMPLE_QWEN, ROOT, cli
+from support.helpers import EXAMPLE_QWEN, ROOT, cli, moetune
 from support.rawhttp import raw_http_server
 
 if sys.version_info >= (3, 11):
@@ -321,3 +321,37 @@ def test_readme_shows_the_document_moetune_prints() -> None:
     shown = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
     code, out, _ = cli("plan", QWEN, "--vram", "24Q", "--json")
     assert code == shown["error"]["code"] and json.loads(out) == shown
+
+
+def test_a_child_process_prints_the_same_document(tmp_path: Path) -> None:
+    result = moetune("plan", str(tmp_path / "nope.gguf"), "--vram", "24G", "--json")
+    assert_json_failure((result.returncode, result.stdout, result.stderr), ExitCode.FILE_NOT_FOUND)
+
+
+def test_a_tuned_profile_nested_too_deeply(_moetune_home: Path) -> None:
+    (_moetune_home / "profiles").mkdir()
+    (_moetune_home / "profiles" / "deep.json").write_text(DEEP)
+    assert_json_failure(cli("profiles", "show", "deep", "--json"), ExitCode.BAD_VALUE)
+
+
+def _not_utf8(tmp: Path) -> Path:
+    path = tmp / "mine.ini"
+    path.write_bytes(b"\xff[*]\nctx-size = 4096\n")
+    return path
+
+
+# export has no --json: one error line, a named code, never INTERNAL (nor success)
+EXPORT_OUT: dict[str, Callable[[Path], Path]] = {
+    "a-directory": lambda t: t,
+    "a-missing-folder": lambda t: t / "no" / "such" / "x.ini",
+    "not-utf-8": _not_utf8,
+}
+
+
+@pytest.mark.parametrize("case", EXPORT_OUT)
+def test_export_out_that_cannot_be_used(tmp_path: Path, case: str) -> None:
+    out = EXPORT_OUT[case](tmp_path)
+    code, _, err = cli("export", "preset", QWEN, "--vram", "24G", "--out", str(out))
+    assert code not in (0, ExitCode.INTERNAL), err
+    errors = [line for line in err.splitlines() if line.startswith("moetune: error: ")]
+    assert len(errors) == 1 and "internal error" not in errors[0] and "Traceback" not in err
