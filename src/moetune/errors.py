@@ -1,8 +1,13 @@
-"""One error hierarchy; cli/app.py turns each into one line on stderr and a named exit code."""
+"""One error hierarchy; cli/app.py turns each into one line on stderr and a named exit code.
+``named_error`` is the one place where an exception that is not a MoetuneError but that a
+user can cause (an unusable path, a file that is not text, a dropped connection) gets its
+code; anything else is a bug of moetune's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -106,7 +111,8 @@ class ServerFailedError(MoetuneError):
 
 
 class OutOfMemoryError(ServerFailedError):
-    """llama-server could not allocate a buffer (device or host memory ran out)."""
+    """llama-server could not allocate a buffer (device or host memory ran out), or moetune
+    itself ran out of memory."""
 
     exit_code = ExitCode.OUT_OF_MEMORY
 
@@ -121,6 +127,12 @@ class CheckFailedError(MoetuneError):
     """`moetune doctor` found a check that fails (its report is printed first)."""
 
     exit_code = ExitCode.CHECK_FAILED
+
+
+class InterruptedByUser(MoetuneError):
+    """Ctrl-C, SIGTERM or SIGHUP (llama.cpp's servers stopped on the way out)."""
+
+    exit_code = ExitCode.INTERRUPTED
 
 
 class ProfileError(BadValueError):
@@ -155,3 +167,83 @@ class HubNotFoundError(HubError):
     that exist)."""
 
     exit_code = ExitCode.FILE_NOT_FOUND
+
+
+# --- exceptions from outside the hierarchy -------------------------------------------------------
+
+
+def named_error(exc: BaseException) -> MoetuneError | None:
+    """``exc`` as the MoetuneError it stands for: itself, or the named error of a family a user
+    can cause (see ``_FOREIGN``); None for a bug of moetune's."""
+    if isinstance(exc, MoetuneError):
+        return exc
+    if isinstance(exc, KeyboardInterrupt):  # llamacpp.process.Terminated too
+        return InterruptedByUser("interrupted")
+    if isinstance(exc, MemoryError):
+        return OutOfMemoryError(
+            "moetune ran out of memory", hint="an input may be far larger than it says"
+        )
+    if isinstance(exc, RecursionError):
+        return BadValueError(
+            "an input is nested too deeply to read", hint="a JSON or TOML file of many levels?"
+        )
+    if isinstance(exc, UnicodeDecodeError):
+        return BadValueError(f"not UTF-8 text: {exc}")
+    if isinstance(exc, BrokenPipeError):  # whoever read stdout stopped: SIGPIPE's case
+        return InterruptedByUser("output closed (broken pipe)")
+    if isinstance(exc, OSError):
+        return _os_error(exc)
+    if not isinstance(exc, Exception):  # SystemExit, GeneratorExit: not errors
+        return None
+    families = {(c.__module__.partition(".")[0], c.__qualname__) for c in type(exc).__mro__}
+    for family, make in _FOREIGN.items():
+        if family in families:
+            return make(exc)
+    return None
+
+
+def _os_error(exc: OSError) -> MoetuneError:
+    """A path that cannot be used (missing, a directory, refused, full, a loop), or a socket's
+    failure (refused, reset, timed out; socket.gaierror: a name that does not resolve)."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is not None:
+        paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+        return ModelFileError(f"{paths}: {reason}")
+    if isinstance(exc, ConnectionError | TimeoutError) or type(exc).__module__ == "socket":
+        return NetworkError(f"connection failed: {reason}")
+    return ModelFileError(f"cannot read or write a file: {reason}")
+
+
+def _http_error(exc: Exception) -> MoetuneError:
+    """httpx's errors: a dropped connection, a timeout, a protocol violation, a status."""
+    where = ""
+    try:
+        url = str(getattr(exc, "request").url).split("?", 1)[0]  # noqa: B009 (not Exception's)
+        where = f", {url}"
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError for an unset request
+        pass
+    detail = str(exc) or type(exc).__name__
+    return NetworkError(f"network error: {detail} ({type(exc).__name__}{where})")
+
+
+def _validation_error(exc: Exception) -> MoetuneError:
+    """pydantic's ValidationError of what a user's file says: the first few fields, no URL."""
+    errors: list[dict[str, Any]] = getattr(exc, "errors")(include_url=False)  # noqa: B009
+    shown = [
+        f"{'.'.join(str(part) for part in error.get('loc', ())) or 'value'}: {error.get('msg')}"
+        for error in errors[:3]
+    ]
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return BadValueError(f"invalid {getattr(exc, 'title', 'value')}: {'; '.join(shown)}{more}")
+
+
+# Families by (top-level package, class name) anywhere in the exception's MRO, so that this
+# module imports none of the libraries (each has one home, tests/unit/test_layers.py).
+_FOREIGN: dict[tuple[str, str], Callable[[Exception], MoetuneError]] = {
+    ("httpx", "HTTPError"): _http_error,
+    ("httpx", "InvalidURL"): lambda exc: BadValueError(f"not a usable URL: {exc}"),
+    ("pydantic_core", "ValidationError"): _validation_error,
+    ("json", "JSONDecodeError"): lambda exc: BadValueError(f"not valid JSON: {exc}"),
+    ("tomllib", "TOMLDecodeError"): lambda exc: BadValueError(f"not valid TOML: {exc}"),
+    ("tomli", "TOMLDecodeError"): lambda exc: BadValueError(f"not valid TOML: {exc}"),
+}

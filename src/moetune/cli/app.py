@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 import typer
 
 from moetune import __version__
-from moetune.errors import ExitCode, MoetuneError
+from moetune.errors import ExitCode
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -73,33 +73,52 @@ def stop_on_signals() -> None:
     install_signal_handlers(f"{clear}moetune: interrupted, stopping llama-server...\n".encode())
 
 
-def _fail(exc: BaseException, code: ExitCode, message: str, hint: str | None) -> typer.Exit:
+def fail(exc: BaseException, document: bool) -> typer.Exit:
+    """Report ``exc``: one line on stderr with its named code (the traceback with --debug), and
+    with ``document`` the error's JSON document on stdout; the Exit to raise. An exception
+    ``named_error`` does not know is a bug: INTERNAL."""
+    from moetune.errors import named_error
     from moetune.report.common import render_error
 
+    named = named_error(exc)
+    if named is not None:
+        code, message, hint = named.exit_code, named.message, named.hint
+    else:
+        code, message = ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+        hint = None if _State.debug else "rerun with --debug for the traceback"
     if _State.debug:
         err().print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
+    if document:
+        error_document(code, message, hint)
     err().print(render_error(message, hint, code))
     return typer.Exit(int(code))
 
 
+def error_document(code: ExitCode, message: str, hint: str | None) -> None:
+    """A failure's JSON document on stdout (``--json``), beside its line on stderr."""
+    from moetune.report.render import ErrorView, render
+
+    with contextlib.suppress(OSError):  # stdout closed: the line on stderr still says it
+        render(ErrorView(code, message, hint), as_json=True)
+
+
 def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
-    """Turn every error into one line on stderr and a named exit code (traceback: --debug)."""
+    """Turn every error into one line on stderr and a named exit code (traceback: --debug);
+    under ``--json`` (the command's ``as_json``) also its document on stdout, unless the
+    command printed its own before failing (plan's DOES_NOT_FIT, doctor's CHECK_FAILED)."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        from moetune.report.render import printed
+
+        before = printed()
         try:
             return func(*args, **kwargs)
         except typer.Exit:
             raise
-        except MoetuneError as exc:
-            raise _fail(exc, exc.exit_code, exc.message, exc.hint) from None
-        except KeyboardInterrupt as exc:
-            raise _fail(exc, ExitCode.INTERRUPTED, "interrupted", None) from None
-        except Exception as exc:
-            message = f"internal error: {type(exc).__name__}: {exc}"
-            raise _fail(
-                exc, ExitCode.INTERNAL, message, "run with --debug for the traceback"
-            ) from None
+        except (Exception, KeyboardInterrupt) as exc:
+            document = bool(kwargs.get("as_json")) and printed() == before
+            raise fail(exc, document) from None
 
     return wrapper
 

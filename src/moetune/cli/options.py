@@ -28,6 +28,11 @@ PASS_THROUGH = "pass_through"  # ctx.meta key: the arguments after --
 
 T = TypeVar("T")
 
+# click's ClickException, of whichever click typer carries (its own copy in recent typers)
+ClickError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
 
 class BadValueParameter(typer.BadParameter):
     """A malformed option value: one line and BAD_VALUE, like any moetune error."""
@@ -38,13 +43,15 @@ class BadValueParameter(typer.BadParameter):
         super().__init__(error.message)
         self.error = error
 
+    def format_message(self) -> str:
+        name = self.param.opts[0] if self.param is not None and self.param.opts else None
+        return f"{name}: {self.error.message}" if name else self.error.message
+
     def show(self, file: Any = None) -> None:
         from moetune.cli.app import err
         from moetune.report.common import render_error
 
-        name = self.param.opts[0] if self.param is not None and self.param.opts else None
-        message = f"{name}: {self.error.message}" if name else self.error.message
-        err().print(render_error(message, self.error.hint, ExitCode.BAD_VALUE))
+        err().print(render_error(self.format_message(), self.error.hint, ExitCode.BAD_VALUE))
 
 
 def parser(parse: Callable[[str], T]) -> Callable[[str], T]:
@@ -216,6 +223,24 @@ class Command(TyperCommand):
     takes_pass_through = False
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """The options, and the arguments after ``--``. A value refused here is reported as
+        the command's own errors are: with ``--json``, its document on stdout too."""
+        given = args[: args.index("--")] if "--" in args else args
+        as_json = "--json" in given and any(p.name == "as_json" for p in self.params)
+        try:
+            return self._parse_args(ctx, args)
+        except ClickError as exc:
+            if as_json and not ctx.resilient_parsing:
+                _usage_document(exc)
+            raise  # click prints its line on stderr and exits with its code
+        except typer.Exit:  # --help, --version
+            raise
+        except (Exception, KeyboardInterrupt) as exc:
+            from moetune.cli.app import fail
+
+            raise fail(exc, as_json) from None
+
+    def _parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         rest: tuple[str, ...] = ()
         if "--" in args:
             index = args.index("--")
@@ -253,6 +278,16 @@ class Command(TyperCommand):
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)
+
+
+def _usage_document(exc: Any) -> None:
+    """The JSON document of an option refused while parsing (USAGE, or BAD_VALUE)."""
+    from moetune.cli.app import error_document
+
+    codes = {int(code) for code in ExitCode}
+    code = ExitCode(exc.exit_code) if exc.exit_code in codes else ExitCode.USAGE
+    hint = exc.error.hint if isinstance(exc, BadValueParameter) else None
+    error_document(code, exc.format_message(), hint)
 
 
 _METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT", "path": "PATH", "Path": "PATH"}

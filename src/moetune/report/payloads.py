@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
     from moetune.core.memory import MemoryEstimate
     from moetune.core.plan import PlanResult
-    from moetune.errors import ProfileError
+    from moetune.errors import ExitCode, ProfileError
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.quants import QuantsResult
     from moetune.records.results import BenchResult, RunResult
@@ -151,3 +151,16 @@ def profiles_payload(
 
 def doctor_payload(report: DoctorReport) -> dict[str, Any]:
     return {"worst": report.worst, **report.model_dump(mode="json")}
+
+
+def error_payload(code: ExitCode, message: str, hint: str | None) -> dict[str, Any]:
+    """A failure's document: the exit code, its name, the one line's message (and hint)."""
+    error: dict[str, Any] = {"code": int(code), "name": code.name, "message": _line(message)}
+    if hint:
+        error["hint"] = _line(hint)
+    return {"error": error}
+
+
+def _line(text: str) -> str:
+    """``text`` on one line, as the error line on stderr shows it."""
+    return " ".join(text.split())

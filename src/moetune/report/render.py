@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from moetune.core.facts import ModelFacts
     from moetune.core.plan import PlanResult
-    from moetune.errors import ProfileError
+    from moetune.errors import ExitCode, ProfileError
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.quants import QuantsResult
     from moetune.records.results import BenchResult, RunResult
@@ -111,6 +111,16 @@ class TextView:
     text: str
 
 
+@dataclass(frozen=True)
+class ErrorView:
+    """A command that failed before its document: the code, the message and the hint of the
+    one line on stderr (as text: that line)."""
+
+    code: ExitCode
+    message: str
+    hint: str | None = None
+
+
 View = (
     InspectView
     | PlanView
@@ -122,7 +132,20 @@ View = (
     | HardwareView
     | DoctorView
     | TextView
+    | ErrorView
 )
+
+
+class _Printed:
+    """How many views reached stdout in this process (cli/app.py prints an error's document
+    only where the command printed none)."""
+
+    count = 0
+
+
+def printed() -> int:
+    """How many views ``render`` has printed so far."""
+    return _Printed.count
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,6 +165,7 @@ def render(view: View, as_json: bool = False, console: Console | None = None) ->
         sys.stdout.write(to_json(payload(view)) + "\n")
     else:
         print_report(text(view), console)
+    _Printed.count += 1
 
 
 def payload(view: View) -> dict[str, Any]:
@@ -165,6 +189,8 @@ def payload(view: View) -> dict[str, Any]:
             return view.profile.model_dump(mode="json")
         case DoctorView():
             return p.doctor_payload(view.report)
+        case ErrorView():
+            return p.error_payload(view.code, view.message, view.hint)
         case TextView():
             raise TypeError("text has no JSON document")
 
@@ -216,6 +242,10 @@ def text(view: View) -> RenderableType:
             from rich.text import Text
 
             return Text(view.text)
+        case ErrorView():
+            from moetune.report.common import render_error
+
+            return render_error(view.message, view.hint, view.code)
 
 
 def print_report(report: RenderableType, console: Console | None = None) -> None:

@@ -1,0 +1,54 @@
+"""errors.named_error: the named code of an exception a user can cause; None for a bug."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from moetune.errors import BadValueError, ExitCode, named_error
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ZeroDivisionError("division by zero"),
+        IndexError("list index out of range"),
+        KeyError("blk.3.attn_v_b.weight"),
+        ValueError("bad"),
+        TypeError("bad"),
+        AttributeError("bad"),
+        SystemExit(3),
+    ],
+    ids=type,
+)
+def test_a_bug_has_no_name(exc: BaseException) -> None:
+    assert named_error(exc) is None
+
+
+def test_moetune_errors_are_themselves() -> None:
+    error = BadValueError("x", hint="y")
+    assert named_error(error) is error
+
+
+def test_a_rename_names_both_paths(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        (tmp_path / "a.tmp").rename(tmp_path / "out.ini")
+    named = named_error(info.value)
+    assert named is not None and named.exit_code == ExitCode.FILE_NOT_FOUND
+    assert named.message == f"{tmp_path}/a.tmp -> {tmp_path}/out.ini: No such file or directory"
+
+
+def test_http_errors_name_the_url_without_its_query() -> None:
+    request = httpx.Request("GET", "https://cdn.example/m.gguf?X-Amz-Signature=secret")
+    named = named_error(httpx.ReadTimeout("timed out", request=request))
+    assert named is not None and named.exit_code == ExitCode.NETWORK
+    assert named.message == "network error: timed out (ReadTimeout, https://cdn.example/m.gguf)"
+    bare = named_error(httpx.ReadTimeout("timed out"))  # no request: no URL, no crash
+    assert bare is not None and bare.message == "network error: timed out (ReadTimeout)"
+
+
+def test_a_closed_stdout_is_not_a_network_error() -> None:
+    named = named_error(BrokenPipeError(32, "Broken pipe"))
+    assert named is not None and named.exit_code == ExitCode.INTERRUPTED
