@@ -15,7 +15,7 @@ import pytest
 
 from moetune.errors import BadValueError
 from moetune.hub import cache
-from moetune.store.bench import load_result
+from moetune.store.bench import load_result, write_result
 
 from support.helpers import moetune_env
 
@@ -96,3 +96,13 @@ def test_json_nested_too_deeply_is_bad_json(tmp_path: Path) -> None:
     listing.parent.mkdir(parents=True)
     listing.write_text(deep)
     assert cache.load_listing("u/m", "0" * 40) is None
+
+
+def test_a_saved_file_through_a_link_keeps_the_link(tmp_path: Path) -> None:
+    real = tmp_path / "results" / "r.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "r.json"
+    link.symlink_to(real)
+    assert write_result(link, "{}") == link
+    assert link.is_symlink() and real.read_text() == "{}\n"

@@ -70,10 +70,12 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def save_text(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically, creating its folders (moetune's own files:
-    profiles, bench results); BadValueError naming the file when it cannot be written."""
+    profiles, bench results; a link: the file it points to); BadValueError naming the file
+    when it cannot be written."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text.encode("utf-8"))
+        real = Path(os.path.realpath(path))
+        real.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(real, text.encode("utf-8"))
     except OSError as exc:
         raise BadValueError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
