@@ -135,6 +135,12 @@ class InterruptedByUser(MoetuneError):
     exit_code = ExitCode.INTERRUPTED
 
 
+class FolderNotFoundError(MoetuneError):
+    """A file is to be written into a folder that does not exist (``export --out``)."""
+
+    exit_code = ExitCode.FILE_NOT_FOUND
+
+
 class ProfileError(BadValueError):
     """A profile file cannot be used: not TOML/JSON, or a field is missing, unknown or wrong."""
 

@@ -349,13 +349,15 @@ HUB_MAY_USE = (
     "moetune.errors",
     "moetune.units",
     "moetune.store.paths",
+    "moetune.store.files",
 )
 
 
 @pytest.mark.parametrize("path", HUB, ids=module_name)
 def test_hub_is_a_layer_of_its_own(path: Path) -> None:
     """hub/ (names, listings, remote headers) uses gguf/, errors, units and the store's paths
-    of moetune, and nothing above it (core, cli, jobs, report); httpx only in hub/http.py."""
+    and file writes of moetune, and nothing above it (core, cli, jobs, report); httpx only in
+    hub/http.py."""
     names = imports(path)
     ours = {n for n in names if _top(n) == "moetune" and n not in ("moetune", "moetune.store")}
     ours -= {"moetune.__version__"}

@@ -60,14 +60,16 @@ def export(
         require_tuned,
         warn=lambda line: err().print(f"warning: {line}", style="yellow", highlight=False),
     )
-    existing = out.read_text(encoding="utf-8") if out is not None and out.is_file() else None
-    text = (
-        preset_text(entries, existing)
-        if fmt == "preset"
-        else llama_swap_text(entries, binary, existing)
-    )
+
+    def merged(existing: str | None) -> str:
+        if fmt == "preset":
+            return preset_text(entries, existing)
+        return llama_swap_text(entries, binary, existing)
+
     if out is None:
-        render(TextView(text))
+        render(TextView(merged(None)))
         return
-    out.write_text(text, encoding="utf-8")
+    from moetune.store.files import update_text
+
+    update_text(out, merged)
     err().print(f"wrote {len(entries)} model(s) to {out}", highlight=False)

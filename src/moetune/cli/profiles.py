@@ -24,12 +24,12 @@ app.add_typer(profiles_app, name="profiles")
 def list_profiles(as_json: JsonOpt = False) -> None:
     """Hardware profiles shipped with moetune (and yours), and tuned profiles saved by run."""
     from moetune.report.render import ProfilesView, render
-    from moetune.store.hardware import load_hardware_profiles
+    from moetune.store.hardware import scan_hardware_profiles
     from moetune.store.tuned import ProfileStore
 
-    hardware = load_hardware_profiles()
+    hardware, broken = scan_hardware_profiles()
     store = ProfileStore()
-    render(ProfilesView(hardware, store.scan(), str(store.root)), as_json)
+    render(ProfilesView(hardware, store.scan(), str(store.root), broken), as_json)
 
 
 def _hardware_or_none(name: str) -> HardwareProfile | None:

@@ -125,16 +125,19 @@ def hub_cache_dir() -> Path:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
+    """Best effort: a cache entry that cannot be written only costs requests."""
+    from moetune.store.files import write_atomic
+
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        write_atomic(path, data)
 
 
 def _read_json(path: Path) -> Any:
+    from moetune.store.files import parse_json
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 

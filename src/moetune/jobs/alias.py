@@ -205,7 +205,7 @@ def alias_for_model(
         try:
             tokens = ctx.tokens if ctx is not None else None
             profile = model_profile(
-                ProfileStore(), model_identity(named.path), tokens, cache_type, beside
+                ProfileStore(), model_identity(named.path), tokens, cache_type, beside, warn=warn
             )
             return alias_text(name, profile, shell)
         except ProfileNotFoundError as exc:
@@ -231,8 +231,6 @@ def alias_for_model(
     if not plan.fits:
         raise DoesNotFitError(f"does not fit: {plan.reason}")
     argv = [server_for_commands(), *plan.recommended.command[1:]]
-    warn(
-        f"no tuned profile for {named.facts.paths[0]}: the alias runs "
-        "moetune's plan (predicted, not measured); `moetune run` tunes it"
-    )
+    why = missing.message if missing is not None else f"no tuned profile for {named.facts.paths[0]}"
+    warn(f"{why}: the alias runs moetune's plan (predicted, not measured); `moetune run` tunes it")
     return render_function(name, argv, shell, predicted_comments(name, plan, source))

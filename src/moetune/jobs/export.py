@@ -296,12 +296,12 @@ def export_entries(
 ) -> tuple[list[ServeEntry], str]:
     """Each model's entry (tuned, else planned: ``warn`` says so) and the llama-server the
     commands run; no ``models``: every tuned profile's (the newest of each model file)."""
-    from moetune.errors import BadValueError, ProfileError
+    from moetune.errors import BadValueError
     from moetune.store.tuned import ProfileStore
 
     store = ProfileStore()
     if not models:
-        profiles = _newest_per_model([p for p in store.scan() if not isinstance(p, ProfileError)])
+        profiles = _newest_per_model(store.good(warn))
         if not profiles:
             raise BadValueError(
                 "no tuned profiles to export",
@@ -347,7 +347,11 @@ def _entry(
     if named.path is not None:
         try:
             profile = model_profile(
-                store, model_identity(named.path), ctx.tokens if ctx else None, cache_type
+                store,
+                model_identity(named.path),
+                ctx.tokens if ctx else None,
+                cache_type,
+                warn=warn,
             )
             return _tuned(profile), profile.command[0]
         except ProfileNotFoundError as exc:
@@ -369,7 +373,7 @@ def _newest_per_model(profiles: list[TunedProfile]) -> list[TunedProfile]:
 
 def _name(args: list[str], fallback: str) -> str:
     """The model id requests use: the -hf name, else the file's name without .gguf."""
-    if "-hf" in args:
+    if "-hf" in args[:-1]:
         return args[args.index("-hf") + 1]
     return fallback.removesuffix(".gguf")
 
@@ -413,10 +417,8 @@ def _planned(
     if not plan.fits:
         raise DoesNotFitError(f"{named.facts.paths[0]} does not fit: {plan.reason}")
     rec = plan.recommended
-    warn(
-        f"no tuned profile for {named.facts.paths[0]}: exporting moetune's "
-        "plan (predicted, not measured)"
-    )
+    why = missing.message if missing is not None else f"no tuned profile for {named.facts.paths[0]}"
+    warn(f"{why}: exporting moetune's plan (predicted, not measured)")
     note = (
         f"no tuned profile; plan for GPU {source}, ctx {plan.settings.n_ctx}, predicted "
         f"peak {format_bytes(rec.memory.gpu_bytes)}"

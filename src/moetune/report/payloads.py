@@ -136,7 +136,10 @@ def bench_payload(result: BenchResult) -> dict[str, Any]:
 
 
 def profiles_payload(
-    hardware: list[HardwareProfile], tuned: list[TunedProfile | ProfileError], root: str
+    hardware: list[HardwareProfile],
+    tuned: list[TunedProfile | ProfileError],
+    root: str,
+    hardware_broken: list[ProfileError],
 ) -> dict[str, Any]:
     from moetune.errors import ProfileError
     from moetune.store.tuned import TunedProfile
@@ -146,6 +149,7 @@ def profiles_payload(
         "tuned_dir": root,
         "tuned": [e.model_dump(mode="json") for e in tuned if isinstance(e, TunedProfile)],
         "broken": [e.message for e in tuned if isinstance(e, ProfileError)],
+        "hardware_broken": [e.message for e in hardware_broken],
     }
 
 

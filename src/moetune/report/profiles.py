@@ -86,11 +86,12 @@ def tuned_list(entries: Tuned, root: str) -> RenderableType:
 
 
 def render_profiles_list(
-    hardware: list[HardwareProfile], tuned: Tuned, root: str
+    hardware: list[HardwareProfile], tuned: Tuned, root: str, hardware_broken: list[ProfileError]
 ) -> RenderableType:
     users = {p.source for p in hardware if not p.shipped}
     note = "yours: " + ", ".join(sorted(users)) if users else "add yours in $MOETUNE_HOME/hardware/"
     parts: list[RenderableType] = [hardware_table(hardware), Text(note, style="dim")]
+    parts += [Text(f"broken: {e.message}", style="red") for e in hardware_broken]
     if tuned:
         parts.append(fitted(tuned_table(tuned, root), tuned_list(tuned, root)))
     else:

@@ -74,12 +74,13 @@ class BenchView:
 
 @dataclass(frozen=True)
 class ProfilesView:
-    """``profiles list``: the hardware profiles and the tuned ones (those that do not load
-    as errors) in the folder ``root``."""
+    """``profiles list``: the hardware profiles (and the files of them that do not load),
+    and the tuned ones (those that do not load as errors) in the folder ``root``."""
 
     hardware: list[HardwareProfile]
     tuned: list[TunedProfile | ProfileError]
     root: str
+    hardware_broken: list[ProfileError]
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def payload(view: View) -> dict[str, Any]:
         case BenchView():
             return p.bench_payload(view.result)
         case ProfilesView():
-            return p.profiles_payload(view.hardware, view.tuned, view.root)
+            return p.profiles_payload(view.hardware, view.tuned, view.root, view.hardware_broken)
         case TunedView() | HardwareView():
             return view.profile.model_dump(mode="json")
         case DoctorView():
@@ -225,7 +226,7 @@ def text(view: View) -> RenderableType:
         case ProfilesView():
             from moetune.report.profiles import render_profiles_list
 
-            return render_profiles_list(view.hardware, view.tuned, view.root)
+            return render_profiles_list(view.hardware, view.tuned, view.root, view.hardware_broken)
         case TunedView():
             from moetune.report.profiles import render_tuned
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from pydantic import ValidationError
 
 from moetune.errors import BadValueError, ModelFileError
 from moetune.records.results import RESULT_KIND, BenchResult
+from moetune.store.files import parse_json, save_text
 from moetune.store.paths import bench_dir
 
 
@@ -23,22 +23,17 @@ def default_result_path(result: BenchResult) -> Path:
 
 
 def write_result(path: Path, text: str) -> Path:
-    """Write ``text`` (the JSON report) to ``path``, creating folders; the path."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise BadValueError(f"cannot write {path}: {exc.strerror}") from exc
-    return path
+    """Write ``text`` (the JSON report) to ``path`` atomically, creating folders; the path."""
+    return save_text(path, text + "\n")
 
 
 def load_result(path: Path, schema_version: int) -> BenchResult:
     """A saved bench result; ModelFileError when unreadable, BadValueError when not one."""
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        data: Any = parse_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSON, UTF-8
         raise BadValueError(f"{path} is not JSON: {exc}") from exc
     if not isinstance(data, dict) or data.get("kind") != RESULT_KIND:
         raise BadValueError(

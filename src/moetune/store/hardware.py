@@ -105,29 +105,63 @@ def parse_hardware_profile(text: str, id: str, source: str) -> HardwareProfile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{source}: not valid TOML: {exc}", hint=PROFILES_HINT) from None
+    except RecursionError:
+        raise ProfileError(
+            f"{source}: not valid TOML: nested too deeply", hint=PROFILES_HINT
+        ) from None
     spec: HardwareSpec = validated(HardwareSpec, data, source, PROFILES_HINT)
     return HardwareProfile(**spec.model_dump(), id=id, source=source)
 
 
-def _read_dir(entries: Iterable[Traversable], shipped: bool) -> list[HardwareProfile]:
-    """Every ``*.toml`` profile among ``entries``; each names the file it was read from."""
-    found = []
+def _read_one(entry: Traversable, shipped: bool) -> HardwareProfile:
+    stem = entry.name.removesuffix(".toml")
+    source = str(entry) if isinstance(entry, Path) else f"{SHIPPED_LABEL}{entry.name}"
+    try:
+        text = entry.read_text("utf-8")
+    except UnicodeDecodeError:
+        raise ProfileError(f"{source}: not UTF-8 text", hint=PROFILES_HINT) from None
+    except OSError as exc:
+        raise ProfileError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    profile = parse_hardware_profile(text, stem, source)
+    return profile.model_copy(update={"shipped": shipped})
+
+
+def _read_dir(
+    entries: Iterable[Traversable], shipped: bool
+) -> list[HardwareProfile | ProfileError]:
+    """Every ``*.toml`` profile among ``entries`` (each names the file it was read from), a
+    broken one as its error."""
+    found: list[HardwareProfile | ProfileError] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if entry.name.endswith(".toml") and entry.is_file():
-            stem = entry.name.removesuffix(".toml")
-            source = str(entry) if isinstance(entry, Path) else f"{SHIPPED_LABEL}{entry.name}"
-            profile = parse_hardware_profile(entry.read_text("utf-8"), stem, source)
-            found.append(profile.model_copy(update={"shipped": shipped}))
+        if entry.name.endswith(".toml") and not entry.name.startswith("."):
+            try:
+                found.append(_read_one(entry, shipped))
+            except ProfileError as exc:
+                found.append(exc)
     return found
 
 
-def load_hardware_profiles(user_dir: Path | None = None) -> list[HardwareProfile]:
-    """The shipped profiles, then the user's (``$MOETUNE_HOME/hardware``), by id."""
+def scan_hardware_profiles(
+    user_dir: Path | None = None,
+) -> tuple[list[HardwareProfile], list[ProfileError]]:
+    """The shipped profiles, then the user's (``$MOETUNE_HOME/hardware``), by id; and the
+    files that do not load."""
     user_dir = user_hardware_dir() if user_dir is None else user_dir
-    by_id = {p.id: p for p in _read_dir(shipped_hardware_dir().iterdir(), shipped=True)}
+    read = _read_dir(shipped_hardware_dir().iterdir(), shipped=True)
     if user_dir.is_dir():
-        by_id.update({p.id: p for p in _read_dir(user_dir.iterdir(), shipped=False)})
-    return sorted(by_id.values(), key=lambda p: p.id)
+        read += _read_dir(user_dir.iterdir(), shipped=False)
+    by_id = {p.id: p for p in read if isinstance(p, HardwareProfile)}
+    broken = [p for p in read if isinstance(p, ProfileError)]
+    return sorted(by_id.values(), key=lambda p: p.id), broken
+
+
+def load_hardware_profiles(user_dir: Path | None = None) -> list[HardwareProfile]:
+    """The shipped profiles, then the user's, by id; ProfileError for the first file that
+    does not load (a command that looks one up may have meant it)."""
+    profiles, broken = scan_hardware_profiles(user_dir)
+    if broken:
+        raise broken[0]
+    return profiles
 
 
 def _norm(text: str) -> str:

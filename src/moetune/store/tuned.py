@@ -10,12 +10,10 @@ of date. Everything here returns data; report/profiles.py renders it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shlex
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
 from moetune.gguf.split import SPLIT_NAME_RE, read_model
 from moetune.records.server import Device, ServerInfo
+from moetune.store.files import parse_json, save_text
 from moetune.store.paths import tuned_dir
 from moetune.store.validate import validated
 from moetune.units import format_bytes, size_arg, tokens_arg
@@ -190,7 +189,7 @@ class TunedProfile(BaseModel):
     settings: TuneSettings
     placement: TunedPlacement
     measured: Measured
-    command: list[str]  # llama-server's argv, argv[0] the binary that was tuned with
+    command: list[str] = Field(min_length=1)  # llama-server's argv, argv[0] the binary tuned with
     devices: list[DeviceIdentity] = []  # several devices, in llama.cpp's order
 
     @property
@@ -279,12 +278,17 @@ class ProfileStore:
 
     def load(self, name: str) -> TunedProfile:
         path = self.path_for(name)
+        hint = "remove it with `moetune profiles rm` and tune again"
         try:
             text = path.read_text("utf-8")
         except FileNotFoundError:
             raise ProfileNotFoundError(
                 f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
             ) from None
+        except UnicodeDecodeError:
+            raise ProfileError(f"{path}: not UTF-8 text", hint=hint) from None
+        except OSError as exc:
+            raise ProfileError(f"{path}: cannot read: {exc.strerror or exc}", hint=hint) from None
         return parse_tuned_profile(text, str(path))
 
     def resolve(self, name: str) -> str:
@@ -319,23 +323,30 @@ class ProfileStore:
                 found.append(exc)
         return found
 
+    def good(self, warn: Callable[[str], None]) -> list[TunedProfile]:
+        """The tuned profiles that load; ``warn`` names each broken file."""
+        found = []
+        for entry in self.scan():
+            if isinstance(entry, ProfileError):
+                warn(f"skipping a broken tuned profile: {entry.message}")
+            else:
+                found.append(entry)
+        return found
+
     def save(self, profile: TunedProfile) -> Path:
         """Write atomically (a crash never leaves half a file)."""
-        path = self.path_for(profile.name)
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(profile.model_dump_json(indent=2) + "\n")
-        Path(tmp).replace(path)
-        return path
+        return save_text(self.path_for(profile.name), profile.model_dump_json(indent=2) + "\n")
 
     def remove(self, name: str) -> Path:
         path = self.path_for(name)
-        if not path.exists():
+        if not os.path.lexists(path):
             raise ProfileNotFoundError(
                 f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
             )
-        path.unlink()
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise ProfileError(f"cannot remove {path}: {exc.strerror or exc}") from None
         return path
 
     def match(self, key: TuneKey) -> Match:
@@ -352,17 +363,17 @@ class ProfileStore:
             return Match(name=name, profile=None, notes=[note])
         return Match(name=name, profile=saved, notes=[])
 
-    def for_model(self, identity: ModelIdentity) -> list[TunedProfile]:
-        """Profiles of this model file name, newest first (they may be out of date)."""
-        found = [p for p in self.scan() if isinstance(p, TunedProfile)]
-        same = [p for p in found if p.model.file_name == identity.file_name]
+    def for_model(self, identity: ModelIdentity, warn: Callable[[str], None]) -> list[TunedProfile]:
+        """Profiles of this model file name, newest first (they may be out of date); ``warn``
+        names each broken profile file."""
+        same = [p for p in self.good(warn) if p.model.file_name == identity.file_name]
         return sorted(same, key=lambda p: p.confirmed_at or p.tuned_at, reverse=True)
 
 
 def parse_tuned_profile(text: str, source: str) -> TunedProfile:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = parse_json(text)
+    except ValueError as exc:
         raise ProfileError(
             f"{source}: not valid JSON: {exc}", hint="remove it and run `moetune run` again"
         ) from None
@@ -404,13 +415,22 @@ def model_profile(
     n_ctx: int | None = None,
     cache_type: str | None = None,
     beside: Sequence[tuple[str, str]] = (),
+    *,
+    warn: Callable[[str], None],
 ) -> TunedProfile:
     """The newest tuned profile for this model file (at ``n_ctx``/``cache_type`` if given,
     tuned with the files ``beside`` it among its arguments: ``("--mmproj", FILE)``,
-    ``("--draft", FILE)``)."""
+    ``("--draft", FILE)``); ``warn`` names each broken profile file, and when none is found
+    the error says how many were skipped."""
+    broken: list[str] = []
+
+    def skipped(line: str) -> None:
+        broken.append(line)
+        warn(line)
+
     found = [
         p
-        for p in store.for_model(identity)
+        for p in store.for_model(identity, skipped)
         if (n_ctx is None or p.settings.n_ctx == n_ctx)
         and (cache_type is None or cache_type in (p.settings.type_k, p.settings.type_v))
         and all(file in p.settings.extra_args for _, file in beside)
@@ -420,7 +440,8 @@ def model_profile(
         raise ProfileNotFoundError(
             f"no tuned profile for {identity.file_name}"
             + (f" at ctx {n_ctx}" if n_ctx else "")
-            + with_files,
+            + with_files
+            + (f" ({len(broken)} broken tuned profile(s) skipped)" if broken else ""),
             hint=f"run `moetune run {identity.path}"
             + "".join(f" {flag} {file}" for flag, file in beside)
             + "` first",
