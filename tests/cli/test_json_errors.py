@@ -166,10 +166,10 @@ def test_a_failed_check_keeps_the_report_as_its_only_document(no_search: Path) -
 
 
 def test_profiles_list_failure_is_a_document(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refused() -> None:
+    def refused(user_dir: object = None) -> None:
         raise PermissionError(13, "Permission denied", "/home/me/.config/moetune/hardware")
 
-    monkeypatch.setattr("moetune.store.hardware.load_hardware_profiles", refused)
+    monkeypatch.setattr("moetune.store.hardware.scan_hardware_profiles", refused)
     error = assert_json_failure(cli("profiles", "list", "--json"), ExitCode.FILE_NOT_FOUND)
     assert error["message"] == "/home/me/.config/moetune/hardware: Permission denied"
 
