@@ -80,6 +80,7 @@ class Fuzz:
     limit_s: float = 5.0
     max_hangs: int = 3  # after this many, the remaining cases are not run
     runs: int = 0
+    skipped: int = 0
     hangs: int = 0
     slowest: tuple[float, str] = (0.0, "")
     problems: dict[tuple[str, str], list[Case]] = field(default_factory=dict)
@@ -87,6 +88,7 @@ class Fuzz:
     def run(self, case: Case, after: Callable[[], list[str]] | None = None) -> None:
         """Run ``case``; ``after`` returns further problems (a file changed) once it ends."""
         if self.hangs >= self.max_hangs:
+            self.skipped += 1
             return
         self.runs += 1
         start = time.monotonic()
@@ -127,7 +129,9 @@ class Fuzz:
         self.problems.setdefault((problem, case.command), []).append(case)
 
     def summary(self) -> str:
-        lines = [f"{self.runs} cases, {sum(map(len, self.problems.values()))} problems:"]
+        skipped = f" ({self.skipped} more not run after {self.hangs} hangs)" if self.skipped else ""
+        count = sum(map(len, self.problems.values()))
+        lines = [f"{self.runs} cases{skipped}, {count} problems:"]
         for (problem, command), cases in sorted(self.problems.items()):
             small = min(cases, key=lambda c: (c.size, len(c.what)))
             lines.append(f"- {command}: {problem} ({len(cases)}x); smallest: {small.what}")
