@@ -1,10 +1,13 @@
 """A byte-level GGUF header builder for tests that need headers GGUFWriter will not write:
-other versions, absurd counts, unknown type ids, truncations."""
+other versions, absurd counts, unknown type ids, truncations; ``parse_raw`` reads a
+well-formed file back into one (its keys with their value types), to be changed and built
+again."""
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
 _FMT = {U8: "B", I8: "b", U16: "H", I16: "h", U32: "I", I32: "i", F32: "f", BOOL: "?"}
@@ -76,3 +79,59 @@ def small_model(version: int = 3) -> RawGGUF:
     raw.tensor("token_embd.weight", (32, 3), 0, 0)
     raw.tensor("blk.0.ffn_up_exps.weight", (32, 8, 4), 0, 384)
     return raw
+
+
+class _Bytes:
+    """A cursor over a well-formed header (``parse_raw`` reads files the tests wrote)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, fmt: str) -> Any:
+        value = struct.unpack_from("<" + fmt, self.data, self.pos)[0]
+        self.pos += struct.calcsize("<" + fmt)
+        return value
+
+    def string(self) -> str | bytes:
+        length = self.take("Q")
+        raw = self.data[self.pos : self.pos + length]
+        self.pos += length
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            return raw
+
+    def value(self, value_type: int) -> object:
+        if value_type == STR:
+            return self.string()
+        if value_type == ARR:
+            item_type, n = self.take("I"), self.take("Q")
+            return item_type, tuple(self.value(item_type) for _ in range(n))
+        return self.take(_FMT[value_type])
+
+
+def parse_raw(data: bytes) -> tuple[RawGGUF, int]:
+    """A GGUF file's header as a ``RawGGUF`` (every key with its value type, every tensor
+    info) and the size of its data region, so that ``build(data_bytes=...)`` writes it back."""
+    cur = _Bytes(data)
+    if data[:4] != b"GGUF":
+        raise ValueError("not a GGUF file")
+    cur.pos = 4
+    raw = RawGGUF(version=cur.take("I"))
+    n_tensors, n_kv = cur.take("Q"), cur.take("Q")
+    for _ in range(n_kv):
+        key = cur.string()
+        assert isinstance(key, str)
+        value_type = cur.take("I")
+        raw.add(key, value_type, cur.value(value_type))
+    for _ in range(n_tensors):
+        name = cur.string()
+        assert isinstance(name, str)
+        shape = tuple(cur.take("Q") for _ in range(cur.take("I")))
+        raw.tensor(name, shape, cur.take("I"), cur.take("Q"))
+    for key, _, value in raw.kv:
+        if key == "general.alignment" and isinstance(value, int):
+            raw.alignment = value
+    data_offset = -(-cur.pos // raw.alignment) * raw.alignment
+    return raw, max(len(data) - data_offset, 0)

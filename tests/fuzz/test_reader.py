@@ -1,4 +1,5 @@
-"""Mutated headers: only moetune's own errors may escape the reader and the model summary."""
+"""Mutated header bytes straight into the reader and the model summary (seeded): only
+moetune's own errors may escape."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _mutate(
     max_examples=2000,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-    derandomize=False,
+    derandomize=True,
 )
 @given(
     edits=st.lists(mutation, min_size=1, max_size=8),
@@ -65,7 +66,7 @@ def test_mutated_headers_raise_only_moetune_errors(
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.binary(max_size=256))
 def test_random_bytes_after_magic(tail: bytes) -> None:
     try:
