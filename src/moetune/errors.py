@@ -142,7 +142,10 @@ class FolderNotFoundError(MoetuneError):
 
 
 class ProfileError(BadValueError):
-    """A profile file cannot be used: not TOML/JSON, or a field is missing, unknown or wrong."""
+    """A profile file cannot be used: not TOML/JSON, or a field is missing, unknown or wrong.
+    ``path``: the stored file, where it is one."""
+
+    path: str | None = None
 
 
 class ProfileNotFoundError(MoetuneError):

@@ -34,10 +34,10 @@ def list_profiles(as_json: JsonOpt = False) -> None:
 
 def _hardware_or_none(name: str) -> HardwareProfile | None:
     from moetune.errors import BadValueError, ProfileNotFoundError
-    from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
+    from moetune.store.hardware import find_hardware_profile
 
     try:
-        return find_hardware_profile(name, load_hardware_profiles())
+        return find_hardware_profile(name)
     except (ProfileNotFoundError, BadValueError):
         return None
 

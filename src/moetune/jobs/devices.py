@@ -213,9 +213,9 @@ def _single_gpu(
     if vram is not None:
         return vram, None, "given (--vram)"
     if gpu_profile is not None:
-        from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
+        from moetune.store.hardware import find_hardware_profile
 
-        profile = find_hardware_profile(gpu_profile, load_hardware_profiles())
+        profile = find_hardware_profile(gpu_profile)
         return profile.vram_bytes, None, f"{profile.name} (hardware profile {profile.id})"
     from moetune.hardware import detect_gpu_probe
 

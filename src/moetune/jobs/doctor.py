@@ -38,9 +38,9 @@ from moetune.records.server import ServerInfo
 from moetune.store.hardware import (
     HardwareProfile,
     find_hardware_profile,
-    load_hardware_profiles,
     match_detected,
     pcie_bandwidth_bytes_per_s,
+    scan_hardware_profiles,
 )
 from moetune.units import GIB, Ctx, Sizes, format_bytes, per_device
 
@@ -641,7 +641,7 @@ def doctor_report(
     from moetune.jobs.loader import load_model_facts
     from moetune.llamacpp.process import find_server, server_info
 
-    hardware = load_hardware_profiles()
+    hardware, _ = scan_hardware_profiles()  # `profiles list` names the broken ones
     endpoints = split_endpoints(rpc)
 
     def lookup() -> ServerInfo:
@@ -664,7 +664,7 @@ def doctor_report(
         host=PsutilHostProbe(),
         server=lookup,
         hardware=hardware,
-        gpu_profile=find_hardware_profile(gpu, hardware) if gpu else None,
+        gpu_profile=find_hardware_profile(gpu) if gpu else None,
         vram_bytes=vram[0] if vram is not None and not devices else None,
         ram_bytes=ram,
         ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth else None,

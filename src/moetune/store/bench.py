@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from moetune.errors import BadValueError, ModelFileError
 from moetune.records.results import RESULT_KIND, BenchResult
-from moetune.store.files import parse_json, save_text
+from moetune.store.files import parse_json, read_text, save_text
 from moetune.store.paths import bench_dir
 
 
@@ -30,7 +30,7 @@ def write_result(path: Path, text: str) -> Path:
 def load_result(path: Path, schema_version: int) -> BenchResult:
     """A saved bench result; ModelFileError when unreadable, BadValueError when not one."""
     try:
-        data: Any = parse_json(path.read_text(encoding="utf-8"))
+        data: Any = parse_json(read_text(path))
     except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror}") from exc
     except ValueError as exc:  # JSON, UTF-8
@@ -45,8 +45,16 @@ def load_result(path: Path, schema_version: int) -> BenchResult:
             f"{path} has schema version {version}; this moetune reads {schema_version}"
         )
     try:
-        return BenchResult.model_validate(data)
+        result = BenchResult.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise BadValueError(f"{path} is not a valid bench result: {where}: {first['msg']}") from exc
+    names = {config.name for config in result.configs}
+    unknown = sorted({row.config for row in result.results} - names)
+    if unknown:
+        raise BadValueError(
+            f"{path} is not a valid bench result: results of {', '.join(unknown)}, "
+            "which is not among its configs"
+        )
+    return result

@@ -7,6 +7,7 @@ read as bad JSON.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -153,6 +154,20 @@ def update_text(path: Path, merge: Callable[[str | None], str]) -> None:
             write_atomic(real, merge(old).encode("utf-8"))
     except OSError as exc:
         raise BadValueError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def read_text(path: Path) -> str:
+    """A stored file's UTF-8 text. A FIFO, a device or a folder is an OSError, found without
+    waiting (a FIFO opened for reading would wait for a writer); so is a link to nothing or
+    a loop of links. Not UTF-8: UnicodeDecodeError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as file:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return file.read().decode("utf-8")
 
 
 def parse_json(text: str) -> Any:

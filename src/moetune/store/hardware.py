@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
+from moetune.store.files import read_text
 from moetune.store.paths import user_hardware_dir
 from moetune.store.validate import validated
 from moetune.units import parse_size
@@ -117,7 +118,7 @@ def _read_one(entry: Traversable, shipped: bool) -> HardwareProfile:
     stem = entry.name.removesuffix(".toml")
     source = str(entry) if isinstance(entry, Path) else f"{SHIPPED_LABEL}{entry.name}"
     try:
-        text = entry.read_text("utf-8")
+        text = read_text(entry) if isinstance(entry, Path) else entry.read_text("utf-8")
     except UnicodeDecodeError:
         raise ProfileError(f"{source}: not UTF-8 text", hint=PROFILES_HINT) from None
     except OSError as exc:
@@ -137,6 +138,7 @@ def _read_dir(
             try:
                 found.append(_read_one(entry, shipped))
             except ProfileError as exc:
+                exc.path = str(entry)
                 found.append(exc)
     return found
 
@@ -174,13 +176,20 @@ def _names(profile: HardwareProfile) -> set[str]:
     return {_norm(n) for n in (profile.id, profile.name, *profile.aliases)}
 
 
-def find_hardware_profile(query: str, profiles: list[HardwareProfile]) -> HardwareProfile:
-    """The profile called ``query`` (id, name or alias, loosely), or a ``.toml`` file path."""
+def find_hardware_profile(
+    query: str, profiles: list[HardwareProfile] | None = None
+) -> HardwareProfile:
+    """The profile called ``query`` (id, name or alias, loosely), or a ``.toml`` file path.
+    ``profiles`` default to those that load; a broken file of the user's is the answer only
+    when its name is ``query`` (another broken file does not stop the lookup)."""
     if query.endswith(".toml"):
         path = Path(query).expanduser()
         if not path.is_file():
             raise ProfileNotFoundError(f"no hardware profile file {path}")
-        return parse_hardware_profile(path.read_text("utf-8"), path.stem, str(path))
+        return _read_one(path, shipped=False)
+    broken: list[ProfileError] = []
+    if profiles is None:
+        profiles, broken = scan_hardware_profiles()
     wanted = _norm(query)
     exact = [p for p in profiles if wanted in _names(p)]
     if len(exact) == 1:
@@ -189,6 +198,9 @@ def find_hardware_profile(query: str, profiles: list[HardwareProfile]) -> Hardwa
     if len(exact) > 1:
         which = ", ".join(p.id for p in exact)
         raise BadValueError(f"GPU profile {query!r} is ambiguous ({which})")
+    for error in broken:
+        if error.path is not None and _norm(Path(error.path).stem) == wanted:
+            raise error
     raise BadValueError(
         f"no hardware profile {query!r}",
         hint=f"known: {known}; add yours as {user_hardware_dir() / 'NAME.toml'}",

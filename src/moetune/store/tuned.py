@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
 from moetune.gguf.split import SPLIT_NAME_RE, read_model
 from moetune.records.server import Device, ServerInfo
-from moetune.store.files import parse_json, save_text
+from moetune.store.files import parse_json, read_text, save_text
 from moetune.store.paths import tuned_dir
 from moetune.store.validate import validated
 from moetune.units import format_bytes, size_arg, tokens_arg
@@ -280,8 +280,12 @@ class ProfileStore:
         path = self.path_for(name)
         hint = "remove it with `moetune profiles rm` and tune again"
         try:
-            text = path.read_text("utf-8")
+            text = read_text(path)
         except FileNotFoundError:
+            if path.is_symlink():
+                raise ProfileError(
+                    f"{path}: a link to {path.readlink()}, which does not exist", hint=hint
+                ) from None
             raise ProfileNotFoundError(
                 f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
             ) from None
