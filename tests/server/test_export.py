@@ -142,3 +142,30 @@ def test_every_llama_swap_cmd_is_one_llama_server_takes(tuned: dict[str, Path]) 
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_the_tests_preset_reader_reads_as_the_router_does(tmp_path: Path) -> None:
+    """tests/support/preset_ini.py, which the unit tests read presets with, against the real
+    router on a hand-written file of the grammar's corners."""
+    model = write_model(tmp_path / "m [x] = y.gguf", "qwen3moe", n_layers=4)
+    text = (
+        "; corners\nversion = 1\n"
+        f"[ spaced ]  ; a comment after the header\nmodel = {model}   ; and after a value\n"
+        f"[a:ud-q4_k_xl]\r\nmodel = {model}\r\nctx-size = 512\r"
+        f"[dup]\nmodel = {model}\nctx-size = 1\n[dup]\nmodel = {model}\n"
+        f"[x;y#z=w [v]\nmodel={model}\nctx-size=2048#c\n\t \n"
+        f"[ü模型 'q' \"d\"]\nmodel = {model}\nctx-size = 256\nctx-size = 768\n"
+    )
+    preset = tmp_path / "corners.ini"
+    preset.write_bytes(text.encode())
+    ours = load_preset(text).models
+    assert set(ours) == {"spaced ", "a:Q4_K_XL", "dup", "x;y#z=w [v", "ü模型 'q' \"d\""}
+    with running_server(None, "--models-preset", str(preset), verbose=False) as router:
+        listed = httpx.get(f"{router.url}/models", timeout=30).json()["data"]
+    args = {m["id"]: m["status"]["args"] for m in listed if m["source"] == "preset"}
+    assert set(args) == set(ours)
+    for name, keys in ours.items():
+        got = args[name]
+        assert got[got.index("--model") + 1] == keys["model"] == str(model)
+        ctx = got[got.index("--ctx-size") + 1] if "--ctx-size" in got else None
+        assert ctx == keys.get("ctx-size"), name
