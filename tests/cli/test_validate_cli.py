@@ -55,3 +55,18 @@ def test_each_way_in_is_one_line(
     }
     argv = [word.format(**{k: str(v) for k, v in files.items()}) for word in command]
     assert words in assert_one_line_error(moetune(*argv), ExitCode.BAD_MODEL)
+
+
+def test_a_default_llama_cpp_takes_is_a_warning(
+    model_factory: ModelFactory, tmp_path: Path
+) -> None:
+    path = edited(
+        base_model(model_factory, "qwen3moe"),
+        tmp_path / "ctx0.gguf",
+        keys={"{arch}.context_length": (VT.UINT32, 0)},
+    )
+    warning = "warning: ctx0.gguf: qwen3moe.context_length is 0: the training context is unknown"
+    for command in (("inspect", str(path)), ("plan", str(path), *PLAN)):
+        code, out, err = cli(*command)
+        assert code == 0, err
+        assert warning in " ".join(out.split())
