@@ -3,7 +3,8 @@
 ``edited`` copies a GGUF file with metadata keys set or dropped and tensors dropped or added;
 each tensor keeps its bytes (an added one is zeros). ``REFUSED`` holds the headers moetune
 must refuse with BAD_MODEL, each with the words its one error line names (the key and the
-value); ``write_refused`` writes one.
+value), and whether llama.cpp loads it all the same (only non-finite floats: moetune refuses
+what llama.cpp would run into NaN); ``write_refused`` writes one.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class Refused:
     drop: frozenset[str] = frozenset()
     add: Mapping[str, tuple[tuple[int, ...], QType]] = field(default_factory=dict)
     at_plan: bool = False  # the facts are read; the plan's compute replay refuses it
+    llama_loads: bool = False  # llama.cpp runs it (tests/server/test_validate.py): nonsense
 
 
 _U32 = VT.UINT32
@@ -182,11 +184,14 @@ REFUSED: dict[str, Refused] = {
         keys={"{arch}.expert_count": None, "{arch}.expert_used_count": None},
     ),
     "freq-base-nan": Refused(
-        "qwen3moe.rope.freq_base is nan", keys={"{arch}.rope.freq_base": (VT.FLOAT32, np.nan)}
+        "qwen3moe.rope.freq_base is nan",
+        keys={"{arch}.rope.freq_base": (VT.FLOAT32, np.nan)},
+        llama_loads=True,
     ),
     "norm-eps-inf": Refused(
         "qwen3moe.attention.layer_norm_rms_epsilon is inf",
         keys={"{arch}.attention.layer_norm_rms_epsilon": (VT.FLOAT32, np.inf)},
+        llama_loads=True,
     ),
     "mla-without-attn-v-b": Refused(
         "tensor blk.3.attn_v_b.weight is missing (deepseek2 needs it)",
