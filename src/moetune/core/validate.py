@@ -1,8 +1,8 @@
 """The one check of a model's header: the facts the core relies on, as llama.cpp's loader
 checks them (build 11434: src/llama-model.cpp ``load_hparams``, src/llama-model-loader.cpp).
 
-``check_header`` runs on the metadata before the facts are built, ``check_attention`` on the
-dimensions after; ``facts_from_gguf`` calls both, so every model and draft is checked once,
+``check_header`` runs on the metadata before the facts are built, ``check_blocks`` on the
+blocks and their dimensions after; ``facts_from_gguf`` calls both, so every model and draft is checked once,
 wherever it came from. A value llama.cpp refuses is a GGUFFormatError naming the file, the
 key and the value; one it accepts with a default gets that default and a warning.
 """
