@@ -16,9 +16,8 @@ from support.rawgguf import ARR, F32, STR, U32, small_model
 
 def _seed() -> bytes:
     raw = small_model()
-    raw.add("qwen3moe.attention.head_count_kv", ARR, (U32, (4, 0)))
+    raw.add("qwen3moe.attention.head_count_kv", ARR, (U32, (4,)))
     raw.add("tokenizer.ggml.merges", ARR, (STR, ("a b", "ab c")))
-    raw.add("qwen3moe.expert_used_count", U32, 2)
     raw.add("qwen3moe.attention.layer_norm_rms_epsilon", F32, 1e-6)
     raw.tensor("blk.0.ffn_down_exps.weight", (32, 8, 4), 8, 4480)  # Q8_0
     raw.tensor("output_norm.weight", (32,), 0, 4480 + 1088)

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from moetune.errors import ExitCode
+from moetune.gguf.reader import read_header
 from moetune.llamacpp.log import parse_buffers, total_mib
 from moetune.units import MIB
 
@@ -137,9 +138,9 @@ def test_header_only_is_refused_before_launch(
 ) -> None:
     """moetune reads the header and knows the weights are missing: llama-server never starts
     (it would leave a log behind)."""
-    data = model_factory("qwen3moe", n_layers=8).read_bytes()
+    model = model_factory("qwen3moe", n_layers=8)
     broken = tmp_path / "header-only.gguf"
-    broken.write_bytes(data[: len(data) // 3])
+    broken.write_bytes(model.read_bytes()[: read_header(model).data_offset])
     result = moetune(command, str(broken), "--target-vram", "40M", *COMMON, "--", "--rpc", rpc)
     line = one_error_line(result, ExitCode.BAD_MODEL)
     assert "no tensor data" in line or "header only" in line, line

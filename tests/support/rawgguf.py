@@ -67,11 +67,14 @@ class RawGGUF:
 
 
 def small_model(version: int = 3) -> RawGGUF:
-    """Two F32 tensors and a few keys of every kind."""
+    """Two F32 tensors and a few keys of every kind (those llama.cpp requires among them)."""
     raw = RawGGUF(version=version)
     raw.add("general.architecture", STR, "qwen3moe")
     raw.add("qwen3moe.block_count", U32, 1)
+    raw.add("qwen3moe.context_length", U32, 4096)
+    raw.add("qwen3moe.embedding_length", U32, 32)
     raw.add("qwen3moe.expert_count", U32, 4)
+    raw.add("qwen3moe.expert_used_count", U32, 2)
     raw.add("qwen3moe.rope.freq_base", F32, 1e6)
     raw.add("qwen3moe.swa_layers", ARR, (BOOL, (True, False)))
     raw.add("tokenizer.ggml.tokens", ARR, (STR, ("a", "b", "ab")))

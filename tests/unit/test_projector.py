@@ -44,7 +44,7 @@ def test_truncated_projector(files: dict[str, Path], tmp_path: Path) -> None:
     data = files["gemma3"].read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) - 1000])
-    with pytest.raises(ProjectorError, match="truncated"):
+    with pytest.raises(GGUFFormatError, match="truncated"):
         load_projector(cut)
     cut.write_bytes(data[:200])
     with pytest.raises(GGUFFormatError):

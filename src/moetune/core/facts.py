@@ -11,13 +11,11 @@ from pydantic import BaseModel, ConfigDict
 
 from moetune.core.dims import Dims, dims_of
 from moetune.core.hparams import HParams, Scalar, largest
-from moetune.errors import GGUFFormatError
+from moetune.core.validate import check_blocks, check_header
 from moetune.gguf import keys
 from moetune.gguf.reader import MetaValue, SkippedArray, TensorInfo
 from moetune.gguf.roles import NameParts, Role, classify, expert_part, split_name
 from moetune.gguf.split import GGUFModel
-
-MAX_BLOCKS = 4096  # the largest models have ~100 blocks; a corrupt count must not loop for hours
 
 
 class TensorFacts(BaseModel):
@@ -72,6 +70,7 @@ class ModelFacts(BaseModel):
     quant_types: list[QuantStat]
     hparams: HParams
     tensors: list[TensorFacts]
+    warnings: list[str] = []  # what llama.cpp accepts with a default (core/validate.py)
 
     @cached_property
     def dims(self) -> Dims:
@@ -134,15 +133,16 @@ def _hparams(metadata: dict[str, MetaValue], arch: str) -> HParams:
 
 
 def facts_from_gguf(model: GGUFModel) -> ModelFacts:
+    """The facts of a model's headers, checked as llama.cpp's loader checks them
+    (core/validate.py): GGUFFormatError for a header it would refuse."""
     metadata = model.metadata
-    arch_value = metadata.get(keys.ARCHITECTURE)
-    arch = arch_value if isinstance(arch_value, str) else "unknown"
-    hparams = _hparams(metadata, arch)
+    file = model.paths[0].name
+    arch = metadata.get(keys.ARCHITECTURE)
+    hparams = _hparams(metadata, arch if isinstance(arch, str) else "")
     names = [split_name(t.name) for t in model.tensors]
-    max_index = max((p.layer for p in names if p.layer is not None), default=-1)
-    n_layers = max(largest(hparams, keys.BLOCK_COUNT, 0), max_index + 1)
-    if n_layers > MAX_BLOCKS:
-        raise GGUFFormatError(f"implausible block count {n_layers} (more than {MAX_BLOCKS})")
+    warnings = check_header(file, arch, hparams, names)
+    assert isinstance(arch, str)
+    n_layers = largest(hparams, keys.BLOCK_COUNT, 0)
     nextn_layers = _nextn_layers(names, n_layers, largest(hparams, keys.NEXTN_PREDICT_LAYERS, 0))
     tensors = [_arch_role(_tensor_facts(t, nextn_layers), arch) for t in model.tensors]
     layers = _layer_facts(tensors, n_layers, nextn_layers)
@@ -154,7 +154,7 @@ def facts_from_gguf(model: GGUFModel) -> ModelFacts:
     known = [t.nbytes for t in tensors if t.nbytes is not None]
     expert_bytes = sum(t.nbytes or 0 for t in tensors if t.role is Role.EXPERTS)
     name = metadata.get(keys.NAME)
-    return ModelFacts(
+    facts = ModelFacts(
         paths=[str(p) for p in model.paths],
         file_bytes=model.file_bytes,
         header_only=not model.has_tensor_data,
@@ -177,7 +177,10 @@ def facts_from_gguf(model: GGUFModel) -> ModelFacts:
         quant_types=_quant_histogram(tensors),
         hparams=hparams,
         tensors=tensors,
+        warnings=warnings,
     )
+    check_blocks(file, facts.dims, hparams, names, any(x.has_experts for x in layers))
+    return facts
 
 
 def _nextn_layers(names: list[NameParts], n_layers: int, n_nextn: int) -> set[int]:

@@ -273,7 +273,7 @@ def _main_plan(
 
 
 def _warnings(facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan]) -> list[str]:
-    warnings = []
+    warnings = list(facts.warnings)
     if facts.context_length and settings.n_ctx > facts.context_length:
         warnings.append(
             f"context {settings.n_ctx} is beyond the training context {facts.context_length}: "

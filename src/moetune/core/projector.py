@@ -246,9 +246,9 @@ def _meta_int(h: GGUFHeader, key: str, default: int | None = None) -> int:
     value = h.metadata.get(key, default)
     if value is None:
         raise ProjectorError(f"{h.path.name}: missing key {key} (clip requires it)")
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ProjectorError(f"{h.path.name}: key {key} is not a number")
-    return int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ProjectorError(f"{h.path.name}: {key} is {value!r} (must be a whole number)")
+    return value
 
 
 def _meta_bool(h: GGUFHeader, key: str) -> bool:
@@ -301,10 +301,12 @@ def _hparams(h: GGUFHeader, modality: str) -> ClipHparams:
         "ffn_op": _ffn_op(h),
     }
     if modality == "audio":
-        return ClipHparams(**common, n_mel_bins=_meta_int(h, "clip.audio.num_mel_bins"))  # type: ignore[arg-type]
+        audio = ClipHparams(**common, n_mel_bins=_meta_int(h, "clip.audio.num_mel_bins"))  # type: ignore[arg-type]
+        _check_clip(h, audio, modality, "")
+        return audio
     merge_key = _MERGE_KEY.get(proj, "clip.vision.spatial_merge_size")
     wa = _meta_int(h, "clip.vision.n_wa_pattern", None if proj == "qwen2.5vl_merger" else 0)
-    return ClipHparams(
+    vision = ClipHparams(
         **common,  # type: ignore[arg-type]
         image_size=_meta_int(h, "clip.vision.image_size"),
         patch_size=_meta_int(h, "clip.vision.patch_size"),
@@ -313,6 +315,44 @@ def _hparams(h: GGUFHeader, modality: str) -> ClipHparams:
         image_max_pixels=_meta_int(h, "clip.vision.image_max_pixels", -1),
         n_wa_pattern=wa,
     )
+    _check_clip(h, vision, modality, merge_key)
+    return vision
+
+
+def _check_clip(h: GGUFHeader, hp: ClipHparams, modality: str, merge_key: str) -> None:
+    """clip.cpp load_hparams' sanity checks, and the heads its attention divides by: a
+    ProjectorError naming the key and the value."""
+    p = f"clip.{modality}"
+    checks = [
+        (f"{p}.embedding_length", hp.n_embd, hp.n_embd > 0, "must be positive"),
+        (f"{p}.attention.head_count", hp.n_head, hp.n_head > 0, "must be positive"),
+        (f"{p}.attention.head_count_kv", hp.n_head_kv, hp.n_head_kv > 0, "must be positive"),
+        (f"{p}.attention.head_dim", hp.n_embd_head, hp.n_embd_head >= 0, "cannot be negative"),
+        (f"{p}.feed_forward_length", hp.n_ff, hp.n_ff >= 0, "cannot be negative"),
+        (f"{p}.projection_dim", hp.projection_dim, hp.projection_dim >= 0, "cannot be negative"),
+        (
+            f"{p}.block_count",
+            hp.n_layer,
+            0 <= hp.n_layer <= len(h.tensors),
+            f"the file has {len(h.tensors)} tensors",
+        ),
+        (f"{p}.attention.layer_norm_epsilon", hp.eps, math.isfinite(hp.eps), "not a number"),
+    ]
+    if modality == "vision":
+        checks += [
+            ("clip.vision.image_size", hp.image_size, 0 <= hp.image_size <= 8192, "0 to 8192"),
+            ("clip.vision.patch_size", hp.patch_size, 0 < hp.patch_size < 65536, "1 to 65535"),
+            (merge_key, hp.n_merge, 0 < hp.n_merge < 65536, "1 to 65535"),
+            (
+                "clip.vision.image_max_pixels",
+                hp.image_max_pixels,
+                hp.image_max_pixels >= hp.image_min_pixels,
+                f"less than image_min_pixels {hp.image_min_pixels}",
+            ),
+        ]
+    for key, value, ok, why in checks:
+        if not ok:
+            raise ProjectorError(f"{h.path.name}: {key} is {value} ({why})")
 
 
 def _required(hp: ClipHparams) -> list[str]:

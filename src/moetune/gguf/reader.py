@@ -21,6 +21,7 @@ import os
 import stat
 import struct
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple, Union
 
@@ -265,7 +266,9 @@ def _parse(path: Path, buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
     tensors = tuple(_read_tensor_info(cur) for _ in range(n_tensors))
     data_offset = -(-cur.pos // alignment) * alignment
     _check_tensor_offsets(tensors, alignment)
-    return GGUFHeader(path, version, metadata, tensors, alignment, data_offset, size)
+    header = GGUFHeader(path, version, metadata, tensors, alignment, data_offset, size)
+    _check_in_file(header)
+    return header
 
 
 def read_string_array(path: str | os.PathLike[str], key: str) -> list[bytes] | None:
@@ -392,6 +395,7 @@ def _read_tensor_info(cur: _Cursor) -> TensorInfo:
 
 
 def _check_tensor_offsets(tensors: tuple[TensorInfo, ...], alignment: int) -> None:
+    """Names unique, offsets aligned, and no tensor's bytes overlapping the next one's."""
     seen: set[str] = set()
     for tensor in tensors:
         if tensor.name in seen:
@@ -401,3 +405,29 @@ def _check_tensor_offsets(tensors: tuple[TensorInfo, ...], alignment: int) -> No
             raise GGUFFormatError(
                 f"tensor {tensor.name!r} offset {tensor.offset} is not aligned to {alignment}"
             )
+    placed = sorted((t for t in tensors if t.nbytes is not None), key=lambda t: t.offset)
+    for before, after in pairwise(placed):
+        if before.offset + (before.nbytes or 0) > after.offset:
+            raise GGUFFormatError(
+                f"tensors {before.name!r} (bytes {before.offset} to "
+                f"{before.offset + (before.nbytes or 0)}) and {after.name!r} (from "
+                f"{after.offset}) overlap"
+            )
+
+
+def _check_in_file(header: GGUFHeader) -> None:
+    """A file that holds tensor data holds all of it (llama.cpp: "tensor data is not within
+    the file bounds"); one that ends where the data would begin is header-only."""
+    if header.file_bytes <= header.data_offset or header.has_tensor_data:
+        return
+    past = next(
+        t
+        for t in header.tensors
+        if t.nbytes is not None and header.data_offset + t.offset + t.nbytes > header.file_bytes
+    )
+    end = header.data_offset + past.offset + (past.nbytes or 0)
+    raise GGUFFormatError(
+        f"{header.path.name} is truncated: tensor {past.name!r} ends at byte {end}, "
+        f"the file has {header.file_bytes}",
+        hint="download the file again (a header-only file ends before the tensor data)",
+    )

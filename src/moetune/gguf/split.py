@@ -87,6 +87,7 @@ def model_from_shards(headers: Sequence[GGUFHeader]) -> GGUFModel:
         for index, header in enumerate(headers)
         for tensor in header.tensors
     )
+    _check_unique(headers, tensors)
     if count == 1:
         return GGUFModel(tuple(headers), tensors)
     expected = _int_key(headers[0], keys.SPLIT_TENSORS_COUNT, len(tensors))
@@ -114,3 +115,15 @@ def _check_shard(header: GGUFHeader, index: int, count: int) -> None:
             f"{header.path.name} says it is shard {number + 1} of {shard_count}, "
             f"expected {index + 1} of {count}"
         )
+
+
+def _check_unique(headers: Sequence[GGUFHeader], tensors: Sequence[TensorInfo]) -> None:
+    """No tensor in two shards (llama.cpp: "invalid model: tensor ... is duplicated")."""
+    first: dict[str, int] = {}
+    for tensor in tensors:
+        shard = first.setdefault(tensor.name, tensor.shard)
+        if shard != tensor.shard:
+            raise GGUFFormatError(
+                f"tensor {tensor.name!r} is in two shards: {headers[shard].path.name} and "
+                f"{headers[tensor.shard].path.name}"
+            )

@@ -174,4 +174,5 @@ def render_inspect(facts: ModelFacts, show_layers: bool) -> RenderableType:
     ]
     if show_layers:
         parts.append(_layers_table(facts))
+    parts += [Text(f"warning: {line}", style="yellow") for line in facts.warnings]
     return Group(*parts)

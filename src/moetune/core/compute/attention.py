@@ -127,8 +127,8 @@ def attention_mla(g: Graph, inp: Inputs, il: int, x: Tensor, mask: MaskFn | None
     holds one compressed head (kv_lora_rank + rope dims); V is a view of K. ``mask``: builds
     the KQ mask after the cache store, from the compressed Q (DSA's top-k mask, dsa.py)."""
     p, t = f"blk.{il}.", g.run.n_tokens
-    nope, kv_lora, n_head = g.shape(p + "attn_k_b.weight")[:3]
-    v_mla = g.shape(p + "attn_v_b.weight")[1]
+    nope, kv_lora, n_head = g.shape(p + "attn_k_b.weight", 3)[:3]
+    v_mla = g.shape(p + "attn_v_b.weight", 2)[1]
     rope = weight_rows(g, p + "attn_kv_a_mqa.weight", kv_lora) - kv_lora
     q, qr = _mla_query(g, inp, il, x, (nope, rope, kv_lora, n_head))
     kv = g.mm(g.w(p + "attn_kv_a_mqa.weight"), x, kv_lora + rope, "kv_cmpr_pe")

@@ -91,7 +91,7 @@ def _indexer_top_k(
     p, t, head = f"blk.{il}.indexer.", g.run.n_tokens, g.d.indexer_k
     x, qr = xq
     cache, mask, rot = lid
-    n_head = g.shape(p + "proj.weight")[1]
+    n_head = g.shape(p + "proj.weight", 2)[1]
     q = g.mm(g.w(p + "attn_q_b.weight"), qr if qr is not None else x, n_head * head, "indexer_q")
     q = g.op(
         "rope", "indexer_q", (head, n_head, t), g.view(q, (head, n_head, t), "reshape"), inp.pos

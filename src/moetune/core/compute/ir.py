@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import PurePath
 
 from moetune.core.compute.params import (
     CPU_BACKEND,
@@ -14,6 +15,7 @@ from moetune.core.compute.params import (
     Run,
 )
 from moetune.core.facts import ModelFacts, TensorFacts
+from moetune.errors import GGUFFormatError
 
 _UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
 
@@ -118,6 +120,7 @@ class Graph:
         tensors: dict[str, TensorFacts] | None = None,
     ) -> None:
         self.d = facts.dims
+        self.file = facts.paths[0] if facts.paths else "the model"
         self.hparams = facts.hparams
         self.run, self.place, self.opts = run, place, opts
         self.nodes: list[Tensor] = []
@@ -140,8 +143,19 @@ class Graph:
     def has(self, name: str) -> bool:
         return name in self._tensors
 
-    def shape(self, name: str) -> list[int]:
-        return self._tensors[name].shape
+    def shape(self, name: str, n_dims: int = 1) -> list[int]:
+        """A weight's ggml shape. GGUFFormatError when the model lacks it or it has fewer
+        than ``n_dims`` dimensions: llama.cpp refuses such a model as it loads the tensor."""
+        found = self._tensors.get(name)
+        file = PurePath(self.file).name
+        if found is None:
+            raise GGUFFormatError(f"{file}: tensor {name} is missing ({self.d.arch} needs it)")
+        if len(found.shape) < n_dims:
+            raise GGUFFormatError(
+                f"{file}: tensor {name} has shape {found.shape} "
+                f"({self.d.arch} needs {n_dims} dimensions)"
+            )
+        return found.shape
 
     def w(self, name: str) -> Tensor | None:
         """A weight by full tensor name (None if the model has no such tensor)."""
