@@ -150,19 +150,19 @@ def test_an_option_refused_without_json_prints_nothing_on_stdout() -> None:
     assert code == ExitCode.USAGE and out == ""
 
 
-def test_does_not_fit_keeps_the_plan_as_its_only_document() -> None:
+def test_does_not_fit_puts_the_error_into_the_plan_document() -> None:
     code, out, err = cli("plan", QWEN, "--vram", "4G", "--ram", "2G", "--json")
     assert code == ExitCode.DOES_NOT_FIT, out + err
     data = one_document(out)
-    assert data["fits"] is False and "error" not in data
+    assert data["fits"] is False and data["error"]["name"] == "DOES_NOT_FIT"
     assert "does not fit" in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_failed_check_keeps_the_report_as_its_only_document(no_search: Path) -> None:
+def test_a_failed_check_puts_the_error_into_the_report_document(no_search: Path) -> None:
     code, out, err = cli("doctor", "--vram", "24G", "--json")
     assert code == ExitCode.CHECK_FAILED, out + err
     data = one_document(out)
-    assert "findings" in data and "error" not in data
+    assert "findings" in data and data["error"]["code"] == ExitCode.CHECK_FAILED
 
 
 def test_profiles_list_failure_is_a_document(monkeypatch: pytest.MonkeyPatch) -> None:

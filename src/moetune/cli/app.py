@@ -95,30 +95,39 @@ def fail(exc: BaseException, document: bool) -> typer.Exit:
 
 
 def error_document(code: ExitCode, message: str, hint: str | None) -> None:
-    """A failure's JSON document on stdout (``--json``), beside its line on stderr."""
-    from moetune.report.render import ErrorView, render
+    """A failure on stdout (``--json``), beside its line on stderr: the ``error`` of the
+    document the command had made (plan's DOES_NOT_FIT), or a document of its own."""
+    from moetune.report.payloads import error_payload
+    from moetune.report.render import release_json
 
     with contextlib.suppress(OSError):  # stdout closed: the line on stderr still says it
-        render(ErrorView(code, message, hint), as_json=True)
+        release_json(error_payload(code, message, hint))
 
 
 def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn every error into one line on stderr and a named exit code (traceback: --debug);
-    under ``--json`` (the command's ``as_json``) also its document on stdout, unless the
-    command printed its own before failing (plan's DOES_NOT_FIT, doctor's CHECK_FAILED)."""
+    under ``--json`` (the command's ``as_json``) also on stdout: the command's documents are
+    held until it ends, and a failure goes into the last one as its ``error`` (plan's
+    DOES_NOT_FIT, doctor's CHECK_FAILED), or is the one document where there was none."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        from moetune.report.render import printed
+        from moetune.report.render import hold_json, release_json
 
-        before = printed()
+        as_json = bool(kwargs.get("as_json"))
+        if as_json:
+            hold_json()
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
         except typer.Exit:
+            if as_json:
+                release_json()
             raise
         except (Exception, KeyboardInterrupt) as exc:
-            document = bool(kwargs.get("as_json")) and printed() == before
-            raise fail(exc, document) from None
+            raise fail(exc, as_json) from None
+        if as_json:
+            release_json()
+        return result
 
     return wrapper
 

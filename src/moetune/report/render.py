@@ -138,15 +138,27 @@ View = (
 
 
 class _Printed:
-    """How many views reached stdout in this process (cli/app.py prints an error's document
-    only where the command printed none)."""
+    """``held``: the ``--json`` documents held back while a command runs (None: print at
+    once)."""
 
-    count = 0
+    held: list[dict[str, Any]] | None = None
 
 
-def printed() -> int:
-    """How many views ``render`` has printed so far."""
-    return _Printed.count
+def hold_json() -> None:
+    """From now on ``render`` keeps ``--json`` documents until :func:`release_json`, so that a
+    failure after a command's document goes into that document (cli/app.py)."""
+    _Printed.held = []
+
+
+def release_json(error: dict[str, Any] | None = None) -> None:
+    """Print the held documents; ``error`` (a failure's ``{"error": ...}``) goes into the last
+    one, or is the document itself where the command had printed none. Holding ends."""
+    held, _Printed.held = _Printed.held or [], None
+    if error is not None:
+        held = [*held[:-1], {**held[-1], **error}] if held else [error]
+    for document in held:
+        sys.stdout.write(to_json(document) + "\n")
+    sys.stdout.flush()
 
 
 @functools.lru_cache(maxsize=1)
@@ -162,11 +174,12 @@ def render(view: View, as_json: bool = False, console: Console | None = None) ->
     with ``as_json``, else its text."""
     if isinstance(view, TextView):
         sys.stdout.write(view.text)
+    elif as_json and _Printed.held is not None:
+        _Printed.held.append(payload(view))
     elif as_json:
         sys.stdout.write(to_json(payload(view)) + "\n")
     else:
         print_report(text(view), console)
-    _Printed.count += 1
 
 
 def payload(view: View) -> dict[str, Any]:
