@@ -24,10 +24,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -61,6 +62,7 @@ class Misbehave:
     drip_head: bool = False  # drip the status line and headers too
     cut: int | None = None  # body bytes sent before the connection is closed
     link: str | None = None  # tree pages: "self" (next is the same page), "cycle" (last -> first)
+    mutate: Callable[[bytes], bytes] | None = None  # the body, rewritten (a fuzz's mutation)
 
 
 @dataclass
@@ -185,6 +187,8 @@ class _Handler(BaseHTTPRequestHandler):
         if bad.body is not None:
             body, length = bad.body, None
         chunks = [body] if isinstance(body, bytes) else body
+        if bad.mutate is not None:
+            chunks, length = [bad.mutate(b"".join(chunks))], None
         if length is None:
             chunks = [b"".join(chunks)]
             length = len(chunks[0])
@@ -367,9 +371,16 @@ def _tree(repo: FakeRepo) -> list[dict[str, Any]]:
     return entries
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a deadline, a refused answer) is no error of the hub's."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
 def _server(hub: FakeHub, role: str) -> ThreadingHTTPServer:
     handler = type(f"{role}Handler", (_Handler,), {"hub": hub, "role": role})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

@@ -87,7 +87,7 @@ def _main_commit(data: Any, repo: str, host: str) -> str:
     branches = data.get("branches") if isinstance(data, dict) else None
     found = [
         (b["name"], b["targetCommit"])
-        for b in branches or []
+        for b in (branches if isinstance(branches, list) else [])
         if isinstance(b, dict)
         and isinstance(b.get("name"), str)
         and isinstance(b.get("targetCommit"), str)
