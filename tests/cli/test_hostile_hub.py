@@ -5,6 +5,7 @@ exit code and one stderr line, within ``--timeout`` (plus the start of a Python 
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Iterator
@@ -226,3 +227,25 @@ def test_a_huge_tree_is_planned_in_seconds(hub: FakeHub, files: dict[str, Path])
     assert rows[listed["best"]]["size_bytes"] == max(fitting) < max(on_disk)
     assert rows[listed["best_gpu_only"]]["size_bytes"] == max(gpu_only) < max(fitting)
     assert took < 60, took
+    text = rendered(listed)  # the text's notes: one per reason, not one per quant
+    notes = next(line for line in text.splitlines() if line.startswith("not fitting: "))
+    assert "and 9" in notes and len(notes) < 2000, notes[:300]
+
+
+def rendered(listed: dict[str, object]) -> str:
+    from rich.console import Console
+
+    from moetune.jobs.quants import QuantsResult
+    from moetune.report.quants import render_quants
+
+    console = Console(width=10_000, record=True, file=io.StringIO())
+    console.print(render_quants(QuantsResult.model_validate(listed), "given"))
+    return console.export_text()
+
+
+def test_a_network_error_stops_the_listing_at_once(hub: FakeHub) -> None:
+    """Every quant would wait for the same broken CDN: the first error ends the command."""
+    hub.misbehave["file"] = Misbehave(status=500)
+    line, _ = fails_in_time(("plan", BIG, *MACHINE), ExitCode.NETWORK, 10, phases=2)
+    assert "answered 500" in line
+    assert len(hub.requests("cdn")) == 1
