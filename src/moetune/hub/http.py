@@ -233,9 +233,9 @@ class Http:
                 hint="check the network, or try again (--timeout SECONDS waits longer)",
             ) from None
         except httpx.InvalidURL as exc:
-            raise NetworkError(f"cannot ask {host} for {what}: {exc}") from None
+            raise NetworkError(f"cannot ask {host} for {what}: {_one_line(exc)}") from None
         except httpx.HTTPError as exc:
-            reason = str(exc).strip() or type(exc).__name__
+            reason = _one_line(exc) or type(exc).__name__
             raise NetworkError(
                 f"cannot reach {host} for {what}: {reason}",
                 hint="check the network, or set MODEL_ENDPOINT/HF_ENDPOINT",
@@ -319,6 +319,10 @@ class Http:
                 "download the file",
                 hint="use the hub itself or a server that answers Range with 206",
             )
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 def _redirect_target(url: str, location: str, what: str) -> str:
