@@ -39,15 +39,16 @@ LAUNCHING = (
     "--rpc",
     "--overhead",
 )
+# Every command that takes a model by name or URL bounds its network steps.
 WHERE: dict[str, tuple[str, ...]] = {
-    "plan": (*SHARED, "--rpc", "--overhead"),
+    "plan": (*SHARED, "--rpc", "--overhead", "--timeout"),
     "doctor": (*SHARED, "--rpc"),
-    "run": LAUNCHING,
-    "bench": LAUNCHING,
+    "run": (*LAUNCHING, "--timeout"),
+    "bench": (*LAUNCHING, "--timeout"),
     # the plan they fall back to without a tuned profile is for a GPU: given or a profile
-    "alias": ("--ctx", "--cache-type", "--vram", "--gpu"),
-    "export": ("--ctx", "--cache-type", "--vram", "--gpu"),
-    "inspect": ("--json",),
+    "alias": ("--ctx", "--cache-type", "--vram", "--gpu", "--timeout"),
+    "export": ("--ctx", "--cache-type", "--vram", "--gpu", "--timeout"),
+    "inspect": ("--json", "--timeout"),
     "report": ("--json",),
     "profiles list": ("--json",),
     "profiles show": ("--json",),
@@ -77,6 +78,7 @@ GOOD: dict[str, list[tuple[str, Any]]] = {
     "--gpu": [("rtx4090", "rtx4090")],
     "--rpc": [("127.0.0.1:50052,10.0.0.2:50052", "127.0.0.1:50052,10.0.0.2:50052")],
     "--overhead": [("0", Sizes((0,))), ("512M,0", Sizes((512 * MIB, 0)))],
+    "--timeout": [("30", 30.0), ("2.5", 2.5), ("1e3", 1000.0)],
 }
 BAD: dict[str, list[tuple[str, str]]] = {
     "--ctx": [("lots", "not a token count"), ("0", "must be positive")],
@@ -85,6 +87,7 @@ BAD: dict[str, list[tuple[str, str]]] = {
     "--target-vram": [("12", "did you mean 12G?"), ("-1G", ""), ("12G,", "not a size list")],
     "--headroom": [("1", "did you mean 1G?")],
     "--cache-type": [("q3_z", "cache type")],
+    "--timeout": [("0", "above 0"), ("-1", "above 0"), ("inf", "above 0"), ("1m", "seconds")],
 }
 
 
@@ -122,7 +125,8 @@ def test_shared_names_exist_where_they_apply(name: str) -> None:
 
 def _parse(command: TyperCommand, option: str, text: str) -> Any:
     param = options(command)[option]
-    return param.process_value(typer.Context(command), text)
+    with typer.Context(command) as context:  # closed: what a callback holds ends here
+        return param.process_value(context, text)
 
 
 @pytest.mark.parametrize("option", sorted(GOOD))

@@ -11,8 +11,12 @@
 
 A gated repository answers 401 (``X-Error-Code: GatedRepo``) without its token. Misbehaviour
 on demand: ``ignore_range`` (200 with the whole body), ``redirect_loop``, ``not_gguf`` (an
-HTML page instead of the bytes). Every request is recorded (:class:`Seen`), and the body
-bytes served per path are counted.
+HTML page instead of the bytes), and per kind of answer (``refs``, ``tree``, ``resolve``,
+``file``) a :class:`Misbehave` in ``hub.misbehave``: another status, body or headers, a drip
+(some bytes, then one byte every ``drip_s``), a cut (the connection closed mid-body), a
+``Link: rel="next"`` loop. A repository's tree comes in pages of ``page_size`` entries (the
+``cursor`` query, as the real hub's ``Link`` header chain). Every request is recorded
+(:class:`Seen`), and the body bytes served per path are counted.
 """
 
 from __future__ import annotations
@@ -20,15 +24,18 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 HTML = b"<!doctype html><html><body>Sign in to continue</body></html>" * 40
@@ -45,11 +52,26 @@ class Seen(NamedTuple):
 
 
 @dataclass
+class Misbehave:
+    """How one kind of answer goes wrong (every field optional)."""
+
+    status: int | None = None  # answer this status instead (a JSON error body)
+    body: bytes | None = None  # this body instead (bad JSON, HTML, ...)
+    headers: dict[str, str] = field(default_factory=dict)  # added or replacing
+    drip: int | None = None  # body bytes sent at once, then one byte every drip_s
+    drip_head: bool = False  # drip the status line and headers too
+    cut: int | None = None  # body bytes sent before the connection is closed
+    link: str | None = None  # tree pages: "self" (next is the same page), "cycle" (last -> first)
+    mutate: Callable[[bytes], bytes] | None = None  # the body, rewritten (a fuzz's mutation)
+
+
+@dataclass
 class FakeRepo:
     name: str
     files: dict[str, Path]  # repo path -> file on disk
     commit: str
     token: str | None = None  # a gated repository's token
+    page_size: int | None = None  # tree entries per page (None: one page)
 
     def oid(self, path: str) -> str:
         size = self.files[path].stat().st_size
@@ -64,6 +86,8 @@ class FakeHub:
     ignore_range: bool = False
     redirect_loop: bool = False
     not_gguf: bool = False
+    misbehave: dict[str, Misbehave] = field(default_factory=dict)  # by kind of answer
+    drip_s: float = 1.0
     hub_port: int = 0
     cdn_port: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -76,9 +100,15 @@ class FakeHub:
     def cdn(self) -> str:
         return f"http://127.0.0.1:{self.cdn_port}"
 
-    def add_repo(self, name: str, files: dict[str, Path], token: str | None = None) -> FakeRepo:
+    def add_repo(
+        self,
+        name: str,
+        files: dict[str, Path],
+        token: str | None = None,
+        page_size: int | None = None,
+    ) -> FakeRepo:
         commit = hashlib.sha1(name.encode()).hexdigest()
-        self.repos[name] = FakeRepo(name, dict(files), commit, token)
+        self.repos[name] = FakeRepo(name, dict(files), commit, token, page_size)
         return self.repos[name]
 
     def reset(self) -> None:
@@ -86,6 +116,8 @@ class FakeHub:
             self.seen.clear()
             self.bytes_served.clear()
         self.ignore_range = self.redirect_loop = self.not_gguf = False
+        self.misbehave = {}
+        self.drip_s = 1.0
 
     def requests(self, server: str | None = None, method: str | None = None) -> list[Seen]:
         with self._lock:
@@ -138,28 +170,80 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- answers ------------------------------------------------------------------------
 
-    def _send(self, status: int, body: bytes = b"", **headers: str) -> None:
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name.replace("_", "-"), value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+    def _send(
+        self,
+        status: int,
+        body: bytes | Iterable[bytes] = b"",
+        kind: str = "",
+        length: int | None = None,
+        **headers: str,
+    ) -> None:
+        """Write the whole answer by hand (status line, headers, body), misbehaving as
+        ``hub.misbehave[kind]`` says."""
+        bad = self.hub.misbehave.get(kind, Misbehave())
+        if bad.status is not None:
+            status, body, length = bad.status, json.dumps({"error": "misbehaving"}).encode(), None
+            headers = {"Content_Type": "application/json"}
+        if bad.body is not None:
+            body, length = bad.body, None
+        chunks = [body] if isinstance(body, bytes) else body
+        if bad.mutate is not None:
+            chunks, length = [bad.mutate(b"".join(chunks))], None
+        if length is None:
+            chunks = [b"".join(chunks)]
+            length = len(chunks[0])
+        fields = {k.replace("_", "-"): v for k, v in headers.items()}
+        fields.setdefault("Content-Length", str(length))
+        fields.update(bad.headers)
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = "Unknown"
+        head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in fields.items()
+        )
+        self._write((head + "\r\n").encode("latin-1"), 0 if bad.drip_head else None)
+        if self.command == "HEAD":
+            return
+        sent = 0
+        for chunk in chunks:
+            if bad.cut is not None and sent + len(chunk) >= bad.cut:
+                self._write(chunk[: max(bad.cut - sent, 0)], None)
+                self.close_connection = True
+                self.connection.shutdown(2)  # the rest never comes
+                return
+            drip = None if bad.drip is None else max(bad.drip - sent, 0)
+            self._write(chunk, drip)
+            if kind == "file":
+                self.hub.count_bytes(unquote(urlsplit(self.path).path), len(chunk))
+            sent += len(chunk)
 
-    def _json(self, data: Any, status: int = 200, **headers: str) -> None:
-        self._send(status, json.dumps(data).encode(), Content_Type="application/json", **headers)
+    def _write(self, data: bytes, drip: int | None) -> None:
+        """``data``, its first ``drip`` bytes at once and the rest one byte every drip_s."""
+        if drip is None or drip >= len(data):
+            self.wfile.write(data)
+            return
+        self.wfile.write(data[:drip])
+        for i in range(drip, len(data)):
+            self.wfile.flush()
+            time.sleep(self.hub.drip_s)
+            self.wfile.write(data[i : i + 1])
 
-    def _repo(self, name: str) -> FakeRepo | None:
+    def _json(self, data: Any, status: int = 200, kind: str = "", **headers: str) -> None:
+        body = json.dumps(data).encode()
+        self._send(status, body, kind, None, Content_Type="application/json", **headers)
+
+    def _repo(self, name: str, kind: str) -> FakeRepo | None:
         repo = self.hub.repos.get(name)
         if repo is None:
-            self._json({"error": "Repository not found"}, 404, X_Error_Code="RepoNotFound")
+            self._json({"error": "Repository not found"}, 404, kind, X_Error_Code="RepoNotFound")
             return None
         if repo.token and self.headers.get("Authorization") != f"Bearer {repo.token}":
             status = 403 if self.headers.get("Authorization") else 401
             self._json(
                 {"error": f"Access to model {name} is restricted."},
                 status,
+                kind,
                 X_Error_Code="GatedRepo",
             )
             return None
@@ -167,33 +251,55 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _api(self, method: str, path: str) -> None:
         if m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/refs", path):
-            if repo := self._repo(m[1]):
+            if repo := self._repo(m[1], "refs"):
                 etag = f'W/"{repo.commit[:12]}"'
                 if self.headers.get("If-None-Match") == etag:
-                    self._send(304, ETag=etag)
+                    self._send(304, b"", "refs", ETag=etag)
                     return
                 branch = {"name": "main", "ref": "refs/heads/main", "targetCommit": repo.commit}
-                self._json({"branches": [branch], "converts": [], "tags": []}, ETag=etag)
+                self._json(
+                    {"branches": [branch], "converts": [], "tags": []}, 200, "refs", ETag=etag
+                )
         elif m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", path):
-            if repo := self._repo(m[1]):
-                self._json(_tree(repo))
+            if repo := self._repo(m[1], "tree"):
+                self._tree_page(repo)
         elif m := re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path):
-            if repo := self._repo(m[1]):
+            if repo := self._repo(m[1], "resolve"):
                 self._resolve(repo, m[2], m[3])
         else:
             self._json({"error": "not found"}, 404)
 
+    def _tree_page(self, repo: FakeRepo) -> None:
+        entries = _tree(repo)
+        size = repo.page_size or max(len(entries), 1)
+        query = parse_qs(urlsplit(self.path).query)
+        cursor = int(query.get("cursor", ["0"])[0])
+        page, after = entries[cursor : cursor + size], cursor + size
+        base = f"{self.hub.endpoint}{urlsplit(self.path).path}?recursive=true"
+        link = self.hub.misbehave.get("tree", Misbehave()).link
+        target = None
+        if link == "self":
+            target = f"{self.hub.endpoint}{self.path}"
+        elif after < len(entries):
+            target = f"{base}&cursor={after}"
+        elif link == "cycle":
+            target = f"{base}&cursor=0"
+        headers = {"Link": f'<{target}>; rel="next"'} if target else {}
+        self._json(page, 200, "tree", **headers)
+
     def _resolve(self, repo: FakeRepo, rev: str, file: str) -> None:
         if file not in repo.files or rev not in (repo.commit, "main"):
-            self._json({"error": "Entry not found"}, 404, X_Error_Code="EntryNotFound")
+            self._json({"error": "Entry not found"}, 404, "resolve", X_Error_Code="EntryNotFound")
             return
         if self.hub.redirect_loop:
-            self._send(302, Location=self.path)
+            self._send(302, b"", "resolve", Location=self.path)
             return
         size = str(repo.files[file].stat().st_size)
         target = f"{self.hub.cdn}/cdn/{repo.name}/{file}?sig=pretend-signature"
         self._send(
             302,
+            b"",
+            "resolve",
             Location=target,
             X_Linked_Size=size,
             X_Repo_Commit=repo.commit,
@@ -204,16 +310,21 @@ class _Handler(BaseHTTPRequestHandler):
         m = re.fullmatch(r"/cdn/([^/]+/[^/]+)/(.+)", path)
         repo = self.hub.repos.get(m[1]) if m else None
         if m is None or repo is None or m[2] not in repo.files:
-            self._send(404, b"NoSuchKey")
+            self._send(404, b"NoSuchKey", "file")
             return
         if self.hub.not_gguf:
-            self._send(200, HTML, Content_Type="text/html")
+            self._send(200, HTML, "file", Content_Type="text/html")
             return
-        self._serve_file(repo.files[m[2]], f'"{repo.oid(m[2])}"', path)
+        self._serve_file(repo.files[m[2]], f'"{repo.oid(m[2])}"')
 
-    def _serve_file(self, file: Path, etag: str, path: str) -> None:
+    def _serve_file(self, file: Path, etag: str) -> None:
         size = file.stat().st_size
         wanted = _RANGE.fullmatch(self.headers.get("Range", ""))
+        headers = {
+            "Accept_Ranges": "bytes",
+            "ETag": etag,
+            "Content_Type": "application/octet-stream",
+        }
         if wanted is None or self.hub.ignore_range:
             start, end, status = 0, size - 1, 200
         else:
@@ -221,28 +332,23 @@ class _Handler(BaseHTTPRequestHandler):
             end = min(int(wanted[2]) if wanted[2] else size - 1, size - 1)
             status = 206
             if start >= size:
-                self._send(416, Content_Range=f"bytes */{size}")
+                self._send(416, b"", "file", Content_Range=f"bytes */{size}")
                 return
-        self.send_response(status)
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", etag)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(end - start + 1))
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-        self.end_headers()
-        if self.command == "HEAD":
-            return
-        with file.open("rb") as handle:
-            handle.seek(start)
-            left = end - start + 1
-            while left > 0:
-                chunk = handle.read(min(left, 1 << 16))
-                if not chunk:
-                    break
-                self.wfile.write(chunk)
-                self.hub.count_bytes(path, len(chunk))
-                left -= len(chunk)
+            headers["Content_Range"] = f"bytes {start}-{end}/{size}"
+        self._send(status, _chunks(file, start, end), "file", end - start + 1, **headers)
+
+
+def _chunks(file: Path, start: int, end: int) -> Iterator[bytes]:
+    """The bytes ``start..end`` of ``file``, 64 KiB at a time."""
+    with file.open("rb") as handle:
+        handle.seek(start)
+        left = end - start + 1
+        while left > 0:
+            chunk = handle.read(min(left, 1 << 16))
+            if not chunk:
+                return
+            yield chunk
+            left -= len(chunk)
 
 
 def _tree(repo: FakeRepo) -> list[dict[str, Any]]:
@@ -265,9 +371,16 @@ def _tree(repo: FakeRepo) -> list[dict[str, Any]]:
     return entries
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (a deadline, a refused answer) is no error of the hub's."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
 def _server(hub: FakeHub, role: str) -> ThreadingHTTPServer:
     handler = type(f"{role}Handler", (_Handler,), {"hub": hub, "role": role})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

@@ -442,3 +442,73 @@ def test_importing_the_hub_loads_no_network_stack() -> None:
     )
     loaded = set(done.stdout.split())
     assert not {m for m in loaded if m.startswith(("httpx", "moetune.store", "gguf", "numpy"))}
+
+
+# --- bounds: pages, entries, sizes, damaged cache -------------------------------------------
+
+
+def paged(hub: FakeHub, files: dict[str, Path], name: str) -> ModelName:
+    """A repository of two files whose tree comes one entry a page."""
+    two = {"a-Q8_0.gguf": files["tiny-F16.gguf"], "README.md": files["README.md"]}
+    hub.add_repo(name, two, page_size=1)
+    return ModelName(name)
+
+
+def test_a_tree_in_pages_is_read_whole_and_bounded(
+    hub: FakeHub, files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moetune.hub import remote
+
+    listing = list_repo(paged(hub, files, "acme/paged"))
+    assert {f.path for f in listing.files} == {"a-Q8_0.gguf", "README.md"}
+    assert len([s for s in hub.requests() if "/tree/" in s.path]) == 2  # one entry a page
+    monkeypatch.setattr(remote, "MAX_PAGES", 1)
+    message = fails(ExitCode.NETWORK, list_repo, paged(hub, files, "acme/paged-pages"))
+    assert "lists the tree of acme/paged-pages in more than 1 pages" in message
+    monkeypatch.setattr(remote, "MAX_PAGES", 100)
+    monkeypatch.setattr(remote, "MAX_FILES", 1)
+    message = fails(ExitCode.NETWORK, list_repo, paged(hub, files, "acme/paged-files"))
+    assert "more than 1 entries" in message
+
+
+def test_tree_sizes_are_sizes() -> None:
+    from moetune.hub.remote import _tree_file
+
+    for size in (True, -5, "12", 1.5, None):
+        entry = {"type": "file", "path": "a.gguf", "size": size, "lfs": {"size": size}}
+        assert _tree_file(entry) == RepoFile("a.gguf", 0)
+    lfs_wrong = {"type": "file", "path": "a.gguf", "size": 7, "lfs": {"size": -1}}
+    assert _tree_file(lfs_wrong) == RepoFile("a.gguf", 7)
+    assert _tree_file({"type": "file", "path": "", "size": 7}) is None
+
+
+def test_a_damaged_cache_is_asked_again(hub: FakeHub) -> None:
+    import json
+
+    from moetune.hub import cache
+
+    listing = list_repo(ModelName(REPO))
+    refs = cache.hub_cache_dir() / "refs" / f"{cache.repo_folder(REPO)}.json"
+    stored = json.loads(refs.read_text())
+    for checked in ("x", [1], 10**400, float("nan"), True):
+        refs.write_text(json.dumps({**stored, "checked": checked}))
+        hub.reset()
+        assert list_repo(ModelName(REPO)) == listing
+        assert [s.path for s in hub.requests()] == [f"/api/models/{REPO}/refs"]  # revalidated
+    tree = cache.hub_cache_dir() / "listings" / cache.repo_folder(REPO) / f"{listing.commit}.json"
+    for files in ([["a.gguf", -1, None]], [["a.gguf", 1, {"x": 1}]], [{"path": "a"}], [7]):
+        tree.write_text(json.dumps({"files": files}))
+        assert cache.load_listing(REPO, listing.commit) is None
+
+
+def test_no_gguf_files_is_file_not_found(hub: FakeHub, files: dict[str, Path]) -> None:
+    hub.add_repo("acme/bare", {"README.md": files["README.md"]})
+    listing = list_repo(ModelName("acme/bare"))
+    message = fails(ExitCode.FILE_NOT_FOUND, choose_quant, listing, None)
+    assert message == "acme/bare has no GGUF model files (1 file(s), none a model .gguf)"
+
+
+def test_an_error_names_twenty_quants_at_most() -> None:
+    many = tuple(RepoFile(f"m-Q{i:03d}.gguf", 1) for i in range(50))
+    message = fails(ExitCode.FILE_NOT_FOUND, choose_quant, RepoListing("a/b", "c" * 40, many), "X")
+    assert "Q019, ... (50 in all)" in message and "Q020" not in message

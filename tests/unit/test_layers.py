@@ -88,6 +88,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "typer": ("cli",),
     "rich": ("report", "cli"),
     "httpx": ("llamacpp/client.py", "hub/http.py"),
+    "httpcore": ("hub/http.py",),  # httpx's sockets: the deadline of every read
     "subprocess": ("llamacpp/process.py", "hardware/smi.py"),
     "psutil": ("hardware/host.py",),
     "pynvml": ("hardware/nvml.py",),

@@ -15,8 +15,10 @@ from moetune.cli.options import (
     MmprojOpt,
     ModelArg,
     PickCacheTypeOpt,
+    TimeoutOpt,
     VramOpt,
 )
+from moetune.hub.env import DEFAULT_TIMEOUT_S
 
 
 @app.command("alias", cls=Command)
@@ -37,6 +39,7 @@ def alias(
         bool,
         typer.Option("--require-tuned", help="Refuse when no tuned profile matches (no plan)."),
     ] = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Print a shell function that starts the tuned llama-server, for your dotfiles.
 

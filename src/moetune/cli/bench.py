@@ -21,11 +21,13 @@ from moetune.cli.options import (
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
+    TimeoutOpt,
     parse_positive_tokens,
     parser,
     pass_through_of,
 )
 from moetune.errors import BadValueError
+from moetune.hub.env import DEFAULT_TIMEOUT_S
 from moetune.jobs.names import (
     CONFIG_NAMES,
     DEFAULT_CACHE_TYPE,
@@ -115,6 +117,7 @@ def bench(
     name: Annotated[
         str, typer.Option(help="Configuration name for --server-url.", metavar="NAME")
     ] = "server",
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="Also save the JSON here.")] = (
         None

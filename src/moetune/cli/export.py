@@ -8,8 +8,16 @@ from typing import Annotated
 import typer
 
 from moetune.cli.app import app, err, handle_errors
-from moetune.cli.options import Command, CtxOpt, GpuProfileOpt, PickCacheTypeOpt, VramOpt
+from moetune.cli.options import (
+    Command,
+    CtxOpt,
+    GpuProfileOpt,
+    PickCacheTypeOpt,
+    TimeoutOpt,
+    VramOpt,
+)
 from moetune.errors import BadValueError
+from moetune.hub.env import DEFAULT_TIMEOUT_S
 
 
 @app.command("export", cls=Command)
@@ -37,6 +45,7 @@ def export(
         bool,
         typer.Option("--require-tuned", help="Refuse a model with no tuned profile (no plan)."),
     ] = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Serve what was tuned: llama-server's router preset, or a llama-swap config.
 

@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from moetune.cli.app import app, handle_errors
-from moetune.cli.options import Command, JsonOpt, ModelArg
+from moetune.cli.options import Command, JsonOpt, ModelArg, TimeoutOpt
+from moetune.hub.env import DEFAULT_TIMEOUT_S
 
 
 @app.command(cls=Command)
@@ -19,6 +20,7 @@ def inspect(
     tensors: Annotated[
         bool, typer.Option("--tensors", help="Include every tensor in --json.")
     ] = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Architecture, blocks, experts, and bytes per block by tensor role."""
     from moetune.jobs.models import open_model

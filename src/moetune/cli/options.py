@@ -8,11 +8,13 @@ Every shared name means one thing wherever it appears:
 - ``--ctx N|32k|max``: a token count or the largest context that fits, one parser;
 - ``--vram SIZE``, ``--gpu ID``, ``--ram SIZE``: the machine to plan for (``--vram`` and
   ``--gpu`` exclude each other);
-- ``--cache-type TYPE``: K and V cache type; ``--json``: one JSON document on stdout.
+- ``--cache-type TYPE``: K and V cache type; ``--json``: one JSON document on stdout;
+- ``--timeout SECONDS``: how long one network step may take (commands that take a name or URL).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -87,6 +89,25 @@ def parse_positive_tokens(text: str) -> int:
     if tokens < 1:
         raise BadValueError(f"need at least 1 token, got {text!r}")
     return tokens
+
+
+def parse_seconds(text: str) -> float:
+    """A duration above 0 in seconds: ``30``, ``2.5``."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise BadValueError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise BadValueError(f"need a number of seconds above 0, got {text!r}")
+    return seconds
+
+
+def _network_timeout(context: typer.Context, seconds: float) -> float:
+    """--timeout holds for the command's network steps, and for nothing after it."""
+    from moetune.hub.env import network_timeout
+
+    context.with_resource(network_timeout(seconds))
+    return seconds
 
 
 def parse_cache(text: str) -> str:
@@ -190,6 +211,17 @@ MmprojOpt = Annotated[
         help="A multimodal projector (mmproj GGUF) beside the model, counted where "
         "llama-server puts it (also: -- --mmproj FILE, --no-mmproj-offload, -mmdev DEV).",
         metavar="FILE",
+    ),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        help="Seconds one network step may take in all (a repository's listing, one "
+        "model's headers) before it fails with NETWORK.",
+        parser=parser(parse_seconds),
+        callback=_network_timeout,
+        metavar="SECONDS",
     ),
 ]
 DraftOpt = Annotated[

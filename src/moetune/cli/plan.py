@@ -22,10 +22,12 @@ from moetune.cli.options import (
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
+    TimeoutOpt,
     VramOpt,
     pass_through_of,
 )
 from moetune.errors import DoesNotFitError
+from moetune.hub.env import DEFAULT_TIMEOUT_S
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 
@@ -66,6 +68,7 @@ def plan(
             "on the devices, where they are here."
         ),
     ] = True,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
     """The --n-cpu-moe N and -ot placement that fits your GPU(s), with a ready command.

@@ -21,10 +21,12 @@ from moetune.cli.options import (
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
+    TimeoutOpt,
     parse_positive_tokens,
     parser,
     pass_through_of,
 )
+from moetune.hub.env import DEFAULT_TIMEOUT_S
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 
@@ -62,6 +64,7 @@ def run(
     save: Annotated[
         bool, typer.Option(help="Save the winner as a tuned profile ($MOETUNE_HOME).")
     ] = True,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
     """Launch llama-server, measure device memory after filling the context, step N, report.

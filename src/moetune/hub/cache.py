@@ -157,10 +157,10 @@ def load_ref(repo: str) -> CachedRef | None:
     data = _read_json(hub_cache_dir() / "refs" / f"{repo_folder(repo)}.json")
     if not isinstance(data, dict) or not _HEX40.fullmatch(str(data.get("commit", ""))):
         return None
-    etag = data.get("etag")
-    return CachedRef(
-        data["commit"], etag if isinstance(etag, str) else None, float(data.get("checked", 0))
-    )
+    etag, checked = data.get("etag"), data.get("checked", 0)
+    if type(checked) not in (int, float) or not 0 <= checked < 1e12:
+        checked = 0.0  # damaged: revalidate
+    return CachedRef(data["commit"], etag if isinstance(etag, str) else None, float(checked))
 
 
 def save_ref(repo: str, commit: str, etag: str | None) -> None:
@@ -174,8 +174,10 @@ def load_listing(repo: str, commit: str) -> RepoListing | None:
         return None
     try:
         files = tuple(RepoFile(str(f[0]), int(f[1]), f[2]) for f in data["files"])
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, KeyError):
         return None
+    if any(f.size < 0 or not (f.oid is None or isinstance(f.oid, str)) for f in files):
+        return None  # damaged: list again
     return RepoListing(repo, commit, files)
 
 

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from moetune.errors import HubNotFoundError
 
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
+SHOWN_QUANTS = 20  # the quants an error names
 NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
 _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
@@ -57,6 +58,9 @@ class RepoListing(NamedTuple):
 
     def quants(self) -> list[Quant]:
         return quants(self)
+
+    def model_quants(self) -> list[Quant]:
+        return model_quants(self)
 
     def choose_quant(self, tag: str | None) -> Quant:
         return choose_quant(self, tag)
@@ -130,18 +134,30 @@ def _find_best_model(listing: RepoListing, tag: str | None) -> RepoFile | None:
     return None
 
 
+def model_quants(listing: RepoListing) -> list[Quant]:
+    """:func:`quants`, or HubNotFoundError when the repository holds no GGUF model."""
+    found = quants(listing)
+    if not found:
+        raise HubNotFoundError(
+            f"{listing.repo} has no GGUF model files ({len(listing.files)} file(s), none a "
+            "model .gguf)",
+            hint="moetune reads GGUF files: name a repository that has them (often *-GGUF)",
+        )
+    return found
+
+
 def choose_quant(listing: RepoListing, tag: str | None) -> Quant:
     """The quant ``llama-server -hf repo[:tag]`` would load (find_best_model, then its
     shards); HubNotFoundError, listing the quants there are, when none matches."""
+    every = model_quants(listing)
     primary = _find_best_model(listing, tag)
-    every = quants(listing)
     if primary is not None:
         for quant in every:
             if primary in quant.files:
                 return quant
-    names = ", ".join(q.tag or q.first.path for q in every)
-    if not every:
-        raise HubNotFoundError(f"{listing.repo} has no GGUF model files")
+    names = ", ".join(q.tag or q.first.path for q in every[:SHOWN_QUANTS])
+    if len(every) > SHOWN_QUANTS:
+        names += f", ... ({len(every)} in all)"
     raise HubNotFoundError(
         f"{listing.repo} has no {tag} quant; it has {names}",
         hint=f"name one of them: {listing.repo}:{every[0].tag or '?'}",

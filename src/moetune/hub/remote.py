@@ -31,6 +31,7 @@ FIRST_BYTES = 512 << 10
 MAX_HEADER_BYTES = 256 << 20
 MAX_ROUNDS = 12
 MAX_PAGES = 100
+MAX_FILES = 100_000
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _IMMUTABLE = re.compile(r"/resolve/[0-9a-f]{40}/")
 
@@ -86,7 +87,7 @@ def _main_commit(data: Any, repo: str, host: str) -> str:
     branches = data.get("branches") if isinstance(data, dict) else None
     found = [
         (b["name"], b["targetCommit"])
-        for b in branches or []
+        for b in (branches if isinstance(branches, list) else [])
         if isinstance(b, dict)
         and isinstance(b.get("name"), str)
         and isinstance(b.get("targetCommit"), str)
@@ -101,31 +102,47 @@ def _main_commit(data: Any, repo: str, host: str) -> str:
 
 
 def _fetch_tree(http: Http, repo: str, commit: str) -> RepoListing:
+    """Every page of the recursive tree (the ``Link: rel="next"`` chain): at most
+    :data:`MAX_PAGES` pages and :data:`MAX_FILES` entries; a page seen twice is a loop."""
     url: str | None = f"{http.endpoint}/api/models/{repo}/tree/{commit}?recursive=true"
+    what = f"the tree of {repo}"
     files: list[RepoFile] = []
-    for _ in range(MAX_PAGES):
-        if url is None:
-            break
+    seen: set[str] = set()
+    entries = 0
+    while url is not None:
+        if url in seen:
+            raise NetworkError(
+                f"{host_of(url)} lists {what} in a loop: page {len(seen)} links back to "
+                f"{shown(url)}"
+            )
+        if len(seen) == MAX_PAGES:
+            raise NetworkError(f"{host_of(url)} lists {what} in more than {MAX_PAGES} pages")
+        seen.add(url)
         answer = http.get_json(url, f"repository {repo}")
         if not isinstance(answer.data, list):
-            raise NetworkError(f"{host_of(url)} answered the tree of {repo} with a non-list")
+            raise NetworkError(f"{host_of(url)} answered {what} with a non-list")
+        entries += len(answer.data)
+        if entries > MAX_FILES:
+            raise NetworkError(f"{host_of(url)} lists more than {MAX_FILES} entries in {what}")
         files += [f for item in answer.data if (f := _tree_file(item)) is not None]
         url = answer.next_url
     return RepoListing(repo, commit, tuple(files))
 
 
+def _size(value: Any) -> int | None:
+    """A size from a JSON answer: a non-negative integer (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _tree_file(item: Any) -> RepoFile | None:
     if not isinstance(item, dict) or item.get("type") != "file":
         return None
-    path, size, lfs = item.get("path"), item.get("size", 0), item.get("lfs")
-    if not isinstance(path, str) or path.startswith("/") or ".." in path.split("/"):
+    path, lfs = item.get("path"), item.get("lfs")
+    if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
         return None
     oid = lfs.get("oid") if isinstance(lfs, dict) else None
-    if isinstance(lfs, dict) and isinstance(lfs.get("size"), int):
-        size = lfs["size"]
-    return RepoFile(
-        path, size if isinstance(size, int) else 0, oid if isinstance(oid, str) else None
-    )
+    size = (_size(lfs.get("size")) if isinstance(lfs, dict) else None) or _size(item.get("size"))
+    return RepoFile(path, size or 0, oid if isinstance(oid, str) else None)
 
 
 # --- headers --------------------------------------------------------------------------------

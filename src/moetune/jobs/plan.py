@@ -129,9 +129,10 @@ def plan_repo(name: ModelName, inputs: PlanInputs) -> QuantsResult:
     opened: dict[str, Model] = {}  # each quant's headers are read once, for both plans
 
     def plan_of(quant: Quant, ctx_max: bool) -> PlanResult:
-        if quant.tag not in opened:
-            opened[quant.tag] = model_of_quant(name, listing, quant)
-        chosen = opened[quant.tag]
+        key = quant.first.path  # tags may repeat (two models, one tag)
+        if key not in opened:
+            opened[key] = model_of_quant(name, listing, quant)
+        chosen = opened[key]
         request = plan_request(chosen, inputs._replace(ctx=_MAX if ctx_max else inputs.ctx))
         return make_plan(chosen.facts, request)
 

@@ -56,9 +56,16 @@ def render_quants(result: QuantsResult, gpu_source: str) -> RenderableType:
             lines += [Text(what, style="bold"), shell_line(pick.command)]
     if result.best is None:
         lines.append(Text(f"no quant fits: {result.reason}", style="red"))
-    notes = [r for r in result.quants if not r.fits and r.reason]
+    notes: dict[str, list[str]] = {}  # the quants of each reason, in table order
+    for row in result.quants:
+        if not row.fits and row.reason:
+            notes.setdefault(row.reason, []).append(row.tag)
     if notes:
-        lines.append(
-            Text("not fitting: " + "; ".join(f"{r.tag}: {r.reason}" for r in notes), style="dim")
-        )
+        said = "; ".join(f"{_some(tags)}: {reason}" for reason, tags in notes.items())
+        lines.append(Text(f"not fitting: {said}", style="dim"))
     return Group(*lines)
+
+
+def _some(tags: list[str], shown: int = 3) -> str:
+    more = f" and {len(tags) - shown} more" if len(tags) > shown else ""
+    return ", ".join(tags[:shown]) + more
