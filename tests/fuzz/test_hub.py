@@ -33,7 +33,7 @@ DRIP_S = 0.2  # a dripped answer unbounded by the deadline would take far longer
 # The JSON error document on stdout for every failure (issue 20, Build 2) is another change;
 # until it lands a failing command prints nothing on stdout under --json. Set this to True
 # once it has: a failure's stdout is then held to {"schema_version", "error": {...}}.
-ERROR_DOCUMENT = False
+ERROR_DOCUMENT = True
 KINDS = ("refs", "tree", "resolve", "file")
 # inspect often (fast), plan less (it plans twice per quant)
 COMMANDS = ("inspect", "inspect", "inspect-tag", "inspect-url", "inspect-url", "plan", "paged")

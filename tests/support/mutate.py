@@ -300,7 +300,11 @@ def m_consistency(rng: random.Random, raw: RawGGUF) -> str:
         set_kv(raw, f"{arch}.rope.freq_base", F32, math.nan)
         return Flagged(f"{arch}.rope.freq_base = nan")
     key, value = rng.choice(choices)
+    i = kv_index(raw, key)
+    before = raw.kv[i][2] if i is not None else None
     set_kv(raw, key, U32, value)
+    if before is None or before == value:  # a key the architecture does not read, or no change
+        return f"{key} = {value}"
     return Flagged(f"{key} = {value}")
 
 
@@ -331,6 +335,8 @@ def m_tensor_past_blocks(rng: random.Random, raw: RawGGUF) -> str:
     n_blocks = int_value(raw, f"{arch_of(raw)}.block_count", 4)
     index = n_blocks + rng.choice((0, 3, 1000, 2**31))
     new = re.sub(r"^blk\.\d+\.", f"blk.{index}.", name)
+    if new == name:  # not a numbered block (an earlier rename made it blk.x)
+        return m_delete_tensor(rng, raw)
     if rng.random() < 0.5:
         raw.tensors.append((new, shape, type_id, offset))
         return Flagged(f"a copy of {name} as {new}")

@@ -272,8 +272,11 @@ def _main_plan(
     return main, alt
 
 
-def _warnings(facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan]) -> list[str]:
-    warnings = list(facts.warnings)
+def _warnings(
+    facts: ModelFacts, settings: Settings, plans: Sequence[OffloadPlan], extras: Extras | None
+) -> list[str]:
+    draft = extras.draft if extras else None
+    warnings = [*facts.warnings, *(draft.facts.warnings if draft else ())]
     if facts.context_length and settings.n_ctx > facts.context_length:
         warnings.append(
             f"context {settings.n_ctx} is beyond the training context {facts.context_length}: "
@@ -429,7 +432,7 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         ram=ram,
         threads=req.physical_cores,
         ubatch_hint=None if failure else _ubatch_hint(facts, main, target, settings, req.extras),
-        warnings=_warnings(facts, settings, [main]) + _free_warning(req, main.memory),
+        warnings=_warnings(facts, settings, [main], req.extras) + _free_warning(req, main.memory),
         fails=failure.fails if failure else None,
         reason=failure.reason if failure else None,
         suggestions=failure.suggestions if failure else [],

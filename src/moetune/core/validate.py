@@ -2,9 +2,10 @@
 checks them (build 11434: src/llama-model.cpp ``load_hparams``, src/llama-model-loader.cpp).
 
 ``check_header`` runs on the metadata before the facts are built, ``check_blocks`` on the
-blocks and their dimensions after; ``facts_from_gguf`` calls both, so every model and draft is checked once,
-wherever it came from. A value llama.cpp refuses is a GGUFFormatError naming the file, the
-key and the value; one it accepts with a default gets that default and a warning.
+blocks and their dimensions after; ``facts_from_gguf`` calls both, so every model and draft
+is checked once, wherever it came from. A value llama.cpp refuses is a GGUFFormatError
+naming the file, the key and the value; one it accepts with a default gets that default and
+a warning.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ _PER_LAYER = (
     "feed_forward_length",
     keys.EXPERT_USED_COUNT,
 )
+# the routed experts' tensors
+_EXPERTS = frozenset({"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps"})
 # the projections a block with attention holds (GQA, fused QKV, MLA)
 _ATTENTION = frozenset({"attn_q", "attn_qkv", "attn_q_a", "attn_kv_a_mqa"})
 
@@ -80,6 +83,11 @@ def check_header(file: str, arch: object, hp: HParams, names: Sequence[NameParts
     if beyond is not None:
         why = f"but tensor blk.{beyond.layer}.{beyond.stem} is in block {beyond.layer}"
         raise bad(keys.BLOCK_COUNT, n_blocks, why)
+    held = {p.layer for p in names if p.layer is not None}
+    empty = [il for il in range(n_blocks) if il not in held]
+    if held and empty:  # llama.cpp: "missing tensor 'blk.N.…'"
+        which = f"block {empty[0]}" if len(empty) == 1 else f"blocks {empty[0]}-{empty[-1]}"
+        raise bad(keys.BLOCK_COUNT, n_blocks, f"but {which} hold no tensors")
     if _required(bad, hp, "embedding_length") == 0:
         raise bad("embedding_length", 0, "must be positive")
     _check_experts(bad, hp)
@@ -101,10 +109,18 @@ def check_blocks(
     if has_experts and largest(hp, keys.EXPERT_COUNT, 0) == 0:
         value = hp.get(keys.EXPERT_COUNT, "missing")
         raise bad(keys.EXPERT_COUNT, value, "but the model holds routed experts")
+    n_dense = largest(hp, "leading_dense_block_count", 0)
+    routed = sorted({p.layer for p in names if p.layer is not None and p.stem in _EXPERTS})
+    if routed and routed[0] < n_dense:  # llama.cpp would not load its experts: too many tensors
+        why = f"but block {routed[0]} holds routed experts"
+        raise bad("leading_dense_block_count", n_dense, why)
+    kv_layers = {(p.layer, p.stem) for p in names if p.stem == "attn_k"}
     for il in sorted({p.layer for p in names if p.layer is not None and p.stem in _ATTENTION}):
         if dims.n_head[il] <= 0:
             value = dims.n_head[il] if "attention.head_count" in hp else "missing"
             raise bad("attention.head_count", value, f"but block {il} has attention")
+        if dims.n_head_kv[il] <= 0 and (il, "attn_k") in kv_layers:
+            raise bad("attention.head_count_kv", 0, f"but block {il} has attn_k")
         swa = dims.swa[il]
         for name, sizes in (("key_length", dims.head_k), ("value_length", dims.head_v)):
             if sizes[swa] <= 0:
