@@ -174,3 +174,33 @@ def test_profiles_list_marks_a_broken_hardware_profile(_moetune_home: Path, kind
     code, _, err = cli("plan", str(EXAMPLE_QWEN), "--gpu", "bad", "--ram", "64G", "--no-verify")
     assert code == ExitCode.BAD_VALUE and "bad.toml" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_run_whose_profile_cannot_be_saved_keeps_its_result(tiny: Path) -> None:
+    """A folder where run's profile goes: the tuned result is reported with a note, not lost
+    with the profile (before: one "cannot write" error, and the launches' result gone)."""
+    from moetune.core.settings import Settings
+    from moetune.jobs.run import save_winner
+    from moetune.records.results import Attempt, RunResult
+
+    key = a_key(tiny)
+    path = saved(key)
+    path.unlink()
+    path.mkdir()
+    best = Attempt(n_cpu_moe=3, predicted_bytes=1, measured_bytes=1, status="ok")
+    result = RunResult(
+        model=str(tiny),
+        device="RPC0",
+        probe="llama.cpp's memory log",
+        target_bytes=1 << 30,
+        settings=Settings(n_ctx=4096),
+        planned_n_cpu_moe=3,
+        attempts=[best],
+        best=best,
+        command=["llama-server", "-m", str(tiny)],
+    )
+    notes: list[str] = []
+    kept = save_winner(ProfileStore(), key, result, None, notes.append)
+    assert kept.best == best and kept.profile_path is None
+    assert len(notes) == 1 and "not saved" in notes[0] and path.name in notes[0], notes
+    assert path.is_dir()

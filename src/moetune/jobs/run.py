@@ -449,9 +449,15 @@ def confirm_n(
 
 
 def save_winner(
-    store: ProfileStore, key: TuneKey, result: RunResult, previous: TunedProfile | None
+    store: ProfileStore,
+    key: TuneKey,
+    result: RunResult,
+    previous: TunedProfile | None,
+    on_note: Callable[[str], None],
 ) -> RunResult:
-    """Save the best attempt as a tuned profile; the result, naming it."""
+    """Save the best attempt as a tuned profile; the result, naming it. A profile that cannot
+    be written (its name taken by a folder, a full disk) is said in a note, and the result
+    is reported all the same: the launches are not lost with it."""
     best = result.best
     if best is None:
         return result
@@ -468,7 +474,11 @@ def save_winner(
     profile = new_profile(
         key, best.n_cpu_moe, measured, command, previous, tensor_split=best.tensor_split
     )
-    path = store.save(profile)
+    try:
+        path = store.save(profile)
+    except BadValueError as exc:
+        on_note(f"the tuned profile was not saved: {exc.message}")
+        return result
     return result.model_copy(update={"profile_name": profile.name, "profile_path": str(path)})
 
 
@@ -507,7 +517,8 @@ def tune_with_profiles(
         result = tune_model(facts, spec, setup, fill=fill, progress=progress)
     if not save:
         return result
-    return save_winner(store, key, result, match.profile if result.reused_profile else None)
+    previous = match.profile if result.reused_profile else None
+    return save_winner(store, key, result, previous, progress.on_note)
 
 
 def keep_serving(
