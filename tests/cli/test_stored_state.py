@@ -179,9 +179,10 @@ def test_profiles_list_marks_a_broken_hardware_profile(_moetune_home: Path, kind
 def test_a_run_whose_profile_cannot_be_saved_keeps_its_result(tiny: Path) -> None:
     """A folder where run's profile goes: the tuned result is reported with a note, not lost
     with the profile (before: one "cannot write" error, and the launches' result gone)."""
+    from moetune.core.search import Attempt
     from moetune.core.settings import Settings
     from moetune.jobs.run import save_winner
-    from moetune.records.results import Attempt, RunResult
+    from moetune.records.results import RunResult
 
     key = a_key(tiny)
     path = saved(key)
