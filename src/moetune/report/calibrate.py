@@ -75,16 +75,15 @@ def _table(points: Sequence[SpeedPoint]) -> RenderableType:
 def render_calibrate(result: CalibrateResult) -> RenderableType:
     parts: list[RenderableType] = []
     for imported in result.files:
-        where = short_path(imported.saved_path, 60)
         state = "already kept in" if imported.already_saved else "kept in"
-        parts.append(
-            Text(
-                f"{short_path(imported.file, 60)} ({imported.tool}): "
-                f"{plural(len(imported.points), 'point')}\n  {state} {where}"
-            )
-        )
+        lines = [
+            short_path(imported.file, 76),
+            f"  {imported.tool}: {plural(len(imported.points), 'point')}",
+            f"  {state} {short_path(imported.saved_path, 66)}",
+        ]
+        parts.append(Text("\n".join(lines)))
         for (model, machine), points in _group(imported.points).items():
-            parts += [Text(f"{model} on {machine}", style="bold"), _table(points)]
+            parts += [Text(f"{model}\n  on {machine}", style="bold"), _table(points)]
     parts.append(
         Text(f"{plural(result.total_points, 'speed point')} kept in {short_path(result.store, 60)}")
     )
