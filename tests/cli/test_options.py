@@ -50,6 +50,7 @@ WHERE: dict[str, tuple[str, ...]] = {
     "export": ("--ctx", "--cache-type", "--vram", "--gpu", "--timeout"),
     "inspect": ("--json", "--timeout"),
     "report": ("--json",),
+    "calibrate": ("--json",),
     "profiles list": ("--json",),
     "profiles show": ("--json",),
 }

@@ -159,6 +159,22 @@ def test_result_is_kept_and_reported(bench: Bench) -> None:
     assert len(bars) == 4 * 3, chart
 
 
+def test_measurements_are_kept_as_speed_points(bench: Bench) -> None:
+    """Each configuration and depth: a prompt point and a generation point, with the
+    placement launched, the devices and the saved result they came from."""
+    (kept,) = (bench.home / "speed").glob("*.json")
+    points = json.loads(kept.read_text())["points"]
+    assert len(points) == 2 * len(bench.data["results"])
+    plan = [p for p in points if p["source"]["config"] == "plan"]
+    assert f"--n-cpu-moe {plan[0]['placement']['n_cpu_moe']}" == bench.config("plan")["description"]
+    assert {p["kind"] for p in plan} == {"prompt", "generation"}
+    for point in points:
+        assert point["machine"]["backends"] == ["RPC"] and point["machine"]["devices"] == ["RPC0"]
+        assert point["machine"]["gpu_info"].startswith("127.0.0.1:")
+        assert point["tps"] > 0 and point["source"]["tool"] == "moetune bench"
+        assert Path(point["source"]["file"]).parent == bench.home / "bench"
+
+
 def test_ctx_max_is_the_largest_context_that_fits(model: Path, rpc: str) -> None:
     """`--ctx max` (once a pydantic error): the planner's largest context, capped at the
     model's training context (4096 here), parsed by the one --ctx parser."""

@@ -239,6 +239,20 @@ def test_speeds_carry_their_range(model_factory: ModelFactory, rpc: str) -> None
     assert best["repeats"] == 3
     assert best["decode_tps_min"] <= best["decode_tps"] <= best["decode_tps_max"]
     assert isinstance(best["noisy"], bool)
+    # every launch's speeds are kept as points: the fill's prompt, the timed generation
+    launches = json.loads(result.stdout)["attempts"]
+    kept = [
+        json.loads(path.read_text())["points"]
+        for path in (Path(os.environ["MOETUNE_HOME"]) / "speed").glob("*.json")
+    ]
+    assert len(kept) == len([a for a in launches if a["status"] != "oom"])  # those that filled
+    fitted = {a["n_cpu_moe"] for a in launches if a["status"] == "ok"}
+    timed = [p for points in kept for p in points if p["kind"] == "generation"]
+    assert {p["placement"]["n_cpu_moe"] for p in timed} == fitted
+    assert all(p["n_gen"] == 64 and p["source"]["tool"] == "moetune run" for p in timed)
+    assert all(len(p["samples_tps"]) == 3 for p in timed)
+    fills = [p for points in kept for p in points if p["kind"] == "prompt"]
+    assert len(fills) == len(kept) and all(p["n_prompt"] > 64 for p in fills)
     text = moetune(
         "run",
         str(model_factory("qwen3moe", n_layers=8)),

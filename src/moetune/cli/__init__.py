@@ -11,7 +11,17 @@ import importlib
 
 from moetune.cli.app import app
 
-COMMAND_MODULES = ("inspect", "plan", "run", "bench", "profiles", "alias", "export", "doctor")
+COMMAND_MODULES = (
+    "inspect",
+    "plan",
+    "run",
+    "bench",
+    "calibrate",
+    "profiles",
+    "alias",
+    "export",
+    "doctor",
+)
 for _module in COMMAND_MODULES:
     importlib.import_module(f"moetune.cli.{_module}")
 

@@ -56,7 +56,22 @@ def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool)
     paths += [out_file] if out_file is not None else []
     for path in paths:
         err().print(f"saved {write_result(path, text)}", highlight=False)
+    if save:
+        _keep_points(result, paths[0])
     require_measured(result)
+
+
+def _keep_points(result: BenchResult, saved: Path) -> None:
+    """Keep the measurements as speed points (a warning when they cannot be kept)."""
+    from moetune.jobs.speed import bench_points, keep_points
+
+    points = bench_points(result, str(saved))
+    if points and keep_points(points, f"bench-{points[0].model.file_name}", _warn) is not None:
+        err().print(f"kept {len(points)} speed points", highlight=False)
+
+
+def _warn(text: str) -> None:
+    err().print(f"warning: {text}", style="yellow", highlight=False)
 
 
 @app.command(cls=PassThroughCommand)

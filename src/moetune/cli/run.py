@@ -77,6 +77,7 @@ def run(
     from moetune.jobs.launch import prepare_launch
     from moetune.jobs.models import launch_spec
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
+    from moetune.jobs.speed import keeper
     from moetune.report.render import RunView, render
     from moetune.store.tuned import ProfileStore
 
@@ -86,6 +87,10 @@ def run(
         add_extras_flags(pass_through_of(context), mmproj=_opt(mmproj), draft=_opt(draft))
     )
     facts, spec = launch_spec(model, pass_through, server=server, cache_type=cache_type, port=port)
+
+    def warn(text: str) -> None:
+        err().print(f"warning: {text}", style="yellow", highlight=False)
+
     with live_status("tuning...") as live:
         spec, setup = prepare_launch(
             facts,
@@ -95,13 +100,14 @@ def run(
             headroom_bytes=headroom,
             overhead=overhead,
             rpc=rpc,
-            warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
+            warn=warn,
         )
         progress = Progress(
             on_event=live.message,
             on_attempt=lambda attempt: err().print(describe(attempt), highlight=False),
             on_note=lambda note: err().print(note, highlight=False),
             live=live,
+            keep=keeper(warn),
         )
         result = tune_with_profiles(
             facts,

@@ -32,6 +32,7 @@ from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
 from moetune.jobs.names import CONFIG_NAMES, ENDPOINTS
+from moetune.jobs.speed import machine_of
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
@@ -355,6 +356,9 @@ def bench_model(
         configs=runs,
         results=results,
         verdicts=verdicts(results),
+        machine=machine_of(setup),
+        llama_cpp_build=setup.info.build_number,
+        llama_cpp_commit=setup.info.commit,
     )
 
 

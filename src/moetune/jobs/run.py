@@ -29,6 +29,7 @@ from moetune.errors import (
 )
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
+from moetune.jobs.speed import PointSink, launch_points
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
@@ -121,14 +122,16 @@ def run_trial(
     on_event: Event,
     counts: tuple[int, ...] = (),
     live: StatusSink = NO_STATUS,
+    keep: PointSink = lambda points: None,
 ) -> Attempt:
     """Launch at ``--n-cpu-moe n`` (and ``-ts counts`` on several devices), fill the
     context, measure each device, stop the server; each phase and the devices' memory
-    (sampled while the server runs) told to ``live``."""
+    (sampled while the server runs) told to ``live``, the speeds measured to ``keep``."""
     guesses = predicted
     split = list(counts_split(counts)) if counts else []
     on_event(f"N={n}: starting llama-server")
-    server = spec.start(spec.args(Placement.with_n_cpu_moe(n, tensor_split=tuple(split))))
+    args = spec.args(Placement.with_n_cpu_moe(n, tensor_split=tuple(split)))
+    server = spec.start(args)
     live.phase("loading", subject=f"N={n}")
     names = [device.name for device in setup.devices]
     with server, sampling(probe_reader(setup.probes, names, server), live):
@@ -156,6 +159,7 @@ def run_trial(
             if (line := server.failure()) is not None:
                 return _oom(n, guesses, server, line, split)
             raise
+    keep(launch_points(spec.model, args, setup, fill=done, speed=speed))
     total = None if any(m is None for m in measured) else sum(m or 0 for m in measured)
     attempt = Attempt(
         n_cpu_moe=n,
@@ -211,6 +215,7 @@ class Progress:
     on_attempt: Callable[[Attempt], None] = lambda attempt: None
     on_note: Event = lambda text: None
     live: StatusSink = NO_STATUS
+    keep: PointSink = lambda points: None  # each launch's measured speeds (jobs/speed.py)
 
 
 def _limiting(best: Attempt | None, setup: DeviceSetup) -> str | None:
@@ -285,6 +290,7 @@ def tune_model(
             fill=fill,
             on_event=progress.on_event,
             live=progress.live,
+            keep=progress.keep,
         )
         progress.on_attempt(attempt)
         return attempt
@@ -443,6 +449,7 @@ def confirm_n(
         counts=counts,
         on_event=progress.on_event,
         live=progress.live,
+        keep=progress.keep,
     )
     progress.on_attempt(attempt)
     return _result(spec, setup, n, [attempt], reused=True)

@@ -15,6 +15,7 @@ from moetune.core.search import Attempt
 from moetune.core.settings import Settings
 from moetune.errors import BadValueError
 from moetune.records.fit import FitChoice
+from moetune.records.speed import SpeedMachine
 
 RESULT_KIND = "moetune.bench"
 
@@ -146,6 +147,10 @@ class BenchResult(_Frozen):
     configs: list[ConfigRun]
     results: list[DepthResult]
     verdicts: list[Verdict]
+    # where it ran and with which llama.cpp (what its speed points keep); None: not known
+    machine: SpeedMachine | None = None
+    llama_cpp_build: int | None = None
+    llama_cpp_commit: str | None = None
 
 
 def summarize(

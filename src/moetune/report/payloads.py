@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.quants import QuantsResult
     from moetune.records.results import BenchResult, RunResult
+    from moetune.records.speed import CalibrateResult
     from moetune.store.hardware import HardwareProfile
     from moetune.store.tuned import TunedProfile
 
@@ -132,6 +133,12 @@ def run_profile_payload(result: RunResult) -> dict[str, Any]:
 
 def bench_payload(result: BenchResult) -> dict[str, Any]:
     """The JSON form (report.to_json adds the schema version)."""
+    return result.model_dump(mode="json")
+
+
+def calibrate_payload(result: CalibrateResult) -> dict[str, Any]:
+    """``files`` (each with ``file``, ``tool``, ``points``, ``saved_path``, ``already_saved``),
+    ``store`` (the folder) and ``total_points`` (every point kept there)."""
     return result.model_dump(mode="json")
 
 

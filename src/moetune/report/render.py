@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.quants import QuantsResult
     from moetune.records.results import BenchResult, RunResult
+    from moetune.records.speed import CalibrateResult
     from moetune.store.hardware import HardwareProfile
     from moetune.store.tuned import TunedProfile
 
@@ -70,6 +71,13 @@ class BenchView:
 
     result: BenchResult
     chart: bool = False
+
+
+@dataclass(frozen=True)
+class CalibrateView:
+    """``calibrate``: the files imported, their points and where they are kept."""
+
+    result: CalibrateResult
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,7 @@ View = (
     | QuantsView
     | RunView
     | BenchView
+    | CalibrateView
     | ProfilesView
     | TunedView
     | HardwareView
@@ -197,6 +206,8 @@ def payload(view: View) -> dict[str, Any]:
             return {**p.run_payload(view.result), "profile": p.run_profile_payload(view.result)}
         case BenchView():
             return p.bench_payload(view.result)
+        case CalibrateView():
+            return p.calibrate_payload(view.result)
         case ProfilesView():
             return p.profiles_payload(view.hardware, view.tuned, view.root, view.hardware_broken)
         case TunedView() | HardwareView():
@@ -236,6 +247,10 @@ def text(view: View) -> RenderableType:
             from moetune.report.bench import render_bench, render_report
 
             return render_report(view.result) if view.chart else render_bench(view.result)
+        case CalibrateView():
+            from moetune.report.calibrate import render_calibrate
+
+            return render_calibrate(view.result)
         case ProfilesView():
             from moetune.report.profiles import render_profiles_list
 

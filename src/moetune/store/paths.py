@@ -2,7 +2,8 @@
 
 - config (hardware profiles of your own, tuned profiles): ``$MOETUNE_HOME``, else the user
   config dir (``$XDG_CONFIG_HOME/moetune``, usually ``~/.config/moetune``);
-- data (saved bench results): ``$MOETUNE_HOME/bench``, else ``<user data dir>/moetune/bench``;
+- data (saved bench results, speed points): ``$MOETUNE_HOME/bench`` and ``$MOETUNE_HOME/speed``,
+  else ``<user data dir>/moetune/bench`` and ``.../speed``;
 - logs (llama-server's, one per launch): ``$MOETUNE_HOME/logs``, else
   ``<user cache dir>/moetune/logs``;
 - the hub cache (remote headers, listings; moetune.hub): ``$MOETUNE_HOME/hub``, else
@@ -51,6 +52,16 @@ def bench_dir() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir(APP)) / "bench"
+
+
+def speed_dir() -> Path:
+    """Speed points (store/speed.py): ``$MOETUNE_HOME/speed``, else
+    ``<user data dir>/moetune/speed``."""
+    if (home := home_override()) is not None:
+        return home / "speed"
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP)) / "speed"
 
 
 def log_dir() -> Path:

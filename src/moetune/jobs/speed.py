@@ -1,0 +1,277 @@
+"""moetune's own measurements as speed points, and keeping them: each `bench` configuration
+and depth (a prompt point and a generation point), each `run` launch's fill and timed
+requests. Saving never fails the command that measured: a failure is a warning.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from moetune.core.flags import pairs
+from moetune.core.placement import EXPS_REGEX
+from moetune.errors import MoetuneError
+from moetune.records.results import BenchResult, DepthResult
+from moetune.records.speed import (
+    FlashAttn,
+    SpeedMachine,
+    SpeedModel,
+    SpeedPlacement,
+    SpeedPoint,
+    SpeedSource,
+)
+from moetune.store.speed import SpeedStore
+from moetune.store.tuned import model_identity
+
+if TYPE_CHECKING:
+    from moetune.jobs.launch import DeviceSetup
+    from moetune.llamacpp.client import CompletionResult
+
+PointSink = Callable[[list[SpeedPoint]], None]
+_BACKENDS = {"cuda": "CUDA", "rpc": "RPC"}
+_CPU_INFO = Path("/proc/cpuinfo")
+
+
+def cpu_info() -> str | None:
+    """The CPU's name as llama.cpp's CPU backend gives it (llama-bench's ``cpu_info``): on
+    Linux /proc/cpuinfo's ``model name``."""
+    try:
+        for line in _CPU_INFO.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def machine_of(setup: DeviceSetup) -> SpeedMachine:
+    """This machine with the devices a job ran on (llama.cpp's order)."""
+    kinds = [_BACKENDS.get(d.kind, d.kind.upper()) for d in setup.devices]
+    backends = [k for k in dict.fromkeys(kinds) if k != "RPC"] + (["RPC"] if "RPC" in kinds else [])
+    return SpeedMachine(
+        cpu_info=cpu_info(),
+        gpu_info=", ".join(d.description for d in setup.devices if d.description) or None,
+        backends=backends or ["CPU"],
+        devices=[d.name for d in setup.devices],
+    )
+
+
+def model_of(path: str) -> SpeedModel:
+    """The model at ``path``: moetune's identity of it (name, size, header hash) where the
+    file is readable here, else its name."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    try:
+        identity = model_identity(path)
+    except (MoetuneError, OSError, ValueError):
+        return SpeedModel(file_name=name, path=path)
+    return SpeedModel(
+        file_name=identity.file_name,
+        path=path,
+        file_bytes=identity.file_bytes,
+        header_sha256=identity.header_sha256,
+    )
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def settings_of_args(args: Sequence[str]) -> tuple[SpeedPlacement, dict[str, Any]]:
+    """What llama-server's ``args`` say of the placement and the speed settings (the last of
+    a repeated flag wins; llama.cpp's default where a flag is absent: None)."""
+    rules: list[str] = []
+    found: dict[str, Any] = {}
+    n_cpu_moe, ngl, split, mode, no_op, fit = 0, None, [], None, False, False
+    for pair in pairs(args):
+        value = pair.value
+        if pair.is_("--n-cpu-moe"):
+            n_cpu_moe = _int(value) or 0
+        elif pair.is_("--cpu-moe"):
+            rules.append(f"{EXPS_REGEX}=CPU")
+        elif pair.is_("--override-tensor") and value:
+            rules += [rule for rule in value.split(",") if rule]
+        elif pair.is_("--n-gpu-layers"):
+            ngl = _int(value)
+        elif pair.is_("--tensor-split") and value:
+            split = [float(p) for p in value.replace("/", ",").split(",") if p]
+        elif pair.is_("--split-mode"):
+            mode = value
+        elif pair.is_("--op-offload"):
+            no_op = pair.name == "--no-op-offload"
+        elif pair.is_("--fit"):
+            fit = value == "on"
+        elif pair.is_("--ubatch-size"):
+            found["n_ubatch"] = _int(value)
+        elif pair.is_("--batch-size"):
+            found["n_batch"] = _int(value)
+        elif pair.is_("--threads"):
+            found["n_threads"] = _int(value)
+        elif pair.is_("--cache-type-k"):
+            found["type_k"] = value
+        elif pair.is_("--cache-type-v"):
+            found["type_v"] = value
+        elif pair.is_("--flash-attn") and value in ("on", "off", "auto"):
+            flash: FlashAttn = value  # type: ignore[assignment]
+            found["flash_attn"] = flash
+    found.setdefault("n_ubatch", 512)  # llama-server's defaults
+    found.setdefault("n_batch", 2048)
+    placement = SpeedPlacement(
+        n_cpu_moe=n_cpu_moe,
+        override_tensor=rules,
+        n_gpu_layers=ngl,
+        tensor_split=split if any(split) else [],
+        split_mode=mode,
+        no_op_offload=no_op,
+        fit=fit,
+    )
+    return placement, found
+
+
+def _median_int(values: Sequence[int]) -> int:
+    return int(statistics.median(values))
+
+
+def depth_points(
+    row: DepthResult,
+    args: Sequence[str],
+    *,
+    model: SpeedModel,
+    machine: SpeedMachine,
+    source: SpeedSource,
+) -> list[SpeedPoint]:
+    """One configuration at one depth: its prompt processing (the prompt of ``depth`` tokens
+    from an empty cache) and its generation after that prompt, by the server's timings."""
+    placement, settings = settings_of_args(args)
+    prompt_n = _median_int([s.prompt_n for s in row.samples])
+    predicted_n = _median_int([s.predicted_n for s in row.samples])
+    common: dict[str, Any] = {
+        "model": model,
+        "placement": placement,
+        **settings,
+        "machine": machine,
+        "source": source,
+    }
+    points = []
+    if prompt_n > 0:
+        points.append(
+            SpeedPoint(
+                kind="prompt",
+                n_prompt=prompt_n,
+                n_gen=0,
+                tps=row.prefill_tps.median,
+                samples_tps=[s.prefill_tps for s in row.samples],
+                **common,
+            )
+        )
+    if predicted_n > 0:
+        points.append(
+            SpeedPoint(
+                kind="generation",
+                n_depth=prompt_n,
+                n_prompt=0,
+                n_gen=predicted_n,
+                tps=row.decode_tps.median,
+                samples_tps=[s.decode_tps for s in row.samples],
+                **common,
+            )
+        )
+    return points
+
+
+def bench_points(result: BenchResult, file: str | None) -> list[SpeedPoint]:
+    """Every configuration and depth of a bench that launched its servers (a bench of a
+    running server, ``--server-url``, has no placement to keep: none)."""
+    if result.server_url is not None or result.model is None:
+        return []
+    model = model_of(result.model)
+    machine = result.machine or SpeedMachine()
+    configs = {c.name: c for c in result.configs}
+    points: list[SpeedPoint] = []
+    for row in result.results:
+        source = SpeedSource(
+            tool="moetune bench",
+            file=file,
+            build_number=result.llama_cpp_build,
+            build_commit=result.llama_cpp_commit,
+            config=row.config,
+            measured_at=result.created,
+        )
+        args = configs[row.config].args
+        points += depth_points(row, args, model=model, machine=machine, source=source)
+    return points
+
+
+def launch_points(
+    model: str,
+    args: Sequence[str],
+    setup: DeviceSetup,
+    *,
+    fill: CompletionResult,
+    speed: DepthResult | None,
+) -> list[SpeedPoint]:
+    """One `run` launch: the fill's prompt processing (the context as one prompt) and, where
+    it measured them, the timed requests' generation."""
+    source = SpeedSource(
+        tool="moetune run",
+        build_number=setup.info.build_number,
+        build_commit=setup.info.commit,
+        measured_at=_now(),
+    )
+    known, machine = model_of(model), machine_of(setup)
+    placement, settings = settings_of_args(args)
+    points = []
+    if fill.prompt_n > 0 and fill.prompt_per_second > 0:
+        points.append(
+            SpeedPoint(
+                kind="prompt",
+                model=known,
+                placement=placement,
+                n_prompt=fill.prompt_n,
+                n_gen=0,
+                tps=fill.prompt_per_second,
+                samples_tps=[fill.prompt_per_second],
+                machine=machine,
+                source=source,
+                **settings,
+            )
+        )
+    if speed is not None:
+        timed = depth_points(speed, args, model=known, machine=machine, source=source)
+        points += [p for p in timed if p.kind == "generation"]
+    return points
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def keeper(warn: Callable[[str], None], store: SpeedStore | None = None) -> PointSink:
+    """A sink that keeps each `run` launch's points (``warn`` when it cannot)."""
+
+    def keep(points: list[SpeedPoint]) -> None:
+        if points:
+            keep_points(points, f"run-{points[0].model.file_name}", warn, store)
+
+    return keep
+
+
+def keep_points(
+    points: Sequence[SpeedPoint],
+    stem: str,
+    warn: Callable[[str], None],
+    store: SpeedStore | None = None,
+) -> Path | None:
+    """Keep ``points``; where that fails, a warning and None (the command goes on)."""
+    if not points:
+        return None
+    try:
+        path, _ = (store or SpeedStore()).save(points, stem)
+    except (MoetuneError, OSError) as exc:
+        warn(f"the speed points were not kept: {exc}")
+        return None
+    return path

@@ -1,0 +1,84 @@
+"""`moetune calibrate` on what the test rig's real llama-bench writes (``-o json`` and
+``-o jsonl``), on a tiny MoE model with ggml-rpc-server on 127.0.0.1 as the device."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.factory import ModelFactory
+from support.helpers import cli
+from support.llama import bin_path
+
+UBATCHES = (32, 64)
+N_CPU_MOE = 2
+
+
+@pytest.fixture(scope="module")
+def model(model_factory: ModelFactory) -> Path:
+    return model_factory("qwen3moe", n_layers=8)
+
+
+def llama_bench(model: Path, rpc: str, output: str, out: Path) -> Path:
+    args = [str(bin_path("llama-bench")), "-m", str(model), "--rpc", rpc]
+    args += ["-p", "32", "-n", "8", "-r", "1", "-t", "2", "--n-cpu-moe", str(N_CPU_MOE)]
+    args += ["-ub", ",".join(map(str, UBATCHES)), "-o", output]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out.write_text(done.stdout)
+    return out
+
+
+@pytest.fixture(scope="module")
+def written(model: Path, rpc: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("llama-bench")
+    return {
+        kind: llama_bench(model, rpc, kind, root / f"bench.{kind}") for kind in ("json", "jsonl")
+    }
+
+
+def imported(*paths: Path) -> dict[str, Any]:
+    code, out, err = cli("calibrate", *map(str, paths), "--json")
+    assert code == 0, out + err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+@pytest.mark.parametrize("kind", ["json", "jsonl"])
+def test_the_rigs_llama_bench(written: dict[str, Path], model: Path, kind: str) -> None:
+    """Each test is a point: pp32 and tg8 at each ubatch, --n-cpu-moe 2, 2 threads, on RPC;
+    the model known by moetune's identity (the file is here)."""
+    data = imported(written[kind])
+    (found,) = data["files"]
+    points = found["points"]
+    tests = sorted((p["n_ubatch"], p["kind"], p["n_prompt"], p["n_gen"]) for p in points)
+    assert tests == sorted(
+        (ub, kind, n_p, n_g)
+        for ub in UBATCHES
+        for kind, n_p, n_g in (("prompt", 32, 0), ("generation", 0, 8))
+    )
+    rows = (
+        json.loads(written[kind].read_text())
+        if kind == "json"
+        else [json.loads(line) for line in written[kind].read_text().splitlines() if line]
+    )
+    for point, row in zip(points, rows, strict=True):
+        assert point["tps"] == row["avg_ts"] and point["samples_tps"] == row["samples_ts"]
+        assert point["placement"]["n_cpu_moe"] == N_CPU_MOE and point["n_threads"] == 2
+        assert point["n_depth"] == 0 and point["tps"] > 0
+        assert "RPC" in point["machine"]["backends"]
+        assert point["model"]["file_name"] == model.name
+        assert point["model"]["header_sha256"] is not None
+        assert point["model"]["model_bytes"] == row["model_size"]
+    assert found["already_saved"] is False
+
+
+def test_the_same_run_imported_twice(written: dict[str, Path]) -> None:
+    first = imported(written["json"], written["jsonl"])
+    assert first["total_points"] == 8
+    again = imported(written["json"])
+    assert again["files"][0]["already_saved"] and again["total_points"] == 8
