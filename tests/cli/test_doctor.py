@@ -13,11 +13,12 @@ from moetune import hardware
 from moetune.cli import app
 from moetune.errors import ExitCode
 from moetune.hardware import host as hardware_host
+from moetune.hardware import membw
 from moetune.llamacpp import process
 from moetune.store.hardware import find_hardware_profile
 
 from support.doctor import HARDWARE, QWEN, cuda_server, gpu_4090, host, only, run
-from support.fakes import FakeGpuProbe, FakeHostProbe
+from support.fakes import FakeGpuProbe, FakeHostProbe, FakeRamBandwidthProbe
 
 
 def test_model_on_a_4060ti_names_ram_as_the_bottleneck() -> None:
@@ -25,7 +26,7 @@ def test_model_on_a_4060ti_names_ram_as_the_bottleneck() -> None:
     report = run(model=QWEN, gpu_profile=profile, ram_bandwidth_bytes_per_s=40 * 10**9)
     c = report.ceiling
     assert c is not None and c.n_cpu_moe is not None and c.n_cpu_moe > 0
-    assert c.bottleneck == "RAM bandwidth" and not c.ram_bandwidth_assumed
+    assert c.bottleneck == "RAM bandwidth" and c.ram_bandwidth_source == "given"
     assert c.cpu_bytes_per_token / c.ram_bandwidth_bytes_per_s > (
         c.gpu_bytes_per_token / (288 * 10**9)
     )
@@ -45,6 +46,7 @@ def fake_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     # The command imports these when it runs: patch them where it finds them.
     monkeypatch.setattr(hardware, "detect_gpu_probe", lambda: FakeGpuProbe([gpu]))
     monkeypatch.setattr(hardware_host, "PsutilHostProbe", lambda: FakeHostProbe(host(is_wsl=True)))
+    monkeypatch.setattr(membw, "StreamingReadProbe", FakeRamBandwidthProbe.typical)
     monkeypatch.setattr(process, "find_server", lambda explicit: Path("/x/llama-server"))
     monkeypatch.setattr(process, "server_info", lambda path: cuda_server())
 
@@ -116,3 +118,35 @@ def test_cli_doctor_takes_the_planning_options() -> None:
     assert n_cpu_moe("--vram", "16G", "--headroom", "0") < roomy
     refused = CliRunner().invoke(app, [*base, "--ctx", "max"])
     assert refused.exit_code == ExitCode.BAD_VALUE and "one context" in refused.stderr
+
+
+@pytest.mark.usefixtures("fake_machine")
+def test_cli_doctor_measures_links_and_ram_bandwidth() -> None:
+    """JSON: each GPU's link under gpus[i].pcie, the measured RAM read bandwidth under host,
+    saved, and read back by --no-measure; the text says what was measured."""
+    result = CliRunner().invoke(app, ["doctor", str(QWEN), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (gpu,) = data["gpus"]
+    assert gpu["pcie"] == {
+        "gen_current": 3,
+        "width_current": 16,
+        "gen_max": 3,
+        "width_max": 16,
+        "gen_card_max": None,
+        "current_bytes_per_s": 15_753_846_154,
+        "max_bytes_per_s": 15_753_846_154,
+    }
+    assert "pcie_gen_max" not in gpu  # one place for the link
+    assert data["host"]["ram_read_bandwidth_bytes_per_s"] == 80 * 10**9
+    measured = data["host"]["ram_read_bandwidth"]
+    assert measured["source"] == "measured" and measured["threads"] == 8
+    assert measured["buffer_bytes"] == 512 * 1024**2 and measured["by_threads"]["1"] > 0
+    assert data["ceiling"]["ram_bandwidth_source"] == "measured"
+    assert data["ceiling"]["ram_bandwidth_bytes_per_s"] == 80 * 10**9
+    again = CliRunner().invoke(app, ["doctor", "--no-measure", "--json"])
+    saved = json.loads(again.stdout)["host"]
+    assert saved["ram_read_bandwidth"]["source"] == "saved"
+    assert saved["ram_read_bandwidth_bytes_per_s"] == 80 * 10**9
+    text = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "200"}).stdout
+    assert "ram-bandwidth" in text and "RAM read 80.0 GB/s (a read-only streaming figure" in text

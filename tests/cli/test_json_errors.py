@@ -159,7 +159,7 @@ def test_does_not_fit_puts_the_error_into_the_plan_document() -> None:
 
 
 def test_a_failed_check_puts_the_error_into_the_report_document(no_search: Path) -> None:
-    code, out, err = cli("doctor", "--vram", "24G", "--json")
+    code, out, err = cli("doctor", "--vram", "24G", "--no-measure", "--json")
     assert code == ExitCode.CHECK_FAILED, out + err
     data = one_document(out)
     assert "findings" in data and data["error"]["code"] == ExitCode.CHECK_FAILED

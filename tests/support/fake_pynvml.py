@@ -74,7 +74,9 @@ class FakeDevice:
     uuid: str | bytes = "GPU-6e5b2f43-1c1a-7d0e-9a53-7f1c7b0e2a11"
     total: int = 24564 * MIB
     used: int = 1187 * MIB
+    # current gen, max gen, current width, max width (the max: what card and slot allow)
     pcie: tuple[int, int, int, int] = (1, 4, 16, 16)
+    card_gen: int = 4  # the card's own maximum generation, whatever the slot
     bus_id: str = "00000000:01:00.0"
     processes: list[Process] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
@@ -161,6 +163,9 @@ class FakeNvml:
 
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeDevice) -> object:
         return handle.answer("nvmlDeviceGetMaxPcieLinkWidth", handle.pcie[3])
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: FakeDevice) -> object:
+        return handle.answer("nvmlDeviceGetGpuMaxPcieLinkGeneration", handle.card_gen)
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: FakeDevice) -> object:
         return handle.answer("nvmlDeviceGetComputeRunningProcesses_v3", list(handle.processes))

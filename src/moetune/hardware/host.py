@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -11,6 +12,9 @@ import psutil
 from moetune.hardware.base import HostInfo
 
 PROC_VERSION = Path("/proc/version")
+PROC_CPUINFO = Path("/proc/cpuinfo")
+# x86 names its CPU "model name"; some ARM kernels give "Hardware" or "Model" instead
+CPUINFO_KEYS = ("model name", "Hardware", "Model")
 # cgroup v2 first, then v1; v1 reports "no limit" as a huge page-aligned number.
 CGROUP_LIMIT_FILES = (
     Path("/sys/fs/cgroup/memory.max"),
@@ -28,8 +32,10 @@ class PsutilHostProbe:
         proc_version: Path = PROC_VERSION,
         cgroup_limit_files: tuple[Path, ...] = CGROUP_LIMIT_FILES,
         environ: Mapping[str, str] | None = None,
+        proc_cpuinfo: Path = PROC_CPUINFO,
     ) -> None:
         self._proc_version = proc_version
+        self._proc_cpuinfo = proc_cpuinfo
         self._cgroup_limit_files = cgroup_limit_files
         self._environ = os.environ if environ is None else environ
 
@@ -46,6 +52,7 @@ class PsutilHostProbe:
             logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
             is_wsl=self.is_wsl(),
             ram_limit_bytes=cgroup_ram_limit(self._cgroup_limit_files, ram.total),
+            cpu_model=cpu_model(self._proc_cpuinfo),
         )
 
     def is_wsl(self) -> bool:
@@ -56,6 +63,24 @@ class PsutilHostProbe:
             return "microsoft" in self._proc_version.read_text(errors="replace").lower()
         except OSError:
             return False
+
+
+def cpu_model(proc_cpuinfo: Path = PROC_CPUINFO) -> str | None:
+    """The CPU's name from ``/proc/cpuinfo``, else ``platform.processor()``; ``None`` if
+    neither says."""
+    try:
+        text = proc_cpuinfo.read_text(errors="replace")
+    except OSError:
+        text = ""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and value.strip():
+            fields.setdefault(key.strip(), " ".join(value.split()))
+    for key in CPUINFO_KEYS:
+        if key in fields:
+            return fields[key]
+    return platform.processor().strip() or None
 
 
 def cgroup_ram_limit(files: tuple[Path, ...], ram_total_bytes: int) -> int | None:

@@ -29,6 +29,7 @@ PCIE_FUNCTIONS = {
     "pcie_gen_max": "nvmlDeviceGetMaxPcieLinkGeneration",
     "pcie_width_current": "nvmlDeviceGetCurrPcieLinkWidth",
     "pcie_width_max": "nvmlDeviceGetMaxPcieLinkWidth",
+    "pcie_gen_card_max": "nvmlDeviceGetGpuMaxPcieLinkGeneration",  # the card's, slot aside
 }
 QUERY_HINT = f"run `nvidia-smi` to see the GPU's state, or {VRAM_HINT}"
 LOST_HINT = "see `dmesg` for Xid errors; reset the GPU (nvidia-smi -r) or reboot"

@@ -1,10 +1,12 @@
 """`moetune doctor`: what on this machine helps or hurts expert offload, each with its fix.
 
-Findings are ok / warn / fail. Without a model: GPUs and their memory, the PCIe link (current
-and maximum generation and width), the driver, CPU cores, RAM, swap, WSL2, llama-server. With
-a model: the RAM its CPU-resident experts need against the RAM available, and a decode-speed
-ceiling from bandwidths: every token reads the dense weights and the active experts' share of
-the experts on each side, so
+Findings are ok / warn / fail. Without a model: GPUs and their memory, each GPU's PCIe link
+(current and maximum generation and width, the card's own, its bandwidth per direction), the
+driver, CPU cores, RAM and its read bandwidth (measured in about a second and saved for
+plan and calibrate, unless ``--no-measure``), swap, WSL2, llama-server and the devices it
+lists (an RPC device's link is the network). With a model: the RAM its CPU-resident experts
+need against the RAM available, and a decode-speed ceiling from bandwidths: every token
+reads the dense weights and the active experts' share of the experts on each side, so
 
     seconds per token >= GPU bytes per token / GPU bandwidth + CPU bytes per token / RAM bandwidth
 
@@ -12,13 +14,15 @@ and the larger term names the bottleneck. Prompt processing has a third limit: w
 on the CPU, llama.cpp copies them to the GPU for every micro-batch of 32 tokens or more
 (``offload_op`` in ggml-cuda.cu, ``GGML_OP_OFFLOAD_MIN_BATCH``), so the PCIe link caps it.
 
-Pure apart from the probes it is given; returns data (report/doctor.py renders it).
+Pure apart from the probes and the machine file (the saved RAM figure) it is given; returns
+data (report/doctor.py renders it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -32,7 +36,15 @@ from moetune.core.plan import PlanRequest, RamCheck, check_ram, make_plan
 from moetune.core.planner import DEFAULT_HEADROOM_BYTES
 from moetune.errors import BadValueError, DoesNotFitError, MoetuneError, ServerNotFoundError
 from moetune.gguf.roles import Role
-from moetune.hardware.base import VRAM_HINT, GpuInfo, GpuProbe, HostInfo, HostProbe
+from moetune.hardware.base import (
+    VRAM_HINT,
+    GpuInfo,
+    GpuProbe,
+    HostInfo,
+    HostProbe,
+    RamBandwidth,
+    RamBandwidthProbe,
+)
 from moetune.llamacpp.info import INSTALL_HINT
 from moetune.records.server import ServerInfo
 from moetune.store.hardware import (
@@ -42,9 +54,16 @@ from moetune.store.hardware import (
     pcie_bandwidth_bytes_per_s,
     scan_hardware_profiles,
 )
+from moetune.store.machine import (
+    MachineIdentity,
+    SavedRamBandwidth,
+    save_ram_bandwidth,
+    saved_ram_bandwidth,
+)
 from moetune.units import GIB, Ctx, Sizes, format_bytes, per_device
 
 Status = Literal["ok", "warn", "fail"]
+RamBandwidthSource = Literal["given", "measured", "saved", "assumed"]
 # Assumed when not given: a dual-channel desktop (DDR4-3200 is 51 GB/s, DDR5-6000 96 GB/s in
 # theory; CPU inference reaches a good part of that, not all of it).
 DEFAULT_RAM_BANDWIDTH_BYTES_PER_S = 60 * 10**9
@@ -57,7 +76,8 @@ WSLCONFIG_FIX = (
 
 
 class Finding(BaseModel):
-    check: str  # gpu pcie driver cpu ram swap wsl llama-server; model-fit model-ram decode prefill
+    check: str  # gpu pcie driver cpu ram ram-bandwidth swap wsl llama-server device;
+    # with a model: model-fit model-ram decode prefill
     status: Status
     message: str
     fix: str | None = None
@@ -71,13 +91,45 @@ class SpeedCeiling(BaseModel):
     cpu_bytes_per_token: int
     gpu_bandwidth_bytes_per_s: int | None  # None: unknown, its term left out
     ram_bandwidth_bytes_per_s: int
-    ram_bandwidth_assumed: bool
+    ram_bandwidth_source: RamBandwidthSource  # --ram-bandwidth, measured now, saved, assumed
     decode_tps: float | None  # None: no bandwidth known for what each token reads
     bottleneck: str  # "RAM bandwidth" or "GPU memory bandwidth"
     cpu_expert_bytes: int
     pcie_bytes_per_s: int | None
     n_ubatch: int
     prefill_tps: float | None  # the PCIe limit on prompt processing; None: no copies or unknown
+
+
+class PcieLink(BaseModel):
+    """One GPU's PCIe link as NVML reports it: now (it drops at idle), the most the card and
+    its slot allow together, and the card's own generation; bytes per second per direction."""
+
+    gpu_index: int
+    gen_current: int | None
+    width_current: int | None
+    gen_max: int | None
+    width_max: int | None
+    gen_card_max: int | None
+    current_bytes_per_s: int | None
+    max_bytes_per_s: int | None
+
+
+class DeviceLink(BaseModel):
+    """How a device llama-server lists reaches this host: a CUDA GPU by PCIe, an RPC device
+    by the network (no PCIe link of this machine's)."""
+
+    name: str
+    description: str
+    link: Literal["pcie", "network"]
+
+
+class RamRead(BaseModel):
+    """This machine's RAM read bandwidth: measured now, or saved by an earlier doctor; the
+    file it was saved to or read from."""
+
+    figure: SavedRamBandwidth
+    source: Literal["measured", "saved"]
+    file: str | None
 
 
 class DoctorReport(BaseModel):
@@ -87,6 +139,9 @@ class DoctorReport(BaseModel):
     server: ServerInfo | None
     model: str | None = None
     ceiling: SpeedCeiling | None = None
+    pcie: list[PcieLink] = []  # one per GPU in ``gpus``
+    device_links: list[DeviceLink] = []
+    ram_read: RamRead | None = None
 
     @property
     def worst(self) -> Status:
@@ -105,7 +160,9 @@ class DoctorInputs:
     gpu_profile: HardwareProfile | None = None  # --gpu: for the model checks, not detection
     vram_bytes: int | None = None  # --vram: the GPU the model checks plan for
     ram_bytes: int | None = None  # --ram: the RAM the model checks count on
-    ram_bandwidth_bytes_per_s: int | None = None
+    ram_bandwidth_bytes_per_s: int | None = None  # --ram-bandwidth: for the ceiling
+    ram_probe: RamBandwidthProbe | None = None  # None: --no-measure
+    machine_file: Path | None = None  # where the measured figure is kept; None: not kept
     n_ctx: int | None = None
     cache_type: str = "q8_0"
     target_bytes: int | None = None  # --target-vram: the peak allowed
@@ -130,7 +187,7 @@ class GpuTarget:
 
 
 def _gbps(rate: float) -> str:
-    return f"{rate / 1e9:.0f} GB/s" if rate >= 1e10 else f"{rate / 1e9:.1f} GB/s"
+    return f"{rate / 1e9:.0f} GB/s" if rate >= 1e11 else f"{rate / 1e9:.1f} GB/s"
 
 
 # --- GPUs ----------------------------------------------------------------------------------------
@@ -193,46 +250,91 @@ def _link(gen: int | None, width: int | None) -> str:
     return f"PCIe {gen or '?'}.0 x{width or '?'}"
 
 
-def pcie_finding(gpu: GpuInfo, profile: HardwareProfile | None) -> Finding:
-    """The slot's maximum link against the card's, and the link now."""
-    gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
-    now = _link(gpu.pcie_gen_current, gpu.pcie_width_current)
-    if gen is None or width is None:
+def link_bytes_per_s(gen: int | None, width: int | None) -> int | None:
+    """One direction of a link; ``None`` when its generation or width is unknown."""
+    if not gen or not width:
+        return None
+    try:
+        return pcie_bandwidth_bytes_per_s(gen, width)
+    except ValueError:
+        return None
+
+
+def pcie_link(gpu: GpuInfo) -> PcieLink:
+    """``gpu``'s link and its bandwidth, now and at most."""
+    return PcieLink(
+        gpu_index=gpu.index,
+        gen_current=gpu.pcie_gen_current,
+        width_current=gpu.pcie_width_current,
+        gen_max=gpu.pcie_gen_max,
+        width_max=gpu.pcie_width_max,
+        gen_card_max=gpu.pcie_gen_card_max,
+        current_bytes_per_s=link_bytes_per_s(gpu.pcie_gen_current, gpu.pcie_width_current),
+        max_bytes_per_s=link_bytes_per_s(gpu.pcie_gen_max, gpu.pcie_width_max),
+    )
+
+
+NARROW_LANES = 4  # x4 or less: a chipset slot, a riser or a laptop's link
+
+
+def pcie_finding(link: PcieLink, profile: HardwareProfile | None) -> Finding:
+    """The most card and slot allow against the card's own (NVML's, else its profile's), and
+    the link now. NVML reports the current link, whose generation drops at idle to save
+    power: that alone is no fault."""
+    gen, width, index = link.gen_max, link.width_max, link.gpu_index
+    if gen is None or width is None or link.max_bytes_per_s is None:
         return Finding(
             check="pcie",
             status="warn",
-            message=f"GPU {gpu.index}: PCIe link unknown",
+            message=f"GPU {index}: PCIe link unknown",
             fix="check it with `nvidia-smi -q -d PCIE`",
         )
-    bandwidth = _gbps(pcie_bandwidth_bytes_per_s(gen, width))
-    link = f"GPU {gpu.index}: {_link(gen, width)} max ({bandwidth}), {now} now"
+    now = _link(link.gen_current, link.width_current)
+    if link.current_bytes_per_s is not None:
+        now += f" ({_gbps(link.current_bytes_per_s)})"
+    head = f"GPU {index}: {_link(gen, width)} max ({_gbps(link.max_bytes_per_s)} per direction)"
+    message = f"{head}, {now} now"
     slow_fix = (
         "prompt processing with experts on the CPU copies them over this link: use a "
         "CPU-attached slot with the card's full link (check the BIOS link speed); "
         "-ub 2048 -b 2048 makes fewer copies"
     )
-    if profile is not None and (gen < profile.pcie_gen or width < profile.pcie_lanes):
-        card = _link(profile.pcie_gen, profile.pcie_lanes)
-        return Finding(
-            check="pcie", status="warn", message=f"{link}: the card supports {card}", fix=slow_fix
-        )
-    if gen <= 3:
-        return Finding(
-            check="pcie", status="warn", message=f"{link}: PCIe 3.0 or older", fix=slow_fix
-        )
-    if (gpu.pcie_width_current or width) < width:
+    card_gen = link.gen_card_max or (profile.pcie_gen if profile else None)
+    card_lanes = profile.pcie_lanes if profile else None
+    if (card_gen and gen < card_gen) or (card_lanes and width < card_lanes):
+        card = _link(card_gen or gen, card_lanes or width)
         return Finding(
             check="pcie",
             status="warn",
-            message=f"{link}: running with fewer lanes",
-            fix="reseat it; check the slot's lane sharing (M.2 drives)",
+            message=f"{message}: the card supports {card}, the slot less",
+            fix=slow_fix,
         )
-    idle = (
-        " (a lower generation at idle is power saving)"
-        if (gpu.pcie_gen_current or gen) < gen
-        else ""
-    )
-    return Finding(check="pcie", status="ok", message=link + idle)
+    if gen <= 3:
+        return Finding(
+            check="pcie", status="warn", message=f"{message}: PCIe 3.0 or older", fix=slow_fix
+        )
+    if card_lanes is None and width <= NARROW_LANES:
+        return Finding(
+            check="pcie",
+            status="warn",
+            message=f"{message}: an x{width} link (a chipset slot, a riser, or a laptop's)",
+            fix=slow_fix,
+        )
+    if (link.width_current or width) < width:
+        return Finding(
+            check="pcie",
+            status="warn",
+            message=f"{message}: running with fewer lanes",
+            fix="check it under load (`nvidia-smi -q -d PCIE` while a prompt runs); if it stays "
+            "narrow, reseat the card and check the slot's lane sharing (M.2 drives)",
+        )
+    idle = ""
+    if (link.gen_current or gen) < gen:
+        idle = (
+            f" (a lower generation at idle is power saving: NVML reports the link now, "
+            f"which returns to {gen}.0 under load)"
+        )
+    return Finding(check="pcie", status="ok", message=message + idle)
 
 
 def driver_finding(gpus: list[GpuInfo]) -> Finding | None:
@@ -349,21 +451,126 @@ def server_finding(lookup: Callable[[], ServerInfo]) -> tuple[Finding, ServerInf
     return Finding(check="llama-server", status="ok", message=f"{about}; devices: {devices}"), info
 
 
+def device_links(info: ServerInfo | None) -> list[DeviceLink]:
+    """The link of each CUDA and RPC device llama-server lists."""
+    kinds: dict[str, Literal["pcie", "network"]] = {"CUDA": "pcie", "RPC": "network"}
+    found = []
+    for d in info.devices if info else ():
+        kind = next((k for prefix, k in kinds.items() if d.name.startswith(prefix)), None)
+        if kind is not None:
+            found.append(DeviceLink(name=d.name, description=d.description, link=kind))
+    return found
+
+
 def device_findings(info: ServerInfo | None) -> list[Finding]:
     """Every device llama-server offloads to that NVML does not report (RPC servers, other
-    backends), one finding each."""
+    backends), one finding each; an RPC device's link is the network."""
     if info is None:
         return []
-    return [
-        Finding(
-            check="device",
-            status="ok",
-            message=f"{d.name} {d.description}: {format_bytes(d.total_bytes)}, "
-            f"{format_bytes(d.free_bytes)} free",
+    found = []
+    for d in info.devices:
+        if d.name.startswith("CUDA"):
+            continue
+        message = (
+            f"{d.name} {d.description}: {format_bytes(d.total_bytes)}, "
+            f"{format_bytes(d.free_bytes)} free"
         )
-        for d in info.devices
-        if not d.name.startswith("CUDA")
-    ]
+        if d.name.startswith("RPC"):
+            message += "; no PCIe link here: its link is the network (weights, copies, results)"
+        found.append(Finding(check="device", status="ok", message=message))
+    return found
+
+
+# --- RAM read bandwidth --------------------------------------------------------------------------
+
+
+def _machine(host: HostInfo) -> MachineIdentity:
+    return MachineIdentity(
+        cpu_model=host.cpu_model or "unknown CPU", ram_total_bytes=host.ram_total_bytes
+    )
+
+
+def _saved(figure: RamBandwidth, host: HostInfo) -> SavedRamBandwidth:
+    return SavedRamBandwidth(
+        machine=_machine(host),
+        bytes_per_s=figure.bytes_per_s,
+        threads=figure.threads,
+        buffer_bytes=figure.buffer_bytes,
+        passes=figure.passes,
+        by_threads=figure.by_threads,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _describe(figure: SavedRamBandwidth) -> str:
+    """What a figure is: how it was measured."""
+    threads = "1 thread" if figure.threads == 1 else f"{figure.threads} threads"
+    passes = "1 pass" if figure.passes == 1 else f"the median of {figure.passes} passes"
+    text = (
+        f"RAM read {_gbps(figure.bytes_per_s)} (a read-only streaming figure: {threads} "
+        f"over a {format_bytes(figure.buffer_bytes)} buffer, {passes}"
+    )
+    single = figure.by_threads.get(1)
+    if figure.threads > 1 and single:
+        text += f"; 1 thread: {_gbps(single)}"
+    return text + ")"
+
+
+def ram_read_bandwidth(
+    inputs: DoctorInputs, host: HostInfo
+) -> tuple[RamRead | None, Finding | None]:
+    """Measure the RAM read bandwidth and keep it (``inputs.machine_file``), or, with
+    ``--no-measure``, read the one kept for this machine; the figure and its finding (none
+    when there is neither a probe nor a file)."""
+    file = inputs.machine_file
+    if inputs.ram_probe is None:
+        if file is None:
+            return None, None
+        try:
+            saved = saved_ram_bandwidth(_machine(host), file)
+        except MoetuneError as exc:
+            return None, Finding(
+                check="ram-bandwidth",
+                status="warn",
+                message=f"no saved RAM read bandwidth: {exc.message}",
+                fix="run `moetune doctor` without --no-measure to measure it again",
+            )
+        if saved is None:
+            return None, Finding(
+                check="ram-bandwidth",
+                status="ok",
+                message="RAM read bandwidth not measured (--no-measure) and none saved for "
+                "this machine",
+            )
+        message = f"{_describe(saved)}, measured {saved.measured_at} and saved in {file}"
+        found = RamRead(figure=saved, source="saved", file=str(file))
+        return found, Finding(check="ram-bandwidth", status="ok", message=message)
+    cores = host.physical_cores or host.logical_cores
+    measured = inputs.ram_probe.measure(cores, min(host.ram_available_bytes, host.ram_total_bytes))
+    if measured is None:
+        return None, Finding(
+            check="ram-bandwidth",
+            status="warn",
+            message=f"RAM read bandwidth {inputs.ram_probe.why or 'not measured'}",
+            fix="free RAM and run doctor again, or pass --ram-bandwidth GB/s",
+        )
+    figure = _saved(measured, host)
+    message = f"{_describe(figure)} in {measured.seconds:.1f} s"
+    if file is None:
+        return RamRead(figure=figure, source="measured", file=None), Finding(
+            check="ram-bandwidth", status="ok", message=message
+        )
+    try:
+        save_ram_bandwidth(figure, file)
+    except MoetuneError as exc:
+        return RamRead(figure=figure, source="measured", file=None), Finding(
+            check="ram-bandwidth",
+            status="warn",
+            message=f"{message}; not saved: {exc.message}",
+            fix="make $MOETUNE_HOME writable, so that plan and calibrate can use the figure",
+        )
+    found = RamRead(figure=figure, source="measured", file=str(file))
+    return found, Finding(check="ram-bandwidth", status="ok", message=f"{message}; saved in {file}")
 
 
 # --- a model on this machine ---------------------------------------------------------------------
@@ -445,23 +652,43 @@ def ram_model_finding(memory: MemoryEstimate, ram: RamCheck, n_cpu_moe: int | No
     )
 
 
+def bytes_per_token(facts: ModelFacts, memory: MemoryEstimate) -> tuple[int, int]:
+    """What one generated token reads from the devices' memory and from RAM at a placement:
+    the weights outside the routed experts (the token embedding aside: one row of it) and
+    the active share ``n_used / n_expert`` of the routed experts on each side (the KV cache
+    aside). The speed model (core/speed.py) is to replace this."""
+    share = facts.n_experts_used / facts.n_experts if facts.n_experts else 0.0
+    embedding = facts.global_bytes_by_role.get(Role.TOKEN_EMBD, 0)
+    gpu_dense = memory.gpu_weights_bytes - memory.gpu_expert_bytes
+    cpu_dense = max(memory.cpu_weights_bytes - memory.cpu_expert_bytes - embedding, 0)
+    return (
+        round(gpu_dense + memory.gpu_expert_bytes * share),
+        round(cpu_dense + memory.cpu_expert_bytes * share),
+    )
+
+
+def ram_bandwidth(inputs: DoctorInputs, ram_read: RamRead | None) -> tuple[int, RamBandwidthSource]:
+    """The RAM bandwidth a ceiling uses: ``--ram-bandwidth``, else this machine's (measured
+    now or saved), else the assumed desktop figure."""
+    if inputs.ram_bandwidth_bytes_per_s is not None:
+        return inputs.ram_bandwidth_bytes_per_s, "given"
+    if ram_read is not None:
+        return ram_read.figure.bytes_per_s, ram_read.source
+    return DEFAULT_RAM_BANDWIDTH_BYTES_PER_S, "assumed"
+
+
 def speed_ceiling(
     facts: ModelFacts,
     memory: MemoryEstimate,
     n_cpu_moe: int | None,
     *,
     target: GpuTarget | None,
-    inputs: DoctorInputs,
+    ram: tuple[int, RamBandwidthSource],
     n_ubatch: int,
 ) -> SpeedCeiling:
     """Decode and prompt ceilings for the planned placement."""
-    share = facts.n_experts_used / facts.n_experts if facts.n_experts else 0.0
-    embedding = facts.global_bytes_by_role.get(Role.TOKEN_EMBD, 0)  # one row per token
-    gpu_dense = memory.gpu_weights_bytes - memory.gpu_expert_bytes
-    cpu_dense = max(memory.cpu_weights_bytes - memory.cpu_expert_bytes - embedding, 0)
-    gpu_bytes = round(gpu_dense + memory.gpu_expert_bytes * share)
-    cpu_bytes = round(cpu_dense + memory.cpu_expert_bytes * share)
-    ram_bw = inputs.ram_bandwidth_bytes_per_s or DEFAULT_RAM_BANDWIDTH_BYTES_PER_S
+    gpu_bytes, cpu_bytes = bytes_per_token(facts, memory)
+    ram_bw, ram_source = ram
     gpu_bw = target.bandwidth_bytes_per_s if target else None
     gpu_s = gpu_bytes / gpu_bw if gpu_bw else 0.0
     cpu_s = cpu_bytes / ram_bw
@@ -474,7 +701,7 @@ def speed_ceiling(
         cpu_bytes_per_token=cpu_bytes,
         gpu_bandwidth_bytes_per_s=gpu_bw,
         ram_bandwidth_bytes_per_s=ram_bw,
-        ram_bandwidth_assumed=inputs.ram_bandwidth_bytes_per_s is None,
+        ram_bandwidth_source=ram_source,
         decode_tps=1 / (gpu_s + cpu_s) if gpu_s + cpu_s > 0 else None,
         bottleneck="RAM bandwidth" if cpu_s > 0 and cpu_s >= gpu_s else "GPU memory bandwidth",
         cpu_expert_bytes=copies,
@@ -488,7 +715,12 @@ def _per_token(c: SpeedCeiling, target: GpuTarget | None) -> str:
     """What each token reads from RAM and from VRAM, and how long that takes."""
     parts = []
     if c.cpu_bytes_per_token:
-        assumed = " (assumed: pass --ram-bandwidth with yours)" if c.ram_bandwidth_assumed else ""
+        assumed = {
+            "assumed": " (assumed: run doctor without --no-measure, or pass --ram-bandwidth)",
+            "given": " (--ram-bandwidth)",
+            "measured": " (measured)",
+            "saved": " (measured before)",
+        }[c.ram_bandwidth_source]
         ms = 1000 * c.cpu_bytes_per_token / c.ram_bandwidth_bytes_per_s
         parts.append(
             f"{format_bytes(c.cpu_bytes_per_token)} from RAM at "
@@ -564,21 +796,34 @@ def prefill_finding(ceiling: SpeedCeiling, target: GpuTarget | None) -> Finding 
 
 
 def model_findings(
-    facts: ModelFacts, inputs: DoctorInputs, gpus: list[GpuInfo], host: HostInfo
+    facts: ModelFacts,
+    inputs: DoctorInputs,
+    gpus: list[GpuInfo],
+    host: HostInfo,
+    ram_read: RamRead | None = None,
 ) -> tuple[list[Finding], SpeedCeiling | None]:
     target = gpu_target(inputs, gpus)
     try:
         memory, ram, n_cpu_moe, settings = _placement_memory(facts, inputs, target, host)
     except (DoesNotFitError, BadValueError) as exc:
         return [Finding(check="model-fit", status="fail", message=exc.message, fix=exc.hint)], None
-    if len(inputs.devices) > 1:  # the speed ceiling is a one-GPU model: RAM and fit only
+    bandwidth = ram_bandwidth(inputs, ram_read)
+    if len(inputs.devices) > 1:  # several devices: fit, RAM, and the RAM side's ceiling
         peaks = ", ".join(f"{d.name} {format_bytes(d.total_bytes)}" for d in memory.devices)
         fit = Finding(
             check="model-fit", status="ok", message=f"fits {len(inputs.devices)} devices: {peaks}"
         )
-        return [fit, ram_model_finding(memory, ram, n_cpu_moe)], None
+        ceiling = speed_ceiling(
+            facts, memory, n_cpu_moe, target=None, ram=bandwidth, n_ubatch=settings.n_ubatch
+        )
+        found = [fit, ram_model_finding(memory, ram, n_cpu_moe)]
+        if ceiling.decode_tps is None:
+            return found, None
+        decode = decode_finding(ceiling, None, ram)
+        decode.message += " (the devices' own reads left out)"
+        return [*found, decode], ceiling
     ceiling = speed_ceiling(
-        facts, memory, n_cpu_moe, target=target, inputs=inputs, n_ubatch=settings.n_ubatch
+        facts, memory, n_cpu_moe, target=target, ram=bandwidth, n_ubatch=settings.n_ubatch
     )
     found = [ram_model_finding(memory, ram, n_cpu_moe), decode_finding(ceiling, target, ram)]
     if (prefill := prefill_finding(ceiling, target)) is not None:
@@ -596,12 +841,16 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
     elif inputs.vram_bytes is not None:
         described = f"--vram {format_bytes(inputs.vram_bytes)}"
     findings = gpu_findings(gpus, inputs.gpus.why, described)
-    for gpu in gpus:
-        findings.append(pcie_finding(gpu, match_detected(gpu.name, gpu.vram_total_bytes, hardware)))
+    links = [pcie_link(gpu) for gpu in gpus]
+    for gpu, link in zip(gpus, links, strict=True):
+        profile = match_detected(gpu.name, gpu.vram_total_bytes, hardware)
+        findings.append(pcie_finding(link, profile))
+    ram_read, bandwidth = ram_read_bandwidth(inputs, host)
     optional = [
         driver_finding(gpus),
         cpu_finding(host),
         ram_finding(host),
+        bandwidth,
         swap_finding(host),
         wsl_finding(host),
     ]
@@ -611,11 +860,19 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
     findings += device_findings(info)
     ceiling = None
     if facts is not None:
-        more, ceiling = model_findings(facts, inputs, gpus, host)
+        more, ceiling = model_findings(facts, inputs, gpus, host, ram_read)
         findings += more
     model = facts.paths[0] if facts is not None else None
     return DoctorReport(
-        findings=findings, gpus=gpus, host=host, server=info, model=model, ceiling=ceiling
+        findings=findings,
+        gpus=gpus,
+        host=host,
+        server=info,
+        model=model,
+        ceiling=ceiling,
+        pcie=links,
+        device_links=device_links(info),
+        ram_read=ram_read,
     )
 
 
@@ -632,14 +889,18 @@ def doctor_report(
     target_vram: Sizes | None,
     headroom: Sizes,
     server: str | None,
+    measure: bool = True,
 ) -> DoctorReport:
-    """``moetune doctor``: this machine as found here (GPUs, host, llama-server), what the
-    options describe instead (``--vram``, ``--gpu``, ``--ram``...), and ``model`` on it."""
+    """``moetune doctor``: this machine as found here (GPUs, host, its RAM read bandwidth,
+    llama-server), what the options describe instead (``--vram``, ``--gpu``, ``--ram``...),
+    and ``model`` on it. ``measure=False`` (``--no-measure``): the saved RAM figure."""
     from moetune.hardware import detect_gpu_probe
     from moetune.hardware.host import PsutilHostProbe
+    from moetune.hardware.membw import StreamingReadProbe
     from moetune.jobs.devices import plan_devices, split_endpoints
     from moetune.jobs.loader import load_model_facts
     from moetune.llamacpp.process import find_server, server_info
+    from moetune.store.paths import machine_file
 
     hardware, _ = scan_hardware_profiles()  # `profiles list` names the broken ones
     endpoints = split_endpoints(rpc)
@@ -668,6 +929,8 @@ def doctor_report(
         vram_bytes=vram[0] if vram is not None and not devices else None,
         ram_bytes=ram,
         ram_bandwidth_bytes_per_s=round(ram_bandwidth * 1e9) if ram_bandwidth else None,
+        ram_probe=StreamingReadProbe() if measure else None,
+        machine_file=machine_file(),
         n_ctx=ctx.tokens if ctx is not None else None,
         cache_type=cache_type,
         target_bytes=targets[0] if targets else None,

@@ -160,8 +160,38 @@ def profiles_payload(
     }
 
 
+PCIE_FIELDS = {
+    "pcie_gen_current",
+    "pcie_gen_max",
+    "pcie_width_current",
+    "pcie_width_max",
+    "pcie_gen_card_max",
+}
+
+
 def doctor_payload(report: DoctorReport) -> dict[str, Any]:
-    return {"worst": report.worst, **report.model_dump(mode="json")}
+    """The report, each GPU's link under ``gpus[i].pcie`` and this machine's RAM read
+    bandwidth under ``host`` (``ram_read_bandwidth_bytes_per_s``, how it was measured in
+    ``ram_read_bandwidth``)."""
+    data = report.model_dump(mode="json", exclude={"gpus", "pcie", "ram_read"})
+    links = {link.gpu_index: link for link in report.pcie}
+    data["gpus"] = [
+        gpu.model_dump(mode="json", exclude=PCIE_FIELDS)
+        | {"pcie": links[gpu.index].model_dump(mode="json", exclude={"gpu_index"})}
+        for gpu in report.gpus
+    ]
+    read = report.ram_read
+    data["host"]["ram_read_bandwidth_bytes_per_s"] = read.figure.bytes_per_s if read else None
+    data["host"]["ram_read_bandwidth"] = (
+        None
+        if read is None
+        else {
+            "source": read.source,
+            "file": read.file,
+            **read.figure.model_dump(mode="json", exclude={"bytes_per_s", "machine"}),
+        }
+    )
+    return {"worst": report.worst, **data}
 
 
 def error_payload(code: ExitCode, message: str, hint: str | None) -> dict[str, Any]:

@@ -30,8 +30,13 @@ else:  # pragma: no cover - Python 3.10
 
     import tomli as tomllib
 
-# Usable bandwidth of one PCIe lane per direction, GB/s (after 8b/10b or 128b/130b encoding).
-PCIE_LANE_GB_S = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# One PCIe lane per direction: the transfer rate (GT/s, one bit per transfer and lane) times
+# the share of it that carries data after the line encoding. PCI-SIG's PCI Express Base
+# Specifications 1.0a-6.0 (tabulated in Wikipedia's "PCI Express" article): 2.5 and 5 GT/s
+# with 8b/10b (gen 1-2); 8, 16 and 32 GT/s with 128b/130b (gen 3-5); 64 GT/s PAM4 with 256-byte
+# FLITs (gen 6), of which 242 bytes are TLP and DLLP (236 + 6; 8 CRC and 6 FEC bytes are not).
+PCIE_GT_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+PCIE_ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
 
 
 SHIPPED_LABEL = "moetune/profiles_data/"  # where shipped profiles are, when not plain files
@@ -96,8 +101,11 @@ PROFILES_HINT = "fields: " + ", ".join(HardwareSpec.model_fields) + "; see profi
 
 
 def pcie_bandwidth_bytes_per_s(gen: int, lanes: int) -> int:
-    """One direction of a PCIe link (gen 1-6, lanes) in bytes per second."""
-    return round(PCIE_LANE_GB_S.get(gen, PCIE_LANE_GB_S[6]) * 1e9 * lanes)
+    """One direction of a PCIe link (gen 1-6, lanes) in bytes per second: GT/s x encoding
+    / 8 bits x lanes. ValueError for another generation."""
+    if gen not in PCIE_GT_S:
+        raise ValueError(f"PCIe generation {gen} is not one of 1-6")
+    return round(PCIE_GT_S[gen] * 1e9 * PCIE_ENCODING[gen] / 8 * lanes)
 
 
 def parse_hardware_profile(text: str, id: str, source: str) -> HardwareProfile:

@@ -4,6 +4,8 @@
   config dir (``$XDG_CONFIG_HOME/moetune``, usually ``~/.config/moetune``);
 - data (saved bench results, speed points): ``$MOETUNE_HOME/bench`` and ``$MOETUNE_HOME/speed``,
   else ``<user data dir>/moetune/bench`` and ``.../speed``;
+- this machine's measured figures (RAM read bandwidth; moetune.store.machine):
+  ``$MOETUNE_HOME/machine.json``, else ``<user data dir>/moetune/machine.json``;
 - logs (llama-server's, one per launch): ``$MOETUNE_HOME/logs``, else
   ``<user cache dir>/moetune/logs``;
 - the hub cache (remote headers, listings; moetune.hub): ``$MOETUNE_HOME/hub``, else
@@ -62,6 +64,16 @@ def speed_dir() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir(APP)) / "speed"
+
+
+def machine_file() -> Path:
+    """This machine's measured figures: ``$MOETUNE_HOME/machine.json``, else
+    ``<user data dir>/moetune/machine.json``."""
+    if (home := home_override()) is not None:
+        return home / "machine.json"
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP)) / "machine.json"
 
 
 def log_dir() -> Path:
