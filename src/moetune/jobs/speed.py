@@ -5,7 +5,6 @@ requests. Saving never fails the command that measured: a failure is a warning.
 
 from __future__ import annotations
 
-import platform
 import statistics
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from moetune.core.flags import pairs
 from moetune.core.placement import EXPS_REGEX
 from moetune.errors import MoetuneError
+from moetune.hardware.host import cpu_model
 from moetune.records.results import BenchResult, DepthResult
 from moetune.records.speed import (
     FlashAttn,
@@ -33,20 +33,6 @@ if TYPE_CHECKING:
 
 PointSink = Callable[[list[SpeedPoint]], None]
 _BACKENDS = {"cuda": "CUDA", "rpc": "RPC"}
-_CPU_INFO = Path("/proc/cpuinfo")
-
-
-def cpu_info() -> str | None:
-    """The CPU's name as llama.cpp's CPU backend gives it (llama-bench's ``cpu_info``): on
-    Linux /proc/cpuinfo's ``model name``."""
-    try:
-        for line in _CPU_INFO.read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or None
 
 
 def machine_of(setup: DeviceSetup) -> SpeedMachine:
@@ -54,7 +40,7 @@ def machine_of(setup: DeviceSetup) -> SpeedMachine:
     kinds = [_BACKENDS.get(d.kind, d.kind.upper()) for d in setup.devices]
     backends = [k for k in dict.fromkeys(kinds) if k != "RPC"] + (["RPC"] if "RPC" in kinds else [])
     return SpeedMachine(
-        cpu_info=cpu_info(),
+        cpu_info=cpu_model(),
         gpu_info=", ".join(d.description for d in setup.devices if d.description) or None,
         backends=backends or ["CPU"],
         devices=[d.name for d in setup.devices],
