@@ -43,6 +43,15 @@ def parse_size(text: str, allow_zero: bool = False) -> int:
     return round(value)
 
 
+def parse_rate(text: str) -> int:
+    """A bandwidth, a size per second: ``60G/s``, ``58.5GiB/s`` (binary units, as every
+    size), in bytes per second."""
+    size, slash, per = text.strip().rpartition("/")
+    if not slash or per.strip().lower() != "s":
+        raise BadValueError(f"not a bandwidth: {text!r}", hint="use a size per second, e.g. 60G/s")
+    return parse_size(size)
+
+
 @dataclass(frozen=True)
 class Sizes:
     """One size for every device, or one per device (``24G``, ``24G,12G``), in bytes."""

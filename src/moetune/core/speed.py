@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from moetune.core.compute.params import OP_OFFLOAD_MIN_BATCH, run_params
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts, TensorFacts
+from moetune.core.flags import pairs
 from moetune.core.kvcache import cache_for, state_bytes
 from moetune.core.memory import weights_on
 from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit
@@ -220,6 +221,13 @@ def layout_of(
         n_ubatch=run.n_ubatch,
         offload_to=cuda[0] if op_offload and cuda else None,
     )
+
+
+def op_offload_of(pass_through: Sequence[str]) -> bool:
+    """Whether llama-server offloads host weights' ops: the last ``--op-offload`` or
+    ``--no-op-offload`` among its arguments (on by default)."""
+    found = [p.key for p in pairs(pass_through) if p.is_("--op-offload")]
+    return not found or found[-1] == "--op-offload"
 
 
 def placement_layout(
