@@ -71,3 +71,18 @@ def test_a_bandwidth_needs_per_second() -> None:
     assert code == ExitCode.BAD_VALUE
     assert "not a bandwidth: '60G'" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_no_op_offload_after_the_separator() -> None:
+    """``-- --no-op-offload``: the prompt's CPU experts are read from RAM, none cross PCIe;
+    a later ``--op-offload`` turns it back on, as llama.cpp reads its flags."""
+    args = (QWEN, "--gpu", "rtx4070", "--ram", "64G", "--json", "--")
+    terms = {}
+    for tail in (("--no-op-offload",), ("--no-op-offload", "--op-offload")):
+        code, out = plan(*args, *tail)
+        assert code == 0, out
+        prefill = json.loads(out)["forecast"]["prefill_terms"]
+        terms[tail] = {t["term"]: t["amount"] for t in prefill}
+    off, on = terms.values()
+    assert off["CUDA0 link"] == 0 and off["RAM"] > 0
+    assert on["CUDA0 link"] > 0 and on["RAM"] == 0
