@@ -8,6 +8,7 @@ still binary; this is deliberate and documented in the README.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +42,27 @@ def parse_size(text: str, allow_zero: bool = False) -> int:
     if value < 0 or (value == 0 and not allow_zero):
         raise BadValueError(f"size must be positive: {text!r}")
     return round(value)
+
+
+RATE_HINT = "use GB/s as a number (e.g. 60, as doctor prints it) or a size per second (56G/s)"
+
+
+def parse_rate(text: str) -> int:
+    """A bandwidth in bytes per second: a bare number is GB/s (10^9 bytes, as vendors and
+    ``doctor`` give it: ``60``), else a size per second in moetune's binary units (``56G/s``,
+    ``58.5GiB/s``)."""
+    size, slash, per = text.strip().rpartition("/")
+    if not slash:
+        try:
+            value = float(text)
+        except ValueError:
+            raise BadValueError(f"not a bandwidth: {text!r}", hint=RATE_HINT) from None
+        if not math.isfinite(value) or value <= 0:
+            raise BadValueError(f"a bandwidth must be positive: {text!r}", hint=RATE_HINT)
+        return round(value * 1e9)
+    if per.strip().lower() != "s":
+        raise BadValueError(f"not a bandwidth: {text!r}", hint=RATE_HINT)
+    return parse_size(size)
 
 
 @dataclass(frozen=True)

@@ -81,3 +81,16 @@ def test_parse_tokens(text: str, tokens: int) -> None:
 def test_bad_tokens(text: str) -> None:
     with pytest.raises(BadValueError):
         parse_tokens(text)
+
+
+def test_parse_rate_takes_gb_per_s_or_a_size_per_second() -> None:
+    """One --ram-bandwidth for plan and doctor: a bare number is GB/s as doctor prints it
+    (10^9 bytes), a size per second is in the sizes' binary units."""
+    from moetune.units import parse_rate
+
+    assert parse_rate("60") == 60_000_000_000
+    assert parse_rate("58.5") == 58_500_000_000
+    assert parse_rate("56G/s") == 56 * GIB
+    for bad in ("0", "-1", "nan", "inf", "60G", "60G/h", "fast"):
+        with pytest.raises(BadValueError):
+            parse_rate(bad)

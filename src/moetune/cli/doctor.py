@@ -15,6 +15,7 @@ from moetune.cli.options import (
     GpuProfileOpt,
     HeadroomOpt,
     JsonOpt,
+    RamBandwidthOpt,
     RamOpt,
     RpcOpt,
     ServerOpt,
@@ -36,10 +37,7 @@ def doctor(
     gpu: GpuProfileOpt = None,
     rpc: RpcOpt = None,
     ram: RamOpt = None,
-    ram_bandwidth: Annotated[
-        float | None,
-        typer.Option(help="Your RAM bandwidth in GB/s for the ceiling (default: as measured)."),
-    ] = None,
+    ram_bandwidth: RamBandwidthOpt = None,
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
@@ -66,8 +64,6 @@ def doctor(
     from moetune.jobs.doctor import doctor_report
     from moetune.report.render import DoctorView, render
 
-    if ram_bandwidth is not None and ram_bandwidth <= 0:
-        raise BadValueError(f"--ram-bandwidth must be positive GB/s, got {ram_bandwidth}")
     one_gpu(vram, gpu)
     if ctx is not None and ctx.is_max:
         raise BadValueError("doctor checks one context: give --ctx N, e.g. --ctx 32k")

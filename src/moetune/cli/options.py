@@ -23,7 +23,15 @@ import typer
 from typer.core import TyperCommand
 
 from moetune.errors import BadValueError, ExitCode
-from moetune.units import Ctx, Sizes, parse_ctx, parse_size, parse_sizes, parse_tokens
+from moetune.units import (
+    Ctx,
+    Sizes,
+    parse_ctx,
+    parse_rate,
+    parse_size,
+    parse_sizes,
+    parse_tokens,
+)
 
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
 PASS_THROUGH = "pass_through"  # ctx.meta key: the arguments after --
@@ -162,6 +170,15 @@ RamOpt = Annotated[
         help="Host RAM, e.g. 64G (default: detect).",
         parser=parser(parse_positive_size),
         metavar=SIZE,
+    ),
+]
+RamBandwidthOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Host RAM read bandwidth: GB/s (60) or a size per second (56G/s) "
+        "(default: as doctor measured it).",
+        parser=parser(parse_rate),
+        metavar="GB/s",
     ),
 ]
 GpuProfileOpt = Annotated[

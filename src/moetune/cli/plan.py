@@ -18,6 +18,7 @@ from moetune.cli.options import (
     ModelArg,
     OverheadOpt,
     PassThroughCommand,
+    RamBandwidthOpt,
     RamOpt,
     RpcOpt,
     ServerOpt,
@@ -68,6 +69,7 @@ def plan(
             "on the devices, where they are here."
         ),
     ] = True,
+    ram_bandwidth: RamBandwidthOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
@@ -82,7 +84,7 @@ def plan(
     from moetune.hub import ModelName, parse_model_arg
     from moetune.jobs.devices import host_ram, plan_devices
     from moetune.jobs.models import open_model
-    from moetune.jobs.plan import PlanInputs, plan_model, plan_repo
+    from moetune.jobs.plan import PlanInputs, machine_figures, plan_model, plan_repo
     from moetune.report.render import PlanView, QuantsView, render
     from moetune.units import per_device
 
@@ -107,6 +109,7 @@ def plan(
         targets=tuple(per_device(target_vram, n, "--target-vram") or ()),
         headrooms=tuple(per_device(headroom, n, "--headroom") or headroom),
         ram=host_ram(ram),
+        figures=machine_figures(n, gpu, ram_bandwidth),
     )
     arg = parse_model_arg(model)
     if isinstance(arg, ModelName) and arg.quant is None:

@@ -222,9 +222,7 @@ class _Sizing(NamedTuple):
 
 def _layer(layout: Dims, sizing: _Sizing, il: int) -> LayerCache:
     """One block's cache: llama_kv_cache (K, V) and llama_memory_recurrent (R, S) tensors."""
-    rs = 0
-    if layout.has_rs(il):
-        rs = (layout.ssm.n_embd_r + layout.ssm.n_embd_s) * _F32_BYTES * sizing.rs_rows
+    rs = state_bytes(layout, il) * sizing.rs_rows
     if not layout.has_kv(il):
         return LayerCache(layer=il, kv_bytes=0, rs_bytes=rs, n_cells=0)
     is_swa = layout.swa[il]
@@ -242,6 +240,14 @@ def _layer(layout: Dims, sizing: _Sizing, il: int) -> LayerCache:
     return LayerCache(
         layer=il, kv_bytes=k + v, rs_bytes=rs, n_cells=n_cells, k_bytes=k, is_swa=is_swa
     )
+
+
+def state_bytes(layout: Dims, il: int) -> int:
+    """One sequence's recurrent state in block ``il``: its f32 R and S rows (0 for a layer
+    without one)."""
+    if not layout.has_rs(il):
+        return 0
+    return (layout.ssm.n_embd_r + layout.ssm.n_embd_s) * _F32_BYTES
 
 
 def row_bytes(type_name: str, n_elements: int) -> int:

@@ -44,6 +44,7 @@ __all__ = [
     "default_n_ctx",
     "estimate",
     "estimate_from_split",
+    "weights_on",
 ]
 
 
@@ -509,6 +510,13 @@ def _draft_estimate(
     return estimate(draft.facts, placement, settings, mine)
 
 
+def weights_on(facts: ModelFacts, placement: Placement, specs: Sequence[DeviceSpec]) -> WeightSplit:
+    """``placement``'s weight split over ``specs``; without ``-ts``, by their free memory (or
+    their total) as llama.cpp splits, when every device's is known."""
+    free = [d.free_bytes or d.total_bytes or 0 for d in specs]
+    return split_weights(facts, placement, len(specs), free if all(free) else ())
+
+
 def estimate(
     facts: ModelFacts,
     placement: Placement,
@@ -521,7 +529,6 @@ def estimate(
     over ``devices`` (default: the one device ``settings`` describes), with ``extras`` (a
     projector, a draft, MTP) beside the model."""
     specs = tuple(devices) if devices is not None else single_device(settings)
-    free = [d.free_bytes or d.total_bytes or 0 for d in specs]
-    weights = split_weights(facts, placement, len(specs), free if all(free) else ())
+    weights = weights_on(facts, placement, specs)
     pipeline = pipeline_parallel(weights, bool(placement.overrides))
     return estimate_from_split(facts, weights, settings, specs, pipeline=pipeline, extras=extras)

@@ -217,6 +217,11 @@ class WeightSplit(NamedTuple):
     def layers_on(self, device: int) -> tuple[int, ...]:
         return tuple(i for i, home in enumerate(self.homes[:-1]) if home == device)
 
+    def tensor_homes(self, tensors: Sequence[TensorFacts]) -> list[int]:
+        """Each tensor's home under this split: a device index, CPU or SKIPPED."""
+        moved = dict(self.moves)
+        return [moved.get(t.name, _default_home(t, self.homes)) for t in tensors]
+
     def move_experts(self, tensors: Sequence[TensorFacts], target: int = CPU) -> WeightSplit:
         """This split with the routed-expert ``tensors`` moved to ``target``: the planner's
         fast path, equal to evaluating the rules."""

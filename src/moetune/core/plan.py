@@ -29,10 +29,21 @@ from moetune.core.planner import (
     plan_n_cpu_moe,
     plan_override,
 )
+from moetune.core.speed import (
+    DeviceFigures,
+    Forecast,
+    MachineFigures,
+    forecast,
+    op_offload_of,
+    placement_layout,
+)
 from moetune.errors import BadValueError, DoesNotFitError
 from moetune.units import format_bytes
 
 SERVER_ALL_LAYERS = 99  # what moetune writes for "every layer": -ngl 99
+# what the forecast is for: llama-bench's defaults, a 512-token prompt and decode at depth 0
+FORECAST_PROMPT = 512
+FORECAST_DEPTH = 0
 
 
 class RamCheck(BaseModel):
@@ -117,6 +128,8 @@ class PlanRequest(BaseModel):
     pass_through: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
     # what those load beside the model (jobs/loader.py read the files), beside the settings
     extras: InstanceOf[Extras] | None = Field(default=None, exclude=True, repr=False)
+    # the machine's figures the speed forecast uses (None: none known)
+    figures: MachineFigures | None = Field(default=None, exclude=True)
 
     def target_vram_of(self, index: int) -> int | None:
         return self.target_vram[index] if index < len(self.target_vram) else None
@@ -180,6 +193,7 @@ class PlanResult(BaseModel):
     limiting_device: str | None = None
     checks: list[DeviceCheck] = []  # llama.cpp's own dry run of the recommended command
     checked: str = "prediction"  # "llama.cpp", "prediction" (devices not here), "skipped"
+    forecast: Forecast | None = None  # the recommended placement's speed (when it fits)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -402,6 +416,17 @@ def _limiting(memory: MemoryEstimate, target: DeviceBudgets) -> str:
     return target.devices[rooms.index(min(rooms))].name
 
 
+def _forecast(
+    facts: ModelFacts, req: PlanRequest, plan: OffloadPlan, settings: Settings
+) -> Forecast:
+    """The speed of ``plan`` from the figures the request has (uncalibrated)."""
+    figures = req.figures or MachineFigures(devices=tuple(DeviceFigures() for _ in req.devices))
+    layout = placement_layout(
+        facts, plan.placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
+    )
+    return forecast(layout, figures, depth=FORECAST_DEPTH, n_prompt=FORECAST_PROMPT)
+
+
 def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
     """The placement(s) that keep every device within its budget, with checks; when none
     fits, what fails and the nearest plan that fits."""
@@ -440,4 +465,5 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         device_names=[d.name for d in req.devices] if several else [],
         device_budgets=list(target.budgets) if several else [],
         limiting_device=_limiting(main.memory, target) if several else None,
+        forecast=None if failure else _forecast(facts, req, main, settings),
     )

@@ -11,6 +11,7 @@ from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
     from moetune.core.plan import PlanRequest, PlanResult
+    from moetune.core.speed import MachineFigures
     from moetune.hub import ModelName, Quant
     from moetune.jobs.devices import DeviceSet
     from moetune.jobs.models import Model
@@ -72,6 +73,26 @@ class PlanInputs(NamedTuple):
     targets: tuple[int, ...]
     headrooms: tuple[int, ...]
     ram: tuple[int | None, int | None, int | None]
+    figures: MachineFigures | None = None  # what the speed forecast knows of the machine
+
+
+def machine_figures(
+    n_devices: int, gpu_profile: str | None, ram_bytes_per_s: int | None
+) -> MachineFigures:
+    """The figures a plan's forecast has: a ``--gpu`` hardware profile's memory bandwidth and
+    PCIe link, and ``--ram-bandwidth``; the rest unknown."""
+    from moetune.core.speed import DeviceFigures, MachineFigures
+
+    devices = [DeviceFigures() for _ in range(n_devices)]
+    if gpu_profile is not None:  # --gpu is one device
+        from moetune.store.hardware import find_hardware_profile
+
+        profile = find_hardware_profile(gpu_profile)
+        devices[0] = DeviceFigures(
+            memory_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
+            link_bytes_per_s=profile.pcie_bytes_per_s,
+        )
+    return MachineFigures(devices=tuple(devices), ram_bytes_per_s=ram_bytes_per_s)
 
 
 def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
@@ -115,6 +136,7 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
         device_args=inputs.found.device_args,
         pass_through=inputs.pass_through,
         extras=extras,
+        figures=inputs.figures,
     )
 
 

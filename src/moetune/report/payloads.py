@@ -63,6 +63,8 @@ def plan_payload(result: PlanResult) -> dict[str, Any]:
             )
         ],
         "checked": result.checked,
+        # decode and prefill tok/s of the recommended placement, the terms and missing figures
+        "forecast": result.forecast.model_dump(mode="json") if result.forecast else None,
         **extras_payload(mem),
     }
     return {**top, "plan": result.model_dump(mode="json")}

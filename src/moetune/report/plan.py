@@ -9,8 +9,9 @@ from rich.text import Text
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate
 from moetune.core.plan import PlanResult
+from moetune.core.speed import Forecast
 from moetune.report.common import ShellLine, new_table, plural, shell_line
-from moetune.units import format_bytes
+from moetune.units import format_bytes, format_speed
 
 
 def _memory_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
@@ -256,6 +257,17 @@ def _commands(result: PlanResult) -> list[RenderableType]:
     return parts
 
 
+def forecast_line(found: Forecast) -> str:
+    """``speed (uncalibrated): decode 95.2 tok/s at depth 0, prefill ? (512 tokens, -ub 512);
+    missing: CUDA0 FLOP/s``."""
+    line = (
+        f"speed ({found.calibration}): decode {format_speed(found.decode_tok_s)} at depth "
+        f"{found.depth}, prefill {format_speed(found.prefill_tok_s)} ({found.n_prompt} tokens, "
+        f"-ub {found.n_ubatch})"
+    )
+    return line + (f"; missing: {', '.join(found.missing)}" if found.missing else "")
+
+
 def render_plan(result: PlanResult, facts: ModelFacts, gpu_source: str) -> RenderableType:
     header = Text(
         f"{facts.architecture}, {facts.n_layers} blocks, {facts.n_experts} experts "
@@ -276,4 +288,6 @@ def render_plan(result: PlanResult, facts: ModelFacts, gpu_source: str) -> Rende
         parts.append(Text(f"warning: {warning}", style="yellow"))
     if result.ubatch_hint:
         parts.append(Text(f"hint: {result.ubatch_hint}", style="dim"))
+    if result.forecast is not None:
+        parts.append(Text(forecast_line(result.forecast), style="dim"))
     return Group(*parts, Text(""), *_commands(result))

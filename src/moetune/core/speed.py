@@ -1,0 +1,531 @@
+"""The speed model: what one generated token and one prompt ubatch move and compute on each
+device, on the host link and in RAM for a placement, and the time of it from a machine's
+figures (llama.cpp build 11434).
+
+Per ubatch of ``U`` tokens at depth ``d`` (a generated token is a ubatch of one), each home
+(a device, or the CPU) reads:
+
+- its dense weights in full: attention, norms, router, shared experts, dense FFN blocks; the
+  output layer only in a ubatch that computes logits (one row: the prompt's last token);
+- its routed experts' touched share: under uniform routing (an assumption: real routers are
+  skewed, which calibration absorbs) each token picks ``n_used`` of ``n_expert`` experts, so
+  a ubatch touches ``1 - (1 - n_used/n_expert)^U`` of them in expectation (``n_used/n_expert``
+  for one token);
+- its KV cache at the depth: full-attention layers ``d + U`` cells, sliding-window layers the
+  window (``min(d + U, n_swa + U - 1)``), and a recurrent layer one sequence's state.
+
+Weights in host memory run where ggml's scheduler puts their op (ggml-backend.cpp,
+``ggml_backend_sched_backend_id_from_cur``): on the first CUDA device when its
+``offload_op`` takes the op (ggml-cuda.cu: the op's batch, ``ne[1]`` of a matmul and
+``ne[2]`` of MUL_MAT_ID, rows otherwise, reaches ``GGML_OP_OFFLOAD_MIN_BATCH``, 32), else on
+the CPU. Offloaded, a weight is copied over that device's host link once per ubatch: a
+MUL_MAT_ID input only its used experts (``ggml_backend_sched_compute_splits``), anything else
+whole (a routed-expert bias, ADD_ID, whose batch is ``n_used * U`` rows, included), and the
+device reads the copy. On the CPU (``--no-op-offload``, an RPC-only device set, or a batch
+below 32: every generated token) the weights are read from RAM. The CPU layers' KV cache is in
+RAM and their attention runs on the CPU.
+
+Compute: 2 FLOPs per active parameter per token (routed experts: ``n_used/n_expert`` of
+theirs), and attention ``2 * n_head * (head_k + head_v)`` per token per cell it sees.
+
+Left out: the input layer (``token_embd``: one row per token) and other global tensors
+besides the output layer (RoPE factors), a few KiB a token; the activations between devices;
+the KV cache's writes.
+
+Time: each term's amount over its figure times its efficiency; the terms add up (the layers
+run one after another, and a split waits for its copies). A generated token is bound by
+memory: its terms are each device's reads and the RAM's (its compute, a few GFLOP, is far
+below any device's rate; it is in the traffic, not in the time). A prompt adds the host
+links, each device's compute and the CPU's. A term whose figure is unknown makes the
+forecast unknown and names the figure. Efficiencies default to 1.0: a forecast from the
+figures alone is ``uncalibrated``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+from typing import Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moetune.core.compute.params import OP_OFFLOAD_MIN_BATCH, run_params
+from moetune.core.devices import DeviceSpec
+from moetune.core.facts import ModelFacts, TensorFacts
+from moetune.core.flags import pairs
+from moetune.core.kvcache import cache_for, state_bytes
+from moetune.core.memory import weights_on
+from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit
+from moetune.core.settings import Settings
+from moetune.gguf.roles import Role
+
+UNCALIBRATED = "uncalibrated"
+
+
+class HomeLoad(NamedTuple):
+    """What one home (a device, or the CPU) holds and runs, in the speed model's parts."""
+
+    dense_bytes: int = 0  # every token runs through them (shared experts included)
+    dense_params: int = 0
+    head_bytes: int = 0  # the output layer: run on the output rows only
+    head_params: int = 0
+    expert_bytes: int = 0  # routed-expert matrices (MUL_MAT_ID)
+    expert_params: int = 0
+    expert_bias_bytes: int = 0  # routed-expert biases (ADD_ID), [n_ff, n_expert]
+    expert_bias_params: int = 0
+    kv_cell_bytes: int = 0  # KV bytes of one cell, over its full-attention layers
+    swa_cell_bytes: int = 0  # ... over its sliding-window layers
+    state_bytes: int = 0  # one sequence's recurrent state
+    attn_flops_per_cell: int = 0  # per token per cell seen, full-attention layers
+    swa_flops_per_cell: int = 0  # ... sliding-window layers
+
+
+class SpeedLayout(NamedTuple):
+    """A placement as the speed model reads it: each device's load and the CPU's."""
+
+    devices: tuple[HomeLoad, ...]
+    cpu: HomeLoad
+    device_names: tuple[str, ...]
+    n_expert: int
+    n_expert_used: int
+    n_swa: int  # the sliding window (0: none)
+    n_cells: int  # KV cells per sequence's stream: the most a token can see
+    n_ubatch: int  # the ubatch llama.cpp runs (-ub, at most -b)
+    offload_to: int | None  # the device that runs host weights' big-batch ops (None: none)
+
+    def touched(self, n_tokens: int) -> float:
+        """The expected share of a block's routed experts that ``n_tokens`` tokens touch
+        (uniform routing)."""
+        if self.n_expert <= 0 or n_tokens <= 0:
+            return 0.0
+        return 1.0 - (1.0 - self.n_expert_used / self.n_expert) ** n_tokens
+
+
+class Traffic(NamedTuple):
+    """What one ubatch moves and computes; bytes and FLOPs."""
+
+    n_tokens: int
+    device_weight_bytes: tuple[float, ...]  # each device's own weights read
+    device_kv_bytes: tuple[float, ...]  # each device's KV cache (and recurrent state) read
+    link_bytes: tuple[float, ...]  # host weights copied over each device's host link
+    ram_weight_bytes: float  # weights the CPU reads from RAM
+    ram_kv_bytes: float  # the CPU layers' KV cache read
+    device_flops: tuple[float, ...]  # its own layers' and the host weights' ops it runs
+    cpu_flops: float
+
+    @property
+    def device_memory_bytes(self) -> tuple[float, ...]:
+        """Each device's memory reads: its weights, its cache and the copies it received."""
+        return tuple(
+            w + kv + link
+            for w, kv, link in zip(
+                self.device_weight_bytes, self.device_kv_bytes, self.link_bytes, strict=True
+            )
+        )
+
+    @property
+    def ram_bytes(self) -> float:
+        return self.ram_weight_bytes + self.ram_kv_bytes
+
+    def __add__(self, other: object) -> Traffic:
+        assert isinstance(other, Traffic)
+        return Traffic(
+            n_tokens=self.n_tokens + other.n_tokens,
+            device_weight_bytes=_plus(self.device_weight_bytes, other.device_weight_bytes),
+            device_kv_bytes=_plus(self.device_kv_bytes, other.device_kv_bytes),
+            link_bytes=_plus(self.link_bytes, other.link_bytes),
+            ram_weight_bytes=self.ram_weight_bytes + other.ram_weight_bytes,
+            ram_kv_bytes=self.ram_kv_bytes + other.ram_kv_bytes,
+            device_flops=_plus(self.device_flops, other.device_flops),
+            cpu_flops=self.cpu_flops + other.cpu_flops,
+        )
+
+
+def _plus(a: Sequence[float], b: Sequence[float]) -> tuple[float, ...]:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+# --- the layout of a placement ------------------------------------------------------------------
+
+
+def _params(tensor: TensorFacts) -> int:
+    return prod(tensor.shape) if tensor.shape else 0
+
+
+def _add_tensor(parts: dict[str, int], tensor: TensorFacts) -> None:
+    """Count ``tensor`` into the parts of its home (the output layer, routed-expert matrices
+    and biases, everything else of a block)."""
+    if tensor.layer is None:
+        if tensor.role not in (Role.OUTPUT, Role.OUTPUT_NORM):
+            return  # token_embd: one row per token; RoPE factors: a few KiB
+        kind = "head"
+    elif tensor.role is Role.EXPERTS:
+        kind = "expert" if len(tensor.shape) >= 3 else "expert_bias"
+    else:
+        kind = "dense"
+    parts[f"{kind}_bytes"] += tensor.nbytes or 0
+    parts[f"{kind}_params"] += _params(tensor)
+
+
+def _add_cache(parts: dict[str, int], facts: ModelFacts, settings: Settings, il: int) -> None:
+    """Count block ``il``'s cache and attention into the parts of its home."""
+    dims = facts.dims
+    cache = cache_for(facts, settings)
+    parts["state_bytes"] += state_bytes(dims, il)
+    layer = cache.layers[il]
+    if not layer.n_cells:
+        return
+    cell = layer.kv_bytes // (layer.n_cells * cache.n_stream)  # rows: cells x streams
+    flops = 2 * dims.n_head[il] * (dims.head_k[layer.is_swa] + dims.head_v[layer.is_swa])
+    bytes_key, flops_key = (
+        ("swa_cell_bytes", "swa_flops_per_cell")
+        if layer.is_swa
+        else ("kv_cell_bytes", "attn_flops_per_cell")
+    )
+    parts[bytes_key] += cell
+    parts[flops_key] += flops
+
+
+def layout_of(
+    facts: ModelFacts,
+    weights: WeightSplit,
+    settings: Settings,
+    devices: Sequence[DeviceSpec],
+    *,
+    op_offload: bool = True,
+) -> SpeedLayout:
+    """The speed model's view of ``weights`` (a split over ``devices``) at ``settings``;
+    ``op_offload=False`` is ``--no-op-offload``."""
+    names = HomeLoad._fields
+    homes: dict[int, dict[str, int]] = {
+        i: dict.fromkeys(names, 0) for i in (*range(len(devices)), CPU)
+    }
+    for tensor, home in zip(facts.tensors, weights.tensor_homes(facts.tensors), strict=True):
+        if home != SKIPPED:
+            _add_tensor(homes[home], tensor)
+    for il in range(facts.n_layers):
+        home = weights.homes[il]
+        if home != SKIPPED:
+            _add_cache(homes[home], facts, settings, il)
+    cache = cache_for(facts, settings)
+    cuda = [i for i, device in enumerate(devices) if device.kind == "cuda"]
+    run = run_params(settings.n_ctx, settings.n_ubatch, settings.n_batch, 1, None)
+    return SpeedLayout(
+        devices=tuple(HomeLoad(**homes[i]) for i in range(len(devices))),
+        cpu=HomeLoad(**homes[CPU]),
+        device_names=tuple(device.name for device in devices),
+        n_expert=facts.n_experts,
+        n_expert_used=facts.n_experts_used,
+        n_swa=facts.dims.n_swa,
+        n_cells=cache.n_ctx_seq,
+        n_ubatch=run.n_ubatch,
+        offload_to=cuda[0] if op_offload and cuda else None,
+    )
+
+
+def op_offload_of(pass_through: Sequence[str]) -> bool:
+    """Whether llama-server offloads host weights' ops: the last ``--op-offload`` or
+    ``--no-op-offload`` among its arguments (on by default)."""
+    found = [p.key for p in pairs(pass_through) if p.is_("--op-offload")]
+    return not found or found[-1] == "--op-offload"
+
+
+def placement_layout(
+    facts: ModelFacts,
+    placement: Placement,
+    settings: Settings,
+    devices: Sequence[DeviceSpec],
+    *,
+    op_offload: bool = True,
+) -> SpeedLayout:
+    """``layout_of`` for a placement, split over ``devices`` as the memory model splits it."""
+    weights = weights_on(facts, placement, devices)
+    return layout_of(facts, weights, settings, devices, op_offload=op_offload)
+
+
+# --- traffic ------------------------------------------------------------------------------------
+
+
+def _cells_seen(depth: int, n_tokens: int, window: int) -> float:
+    """Cells the ubatch's tokens see, summed over them: token ``t`` (1..n) at position
+    ``depth + t - 1`` sees ``min(depth + t, window)``."""
+    full = min(max(window - depth, 0), n_tokens)  # tokens that see every cell before them
+    return full * depth + full * (full + 1) / 2 + (n_tokens - full) * window
+
+
+def _own_weights(
+    layout: SpeedLayout, load: HomeLoad, n_tokens: int, n_outputs: int
+) -> tuple[float, float]:
+    """(bytes read, FLOPs) of ``load``'s weights computing a ubatch where they are."""
+    touched = layout.touched(n_tokens)
+    share = layout.touched(1)
+    read = (
+        load.dense_bytes
+        + (load.head_bytes if n_outputs else 0)
+        + touched * (load.expert_bytes + load.expert_bias_bytes)
+    )
+    params = (
+        load.dense_params * n_tokens
+        + load.head_params * n_outputs
+        + share * (load.expert_params + load.expert_bias_params) * n_tokens
+    )
+    return read, 2 * params
+
+
+def _own_cache(
+    layout: SpeedLayout, load: HomeLoad, n_tokens: int, depth: int
+) -> tuple[float, float]:
+    """(bytes read, FLOPs) of ``load``'s cache and attention over a ubatch at ``depth``."""
+    window = layout.n_swa or layout.n_cells
+    cells = min(depth + n_tokens, layout.n_cells)
+    swa_cells = min(depth + n_tokens, window + n_tokens - 1, layout.n_cells)
+    read = load.kv_cell_bytes * cells + load.swa_cell_bytes * swa_cells + load.state_bytes
+    flops = load.attn_flops_per_cell * _cells_seen(
+        depth, n_tokens, layout.n_cells
+    ) + load.swa_flops_per_cell * _cells_seen(depth, n_tokens, window)
+    return read, flops
+
+
+def ubatch_traffic(
+    layout: SpeedLayout, n_tokens: int, depth: int = 0, n_outputs: int = 0
+) -> Traffic:
+    """One ubatch of ``n_tokens`` tokens after ``depth`` cached ones, ``n_outputs`` of them
+    with logits."""
+    n = len(layout.devices)
+    weights, kv, flops = [0.0] * n, [0.0] * n, [0.0] * n
+    for i, load in enumerate(layout.devices):
+        weights[i], weight_flops = _own_weights(layout, load, n_tokens, n_outputs)
+        kv[i], attention = _own_cache(layout, load, n_tokens, depth)
+        flops[i] = weight_flops + attention
+    link = [0.0] * n
+    cpu = layout.cpu
+    touched, share = layout.touched(n_tokens), layout.touched(1)
+    head = cpu.head_bytes if n_outputs else 0
+    # the CPU's weights by op: (its batch, bytes the op reads, bytes a copy moves, FLOPs)
+    ops = (
+        (n_tokens, cpu.dense_bytes, cpu.dense_bytes, 2 * cpu.dense_params * n_tokens),
+        (n_outputs, head, head, 2 * cpu.head_params * n_outputs),
+        (
+            n_tokens,
+            touched * cpu.expert_bytes,
+            touched * cpu.expert_bytes,
+            2 * share * cpu.expert_params * n_tokens,
+        ),
+        (
+            layout.n_expert_used * n_tokens,
+            touched * cpu.expert_bias_bytes,
+            cpu.expert_bias_bytes,
+            2 * share * cpu.expert_bias_params * n_tokens,
+        ),
+    )
+    ram_weights = cpu_flops = 0.0
+    target = layout.offload_to
+    for batch, read, copied, op_flops in ops:
+        if target is not None and batch >= OP_OFFLOAD_MIN_BATCH:
+            link[target] += copied
+            flops[target] += op_flops
+        else:
+            ram_weights += read
+            cpu_flops += op_flops
+    ram_kv, attention = _own_cache(layout, cpu, n_tokens, depth)
+    return Traffic(
+        n_tokens=n_tokens,
+        device_weight_bytes=tuple(weights),
+        device_kv_bytes=tuple(kv),
+        link_bytes=tuple(link),
+        ram_weight_bytes=ram_weights,
+        ram_kv_bytes=ram_kv,
+        device_flops=tuple(flops),
+        cpu_flops=cpu_flops + attention,
+    )
+
+
+def token_traffic(layout: SpeedLayout, depth: int = 0) -> Traffic:
+    """One generated token at ``depth``: a ubatch of one token with its logits."""
+    return ubatch_traffic(layout, 1, depth, n_outputs=1)
+
+
+def prompt_traffic(layout: SpeedLayout, n_prompt: int, depth: int = 0) -> Traffic:
+    """A prompt of ``n_prompt`` tokens after ``depth`` cached ones, in ubatches of the
+    layout's size; the last token gets logits."""
+    total: Traffic | None = None
+    done = 0
+    while done < n_prompt:
+        n = min(layout.n_ubatch, n_prompt - done)
+        last = done + n >= n_prompt
+        one = ubatch_traffic(layout, n, depth + done, n_outputs=1 if last else 0)
+        total = one if total is None else total + one
+        done += n
+    return total if total is not None else ubatch_traffic(layout, 0, depth)
+
+
+# --- time from figures --------------------------------------------------------------------------
+
+
+class DeviceFigures(BaseModel):
+    """One device's figures; None where unknown."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_bytes_per_s: float | None = Field(default=None, gt=0)
+    link_bytes_per_s: float | None = Field(default=None, gt=0)  # PCIe; an RPC device: its network
+    flops_per_s: float | None = Field(default=None, gt=0)
+
+
+class MachineFigures(BaseModel):
+    """What the time of each term comes from: one entry per device, in the plan's order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    devices: tuple[DeviceFigures, ...]
+    ram_bytes_per_s: float | None = Field(default=None, gt=0)
+    cpu_flops_per_s: float | None = Field(default=None, gt=0)
+
+
+class Efficiency(BaseModel):
+    """The share of each figure a term reaches (0 < factor <= 1), fitted by calibration on
+    ``points`` measurements; 1.0 each and no points: uncalibrated."""
+
+    model_config = ConfigDict(frozen=True)
+
+    device_memory: float = Field(default=1.0, gt=0, le=1)
+    ram: float = Field(default=1.0, gt=0, le=1)
+    link: float = Field(default=1.0, gt=0, le=1)
+    device_compute: float = Field(default=1.0, gt=0, le=1)
+    cpu_compute: float = Field(default=1.0, gt=0, le=1)
+    points: int = Field(default=0, ge=0)
+
+
+Kind = Literal["device_memory", "ram", "link", "device_compute", "cpu_compute"]
+
+
+class TermTime(BaseModel):
+    """One term: what it moves (bytes) or computes (FLOPs), and its time."""
+
+    term: str  # "CUDA0 memory", "RAM", "CUDA0 link", "CUDA0 compute", "CPU compute"
+    kind: Kind
+    amount: float
+    seconds: float | None  # None: its figure is unknown
+    figure: str  # the figure it needs
+
+
+class Forecast(BaseModel):
+    """Decode tok/s at a depth and prefill tok/s for a prompt, with the terms behind them."""
+
+    decode_tok_s: float | None
+    prefill_tok_s: float | None
+    depth: int
+    n_prompt: int
+    n_ubatch: int
+    decode_terms: list[TermTime]  # one generated token
+    prefill_terms: list[TermTime]  # the whole prompt
+    missing: list[str]  # the figures it lacks
+    calibration: str = UNCALIBRATED  # or "N points"
+
+
+def _term(term: str, kind: Kind, amount: float, figure: str, rate: float | None) -> TermTime:
+    seconds = 0.0 if amount <= 0 else None if rate is None else amount / rate
+    return TermTime(term=term, kind=kind, amount=amount, seconds=seconds, figure=figure)
+
+
+def _memory_terms(
+    layout: SpeedLayout, traffic: Traffic, machine: MachineFigures, eff: Efficiency
+) -> list[TermTime]:
+    terms = []
+    for name, amount, figures in zip(
+        layout.device_names, traffic.device_memory_bytes, machine.devices, strict=True
+    ):
+        rate = figures.memory_bytes_per_s
+        terms.append(
+            _term(
+                f"{name} memory",
+                "device_memory",
+                amount,
+                f"{name} memory bandwidth",
+                rate * eff.device_memory if rate else None,
+            )
+        )
+    ram = machine.ram_bytes_per_s
+    terms.append(
+        _term("RAM", "ram", traffic.ram_bytes, "RAM bandwidth", ram * eff.ram if ram else None)
+    )
+    return terms
+
+
+def _prompt_terms(
+    layout: SpeedLayout, traffic: Traffic, machine: MachineFigures, eff: Efficiency
+) -> list[TermTime]:
+    terms = _memory_terms(layout, traffic, machine, eff)
+    for name, link, flops, figures in zip(
+        layout.device_names, traffic.link_bytes, traffic.device_flops, machine.devices, strict=True
+    ):
+        rate = figures.link_bytes_per_s
+        terms.append(
+            _term(
+                f"{name} link",
+                "link",
+                link,
+                f"{name} host link bandwidth",
+                rate * eff.link if rate else None,
+            )
+        )
+        rate = figures.flops_per_s
+        terms.append(
+            _term(
+                f"{name} compute",
+                "device_compute",
+                flops,
+                f"{name} FLOP/s",
+                rate * eff.device_compute if rate else None,
+            )
+        )
+    cpu = machine.cpu_flops_per_s
+    terms.append(
+        _term(
+            "CPU compute",
+            "cpu_compute",
+            traffic.cpu_flops,
+            "CPU FLOP/s",
+            cpu * eff.cpu_compute if cpu else None,
+        )
+    )
+    return terms
+
+
+def _rate(n_tokens: int, terms: Sequence[TermTime]) -> float | None:
+    times = [term.seconds for term in terms]
+    if any(t is None for t in times):
+        return None
+    total = sum(t for t in times if t is not None)
+    return n_tokens / total if total > 0 else None
+
+
+def forecast(
+    layout: SpeedLayout,
+    machine: MachineFigures,
+    *,
+    depth: int = 0,
+    n_prompt: int = 512,
+    efficiency: Efficiency | None = None,
+) -> Forecast:
+    """Decode tok/s of a token at ``depth``, prefill tok/s of an ``n_prompt``-token prompt
+    after ``depth`` cached ones (ubatch: the layout's), from ``machine``'s figures."""
+    if len(machine.devices) != len(layout.devices):
+        raise ValueError(
+            f"figures for {len(machine.devices)} devices, the layout has {len(layout.devices)}"
+        )
+    eff = efficiency or Efficiency()
+    decode = _memory_terms(layout, token_traffic(layout, depth), machine, eff)
+    prefill = _prompt_terms(layout, prompt_traffic(layout, n_prompt, depth), machine, eff)
+    missing = list(dict.fromkeys(t.figure for t in (*decode, *prefill) if t.seconds is None))
+    return Forecast(
+        decode_tok_s=_rate(1, decode),
+        prefill_tok_s=_rate(n_prompt, prefill),
+        depth=depth,
+        n_prompt=n_prompt,
+        n_ubatch=layout.n_ubatch,
+        decode_terms=decode,
+        prefill_terms=prefill,
+        missing=missing,
+        calibration=f"{eff.points} points" if eff.points else UNCALIBRATED,
+    )

@@ -1,0 +1,91 @@
+"""`moetune plan`'s speed forecast: from a ``--gpu`` hardware profile's figures and
+``--ram-bandwidth``, in the JSON and as one line of text."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from moetune.errors import ExitCode
+from moetune.gguf.split import read_model
+from moetune.units import GIB
+
+from support.helpers import EXAMPLE_QWEN, cli
+from support.plan import plan
+
+QWEN = str(EXAMPLE_QWEN)
+EXPERT = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.")
+
+
+def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
+    """rtx4070 (504 GB/s, its profile) and 60 GiB/s of RAM: a token reads, on the GPU, every
+    non-expert weight but token_embd, 8/128 of the experts of blocks N..47 and one q8_0 KV
+    cell of 48 layers (2 x 544 bytes each); from RAM 8/128 of blocks 0..N-1's experts."""
+    code, out = plan(QWEN, "--gpu", "rtx4070", "--ram", "64G", "--ram-bandwidth", "60G/s", "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    n = data["n_cpu_moe"]
+    assert n > 0  # 12 GB: some experts on the CPU
+    gpu = ram = 0.0
+    for tensor in read_model(QWEN).tensors:
+        nbytes = tensor.nbytes or 0
+        match = EXPERT.match(tensor.name)
+        if match and int(match[1]) < n:
+            ram += nbytes * 8 / 128
+        elif match:
+            gpu += nbytes * 8 / 128
+        elif tensor.name != "token_embd.weight":
+            gpu += nbytes
+    gpu += 48 * 2 * 544
+    found = data["forecast"]
+    expected = 1 / (gpu / 504e9 + ram / (60 * GIB))
+    assert abs(found["decode_tok_s"] - expected) < 1e-9 * expected
+    assert found["calibration"] == "uncalibrated"
+    assert found["prefill_tok_s"] is None  # no FLOP/s figure
+    assert found["missing"] == ["CUDA0 FLOP/s"]  # the CPU's experts cross PCIe: no CPU term
+    link = next(t for t in found["prefill_terms"] if t["term"] == "CUDA0 link")
+    # PCIe 4.0 x16, its profile: 16 GT/s per lane, 128b/130b encoding, 8 bits a byte
+    assert link["seconds"] == pytest.approx(link["amount"] / (16e9 * 128 / 130 / 8 * 16))
+    assert data["plan"]["forecast"] == found
+
+
+def test_text_names_what_is_missing() -> None:
+    """Without --ram-bandwidth the CPU's experts have no figure: the line says so."""
+    code, out = plan(QWEN, "--gpu", "rtx4070", "--ram", "64G")
+    assert code == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("speed ("))
+    assert line.startswith("speed (uncalibrated): decode ? at depth 0, prefill ?")
+    assert "missing: RAM bandwidth" in out.replace("\n", " ")
+
+
+def test_everything_on_the_gpu_needs_no_ram_figure() -> None:
+    code, out = plan(QWEN, "--gpu", "rtx4090", "--ram", "64G", "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["n_cpu_moe"] == 0
+    assert data["forecast"]["decode_tok_s"] > 0
+    assert "RAM bandwidth" not in data["forecast"]["missing"]
+
+
+def test_a_bandwidth_needs_per_second() -> None:
+    code, _, err = cli("plan", QWEN, "--gpu", "rtx4090", "--ram-bandwidth", "60G")
+    assert code == ExitCode.BAD_VALUE
+    assert "not a bandwidth: '60G'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_no_op_offload_after_the_separator() -> None:
+    """``-- --no-op-offload``: the prompt's CPU experts are read from RAM, none cross PCIe;
+    a later ``--op-offload`` turns it back on, as llama.cpp reads its flags."""
+    args = (QWEN, "--gpu", "rtx4070", "--ram", "64G", "--json", "--")
+    terms = {}
+    for tail in (("--no-op-offload",), ("--no-op-offload", "--op-offload")):
+        code, out = plan(*args, *tail)
+        assert code == 0, out
+        prefill = json.loads(out)["forecast"]["prefill_terms"]
+        terms[tail] = {t["term"]: t["amount"] for t in prefill}
+    off, on = terms.values()
+    assert off["CUDA0 link"] == 0 and off["RAM"] > 0
+    assert on["CUDA0 link"] > 0 and on["RAM"] == 0
