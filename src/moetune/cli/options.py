@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand
 
+from moetune.core.goal import Objective, Workload, parse_objective, parse_workload
 from moetune.errors import BadValueError, ExitCode
 from moetune.units import (
     Ctx,
@@ -170,6 +171,22 @@ RamOpt = Annotated[
         help="Host RAM, e.g. 64G (default: detect).",
         parser=parser(parse_positive_size),
         metavar=SIZE,
+    ),
+]
+ObjectiveOpt = Annotated[
+    Objective | None,
+    typer.Option(
+        help="Order the speed frontier by decode, prefill or balanced (pp512 + tg128).",
+        parser=parser(parse_objective),
+        metavar="decode|prefill|balanced",
+    ),
+]
+WorkloadOpt = Annotated[
+    Workload | None,
+    typer.Option(
+        help="Order the speed frontier by time per request: PROMPT:GEN tokens (8k:512).",
+        parser=parser(parse_workload),
+        metavar="PROMPT:GEN",
     ),
 ]
 RamBandwidthOpt = Annotated[
