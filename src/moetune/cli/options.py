@@ -22,16 +22,17 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from moetune.core.goal import Objective, Workload, parse_objective, parse_workload
 from moetune.errors import BadValueError, ExitCode
 from moetune.units import (
     Ctx,
     Sizes,
+    Workload,
     parse_ctx,
     parse_rate,
     parse_size,
     parse_sizes,
     parse_tokens,
+    parse_workload,
 )
 
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
@@ -173,8 +174,17 @@ RamOpt = Annotated[
         metavar=SIZE,
     ),
 ]
+
+
+def parse_objective(text: str) -> str:
+    """``--objective``: decode, prefill or balanced (core/goal.py)."""
+    from moetune.core.goal import parse_objective as parse
+
+    return parse(text)
+
+
 ObjectiveOpt = Annotated[
-    Objective | None,
+    str | None,
     typer.Option(
         help="Order the speed frontier by decode, prefill or balanced (pp512 + tg128).",
         parser=parser(parse_objective),
@@ -222,6 +232,7 @@ TargetVramOpt = Annotated[
 ]
 HeadroomOpt = Annotated[
     Sizes,
+    Workload,
     typer.Option(
         help="Left free when no --target-vram is given, one size or one per device.",
         parser=parser(parse_sizes_or_zero),

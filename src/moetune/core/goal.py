@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from moetune.errors import BadValueError
-from moetune.units import parse_tokens
+from moetune.units import Workload
 
 if TYPE_CHECKING:
     from moetune.core.speed import Forecast
@@ -16,13 +16,6 @@ FORECAST_PROMPT = 512
 FORECAST_DEPTH = 0
 Objective = Literal["decode", "prefill", "balanced"]
 OBJECTIVES: tuple[Objective, ...] = ("decode", "prefill", "balanced")
-
-
-class Workload(NamedTuple):
-    """One request: a prompt of ``n_prompt`` tokens, then ``n_gen`` generated."""
-
-    n_prompt: int
-    n_gen: int
 
 
 # "balanced": llama-bench's default test, pp512 then tg128, as one request
@@ -62,22 +55,11 @@ class Goal(NamedTuple):
         return None if seconds is None else 1 / seconds
 
 
-def parse_workload(text: str) -> Workload:
-    """``8k:512``: a prompt of 8192 tokens, then 512 generated."""
-    prompt, sep, gen = text.partition(":")
-    if not sep:
-        raise BadValueError(f"not a workload: {text!r}", hint="PROMPT:GEN, e.g. 8k:512")
-    found = Workload(parse_tokens(prompt.strip()), parse_tokens(gen.strip()))
-    if found.n_gen <= 0:
-        raise BadValueError(f"a workload generates at least one token: {text!r}")
-    return found
-
-
-def goal_of(objective: Objective | None, workload: Workload | None) -> Goal:
+def goal_of(objective: str | None, workload: Workload | None) -> Goal:
     """The goal of ``--objective`` or ``--workload`` (a workload when both; default decode)."""
     if workload is not None:
         return Goal(None, workload)
-    return Goal(objective or "decode")
+    return Goal(parse_objective(objective or "decode"))
 
 
 def request_seconds(found: Forecast, workload: Workload) -> float | None:
