@@ -186,7 +186,8 @@ def parse_objective(text: str) -> str:
 ObjectiveOpt = Annotated[
     str | None,
     typer.Option(
-        help="Order the speed frontier by decode, prefill or balanced (pp512 + tg128).",
+        help="Order the speed frontier by decode, prefill (of 4096 tokens) or balanced "
+        "(their geometric mean).",
         parser=parser(parse_objective),
         metavar="decode|prefill|balanced",
     ),

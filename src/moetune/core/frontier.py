@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from moetune.core.facts import ModelFacts
-from moetune.core.goal import Goal
+from moetune.core.goal import UBATCHES, Goal
 from moetune.core.plan import (
     PlanRequest,
     PlanResult,
@@ -38,8 +38,6 @@ from moetune.core.planner import OffloadPlan, fixed_split, plan_n_cpu_moe, plan_
 from moetune.core.settings import Settings
 from moetune.core.speed import Forecast
 from moetune.errors import DoesNotFitError
-
-UBATCHES = (512, 1024, 2048, 4096)
 
 
 class FrontierEntry(BaseModel):

@@ -1,8 +1,13 @@
 """What a speed frontier is ordered by: ``--objective decode|prefill|balanced`` or
-``--workload PROMPT:GEN`` (time per request = prompt / prefill + gen / decode)."""
+``--workload PROMPT:GEN`` (time per request = prompt / prefill + gen / decode).
+
+``decode``: tok/s at depth 0; ``prefill``: tok/s of a ``LONG_PROMPT`` (as long as the largest
+``-ub`` candidate, so that every ubatch is told apart: a 512-token prompt is one ubatch of any
+of them); ``balanced``: the geometric mean of both (a gain in either counts the same)."""
 
 from __future__ import annotations
 
+from math import sqrt
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from moetune.errors import BadValueError
@@ -14,12 +19,10 @@ if TYPE_CHECKING:
 # what plan's forecast is for: llama-bench's defaults, a 512-token prompt and decode at depth 0
 FORECAST_PROMPT = 512
 FORECAST_DEPTH = 0
+UBATCHES = (512, 1024, 2048, 4096)  # the frontier's -ub candidates
+LONG_PROMPT = max(UBATCHES)
 Objective = Literal["decode", "prefill", "balanced"]
 OBJECTIVES: tuple[Objective, ...] = ("decode", "prefill", "balanced")
-
-
-# "balanced": llama-bench's default test, pp512 then tg128, as one request
-BALANCED = Workload(512, 128)
 
 
 class Goal(NamedTuple):
@@ -37,7 +40,9 @@ class Goal(NamedTuple):
     @property
     def n_prompt(self) -> int:
         """The prompt the prefill forecast is for."""
-        return self.workload.n_prompt if self.workload else FORECAST_PROMPT
+        if self.workload is not None:
+            return self.workload.n_prompt
+        return FORECAST_PROMPT if self.objective in (None, "decode") else LONG_PROMPT
 
     @property
     def depth(self) -> int:
@@ -45,14 +50,17 @@ class Goal(NamedTuple):
         return self.workload.n_prompt if self.workload else FORECAST_DEPTH
 
     def score(self, found: Forecast) -> float | None:
-        """Higher is better: tok/s, or requests per second; None where a figure is missing."""
+        """Higher is better: tok/s, their geometric mean, or requests per second; None where
+        a figure is missing."""
         decode, prefill = found.decode_tok_s, found.prefill_tok_s
-        if self.workload is None and self.objective == "decode":
-            return decode
-        if self.workload is None and self.objective == "prefill":
+        if self.workload is not None:
+            seconds = request_seconds(found, self.workload)
+            return None if seconds is None else 1 / seconds
+        if self.objective == "prefill":
             return prefill
-        seconds = request_seconds(found, self.workload or BALANCED)
-        return None if seconds is None else 1 / seconds
+        if self.objective == "balanced":
+            return sqrt(decode * prefill) if decode and prefill else None
+        return decode
 
 
 def goal_of(objective: str | None, workload: Workload | None) -> Goal:
