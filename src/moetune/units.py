@@ -125,6 +125,24 @@ def parse_tokens(text: str) -> int:
     return int(number) * (1024 if k else 1)
 
 
+class Workload(NamedTuple):
+    """One request: a prompt of ``n_prompt`` tokens, then ``n_gen`` generated."""
+
+    n_prompt: int
+    n_gen: int
+
+
+def parse_workload(text: str) -> Workload:
+    """``8k:512``: a prompt of 8192 tokens, then 512 generated."""
+    prompt, sep, gen = text.partition(":")
+    if not sep:
+        raise BadValueError(f"not a workload: {text!r}", hint="PROMPT:GEN, e.g. 8k:512")
+    found = Workload(parse_tokens(prompt.strip()), parse_tokens(gen.strip()))
+    if found.n_gen <= 0:
+        raise BadValueError(f"a workload generates at least one token: {text!r}")
+    return found
+
+
 def tokens_arg(n_tokens: int) -> str:
     """A token count as it is best typed: ``32k`` for 32768, else the number."""
     return f"{n_tokens // 1024}k" if n_tokens and n_tokens % 1024 == 0 else str(n_tokens)

@@ -44,6 +44,14 @@ CASES = {
     "plan-ram-short": ("plan", str(EXAMPLE_GPT_OSS), "--vram", "24G", "--ram", "32G"),
     "plan-gpu-short": ("plan", str(EXAMPLE_QWEN), "--vram", "4G", "--ram", "64G"),
     "plan-three-devices": ("plan", str(EXAMPLE_GPT_OSS), "--vram", "24G,16G,12G", "--ram", "64G"),
+    "plan-frontier": (
+        *("plan", str(EXAMPLE_QWEN), "--gpu", "rtx4090", "--ram", "64G"),
+        *("--ram-bandwidth", "60", "--workload", "8k:512"),
+    ),
+    "plan-frontier-two": (
+        *("plan", str(EXAMPLE_GPT_OSS), "--vram", "40G,24G", "--ram", "128G"),
+        "--frontier",
+    ),
     "inspect-layers": ("inspect", str(EXAMPLE_QWEN), "--layers"),
     "doctor": ("doctor", str(EXAMPLE_GPT_OSS), "--vram", "24G", "--no-measure"),
 }

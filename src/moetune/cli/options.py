@@ -26,11 +26,13 @@ from moetune.errors import BadValueError, ExitCode
 from moetune.units import (
     Ctx,
     Sizes,
+    Workload,
     parse_ctx,
     parse_rate,
     parse_size,
     parse_sizes,
     parse_tokens,
+    parse_workload,
 )
 
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
@@ -172,6 +174,32 @@ RamOpt = Annotated[
         metavar=SIZE,
     ),
 ]
+
+
+def parse_objective(text: str) -> str:
+    """``--objective``: decode, prefill or balanced (core/goal.py)."""
+    from moetune.core.goal import parse_objective as parse
+
+    return parse(text)
+
+
+ObjectiveOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Order the speed frontier by decode, prefill (of 4096 tokens) or balanced "
+        "(their geometric mean).",
+        parser=parser(parse_objective),
+        metavar="decode|prefill|balanced",
+    ),
+]
+WorkloadOpt = Annotated[
+    Workload | None,
+    typer.Option(
+        help="Order the speed frontier by time per request: PROMPT:GEN tokens (8k:512).",
+        parser=parser(parse_workload),
+        metavar="PROMPT:GEN",
+    ),
+]
 RamBandwidthOpt = Annotated[
     int | None,
     typer.Option(
@@ -205,6 +233,7 @@ TargetVramOpt = Annotated[
 ]
 HeadroomOpt = Annotated[
     Sizes,
+    Workload,
     typer.Option(
         help="Left free when no --target-vram is given, one size or one per device.",
         parser=parser(parse_sizes_or_zero),

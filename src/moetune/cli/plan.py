@@ -16,6 +16,7 @@ from moetune.cli.options import (
     JsonOpt,
     MmprojOpt,
     ModelArg,
+    ObjectiveOpt,
     OverheadOpt,
     PassThroughCommand,
     RamBandwidthOpt,
@@ -25,6 +26,7 @@ from moetune.cli.options import (
     TargetVramOpt,
     TimeoutOpt,
     VramOpt,
+    WorkloadOpt,
     pass_through_of,
 )
 from moetune.errors import DoesNotFitError
@@ -70,6 +72,15 @@ def plan(
         ),
     ] = True,
     ram_bandwidth: RamBandwidthOpt = None,
+    objective: ObjectiveOpt = None,
+    workload: WorkloadOpt = None,
+    show_frontier: Annotated[
+        bool,
+        typer.Option(
+            "--frontier",
+            help="Show the speed frontier (on with --objective or --workload).",
+        ),
+    ] = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
@@ -81,10 +92,17 @@ def plan(
     """
     from moetune.core.command import check_pass_through
     from moetune.core.extras import add_extras_flags
+    from moetune.core.goal import goal_of
     from moetune.hub import ModelName, parse_model_arg
     from moetune.jobs.devices import host_ram, plan_devices
     from moetune.jobs.models import open_model
-    from moetune.jobs.plan import PlanInputs, machine_figures, plan_model, plan_repo
+    from moetune.jobs.plan import (
+        PlanInputs,
+        machine_figures,
+        plan_frontier,
+        plan_model,
+        plan_repo,
+    )
     from moetune.report.render import PlanView, QuantsView, render
     from moetune.units import per_device
 
@@ -94,6 +112,8 @@ def plan(
         draft=str(draft) if draft else None,
     )
     check_pass_through(pass_through)
+    goal = goal_of(objective, workload)
+    wants_frontier = show_frontier or objective is not None or workload is not None
     found = plan_devices(
         vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu, overhead=overhead, server=server
     )
@@ -120,6 +140,7 @@ def plan(
         return
     chosen = open_model(model)
     result = plan_model(chosen, inputs, verify=verify, server=server)
-    render(PlanView(result, chosen.facts, found.source), as_json)
+    speeds = plan_frontier(chosen, inputs, result, goal) if wants_frontier else None
+    render(PlanView(result, chosen.facts, found.source, speeds), as_json)
     if not result.fits:  # the document is out; the exit code and one line on stderr say it
         raise DoesNotFitError(f"does not fit: {result.reason}")

@@ -56,7 +56,7 @@ def args_for(
 ) -> ServerArgs:
     """The arguments for ``placement`` at ``settings`` (``--n-cpu-moe N`` when the placement
     came from it, else its ``-ot`` rules), or for llama.cpp's own ``fit`` when ``placement``
-    is None. ``with_ubatch=False`` when ``pass_through`` carries -ub."""
+    is None. ``with_ubatch=False`` when ``pass_through`` carries -ub (and -b)."""
     place = placement if placement is not None else Placement()
     by_n = place.n_cpu_moe is not None
     return ServerArgs(
@@ -69,6 +69,8 @@ def args_for(
         overrides=() if by_n else place.overrides,
         threads=threads,
         n_ubatch=settings.n_ubatch if with_ubatch and settings.n_ubatch != 512 else None,
+        # a -ub above the default batch needs -b (llama.cpp clamps -ub to -b)
+        n_batch=settings.n_batch if with_ubatch and settings.n_batch != 2048 else None,
         flash_attn=settings.flash_attn,
         n_parallel=settings.n_seq if settings.explicit_parallel else None,
         pass_through=pass_through,

@@ -15,6 +15,7 @@ from moetune.core.command import args_for, server_argv
 from moetune.core.devices import DeviceSpec
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
+from moetune.core.goal import FORECAST_DEPTH, FORECAST_PROMPT
 from moetune.core.memory import MemoryEstimate, Settings, estimate
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import (
@@ -41,9 +42,6 @@ from moetune.errors import BadValueError, DoesNotFitError
 from moetune.units import format_bytes
 
 SERVER_ALL_LAYERS = 99  # what moetune writes for "every layer": -ngl 99
-# what the forecast is for: llama-bench's defaults, a 512-token prompt and decode at depth 0
-FORECAST_PROMPT = 512
-FORECAST_DEPTH = 0
 
 
 class RamCheck(BaseModel):
@@ -201,7 +199,7 @@ class PlanResult(BaseModel):
         return self.fails is None
 
 
-def _placement_result(
+def placement_result(
     req: PlanRequest, plan: OffloadPlan, settings: Settings, target: DeviceBudgets
 ) -> PlacementResult:
     placement = plan.placement
@@ -233,7 +231,7 @@ def _placement_result(
     )
 
 
-def _target(req: PlanRequest) -> DeviceBudgets:
+def plan_target(req: PlanRequest) -> DeviceBudgets:
     """The devices and their budgets; a budget the headroom leaves nothing of is refused."""
     budgets = req.budgets
     for i, (device, budget) in enumerate(zip(req.devices, budgets, strict=True)):
@@ -373,7 +371,7 @@ def _gpu_failure(
         try:
             smallest = plan_n_cpu_moe(facts, target, settings, extras=req.extras)
             suggestions.append(f"--n-cpu-moe {smallest.placement.n_cpu_moe} fits")
-            nearest = _placement_result(req, smallest, settings, target)
+            nearest = placement_result(req, smallest, settings, target)
         except DoesNotFitError:
             pass
     fits = context_fits(facts, target, settings, extras=req.extras)
@@ -384,7 +382,7 @@ def _gpu_failure(
             update={"n_ctx": first.n_ctx, "type_k": first.cache_type, "type_v": first.cache_type}
         )
         plan, _ = _main_plan(facts, req.model_copy(update={"n_cpu_moe": None}), target, at)
-        nearest = _placement_result(req, plan, at, target)
+        nearest = placement_result(req, plan, at, target)
     if not fits:
         suggestions.append(
             "not even -c 256 fits: a smaller quant of the model or "
@@ -416,21 +414,38 @@ def _limiting(memory: MemoryEstimate, target: DeviceBudgets) -> str:
     return target.devices[rooms.index(min(rooms))].name
 
 
-def _forecast(
-    facts: ModelFacts, req: PlanRequest, plan: OffloadPlan, settings: Settings
+def plan_forecast(
+    facts: ModelFacts,
+    req: PlanRequest,
+    placement: Placement,
+    settings: Settings,
+    *,
+    depth: int = FORECAST_DEPTH,
+    n_prompt: int = FORECAST_PROMPT,
 ) -> Forecast:
-    """The speed of ``plan`` from the figures the request has (uncalibrated)."""
+    """The speed of ``placement`` from the figures the request has (uncalibrated): decode at
+    ``depth``, prefill of an ``n_prompt``-token prompt from an empty cache."""
     figures = req.figures or MachineFigures(devices=tuple(DeviceFigures() for _ in req.devices))
     layout = placement_layout(
-        facts, plan.placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
+        facts, placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
     )
-    return forecast(layout, figures, depth=FORECAST_DEPTH, n_prompt=FORECAST_PROMPT)
+    found = forecast(layout, figures, depth=0, n_prompt=n_prompt)
+    if depth == 0:
+        return found
+    deeper = forecast(layout, figures, depth=depth, n_prompt=n_prompt)
+    return found.model_copy(
+        update={
+            "decode_tok_s": deeper.decode_tok_s,
+            "decode_terms": deeper.decode_terms,
+            "depth": depth,
+        }
+    )
 
 
 def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
     """The placement(s) that keep every device within its budget, with checks; when none
     fits, what fails and the nearest plan that fits."""
-    target = _target(req)
+    target = plan_target(req)
     settings = _context_for(facts, req, target)
     main, alt = _main_plan(facts, req, target, settings)
     ram = check_ram(main.memory, req.ram_total_bytes, req.ram_available_bytes)
@@ -451,8 +466,8 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         budget_bytes=sum(target.budgets),
         settings=settings,
         training_context=facts.context_length,
-        recommended=_placement_result(req, main, settings, target),
-        alternative=_placement_result(req, alt, settings, target) if alt else None,
+        recommended=placement_result(req, main, settings, target),
+        alternative=placement_result(req, alt, settings, target) if alt else None,
         override_gain_bytes=gain,
         ram=ram,
         threads=req.physical_cores,
@@ -465,5 +480,5 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         device_names=[d.name for d in req.devices] if several else [],
         device_budgets=list(target.budgets) if several else [],
         limiting_device=_limiting(main.memory, target) if several else None,
-        forecast=None if failure else _forecast(facts, req, main, settings),
+        forecast=None if failure else plan_forecast(facts, req, main.placement, settings),
     )

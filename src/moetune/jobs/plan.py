@@ -10,6 +10,8 @@ from moetune.errors import MoetuneError, NoGpuError
 from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
+    from moetune.core.frontier import Frontier
+    from moetune.core.goal import Goal
     from moetune.core.plan import PlanRequest, PlanResult
     from moetune.core.speed import MachineFigures
     from moetune.hub import ModelName, Quant
@@ -175,6 +177,16 @@ def plan_model(
     if not verify:
         return result.model_copy(update={"checked": "skipped (--no-verify)"})
     return _checked(chosen, request, result, inputs.found, server)
+
+
+def plan_frontier(
+    chosen: Model, inputs: PlanInputs, result: PlanResult, goal: Goal
+) -> Frontier | None:
+    """The candidates that fit beside ``result``, each with its forecast, ordered by ``goal``
+    (uncalibrated: the pick stays ``result``'s)."""
+    from moetune.core.frontier import frontier
+
+    return frontier(chosen.facts, plan_request(chosen, inputs), result, goal, error=None)
 
 
 def _checked(

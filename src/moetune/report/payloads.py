@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
+    from moetune.core.frontier import Frontier
     from moetune.core.memory import MemoryEstimate
     from moetune.core.plan import PlanResult
     from moetune.errors import ExitCode, ProfileError
@@ -29,8 +30,9 @@ def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, 
     }
 
 
-def plan_payload(result: PlanResult) -> dict[str, Any]:
-    """The recommended placement's figures at the top level, everything else nested."""
+def plan_payload(result: PlanResult, frontier: Frontier | None = None) -> dict[str, Any]:
+    """The recommended placement's figures at the top level, everything else nested; the
+    speed frontier where it was asked for."""
     rec = result.recommended
     mem = rec.memory
     top: dict[str, Any] = {
@@ -67,6 +69,8 @@ def plan_payload(result: PlanResult) -> dict[str, Any]:
         "forecast": result.forecast.model_dump(mode="json") if result.forecast else None,
         **extras_payload(mem),
     }
+    if frontier is not None:  # the candidates that fit, each with command, memory, forecast
+        top["frontier"] = frontier.model_dump(mode="json")
     return {**top, "plan": result.model_dump(mode="json")}
 
 

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moetune.core.facts import ModelFacts
+from moetune.core.frontier import Frontier
 from moetune.core.memory import MemoryEstimate
 from moetune.core.plan import PlanResult
 from moetune.core.speed import Forecast
@@ -268,7 +269,9 @@ def forecast_line(found: Forecast) -> str:
     return line + (f"; missing: {', '.join(found.missing)}" if found.missing else "")
 
 
-def render_plan(result: PlanResult, facts: ModelFacts, gpu_source: str) -> RenderableType:
+def render_plan(
+    result: PlanResult, facts: ModelFacts, gpu_source: str, frontier: Frontier | None = None
+) -> RenderableType:
     header = Text(
         f"{facts.architecture}, {facts.n_layers} blocks, {facts.n_experts} experts "
         f"({facts.n_experts_used} used) | {'devices' if result.device_names else 'GPU'}: "
@@ -290,4 +293,14 @@ def render_plan(result: PlanResult, facts: ModelFacts, gpu_source: str) -> Rende
         parts.append(Text(f"hint: {result.ubatch_hint}", style="dim"))
     if result.forecast is not None:
         parts.append(Text(forecast_line(result.forecast), style="dim"))
-    return Group(*parts, Text(""), *_commands(result))
+    commands = _commands(result)
+    if frontier is not None:
+        from moetune.report.frontier import render_frontier
+
+        parts += [Text(""), *render_frontier(frontier, facts.n_layers)]
+        if frontier.switched:
+            picked = frontier.entries[frontier.picked]
+            commands = [Text("command (the frontier's pick):", style="bold")]
+            commands += [shell_line(picked.command), Text("the plan's own:", style="dim")]
+            commands += _commands(result)[1:]
+    return Group(*parts, Text(""), *commands)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from moetune.core.facts import ModelFacts
+    from moetune.core.frontier import Frontier
     from moetune.core.plan import PlanResult
     from moetune.errors import ExitCode, ProfileError
     from moetune.jobs.doctor import DoctorReport
@@ -47,6 +48,7 @@ class PlanView:
     result: PlanResult
     facts: ModelFacts
     source: str
+    frontier: Frontier | None = None  # --frontier, --objective, --workload
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ def payload(view: View) -> dict[str, Any]:
         case InspectView():
             return p.inspect_payload(view.facts, with_tensors=view.tensors)
         case PlanView():
-            return p.plan_payload(view.result)
+            return p.plan_payload(view.result, view.frontier)
         case QuantsView():
             return p.quants_payload(view.result)
         case RunView():
@@ -230,7 +232,7 @@ def text(view: View) -> RenderableType:
         case PlanView():
             from moetune.report.plan import render_plan
 
-            return render_plan(view.result, view.facts, view.source)
+            return render_plan(view.result, view.facts, view.source, view.frontier)
         case QuantsView():
             from moetune.report.quants import render_quants
 

@@ -1,0 +1,284 @@
+"""The speed frontier of a plan: the placements that fit, each with its memory per device and
+its forecast, ordered by what the user wants (decode, prefill, both, or a workload).
+
+Candidates, each planned by the planner (nothing is re-derived here):
+- ``--n-cpu-moe N`` for N from the smallest that fits upward: the smallest, +1, +2, +4, ...
+  up to every block (more experts on the CPU: slower decode, a smaller peak);
+- the ``-ot`` form at the smallest N's split, where it keeps more on the devices;
+- each ``-ub`` of ``UBATCHES`` (and the plan's own), re-planned: a bigger ubatch's compute
+  buffer costs device memory, so its smallest N may be larger (``-b`` follows a ``-ub`` above
+  it, as llama.cpp clamps the ubatch to the batch);
+- on several devices, the device sets with one device fewer (``-dev`` selects them).
+``-t`` is not a dimension: the speed model has no thread term (decode stops scaling at 4-8
+threads, the physical cores are the command's ``-t``), which the frontier says.
+
+The pick stays the plan's own placement unless another candidate wins by more than the
+forecast's error; an uncalibrated forecast has no error figure, so it never switches, but the
+winner is shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel
+
+from moetune.core.facts import ModelFacts
+from moetune.core.goal import UBATCHES, Goal
+from moetune.core.plan import (
+    PlanRequest,
+    PlanResult,
+    check_ram,
+    placement_result,
+    plan_forecast,
+    plan_target,
+)
+from moetune.core.planner import OffloadPlan, fixed_split, plan_n_cpu_moe, plan_override
+from moetune.core.settings import Settings
+from moetune.core.speed import Forecast
+from moetune.errors import DoesNotFitError
+
+
+class FrontierEntry(BaseModel):
+    """One candidate that fits: its placement, command, memory and forecast."""
+
+    form: Literal["n_cpu_moe", "override"]
+    n_cpu_moe: int | None
+    override_tensor: list[str]
+    n_ubatch: int
+    n_batch: int
+    threads: int | None
+    devices: list[str]
+    device_bytes: list[int]  # each device's predicted peak, in ``devices``' order
+    host_bytes: int
+    command: list[str]
+    forecast: Forecast
+    score: float | None  # by the goal: higher is better (None: a figure is missing)
+    all_devices: bool = True  # False: a device set with one device fewer (-dev)
+    base: bool = False  # the plan's own placement
+    picked: bool = False
+
+
+class Frontier(BaseModel):
+    """The candidates in the goal's order (unknown scores last), the pick and why."""
+
+    goal: str
+    n_prompt: int
+    depth: int
+    entries: list[FrontierEntry]
+    best: int | None  # index of the goal's winner (None: no candidate has a score)
+    picked: int  # index of the pick
+    switched: bool  # the pick is not the plan's own placement
+    why: str
+    threads: str  # why -t is not a candidate dimension
+    missing: list[str]  # the figures the forecasts lack
+
+
+def _n_steps(smallest: int, n_layers: int) -> list[int]:
+    """N from the smallest upward: +0, +1, +2, +4, +8, ... and every block."""
+    found = [smallest]
+    step = 1
+    while smallest + step < n_layers:
+        found.append(smallest + step)
+        step *= 2
+    if smallest < n_layers:
+        found.append(n_layers)
+    return found
+
+
+def _ubatch_settings(settings: Settings, n_ubatch: int) -> Settings:
+    return settings.model_copy(
+        update={"n_ubatch": n_ubatch, "n_batch": max(settings.n_batch, n_ubatch)}
+    )
+
+
+def device_subsets(req: PlanRequest) -> list[PlanRequest]:
+    """The request on every device set with one device fewer (``-dev`` names it); none on
+    one device."""
+    n = len(req.devices)
+    if n < 2:
+        return []
+    found = []
+    for drop in range(n):
+        keep = [i for i in range(n) if i != drop]
+        devices = tuple(req.devices[i] for i in keep)
+        found.append(
+            req.model_copy(
+                update={
+                    "devices": devices,
+                    "target_vram": tuple(req.target_vram_of(i) for i in keep),
+                    "headrooms": tuple(req.headroom_of(i) for i in keep),
+                    "device_args": (
+                        *req.device_args,
+                        "-dev",
+                        ",".join(d.name for d in devices),
+                    ),
+                    "figures": req.figures.model_copy(
+                        update={"devices": tuple(req.figures.devices[i] for i in keep)}
+                    )
+                    if req.figures is not None
+                    else None,
+                }
+            )
+        )
+    return found
+
+
+def _entry(
+    facts: ModelFacts,
+    req: PlanRequest,
+    plan: OffloadPlan,
+    settings: Settings,
+    goal: Goal,
+) -> FrontierEntry | None:
+    """The candidate ``plan`` (None when a device or the RAM cannot hold it)."""
+    target = plan_target(req)
+    if not target.fits(plan.memory):
+        return None
+    if check_ram(plan.memory, req.ram_total_bytes, req.ram_available_bytes).status == "fail":
+        return None
+    placed = placement_result(req, plan, settings, target)
+    found = plan_forecast(
+        facts, req, plan.placement, settings, depth=goal.depth, n_prompt=goal.n_prompt
+    )
+    return FrontierEntry(
+        form="n_cpu_moe" if placed.n_cpu_moe is not None else "override",
+        n_cpu_moe=placed.n_cpu_moe,
+        override_tensor=placed.override_tensor,
+        n_ubatch=settings.n_ubatch,
+        n_batch=settings.n_batch,
+        threads=req.physical_cores,
+        devices=[d.name for d in req.devices],
+        device_bytes=[d.total_bytes for d in plan.memory.devices],
+        host_bytes=plan.memory.host_bytes,
+        command=placed.command,
+        forecast=found,
+        score=goal.score(found),
+    )
+
+
+def _candidates(
+    facts: ModelFacts, req: PlanRequest, settings: Settings, goal: Goal
+) -> list[FrontierEntry]:
+    """Every candidate on ``req``'s devices at ``settings``' context and cache types."""
+    target = plan_target(req)
+    found: list[FrontierEntry] = []
+    for n_ubatch in sorted({*UBATCHES, settings.n_ubatch}):
+        at = _ubatch_settings(settings, n_ubatch)
+        try:
+            smallest = plan_n_cpu_moe(facts, target, at, extras=req.extras)
+        except DoesNotFitError:
+            continue
+        n0 = smallest.placement.n_cpu_moe or 0
+        plans = [smallest] + [
+            fixed_split(facts, target, at, n, extras=req.extras)
+            for n in _n_steps(n0, facts.n_layers)[1:]
+        ]
+        counts = tuple(int(c) for c in smallest.placement.tensor_split) or None
+        try:
+            alt = plan_override(facts, target, at, counts, extras=req.extras)
+        except DoesNotFitError:
+            alt = None
+        if alt is not None and alt.memory.gpu_weights_bytes > smallest.memory.gpu_weights_bytes:
+            plans.insert(1, alt)
+        found += [e for p in plans if (e := _entry(facts, req, p, at, goal)) is not None]
+    return found
+
+
+def _same(entry: FrontierEntry, other: FrontierEntry) -> bool:
+    return (entry.command, entry.devices) == (other.command, other.devices)
+
+
+def _order(entries: Sequence[FrontierEntry]) -> list[FrontierEntry]:
+    """Best score first, unknown scores last (each group in its planned order)."""
+    known = sorted((e for e in entries if e.score is not None), key=lambda e: -(e.score or 0))
+    return known + [e for e in entries if e.score is None]
+
+
+def choose(
+    entries: Sequence[FrontierEntry], base: int, goal: Goal, error: float | None
+) -> tuple[int, bool, str]:
+    """(the pick's index, whether it switched, why) among ordered ``entries`` whose
+    ``base``-th is the plan's own placement; ``error``: the forecast's relative error (None:
+    uncalibrated, unknown)."""
+    best, own = entries[0], entries[base]
+    if best.score is None or own.score is None:
+        return base, False, f"the plan's own placement: the forecast cannot rank by {goal.name}"
+    if _same(best, own) or best.score <= own.score:
+        return base, False, f"the plan's own placement is also the fastest by {goal.name}"
+    gain = best.score / own.score - 1 if own.score > 0 else float("inf")
+    winner = f"{describe(best)} forecast {gain:+.0%} by {goal.name}"
+    if error is None:
+        return (
+            base,
+            False,
+            (
+                f"kept the plan's own placement: {winner}, but the forecast is uncalibrated "
+                "(its error unknown; moetune calibrate measures it)"
+            ),
+        )
+    if gain <= error:
+        return base, False, f"kept the plan's own placement: {winner}, within its {error:.0%}"
+    return 0, True, f"switched: {winner}, beyond its {error:.0%} error"
+
+
+def describe(entry: FrontierEntry) -> str:
+    """``--n-cpu-moe 4 -ub 2048`` (``-ot`` for the override form; ``-dev`` on a subset)."""
+    place = f"--n-cpu-moe {entry.n_cpu_moe}" if entry.form == "n_cpu_moe" else "-ot"
+    devices = "" if entry.all_devices else f" -dev {','.join(entry.devices)}"
+    return f"{place} -ub {entry.n_ubatch}{devices}"
+
+
+THREADS_NOTE = (
+    "-t: not a candidate: the forecast has no thread term (decode stops scaling at 4-8 "
+    "threads); each command keeps -t at the physical cores"
+)
+
+
+def frontier(
+    facts: ModelFacts,
+    req: PlanRequest,
+    result: PlanResult,
+    goal: Goal,
+    *,
+    error: float | None = None,
+) -> Frontier | None:
+    """The frontier of ``result`` (None for a dense model or a plan that does not fit);
+    ``error``: the forecast's relative error (None while it is uncalibrated)."""
+    if not facts.is_moe or not result.fits:
+        return None
+    settings = result.settings
+    entries = _candidates(facts, req, settings, goal)
+    for subset in device_subsets(req):
+        fewer = _candidates(facts, subset, settings, goal)
+        entries += [e.model_copy(update={"all_devices": False}) for e in fewer]
+    own = result.recommended
+    names = [d.name for d in req.devices]
+    for entry in entries:
+        entry.base = entry.command == own.command and entry.devices == names
+    if not any(e.base for e in entries):  # e.g. a fixed --n-cpu-moe below the steps
+        plan = OffloadPlan(own.placement, own.memory, tuple(own.moved_layers))
+        found = _entry(facts, req, plan, settings, goal)
+        if found is not None:
+            found.base = True
+            entries.insert(0, found)
+    ordered = _order(entries)
+    if not ordered:
+        return None
+    base = next((i for i, e in enumerate(ordered) if e.base), 0)
+    picked, switched, why = choose(ordered, base, goal, error)
+    ordered[picked].picked = True
+    missing = list(dict.fromkeys(m for e in ordered for m in e.forecast.missing))
+    return Frontier(
+        goal=goal.name,
+        n_prompt=goal.n_prompt,
+        depth=goal.depth,
+        entries=ordered,
+        best=0 if ordered[0].score is not None else None,
+        picked=picked,
+        switched=switched,
+        why=why,
+        threads=THREADS_NOTE,
+        missing=missing,
+    )

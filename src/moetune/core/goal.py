@@ -1,0 +1,86 @@
+"""What a speed frontier is ordered by: ``--objective decode|prefill|balanced`` or
+``--workload PROMPT:GEN`` (time per request = prompt / prefill + gen / decode).
+
+``decode``: tok/s at depth 0; ``prefill``: tok/s of a ``LONG_PROMPT`` (as long as the largest
+``-ub`` candidate, so that every ubatch is told apart: a 512-token prompt is one ubatch of any
+of them); ``balanced``: the geometric mean of both (a gain in either counts the same)."""
+
+from __future__ import annotations
+
+from math import sqrt
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+from moetune.errors import BadValueError
+from moetune.units import Workload
+
+if TYPE_CHECKING:
+    from moetune.core.speed import Forecast
+
+# what plan's forecast is for: llama-bench's defaults, a 512-token prompt and decode at depth 0
+FORECAST_PROMPT = 512
+FORECAST_DEPTH = 0
+UBATCHES = (512, 1024, 2048, 4096)  # the frontier's -ub candidates
+LONG_PROMPT = max(UBATCHES)
+Objective = Literal["decode", "prefill", "balanced"]
+OBJECTIVES: tuple[Objective, ...] = ("decode", "prefill", "balanced")
+
+
+class Goal(NamedTuple):
+    """What the frontier is ordered by: an objective, or a workload's time per request."""
+
+    objective: Objective | None = None  # None: ``workload``
+    workload: Workload | None = None
+
+    @property
+    def name(self) -> str:
+        if self.workload is not None:
+            return f"workload {self.workload.n_prompt}:{self.workload.n_gen}"
+        return self.objective or "decode"
+
+    @property
+    def n_prompt(self) -> int:
+        """The prompt the prefill forecast is for."""
+        if self.workload is not None:
+            return self.workload.n_prompt
+        return FORECAST_PROMPT if self.objective in (None, "decode") else LONG_PROMPT
+
+    @property
+    def depth(self) -> int:
+        """The depth the decode forecast is at: a workload's tokens come after its prompt."""
+        return self.workload.n_prompt if self.workload else FORECAST_DEPTH
+
+    def score(self, found: Forecast) -> float | None:
+        """Higher is better: tok/s, their geometric mean, or requests per second; None where
+        a figure is missing."""
+        decode, prefill = found.decode_tok_s, found.prefill_tok_s
+        if self.workload is not None:
+            seconds = request_seconds(found, self.workload)
+            return None if seconds is None else 1 / seconds
+        if self.objective == "prefill":
+            return prefill
+        if self.objective == "balanced":
+            return sqrt(decode * prefill) if decode and prefill else None
+        return decode
+
+
+def goal_of(objective: str | None, workload: Workload | None) -> Goal:
+    """The goal of ``--objective`` or ``--workload`` (a workload when both; default decode)."""
+    if workload is not None:
+        return Goal(None, workload)
+    return Goal(parse_objective(objective or "decode"))
+
+
+def request_seconds(found: Forecast, workload: Workload) -> float | None:
+    """Time per request: prompt / prefill + gen / decode."""
+    decode, prefill = found.decode_tok_s, found.prefill_tok_s
+    if not decode or (workload.n_prompt and not prefill):
+        return None
+    return (workload.n_prompt / prefill if prefill else 0.0) + workload.n_gen / decode
+
+
+def parse_objective(text: str) -> Objective:
+    """``decode``, ``prefill`` or ``balanced``."""
+    for objective in OBJECTIVES:
+        if text == objective:
+            return objective
+    raise BadValueError(f"not an objective: {text!r}", hint="decode, prefill or balanced")

@@ -1,0 +1,94 @@
+"""`moetune plan`'s speed frontier: --workload and --objective in the JSON and the text."""
+
+from __future__ import annotations
+
+import json
+
+from moetune.errors import ExitCode
+
+from support.helpers import EXAMPLE_GPT_OSS, EXAMPLE_QWEN, cli
+from support.plan import plan
+
+QWEN = str(EXAMPLE_QWEN)
+FIGURES = ("--gpu", "rtx4090", "--ram", "64G", "--ram-bandwidth", "60")
+ENTRY_KEYS = {
+    "form",
+    "n_cpu_moe",
+    "override_tensor",
+    "n_ubatch",
+    "n_batch",
+    "threads",
+    "devices",
+    "device_bytes",
+    "host_bytes",
+    "command",
+    "forecast",
+    "score",
+    "all_devices",
+    "base",
+    "picked",
+}
+
+
+def test_workload_json_has_a_complete_frontier() -> None:
+    code, out = plan(QWEN, *FIGURES, "--workload", "8k:512", "--json")
+    assert code == 0, out
+    data = json.loads(out)  # one document
+    found = data["frontier"]
+    assert found["goal"] == "workload 8192:512"
+    assert (found["n_prompt"], found["depth"]) == (8192, 8192)
+    entries = found["entries"]
+    assert len(entries) >= 8
+    for entry in entries:
+        assert set(entry) == ENTRY_KEYS
+        assert entry["command"][0] == "llama-server"
+        assert entry["devices"] == ["CUDA0"] and len(entry["device_bytes"]) == 1
+        assert entry["forecast"]["decode_tok_s"] > 0  # memory and RAM bandwidths are known
+        assert entry["forecast"]["depth"] == 8192
+    picked = [e for e in entries if e["picked"]]
+    assert len(picked) == 1 and picked[0] == entries[found["picked"]]
+    # uncalibrated: the plan's own placement and command stay the pick
+    assert picked[0]["base"] and picked[0]["command"] == data["command"]
+    assert not found["switched"]
+    assert "CUDA0 FLOP/s" in found["missing"]  # no profile has FLOP/s: prefill unknown
+
+
+def test_no_frontier_unless_asked() -> None:
+    code, out = plan(QWEN, *FIGURES, "--json")
+    assert code == 0, out
+    assert "frontier" not in json.loads(out)
+    code, out = plan(QWEN, *FIGURES, "--frontier", "--json")
+    assert json.loads(out)["frontier"]["goal"] == "decode"
+
+
+def test_text_without_figures_lists_candidates_and_what_is_missing() -> None:
+    code, out = plan(QWEN, "--vram", "16G", "--ram", "64G", "--objective", "prefill")
+    assert code == 0, out
+    assert "speed frontier by prefill" in out
+    flat = " ".join(out.split())
+    assert "missing figures: CUDA0 memory bandwidth" in flat
+    assert "RAM bandwidth" in flat
+    assert "cannot rank by prefill" in flat
+    assert "decode tok/s: unknown" in out and "prefill tok/s: unknown" in out
+    assert "-t: not a candidate" in flat
+    assert "\ncommand:\nllama-server " in out
+
+
+def test_two_devices_show_one_device_fewer() -> None:
+    code, out = plan(
+        str(EXAMPLE_GPT_OSS), "--vram", "40G,24G", "--ram", "128G", "--frontier", "--json"
+    )
+    assert code == 0, out
+    sets = {tuple(e["devices"]) for e in json.loads(out)["frontier"]["entries"]}
+    assert sets == {("CUDA0", "CUDA1"), ("CUDA0",), ("CUDA1",)}
+
+
+def test_bad_objective_and_workload_are_one_line() -> None:
+    for args, text in (
+        (("--objective", "fast"), "not an objective: 'fast'"),
+        (("--workload", "8k"), "not a workload: '8k'"),
+        (("--workload", "8k:x"), "not a token count: 'x'"),
+    ):
+        code, _, err = cli("plan", QWEN, "--gpu", "rtx4090", *args)
+        assert code == ExitCode.BAD_VALUE, err
+        assert text in err and len(err.strip().splitlines()) == 1
