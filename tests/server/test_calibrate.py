@@ -82,3 +82,58 @@ def test_the_same_run_imported_twice(written: dict[str, Path]) -> None:
     assert first["total_points"] == 8
     again = imported(written["json"])
     assert again["files"][0]["already_saved"] and again["total_points"] == 8
+
+
+# --- calibrate --measure: moetune runs llama-bench itself ------------------------------------
+
+MEASURE = ("-p", "64", "-n", "4", "--repetitions", "1", "--threads", "2", "--ubatch", "32,64")
+
+
+def measured(model: Path, rpc: str, *extra: str) -> dict[str, Any]:
+    code, out, err = cli(
+        "calibrate",
+        "--measure",
+        str(model),
+        *MEASURE,
+        "--target-vram",
+        "40M",
+        "--ctx",
+        "8192",
+        "--overhead",
+        "0",
+        "--rpc",
+        rpc,
+        *extra,
+        "--json",
+    )
+    assert code == 0, out + err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_measure_runs_llama_bench_at_placements_that_fit(model: Path, rpc: str) -> None:
+    """Two placements (the plan's smallest N and one further) at each ubatch, each a pp64 and
+    a tg4 test: eight points kept, with the rig's RPC device; measuring again replaces them."""
+    from moetune.jobs.calibrate import further_n
+
+    first = measured(model, rpc)
+    (found,) = first["files"]
+    points = found["points"]
+    assert found["tool"] == "llama-bench" and Path(found["file"]).is_file()
+    placements = sorted({(p["n_ubatch"], p["placement"]["n_cpu_moe"]) for p in points})
+    ns = sorted({n for _, n in placements})
+    assert [ub for ub, _ in placements] == [32, 32, 64, 64]
+    assert len(ns) >= 2 and ns[-1] == further_n(ns[0], 8) or ns[-1] == 8, placements
+    assert sorted((p["kind"], p["n_prompt"], p["n_gen"]) for p in points) == sorted(
+        [("prompt", 64, 0), ("generation", 0, 4)] * 4
+    )
+    for point in points:
+        assert point["n_threads"] == 2 and point["tps"] > 0 and point["n_depth"] == 0
+        assert point["type_k"] == "q8_0" and point["flash_attn"] == "on"
+        assert "RPC" in point["machine"]["backends"]
+        assert point["model"]["header_sha256"] is not None
+    assert first["total_points"] == 8
+    again = measured(model, rpc)
+    assert again["total_points"] == 8  # the same measure replaced, not added
+    assert again["files"][0]["saved_path"] != found["saved_path"]
+    assert not Path(found["saved_path"]).exists()
