@@ -287,3 +287,46 @@ def test_calibrate_needs_files_or_measure(tmp_path: Path) -> None:
     assert code == ExitCode.BAD_VALUE and "leave out FILE" in err
     code, _out, err = cli("calibrate", "--measure", "m.gguf", "--ubatch", "512,x")
     assert code == ExitCode.BAD_VALUE and "--ubatch:" in err
+
+
+# --- bench --ubatch / --threads -------------------------------------------------------------
+
+
+def test_bench_variants_are_named_by_what_varies() -> None:
+    from moetune.jobs.bench import Variant, variants
+
+    assert variants() == [Variant()]
+    assert variants([2048]) == [Variant(2048, None, "")]  # one size: the name stays
+    assert [v.suffix for v in variants([512, 2048], [4, 8])] == [
+        "-ub512-t4",
+        "-ub512-t8",
+        "-ub2048-t4",
+        "-ub2048-t8",
+    ]
+
+
+def test_a_variant_of_the_launch_spec() -> None:
+    """-ub (and -b where the batch must grow) after the other flags, the settings the planner
+    sees at that size, the thread count."""
+    from moetune.jobs.bench import Variant
+    from moetune.jobs.launch import LaunchSpec
+
+    spec = LaunchSpec(Path("llama-server"), "q.gguf", SETTINGS, ("--rpc", "h:1"), threads=16)
+    big = Variant(4096, 8).of(spec)
+    assert big.pass_through == ("--rpc", "h:1", "-ub", "4096", "-b", "4096")
+    assert (big.settings.n_ubatch, big.settings.n_batch, big.threads) == (4096, 4096, 8)
+    args = big.args(Placement.with_n_cpu_moe(3))
+    assert args[args.index("-ub") + 1] == "4096" and args[args.index("-t") + 1] == "8"
+    small = Variant(1024).of(spec)
+    assert small.pass_through[-2:] == ("-ub", "1024") and small.threads == 16
+    assert Variant().of(spec) == spec
+
+
+def test_bench_refuses_ubatch_beside_ub() -> None:
+    from support.helpers import moetune
+
+    done = moetune("bench", "m.gguf", "--ubatch", "512,2048", "--", "-ub", "1024")
+    assert done.returncode == ExitCode.BAD_VALUE
+    assert "give --ubatch or -ub after --, not both" in done.stderr
+    done = moetune("bench", "m.gguf", "--threads", "4,x")
+    assert done.returncode == ExitCode.BAD_VALUE and "--threads:" in done.stderr
