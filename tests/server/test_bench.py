@@ -308,3 +308,49 @@ def test_an_image_with_every_request(model: Path, rpc: str, tmp_path: Path) -> N
     assert plain["image"] is None and pictured["image"] == "cat.png"
     text_only = plain["results"][0]["samples"][0]["prompt_n"]
     assert pictured["results"][0]["samples"][0]["prompt_n"] > text_only + 16
+
+
+def test_each_configuration_at_each_ubatch(model: Path, rpc: str, tmp_path: Path) -> None:
+    """--ubatch 512,1024: the plan launched at each, planned again there (a larger compute
+    buffer), with -ub on its command; its speed points carry the ubatch."""
+    home = tmp_path / "home"
+    done = moetune(
+        "bench",
+        str(model),
+        "--configs",
+        "plan",
+        "--ubatch",
+        "512,1024",
+        "--ctx",
+        "2048",
+        "--depths",
+        "1500",
+        "--repeats",
+        "1",
+        "--n-predict",
+        "4",
+        "--target-vram",
+        "40M",
+        "--overhead",
+        "0",
+        "--json",
+        "--",
+        "--rpc",
+        rpc,
+        home=home,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    configs = {c["name"]: c for c in data["configs"]}
+    assert sorted(configs) == ["plan-ub1024", "plan-ub512"]
+    for ub in (512, 1024):
+        config = configs[f"plan-ub{ub}"]
+        assert config["status"] == "ok"
+        assert config["args"][config["args"].index("-ub") + 1] == str(ub)
+    assert {r["config"] for r in data["results"]} == set(configs)
+    (kept,) = (home / "speed").glob("*.json")
+    points = json.loads(kept.read_text())["points"]
+    assert {(p["source"]["config"], p["n_ubatch"]) for p in points} == {
+        ("plan-ub512", 512),
+        ("plan-ub1024", 1024),
+    }

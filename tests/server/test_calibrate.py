@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from moetune.errors import ExitCode
+
 from support.factory import ModelFactory
-from support.helpers import cli
-from support.llama import bin_path
+from support.helpers import assert_one_line_error, cli, moetune, start_moetune
+from support.llama import bin_path, wait_for_servers
 
 UBATCHES = (32, 64)
 N_CPU_MOE = 2
@@ -82,3 +88,112 @@ def test_the_same_run_imported_twice(written: dict[str, Path]) -> None:
     assert first["total_points"] == 8
     again = imported(written["json"])
     assert again["files"][0]["already_saved"] and again["total_points"] == 8
+
+
+# --- calibrate --measure: moetune runs llama-bench itself ------------------------------------
+
+MEASURE = ("-p", "64", "-n", "4", "--repetitions", "1", "--threads", "2", "--ubatch", "32,64")
+
+
+def measured(model: Path, rpc: str, *extra: str) -> dict[str, Any]:
+    code, out, err = cli(
+        "calibrate",
+        "--measure",
+        str(model),
+        *MEASURE,
+        "--target-vram",
+        "40M",
+        "--ctx",
+        "8192",
+        "--overhead",
+        "0",
+        "--rpc",
+        rpc,
+        *extra,
+        "--json",
+    )
+    assert code == 0, out + err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_measure_runs_llama_bench_at_placements_that_fit(model: Path, rpc: str) -> None:
+    """Two placements (the plan's smallest N and one further) at each ubatch, each a pp64 and
+    a tg4 test: eight points kept, with the rig's RPC device; measuring again replaces them."""
+    from moetune.jobs.calibrate import further_n
+
+    first = measured(model, rpc)
+    (found,) = first["files"]
+    points = found["points"]
+    assert found["tool"] == "llama-bench" and Path(found["file"]).is_file()
+    by_ub: dict[int, set[int]] = {}
+    for p in points:
+        by_ub.setdefault(p["n_ubatch"], set()).add(p["placement"]["n_cpu_moe"])
+    assert sorted(by_ub) == [32, 64]
+    for ns in by_ub.values():  # the smallest N that fits 40M (0 needs more), and N + 2
+        smallest = min(ns)
+        assert 0 < smallest < 8 and sorted(ns) == [smallest, further_n(smallest, 8)]
+    assert sorted((p["kind"], p["n_prompt"], p["n_gen"]) for p in points) == sorted(
+        [("prompt", 64, 0), ("generation", 0, 4)] * 4
+    )
+    for point in points:
+        assert point["n_threads"] == 2 and point["tps"] > 0 and point["n_depth"] == 0
+        assert point["type_k"] == "q8_0" and point["flash_attn"] == "on"
+        assert "RPC" in point["machine"]["backends"]
+        assert point["model"]["header_sha256"] is not None
+    assert first["total_points"] == 8
+    again = measured(model, rpc)
+    assert again["total_points"] == 8  # the same measure replaced, not added
+    assert again["files"][0]["saved_path"] != found["saved_path"]
+    assert not Path(found["saved_path"]).exists()
+
+
+def test_measure_without_llama_bench_is_one_line(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-server found, no llama-bench beside it nor on PATH: one line, nothing run."""
+    (tmp_path / "bin").mkdir()
+    server = tmp_path / "bin" / "llama-server"
+    server.symlink_to(bin_path("llama-server"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    result = moetune("calibrate", "--measure", str(model), "--server", str(server))
+    line = assert_one_line_error(result, ExitCode.SERVER_NOT_FOUND)
+    assert f"llama-bench not found beside {server} or on PATH" in line
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_llama_bench(model: Path, rpc: str, sig: signal.Signals) -> None:
+    """Ctrl-C (or SIGTERM) while llama-bench runs: it is stopped, moetune exits 130."""
+    proc = start_moetune(
+        "calibrate",
+        "--measure",
+        str(model),
+        "-p",
+        "512",
+        "-n",
+        "512",
+        "-r",
+        "100",
+        "--ubatch",
+        "64",
+        "--target-vram",
+        "40M",
+        "--overhead",
+        "0",
+        "--rpc",
+        rpc,
+    )
+    try:
+        benches = wait_for_servers(proc.pid, name="llama-bench")
+        time.sleep(0.5)
+        assert all(b.is_running() for b in benches)
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitCode.INTERRUPTED
+    _gone, alive = psutil.wait_procs(benches, timeout=15)
+    assert not alive, alive
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert "moetune: interrupted, stopping llama-bench..." in stderr

@@ -198,13 +198,16 @@ def completion(url: str, prompt: str, n_predict: int, timeout: float = 60) -> di
     return cast(dict[str, Any], response.json())
 
 
-def wait_for_servers(pid: int, timeout: float = 60) -> list[psutil.Process]:
-    """The llama-server processes started under ``pid``, once at least one is there."""
+def wait_for_servers(
+    pid: int, timeout: float = 60, name: str = "llama-server"
+) -> list[psutil.Process]:
+    """The ``name`` processes (llama-server) started under ``pid``, once at least one is
+    there."""
     parent = psutil.Process(pid)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        servers = [c for c in parent.children(recursive=True) if "llama-server" in c.name()]
+        servers = [c for c in parent.children(recursive=True) if name in c.name()]
         if servers:
             return servers
         time.sleep(0.05)
-    raise LlamaBinaryError(f"no llama-server started under pid {pid} within {timeout} s")
+    raise LlamaBinaryError(f"no {name} started under pid {pid} within {timeout} s")

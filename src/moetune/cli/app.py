@@ -65,12 +65,12 @@ def live_status(label: str) -> Iterator[LiveStatus]:
         yield LiveStatus(show=lambda line: spinner.update(Text(line)))
 
 
-def stop_on_signals() -> None:
-    """Ctrl-C, SIGTERM and SIGHUP unwind (servers stop); the first says so at once."""
+def stop_on_signals(child: str = "llama-server") -> None:
+    """Ctrl-C, SIGTERM and SIGHUP unwind (``child`` stops); the first says so at once."""
     from moetune.llamacpp.process import install_signal_handlers
 
     clear = "\r\x1b[2K" if sys.stderr.isatty() else ""  # over a progress spinner's line
-    install_signal_handlers(f"{clear}moetune: interrupted, stopping llama-server...\n".encode())
+    install_signal_handlers(f"{clear}moetune: interrupted, stopping {child}...\n".encode())
 
 
 def fail(exc: BaseException, document: bool) -> typer.Exit:

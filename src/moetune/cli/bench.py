@@ -22,6 +22,7 @@ from moetune.cli.options import (
     ServerOpt,
     TargetVramOpt,
     TimeoutOpt,
+    counts_option,
     parse_positive_tokens,
     parser,
     pass_through_of,
@@ -38,6 +39,7 @@ from moetune.jobs.names import (
 from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
+    from moetune.jobs.bench import Variant
     from moetune.jobs.measure import Workload
     from moetune.records.results import BenchResult
 
@@ -97,6 +99,21 @@ def bench(
             help="Context depths in tokens, capped by the context (16k = 16384).", metavar="N,..."
         ),
     ] = "0,4096,16384",
+    ubatch: Annotated[
+        str | None,
+        typer.Option(
+            help="Launch each configuration at each micro-batch size (-ub), e.g. 512,2048.",
+            metavar="N,...",
+        ),
+    ] = None,
+    threads: Annotated[
+        str | None,
+        typer.Option(
+            help="Launch each configuration at each thread count (-t), e.g. 4,8 "
+            "(default: the physical cores).",
+            metavar="N,...",
+        ),
+    ] = None,
     repeats: Annotated[int, typer.Option(help="Requests per depth.")] = DEFAULT_REPEATS,
     n_predict: Annotated[
         int,
@@ -169,6 +186,8 @@ def bench(
         raise BadValueError("give a MODEL to launch, or --server-url of a running server")
     choice = _Choice(
         configs=configs,
+        ubatch=ubatch,
+        threads=threads,
         ctx=ctx,
         cache_type=cache_type,
         target=target_vram,
@@ -182,6 +201,8 @@ def bench(
 
 class _Choice(NamedTuple):
     configs: str
+    ubatch: str | None
+    threads: str | None
     ctx: Ctx | None
     cache_type: str
     target: Sizes | None
@@ -205,6 +226,7 @@ def _bench_model(
 
     stop_on_signals()
     names = tuple(parse_configs(choice.configs))
+    at = _variants(choice, pass_through)
     if choice.ctx is not None and choice.ctx.tokens is not None:  # before finding llama-server
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     facts, spec = launch_spec(
@@ -222,9 +244,27 @@ def _bench_model(
             warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
         )
         capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)
-        req = BenchRequest(spec=spec, setup=setup, names=names, workload=workload)
+        req = BenchRequest(spec=spec, setup=setup, names=names, workload=workload, variants=at)
         result = bench_model(facts, req, live.message, live=live)
     _emit(result, *emit)
+
+
+def _variants(choice: _Choice, pass_through: tuple[str, ...]) -> tuple[Variant, ...]:
+    """``--ubatch`` x ``--threads``; each refused beside its llama-server flag after --."""
+    from moetune.core.command import pass_through_value
+    from moetune.jobs.bench import variants
+
+    lists: dict[str, tuple[int, ...]] = {}
+    for option, given, flags in (
+        ("--ubatch", choice.ubatch, ("-ub", "--ubatch-size")),
+        ("--threads", choice.threads, ("-t", "--threads")),
+    ):
+        if given is None:
+            continue
+        if pass_through_value(pass_through, *flags) is not None:
+            raise BadValueError(f"give {option} or {flags[0]} after --, not both")
+        lists[option] = counts_option(option, given)
+    return tuple(variants(lists.get("--ubatch", ()), lists.get("--threads", ())))
 
 
 @app.command("report", cls=Command)

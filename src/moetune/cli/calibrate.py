@@ -7,35 +7,143 @@ from typing import Annotated
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors
-from moetune.cli.options import Command, JsonOpt
+from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
+from moetune.cli.options import (
+    CacheTypeOpt,
+    Command,
+    CtxOpt,
+    HeadroomOpt,
+    JsonOpt,
+    OverheadOpt,
+    RpcOpt,
+    ServerOpt,
+    TargetVramOpt,
+    counts_option,
+    parse_positive_tokens,
+    parser,
+)
+from moetune.errors import BadValueError
+from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
+
+_TOKENS = parser(parse_positive_tokens)
+
+
+def _warn(text: str) -> None:
+    err().print(f"warning: {text}", style="yellow", highlight=False)
 
 
 @app.command(cls=Command)
 @handle_errors
 def calibrate(
     files: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Argument(
             help="llama-bench results (-o json or -o jsonl) or `moetune bench` result files.",
             metavar="FILE...",
         ),
-    ],
+    ] = None,
+    measure: Annotated[
+        str | None,
+        typer.Option(
+            "--measure",
+            help="Run llama-bench on this model at placements that fit, and import its points.",
+            metavar="MODEL",
+        ),
+    ] = None,
+    ubatch: Annotated[
+        str,
+        typer.Option(
+            help="--measure: micro-batch sizes (each at most the prompt).", metavar="N,..."
+        ),
+    ] = "512,2048",
+    n_prompt: Annotated[
+        int | None,
+        typer.Option(
+            "--n-prompt",
+            "-p",
+            help="--measure: prompt tokens of each test (default: the largest ubatch).",
+            parser=_TOKENS,
+            metavar="N",
+        ),
+    ] = None,
+    n_gen: Annotated[
+        int,
+        typer.Option(
+            "--n-gen",
+            "-n",
+            help="--measure: generated tokens of each test.",
+            parser=_TOKENS,
+            metavar="N",
+        ),
+    ] = 64,
+    repetitions: Annotated[
+        int, typer.Option("--repetitions", "-r", help="--measure: repetitions of each test.")
+    ] = 2,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads", "-t", help="--measure: threads (default: the physical cores).", metavar="N"
+        ),
+    ] = None,
+    ctx: CtxOpt = None,
+    cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
+    target_vram: TargetVramOpt = None,
+    headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
+    overhead: OverheadOpt = None,
+    rpc: RpcOpt = None,
+    server: ServerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Import measured speeds as speed points (kept under $MOETUNE_HOME/speed).
 
     Each llama-bench test, and each configuration and depth of a moetune bench, becomes a
     point: placement, ubatch, threads, depth, tokens and tok/s, with the model and machine.
-    Importing the same file again keeps nothing twice.
+    Importing the same file again keeps nothing twice. --measure MODEL runs llama-bench
+    itself: the smallest --n-cpu-moe that fits and one further, at each --ubatch (the
+    context, budget and devices as `run` plans them); measuring again replaces those points.
     """
-    from moetune.jobs.calibrate import import_files
     from moetune.report import SCHEMA_VERSION
     from moetune.report.render import CalibrateView, render
 
-    result = import_files(
-        files,
-        schema_version=SCHEMA_VERSION,
-        warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
+    if measure is None:
+        if not files:
+            raise BadValueError("give FILE... to import, or --measure MODEL to run llama-bench")
+        from moetune.jobs.calibrate import import_files
+
+        result = import_files(files, schema_version=SCHEMA_VERSION, warn=_warn)
+        render(CalibrateView(result), as_json)
+        return
+    if files:
+        raise BadValueError("--measure runs llama-bench itself: leave out FILE...")
+    if threads is not None and threads < 1:
+        raise BadValueError(f"--threads must be at least 1, got {threads}")
+    from moetune.jobs.calibrate import MeasureRequest
+    from moetune.jobs.calibrate import measure as measure_job
+
+    req = MeasureRequest(
+        model=measure,
+        server=server,
+        rpc=rpc,
+        target_bytes=target_vram,
+        headroom_bytes=headroom,
+        overhead=overhead,
+        ctx=ctx,
+        cache_type=cache_type,
+        ubatches=counts_option("--ubatch", ubatch),
+        n_prompt=n_prompt,
+        n_gen=n_gen,
+        repetitions=repetitions,
+        threads=threads,
     )
+    stop_on_signals("llama-bench")
+    console = err()
+    with live_status("measuring...") as live:
+
+        def event(text: str) -> None:  # each run: on the spinner, or one line
+            if console.is_terminal:
+                live.message(text)
+            else:
+                console.print(text, markup=False, highlight=False)
+
+        result = measure_job(req, schema_version=SCHEMA_VERSION, on_event=event, warn=_warn)
     render(CalibrateView(result), as_json)

@@ -101,6 +101,24 @@ def parse_positive_tokens(text: str) -> int:
     return tokens
 
 
+def parse_counts(text: str) -> tuple[int, ...]:
+    """``512,2048``: counts of at least 1 (``2k`` = 2048), in the order given, once each."""
+    found: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        found.append(parse_positive_tokens(part))
+    if not found:
+        raise BadValueError(f"need one or more counts, got {text!r}", hint="e.g. 512,2048")
+    return tuple(dict.fromkeys(found))
+
+
+def counts_option(option: str, text: str) -> tuple[int, ...]:
+    """``parse_counts`` of an option's value; its error names the option."""
+    try:
+        return parse_counts(text)
+    except BadValueError as exc:
+        raise BadValueError(f"{option}: {exc.message}", hint=exc.hint) from None
+
+
 def parse_seconds(text: str) -> float:
     """A duration above 0 in seconds: ``30``, ``2.5``."""
     try:

@@ -12,6 +12,9 @@ Configurations (each launched alone, with the same context, cache type and pass-
 - ``layers``: classic ``-ngl K``, K the most layers that fit the same budget (planner.plan_layers);
 - ``gpu-only``: everything on the device, run only where the estimate fits the budget.
 
+Each is launched at every ``--ubatch`` size and ``--threads`` count asked for (named
+``plan-ub2048-t8`` where several were asked), planned again at that size.
+
 A configuration that cannot be placed is recorded as ``skipped`` with the reason; one whose
 llama-server fails (out of memory, exits) as ``failed``, and the bench goes on with the next.
 """
@@ -19,7 +22,7 @@ llama-server fails (out of memory, exits) as ``failed``, and the bench goes on w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
@@ -80,6 +83,12 @@ class ConfigSpec:
     predicted_bytes: int | None = None
     skip: str | None = None
     fit_target_mib: int | None = None
+    variant: str = ""  # ``-ub2048-t8``: the ubatch and threads of one of several
+
+    @property
+    def label(self) -> str:
+        """The configuration's name in the results: its name and variant."""
+        return self.name + self.variant
 
 
 Builder = Callable[[ModelFacts, LaunchSpec, DeviceSetup], ConfigSpec]
@@ -151,25 +160,65 @@ _BUILDERS: dict[str, Builder] = {
 }
 
 
+@dataclass(frozen=True)
+class Variant:
+    """A micro-batch size and a thread count to launch every configuration at (None: the
+    launch spec's)."""
+
+    n_ubatch: int | None = None
+    threads: int | None = None
+    suffix: str = ""
+
+    def of(self, spec: LaunchSpec) -> LaunchSpec:
+        """``spec`` at this ubatch (its settings, and ``-ub``/``-b`` after the others) and
+        thread count."""
+        if self.n_ubatch is not None:
+            old = spec.settings
+            settings = old.model_copy(
+                update={"n_ubatch": self.n_ubatch, "n_batch": max(old.n_batch, self.n_ubatch)}
+            )
+            flags: tuple[str, ...] = ("-ub", str(self.n_ubatch))
+            if settings.n_batch != old.n_batch:
+                flags += ("-b", str(settings.n_batch))
+            spec = replace(spec, settings=settings, pass_through=(*spec.pass_through, *flags))
+        return spec if self.threads is None else replace(spec, threads=self.threads)
+
+
+def variants(ubatches: Sequence[int] = (), threads: Sequence[int] = ()) -> list[Variant]:
+    """Every ubatch with every thread count; the name says the ones of several."""
+    sizes: list[int | None] = [*ubatches] or [None]
+    counts: list[int | None] = [*threads] or [None]
+    return [
+        Variant(
+            ub,
+            t,
+            (f"-ub{ub}" if len(ubatches) > 1 else "") + (f"-t{t}" if len(threads) > 1 else ""),
+        )
+        for ub in sizes
+        for t in counts
+    ]
+
+
 def build_configs(
-    facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, names: Sequence[str]
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    names: Sequence[str],
+    at: Sequence[Variant] = (Variant(),),
 ) -> list[ConfigSpec]:
-    """The configurations asked for; one whose command repeats an earlier one is skipped."""
+    """The configurations asked for, at each variant; one whose command repeats an earlier
+    one is skipped."""
     specs: list[ConfigSpec] = []
     seen: dict[tuple[str, ...], str] = {}
-    for name in names:
-        config = _BUILDERS[name](facts, spec, setup)
-        if config.skip is None and config.args in seen:
-            config = ConfigSpec(
-                name,
-                config.description,
-                config.args,
-                config.predicted_bytes,
-                skip=f"same command as {seen[config.args]}",
-            )
-        elif config.skip is None:
-            seen[config.args] = name
-        specs.append(config)
+    for variant in at:
+        launch = variant.of(spec)
+        for name in names:
+            config = replace(_BUILDERS[name](facts, launch, setup), variant=variant.suffix)
+            if config.skip is None and config.args in seen:
+                config = replace(config, skip=f"same command as {seen[config.args]}")
+            elif config.skip is None:
+                seen[config.args] = config.label
+            specs.append(config)
     return specs
 
 
@@ -201,7 +250,7 @@ def _ended(
     if spec.name == "fit" and server is not None:
         fit = parse_fit_log(server.log_text(), spec.fit_target_mib)
     return ConfigRun(
-        name=spec.name,
+        name=spec.label,
         status=status,
         description=spec.description,
         args=list(spec.args),
@@ -219,7 +268,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
     """Launch one configuration, measure it, stop it; a failure of llama-server is recorded."""
     if spec.skip is not None:
         run = ConfigRun(
-            name=spec.name,
+            name=spec.label,
             status="skipped",
             description=spec.description,
             args=list(spec.args),
@@ -235,9 +284,9 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
     events = launcher.on_event
     peaks: list[int | None] = [None] * len(launcher.probes)
     try:
-        events(f"{spec.name}: starting llama-server ({spec.description})")
+        events(f"{spec.label}: starting llama-server ({spec.description})")
         server = launcher.spec.start(list(spec.args))
-        launcher.live.phase("loading", subject=spec.name)
+        launcher.live.phase("loading", subject=spec.label)
         timeout = launcher.spec.ready_timeout_s
         read = probe_reader(launcher.probes, _names(launcher), server)
         with server, sampling(read, launcher.live), ServerClient(server.url, timeout) as client:
@@ -246,7 +295,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
                 client,
                 launcher.workload,
                 launcher.prompts,
-                config=spec.name,
+                config=spec.label,
                 probe=_probe_of(launcher.probes, server, peaks),
                 into=results,
                 live=launcher.live,
@@ -304,6 +353,7 @@ class BenchRequest:
     setup: DeviceSetup  # from jobs.launch.prepare_device
     names: tuple[str, ...] = CONFIG_NAMES
     workload: Workload = field(default_factory=Workload)
+    variants: tuple[Variant, ...] = (Variant(),)  # each configuration at each
 
 
 def _depths(results: Sequence[DepthResult], workload: Workload) -> list[int]:
@@ -321,7 +371,7 @@ def bench_model(
     """Launch and measure each configuration in turn; the results and the verdict (each
     launch's phases and device memory told to ``live``)."""
     spec, setup = req.spec, req.setup
-    specs = build_configs(facts, spec, setup, req.names)
+    specs = build_configs(facts, spec, setup, req.names, req.variants)
     workload = req.workload
     prompts = Prompts(workload.endpoint)
     launcher = Launcher(

@@ -1,14 +1,24 @@
 """`moetune calibrate FILE...`: read measured speeds (llama-bench's ``-o json``/``-o jsonl``,
-moetune's own bench results) and keep them as speed points. Returns data;
-report/calibrate.py renders it.
+moetune's own bench results) and keep them as speed points; `calibrate --measure MODEL`:
+run the real llama-bench at a few placements that fit and import its rows the same way.
+Returns data; report/calibrate.py renders it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from moetune.errors import BadValueError, ModelFileError
+from moetune.core.extras import Extras
+from moetune.core.facts import ModelFacts
+from moetune.core.placement import ALL_LAYERS, Placement
+from moetune.core.planner import DeviceBudgets, fixed_split, plan_n_cpu_moe
+from moetune.core.settings import Settings
+from moetune.errors import BadValueError, DoesNotFitError, ModelFileError
+from moetune.jobs.devices import split_endpoints
 from moetune.jobs.speed import bench_points, model_of
 from moetune.llamacpp.bench_results import parse_bench_text
 from moetune.records.results import RESULT_KIND
@@ -16,6 +26,7 @@ from moetune.records.speed import CalibrateResult, ImportedFile, SpeedPoint, Too
 from moetune.store.bench import load_result
 from moetune.store.files import parse_json, read_text
 from moetune.store.speed import SpeedStore
+from moetune.units import Ctx, Sizes
 
 
 def read_text_file(path: Path) -> str:
@@ -89,3 +100,234 @@ def import_files(
             )
         )
     return CalibrateResult(files=files, store=str(store.root), total_points=len(store.points(warn)))
+
+
+# --- calibrate --measure: llama-bench at a few placements that fit ----------------------------
+
+BENCH_NAME = "llama-bench"
+UBATCHES = (512, 2048)
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One llama-bench invocation: a placement at a micro-batch size."""
+
+    placement: Placement
+    n_ubatch: int
+
+    @property
+    def n_cpu_moe(self) -> int:
+        return self.placement.n_cpu_moe or 0
+
+    def describe(self) -> str:
+        return f"--n-cpu-moe {self.n_cpu_moe}, -ub {self.n_ubatch}"
+
+
+@dataclass(frozen=True)
+class BenchKnobs:
+    """What every run of a measure shares: the test's tokens and repetitions, the threads,
+    the cache types and flash attention, the RPC servers."""
+
+    n_prompt: int
+    n_gen: int
+    repetitions: int
+    threads: int | None
+    settings: Settings
+    rpc: tuple[str, ...] = ()
+
+
+def measure_ubatches(n_prompt: int, wanted: Sequence[int] = UBATCHES) -> tuple[int, ...]:
+    """The micro-batch sizes to measure: ``wanted`` at most the prompt (a larger one would
+    process the same single ubatch), each distinct, smallest first."""
+    if n_prompt < 1:
+        raise BadValueError(f"the prompt must be at least 1 token, got {n_prompt}")
+    return tuple(sorted({min(ub, n_prompt) for ub in wanted}))
+
+
+def further_n(n: int, n_layers: int) -> int:
+    """The second placement: a quarter of the layers' experts more on the CPU (at least 2),
+    capped at all of them."""
+    return min(n_layers, n + max(2, n_layers // 4))
+
+
+def choose_runs(
+    facts: ModelFacts,
+    budgets: DeviceBudgets,
+    settings: Settings,
+    ubatches: Sequence[int],
+    *,
+    extras: Extras | None = None,
+) -> list[BenchRun]:
+    """At each micro-batch size: the smallest ``--n-cpu-moe`` N the plan gives at it, and
+    ``further_n`` of it (one placement where N is already every layer). A size where nothing
+    fits is left out; DoesNotFitError when nothing fits at any."""
+    if not facts.is_moe:
+        raise BadValueError(
+            "calibrate --measure places experts: a dense model has none",
+            hint="run llama-bench yourself and import it with `moetune calibrate FILE`",
+        )
+    runs: list[BenchRun] = []
+    failure: DoesNotFitError | None = None
+    for ub in ubatches:
+        at = settings.model_copy(update={"n_ubatch": ub, "n_batch": max(settings.n_batch, ub)})
+        try:
+            smallest = plan_n_cpu_moe(facts, budgets, at, extras=extras)
+        except DoesNotFitError as exc:
+            failure = failure or exc
+            continue
+        runs.append(BenchRun(smallest.placement, ub))
+        n = smallest.placement.n_cpu_moe or 0
+        if (more := further_n(n, facts.n_layers)) > n:
+            further = fixed_split(facts, budgets, at, more, extras=extras)
+            runs.append(BenchRun(further.placement, ub))
+    if not runs:
+        assert failure is not None
+        raise failure
+    return runs
+
+
+def bench_argv(tool: Path, model: str, run: BenchRun, knobs: BenchKnobs) -> list[str]:
+    """llama-bench's argv for ``run``: one test of each kind, ``-o jsonl``, the placement
+    and settings moetune's commands use (``-ngl 99 -fa on -ctk -ctv``), ``-ts a/b`` on
+    several devices (llama-bench separates its values by ``/``)."""
+    settings, place = knobs.settings, run.placement
+    ngl = "99" if place.n_gpu_layers >= ALL_LAYERS else str(place.n_gpu_layers)
+    argv = [str(tool), "-m", model, "-o", "jsonl"]
+    argv += ["-p", str(knobs.n_prompt), "-n", str(knobs.n_gen), "-r", str(knobs.repetitions)]
+    argv += ["-ngl", ngl, "-fa", "on" if settings.flash_attn else "off"]
+    argv += ["-ctk", settings.type_k, "-ctv", settings.type_v]
+    argv += ["-ub", str(run.n_ubatch), "-b", str(max(settings.n_batch, run.n_ubatch))]
+    argv += ["--n-cpu-moe", str(run.n_cpu_moe)]
+    if knobs.threads:
+        argv += ["-t", str(knobs.threads)]
+    if knobs.rpc:
+        argv += ["-rpc", ",".join(knobs.rpc)]
+    if place.tensor_split:
+        argv += ["-ts", "/".join(str(int(v)) for v in place.tensor_split)]
+    return argv
+
+
+def measure_key(argvs: Sequence[Sequence[str]], devices: Sequence[str]) -> str:
+    """What names a measure: its runs' arguments (not the tool's path) and the devices; the
+    same measure again replaces the points of the last one."""
+    text = "\n".join([" ".join(a[1:]) for a in argvs] + list(devices))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def measure_model(
+    model: str,
+    runs: Sequence[BenchRun],
+    knobs: BenchKnobs,
+    *,
+    tool: Path,
+    devices: Sequence[str],
+    schema_version: int,
+    out_dir: Path,
+    on_event: Callable[[str], None],
+    timeout_s: float,
+    store: SpeedStore | None = None,
+    warn: Callable[[str], None] = lambda text: None,
+) -> CalibrateResult:
+    """Run llama-bench for each of ``runs`` in turn, keep their rows in one ``-o jsonl`` file
+    under ``out_dir``, and import it as `calibrate FILE` does; the points replace those of the
+    same measure made before (the same runs on the same devices)."""
+    from moetune.llamacpp.process import run_tool
+
+    store = store or SpeedStore()
+    argvs = [bench_argv(tool, model, run, knobs) for run in runs]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{BENCH_NAME}-{Path(model).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = out_dir / f"{stem}.jsonl"
+    rows: list[str] = []
+    for index, (run, argv) in enumerate(zip(runs, argvs, strict=True), 1):
+        on_event(f"{BENCH_NAME} {index}/{len(runs)}: {run.describe()}")
+        part = out_dir / f".{stem}-{index}.jsonl"
+        try:
+            run_tool(argv, part, timeout_s)
+            rows.append(read_text_file(part))
+        finally:
+            part.unlink(missing_ok=True)
+    path.write_text("".join(text if text.endswith("\n") else text + "\n" for text in rows))
+    tool_name, points = read_points(path, schema_version)
+    same = f"measure-{measure_key(argvs, devices)}-"
+    saved, known = store.save(points, same + stem, replacing=same)
+    imported = ImportedFile(
+        file=str(path), tool=tool_name, points=points, saved_path=str(saved), already_saved=known
+    )
+    return CalibrateResult(
+        files=[imported], store=str(store.root), total_points=len(store.points(warn))
+    )
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """``moetune calibrate --measure MODEL``: the model, the devices and budget to plan for,
+    and the tests."""
+
+    model: str
+    headroom_bytes: Sizes
+    server: str | None = None
+    rpc: str | None = None
+    target_bytes: Sizes | None = None
+    overhead: Sizes | None = None
+    ctx: Ctx | None = None
+    cache_type: str = "q8_0"
+    ubatches: tuple[int, ...] = UBATCHES
+    n_prompt: int | None = None  # None: the largest ubatch (each ubatch size then counts)
+    n_gen: int = 64
+    repetitions: int = 2
+    threads: int | None = None  # None: the physical cores
+    timeout_s: float = 1800.0  # per llama-bench run
+
+
+def measure(
+    req: MeasureRequest,
+    *,
+    schema_version: int,
+    on_event: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> CalibrateResult:
+    """Plan the placements as `run` would (the devices here and ``--rpc``, the budget, the
+    context), run llama-bench beside llama-server at each, and keep its points."""
+    from moetune.jobs.launch import prepare_launch
+    from moetune.jobs.models import launch_spec
+    from moetune.llamacpp.process import find_tool
+    from moetune.store.paths import bench_dir
+
+    if req.repetitions < 1 or req.n_gen < 0:
+        raise BadValueError("--repetitions must be at least 1 and --n-gen 0 or more")
+    n_prompt = req.n_prompt if req.n_prompt is not None else max(req.ubatches)
+    ubatches = measure_ubatches(n_prompt, req.ubatches)
+    facts, spec = launch_spec(req.model, (), server=req.server, cache_type=req.cache_type)
+    tool = find_tool(spec.binary, BENCH_NAME)
+    spec, setup = prepare_launch(
+        facts,
+        spec,
+        ctx=req.ctx,
+        target_bytes=req.target_bytes,
+        headroom_bytes=req.headroom_bytes,
+        overhead=req.overhead,
+        rpc=req.rpc,
+        warn=warn,
+    )
+    runs = choose_runs(facts, setup.device_budgets, spec.settings, ubatches, extras=spec.extras)
+    knobs = BenchKnobs(
+        n_prompt=n_prompt,
+        n_gen=req.n_gen,
+        repetitions=req.repetitions,
+        threads=req.threads or spec.threads,
+        settings=spec.settings,
+        rpc=split_endpoints(req.rpc),
+    )
+    return measure_model(
+        spec.model,
+        runs,
+        knobs,
+        tool=tool,
+        devices=[d.name for d in setup.devices],
+        schema_version=schema_version,
+        out_dir=bench_dir(),
+        on_event=on_event,
+        timeout_s=req.timeout_s,
+        warn=warn,
+    )

@@ -176,6 +176,49 @@ def tool_beside(server: Path, name: str) -> Path | None:
     return Path(found) if found else None
 
 
+def find_tool(server: Path, name: str) -> Path:
+    """``tool_beside``, or ServerNotFoundError naming where it was looked for."""
+    found = tool_beside(server, name)
+    if found is None:
+        raise ServerNotFoundError(
+            f"{name} not found beside {server} or on PATH",
+            hint=f"{name} comes with llama-server in every llama.cpp build",
+        )
+    return found
+
+
+def run_tool(argv: Sequence[str], stdout_path: Path, timeout_s: float) -> Path:
+    """Run a llama.cpp tool (``llama-bench``) to the end, as ``launch`` starts llama-server:
+    its own process group, dying with us, stopped (group SIGTERM, then SIGKILL) on Ctrl-C,
+    SIGTERM or after ``timeout_s``. Its stdout goes to ``stdout_path``, its stderr to a log
+    file; the log's path. A failure is one line with the cause (OutOfMemoryError,
+    ServerFailedError) and the log as hint."""
+    argv = list(argv)
+    name = Path(argv[0]).name
+    log_path = _new_log_path(_default_log_dir(), name)
+    proc = _spawn(argv, log_path, stdout_path)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ServerFailedError(
+            f"{name} did not finish in {timeout_s:g} s", hint=f"full log: {log_path}"
+        ) from None
+    finally:
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGTERM, 5.0)
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGKILL, 5.0)
+    if code != 0:
+        text = _ANSI_RE.sub("", log_path.read_text(errors="replace"))
+        cause, hint = exit_cause(text), f"full log: {log_path}"
+        if cause is not None and cause.kind == "out of memory":
+            raise OutOfMemoryError(f"{name} ran out of memory: {cause.line}", hint)
+        how = describe_exit(code)
+        why = f" ({cause.kind}): {cause.line}" if cause else f": {last_words(text) or 'no output'}"
+        raise ServerFailedError(f"{name} {how}{why}", hint)
+    return log_path
+
+
 def fit_projection(tool: Path, args: Sequence[str], timeout_s: float = 180.0) -> str:
     """``llama-fit-params ARGS -fitp on``: llama.cpp's dry run of a placement (weights are not
     read), its stdout; failures are one line, as for llama-server."""
@@ -417,16 +460,21 @@ def _check_args(args: Sequence[str]) -> None:
             )
 
 
-def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start ``argv`` with its output in ``log_path``, in a new session, dying with us."""
+def _spawn(
+    argv: list[str], log_path: Path, stdout_path: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with its output in ``log_path`` (its stdout in ``stdout_path`` when
+    given), in a new session, dying with us."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_ENV_PREFIX)}
-    with log_path.open("wb") as log:
+    with contextlib.ExitStack() as files:
+        log = files.enter_context(log_path.open("wb"))
+        out = files.enter_context(stdout_path.open("wb")) if stdout_path is not None else None
         try:
             return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                stdout=out if out is not None else log,
+                stderr=log if out is not None else subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
                 preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509

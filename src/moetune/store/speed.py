@@ -47,21 +47,34 @@ class SpeedStore:
             return []
         return sorted(p for p in self.root.glob("*.json") if not p.name.startswith("."))
 
-    def save(self, points: Sequence[SpeedPoint], stem: str) -> tuple[Path, bool]:
+    def save(
+        self, points: Sequence[SpeedPoint], stem: str, *, replacing: str | None = None
+    ) -> tuple[Path, bool]:
         """Keep ``points`` in ``<stem>-<digest>.json``, written atomically; the path, and
-        whether the store had them already (then nothing is written). BadValueError when the
-        file cannot be written."""
+        whether the store had them already (then nothing is written). With ``replacing``,
+        the other files whose name starts with it go (a measure made again replaces the
+        last one's points). BadValueError when the file cannot be written."""
         if not points:
             raise ValueError("no points to save")
         tag = point_digest(points)[:_DIGEST_CHARS]
         same = [p for p in self._files() if p.stem.endswith(f"-{tag}")]
         if same:
-            return same[0], True
-        batch = SpeedBatch(
-            saved=datetime.now(timezone.utc).isoformat(timespec="seconds"), points=list(points)
-        )
-        path = self.root / f"{_slug(stem)}-{tag}.json"
-        return save_text(path, batch.model_dump_json(indent=2) + "\n"), False
+            path, known = same[0], True
+        else:
+            batch = SpeedBatch(
+                saved=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                points=list(points),
+            )
+            path = save_text(
+                self.root / f"{_slug(stem)}-{tag}.json", batch.model_dump_json(indent=2) + "\n"
+            )
+            known = False
+        if replacing is not None:
+            prefix = _slug(replacing)
+            for old in self._files():
+                if old.name.startswith(prefix) and old != path:
+                    old.unlink(missing_ok=True)
+        return path, known
 
     def scan(self) -> list[tuple[Path, SpeedBatch | BadValueError]]:
         """Every file, loaded or as the error that says why not."""
