@@ -1,0 +1,312 @@
+"""Calibration: the speed model's per-term factors fitted to measured speeds of one model on
+one machine (core/speed.py's terms; jobs/ turns speed points into ``Measured``).
+
+Each measurement becomes its placement's terms (``forecast`` at its ubatch, depth and
+prompt): a generated token's time is ``sum(term * y_kind) + c_token``, a prompt's
+``sum(term * y_kind) + c_ubatch * n_ubatches``. The unknowns are linear:
+
+- a kind whose figure is known on every device (memory bandwidth, host link, FLOP/s):
+  ``y = 1 / efficiency`` on the term's time from the figure, bounded ``y >= 1`` (a term cannot
+  beat its figure);
+- a kind with a figure missing: ``y = 1 / rate`` on the term's amount (bytes or FLOPs), an
+  effective rate fitted from the points (how a machine with no profile is calibrated),
+  bounded ``y >= 0``; at 0 the term is too fast to show in the points (``negligible``);
+- a fixed time per generated token and per prompt ubatch, ``c >= 0``: kernel launches and
+  synchronisation, which a pure roofline lacks; kept at 0 unless the points demand it.
+
+Bounded least squares on the relative error of each point's time, solved exactly: every set
+of unknowns left free (the rest at their bound) is an unconstrained least squares; of the
+feasible ones, the fewest free unknowns whose RMS error is within ``TOLERANCE`` of the best
+(so a factor moves off its bound only when the data demands it). Decode points carry the
+memory terms, prefill points the link and compute terms too. Combined (``-pg``) points
+are left out. The fit's error is leave-one-out: each point forecast by the fit of the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from moetune.core.speed import (
+    Efficiency,
+    Forecast,
+    ForecastCalibration,
+    Kind,
+    MachineFigures,
+    SpeedLayout,
+    TermTime,
+    forecast,
+    rate_of,
+)
+
+KINDS: tuple[Kind, ...] = ("device_memory", "ram", "link", "device_compute", "cpu_compute")
+TOKEN_OVERHEAD = "token_overhead"
+UBATCH_OVERHEAD = "ubatch_overhead"
+MIN_POINTS = 2
+TOLERANCE = 0.002  # RMS relative error a simpler fit may lose against the best one
+
+
+class Measured(NamedTuple):
+    """One measured speed as the fit reads it: the placement's layout (built for its
+    ``n_cpu_moe``/``-ot``, ubatch and op offload) and the test."""
+
+    layout: SpeedLayout
+    n_prompt: int  # a prompt test: its tokens (0: a generation test)
+    n_gen: int
+    n_depth: int
+    tps: float
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.n_prompt > 0 and self.n_gen == 0
+
+    @property
+    def is_decode(self) -> bool:
+        return self.n_gen > 0 and self.n_prompt == 0
+
+
+class SpeedFit(BaseModel):
+    """The fitted factors: ``efficiency`` where the figure is known, ``rates`` (bytes/s or
+    FLOP/s; None: negligible) where it is not, the fixed times, and the error."""
+
+    model_config = ConfigDict(frozen=True)
+
+    points: int
+    decode_points: int
+    prefill_points: int
+    efficiency: Efficiency
+    rates: dict[str, float | None]  # by kind: the fitted effective rate of a figure missing
+    token_overhead_s: float = 0.0
+    ubatch_overhead_s: float = 0.0
+    fitted: list[str]  # the kinds the points reach (their terms moved something)
+    fit_error: float  # RMS relative error of the time on the points themselves
+    loo_median_error: float | None = None  # leave-one-out, relative error of tok/s
+    loo_max_error: float | None = None
+
+    @property
+    def calibration(self) -> ForecastCalibration:
+        return ForecastCalibration(
+            points=self.points,
+            median_error=self.loo_median_error,
+            max_error=self.loo_max_error,
+        )
+
+
+class _Row(NamedTuple):
+    """One point's regressors (by unknown) and measured time."""
+
+    values: dict[str, float]
+    seconds: float
+
+
+def _terms(m: Measured, machine: MachineFigures) -> tuple[list[TermTime], float, int]:
+    """The point's terms (from the figures, at efficiency 1), its measured time and its
+    overhead count (tokens or ubatches)."""
+    if m.is_decode:
+        depth = m.n_depth + m.n_gen // 2  # the middle of the generated tokens
+        found = forecast(m.layout, machine, depth=depth, n_prompt=1)
+        return found.decode_terms, 1 / m.tps, 1
+    found = forecast(m.layout, machine, depth=m.n_depth, n_prompt=m.n_prompt)
+    return found.prefill_terms, m.n_prompt / m.tps, math.ceil(m.n_prompt / m.layout.n_ubatch)
+
+
+def _known(points: Sequence[Measured], machine: MachineFigures) -> set[Kind]:
+    """The kinds whose figure every term of every point has (an efficiency is fitted)."""
+    unknown: set[Kind] = set()
+    for m in points:
+        for term in _terms(m, machine)[0]:
+            if term.amount > 0 and term.seconds is None:
+                unknown.add(term.kind)
+    return set(KINDS) - unknown
+
+
+def _row(m: Measured, machine: MachineFigures, known: set[Kind]) -> _Row:
+    terms, seconds, steps = _terms(m, machine)
+    values = dict.fromkeys((*KINDS, TOKEN_OVERHEAD, UBATCH_OVERHEAD), 0.0)
+    for term in terms:
+        if term.kind in known:
+            values[term.kind] += term.seconds or 0.0
+        else:
+            values[term.kind] += term.amount
+    values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps)
+    return _Row(values, seconds)
+
+
+Matrix = Sequence[Sequence[float]]
+
+
+def _least_squares(a: Matrix, b: Sequence[float], cols: Sequence[int]) -> list[float] | None:
+    """The unconstrained least squares of ``a``'s columns ``cols`` against ``b`` (modified
+    Gram-Schmidt QR); None when the columns are (nearly) dependent."""
+    q = [[row[c] for row in a] for c in cols]  # columns
+    r = [[0.0] * len(cols) for _ in cols]
+    for j, col in enumerate(q):
+        scale = math.sqrt(sum(v * v for v in col)) or 1.0
+        for i in range(j):
+            r[i][j] = sum(u * v for u, v in zip(q[i], col, strict=True))
+            col[:] = [v - r[i][j] * u for u, v in zip(q[i], col, strict=True)]
+        norm = math.sqrt(sum(v * v for v in col))
+        if norm <= 1e-10 * scale:
+            return None
+        r[j][j] = norm
+        col[:] = [v / norm for v in col]
+    qtb = [sum(u * v for u, v in zip(col, b, strict=True)) for col in q]
+    x = [0.0] * len(cols)
+    for j in reversed(range(len(cols))):
+        x[j] = (qtb[j] - sum(r[j][k] * x[k] for k in range(j + 1, len(cols)))) / r[j][j]
+    return x
+
+
+def _rms(a: Matrix, x: Sequence[float], b: Sequence[float]) -> float:
+    errors = [
+        sum(v * w for v, w in zip(row, x, strict=True)) - t for row, t in zip(a, b, strict=True)
+    ]
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
+
+
+def solve_bounded(
+    a: Matrix, b: Sequence[float], lower: Sequence[float], tolerance: float = TOLERANCE
+) -> list[float]:
+    """``x >= lower`` minimising ``|a x - b|`` (rows already weighted), exactly: the feasible
+    solution with the fewest unknowns off their bound whose RMS residual is within
+    ``tolerance`` of the best one."""
+    n = len(lower)
+    found: list[tuple[int, float, list[float]]] = []
+    for size in range(n + 1):
+        for free in itertools.combinations(range(n), size):
+            x = [0.0 if j in free else lower[j] for j in range(n)]
+            rest = [
+                t - sum(v * w for v, w in zip(row, x, strict=True))
+                for row, t in zip(a, b, strict=True)
+            ]
+            if free:
+                sol = _least_squares(a, rest, free)
+                if sol is None or any(v < lower[j] - 1e-12 for j, v in zip(free, sol, strict=True)):
+                    continue
+                for j, v in zip(free, sol, strict=True):
+                    x[j] = v
+            found.append((size, _rms(a, x, b), x))
+    best = min(rms for _, rms, _ in found)
+    return min((f for f in found if f[1] <= best + tolerance), key=lambda f: (f[0], f[1]))[2]
+
+
+def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
+    """The factors of ``points`` (two at least, decode or prefill ones) on ``machine``'s
+    figures, with the leave-one-out error."""
+    used = [m for m in points if (m.is_decode or m.is_prefill) and m.tps > 0]
+    if len(used) < MIN_POINTS:
+        raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
+    fit = _fit(used, machine)
+    errors = [e for e in _loo_errors(used, machine) if e is not None]
+    if errors:
+        fit = fit.model_copy(
+            update={"loo_median_error": statistics.median(errors), "loo_max_error": max(errors)}
+        )
+    return fit
+
+
+def _fit(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
+    known = _known(points, machine)
+    rows = [_row(m, machine, known) for m in points]
+    names = [k for k in (*KINDS, TOKEN_OVERHEAD, UBATCH_OVERHEAD) if any(r.values[k] for r in rows)]
+    a = [[r.values[k] / r.seconds for k in names] for r in rows]
+    ones = [1.0] * len(rows)
+    x = solve_bounded(a, ones, [1.0 if k in known else 0.0 for k in names])
+    y = dict(zip(names, x, strict=True))
+    rms = _rms(a, x, ones)
+    eff = {k: 1 / y[k] for k in KINDS if k in known and k in y}
+    rates: dict[str, float | None] = {
+        k: (1 / y[k] if y[k] > 0 else None) for k in KINDS if k not in known and k in y
+    }
+    return SpeedFit(
+        points=len(points),
+        decode_points=sum(m.is_decode for m in points),
+        prefill_points=sum(m.is_prefill for m in points),
+        efficiency=Efficiency(**eff, points=len(points)),
+        rates=rates,
+        token_overhead_s=y.get(TOKEN_OVERHEAD, 0.0),
+        ubatch_overhead_s=y.get(UBATCH_OVERHEAD, 0.0),
+        fitted=[k for k in KINDS if k in y],
+        fit_error=rms,
+    )
+
+
+def _loo_errors(points: Sequence[Measured], machine: MachineFigures) -> list[float | None]:
+    """Each point's relative error of tok/s, forecast by the fit of the others (None: the
+    others do not reach it, or too few)."""
+    if len(points) <= MIN_POINTS:
+        return []
+    errors: list[float | None] = []
+    for i, m in enumerate(points):
+        others = [p for j, p in enumerate(points) if j != i]
+        errors.append(relative_error(point_forecast(m, machine, _fit(others, machine)), m.tps))
+    return errors
+
+
+def relative_error(forecast_tps: float | None, measured_tps: float) -> float | None:
+    return None if forecast_tps is None else abs(forecast_tps - measured_tps) / measured_tps
+
+
+def point_forecast(m: Measured, machine: MachineFigures, fit: SpeedFit | None) -> float | None:
+    """The forecast tok/s of ``m``'s test (uncalibrated where ``fit`` is None)."""
+    depth = m.n_depth + m.n_gen // 2 if m.is_decode else m.n_depth
+    found = fitted_forecast(m.layout, machine, fit, depth=depth, n_prompt=max(m.n_prompt, 1))
+    return found.decode_tok_s if m.is_decode else found.prefill_tok_s
+
+
+def _retimed(terms: Sequence[TermTime], fit: SpeedFit) -> list[TermTime]:
+    out = []
+    for term in terms:
+        seconds = term.seconds
+        if term.kind in fit.rates:
+            rate = fit.rates[term.kind]
+            seconds = 0.0 if rate is None or term.amount <= 0 else term.amount / rate
+        elif term.kind in fit.fitted and seconds is not None:
+            seconds /= getattr(fit.efficiency, term.kind)
+        out.append(term.model_copy(update={"seconds": seconds}))
+    return out
+
+
+def _overhead(what: str, count: int, seconds: float) -> list[TermTime]:
+    if seconds <= 0:
+        return []
+    return [
+        TermTime(
+            term=what, kind="overhead", amount=count, seconds=count * seconds, figure="calibration"
+        )
+    ]
+
+
+def fitted_forecast(
+    layout: SpeedLayout,
+    machine: MachineFigures,
+    fit: SpeedFit | None,
+    *,
+    depth: int = 0,
+    n_prompt: int = 512,
+) -> Forecast:
+    """``forecast`` with ``fit``'s factors, rates and fixed times (None: uncalibrated)."""
+    found = forecast(layout, machine, depth=depth, n_prompt=n_prompt)
+    if fit is None:
+        return found
+    per_token = _overhead("fixed time per token", 1, fit.token_overhead_s)
+    n_ubatches = math.ceil(n_prompt / layout.n_ubatch)
+    per_ubatch = _overhead("fixed time per ubatch", n_ubatches, fit.ubatch_overhead_s)
+    decode = _retimed(found.decode_terms, fit) + per_token
+    prefill = _retimed(found.prefill_terms, fit) + per_ubatch
+    missing = list(dict.fromkeys(t.figure for t in (*decode, *prefill) if t.seconds is None))
+    return found.model_copy(
+        update={
+            "decode_tok_s": rate_of(1, decode),
+            "prefill_tok_s": rate_of(n_prompt, prefill),
+            "decode_terms": decode,
+            "prefill_terms": prefill,
+            "missing": missing,
+            "calibration": fit.calibration,
+        }
+    )
