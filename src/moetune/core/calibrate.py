@@ -11,8 +11,11 @@ prompt): a generated token's time is ``sum(term * y_kind) + c_token``, a prompt'
 - a kind with a figure missing: ``y = 1 / rate`` on the term's amount (bytes or FLOPs), an
   effective rate fitted from the points (how a machine with no profile is calibrated),
   bounded ``y >= 0``; at 0 the term is too fast to show in the points (``negligible``);
-- a fixed time per generated token and per prompt ubatch, ``c >= 0``: kernel launches and
-  synchronisation, which a pure roofline lacks; kept at 0 unless the points demand it.
+- a fixed time per generated token, per prompt ubatch and per hop between homes (the
+  layout's ``n_hops``, once per token and per ubatch; a prompt's hops only without op
+  offload, where its CPU experts run on the CPU), ``c >= 0``: kernel launches, the copy of
+  the activations and the wait (an RPC device: a network round trip), which a pure roofline
+  lacks; kept at 0 unless the points demand it.
 
 Bounded least squares on the relative error of each point's time, solved exactly: every set
 of unknowns left free (the rest at their bound) is an unconstrained least squares; of the
@@ -47,6 +50,8 @@ from moetune.core.speed import (
 KINDS: tuple[Kind, ...] = ("device_memory", "ram", "link", "device_compute", "cpu_compute")
 TOKEN_OVERHEAD = "token_overhead"
 UBATCH_OVERHEAD = "ubatch_overhead"
+HOP_OVERHEAD = "hop_overhead"
+FIXED = (TOKEN_OVERHEAD, UBATCH_OVERHEAD, HOP_OVERHEAD)
 MIN_POINTS = 2
 TOLERANCE = 0.002  # RMS relative error a simpler fit may lose against the best one
 
@@ -83,6 +88,7 @@ class SpeedFit(BaseModel):
     rates: dict[str, float | None]  # by kind: the fitted effective rate of a figure missing
     token_overhead_s: float = 0.0
     ubatch_overhead_s: float = 0.0
+    hop_overhead_s: float = 0.0
     fitted: list[str]  # the kinds the points reach (their terms moved something)
     fit_error: float  # RMS relative error of the time on the points themselves
     loo_median_error: float | None = None  # leave-one-out, relative error of tok/s
@@ -102,6 +108,13 @@ class _Row(NamedTuple):
 
     values: dict[str, float]
     seconds: float
+
+
+def _hops(layout: SpeedLayout, n_ubatches: int, decode: bool) -> int:
+    """The hops a generated token, or a prompt of ``n_ubatches``, pays."""
+    if decode:
+        return layout.n_hops
+    return layout.n_hops * n_ubatches if layout.offload_to is None else 0
 
 
 def _terms(m: Measured, machine: MachineFigures) -> tuple[list[TermTime], float, int]:
@@ -127,78 +140,96 @@ def _known(points: Sequence[Measured], machine: MachineFigures) -> set[Kind]:
 
 def _row(m: Measured, machine: MachineFigures, known: set[Kind]) -> _Row:
     terms, seconds, steps = _terms(m, machine)
-    values = dict.fromkeys((*KINDS, TOKEN_OVERHEAD, UBATCH_OVERHEAD), 0.0)
+    values = dict.fromkeys((*KINDS, *FIXED), 0.0)
     for term in terms:
         if term.kind in known:
             values[term.kind] += term.seconds or 0.0
         else:
             values[term.kind] += term.amount
     values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps)
+    values[HOP_OVERHEAD] = float(_hops(m.layout, steps, m.is_decode))
     return _Row(values, seconds)
 
 
 Matrix = Sequence[Sequence[float]]
 
 
-def _least_squares(a: Matrix, b: Sequence[float], cols: Sequence[int]) -> list[float] | None:
-    """The unconstrained least squares of ``a``'s columns ``cols`` against ``b`` (modified
-    Gram-Schmidt QR); None when the columns are (nearly) dependent."""
-    q = [[row[c] for row in a] for c in cols]  # columns
-    r = [[0.0] * len(cols) for _ in cols]
-    for j, col in enumerate(q):
-        scale = math.sqrt(sum(v * v for v in col)) or 1.0
-        for i in range(j):
-            r[i][j] = sum(u * v for u, v in zip(q[i], col, strict=True))
-            col[:] = [v - r[i][j] * u for u, v in zip(q[i], col, strict=True)]
-        norm = math.sqrt(sum(v * v for v in col))
-        if norm <= 1e-10 * scale:
+def _dot(u: Sequence[float], v: Sequence[float]) -> float:
+    return sum(a * b for a, b in zip(u, v, strict=True))
+
+
+def _solve(gram: Matrix, rhs: Sequence[float]) -> list[float] | None:
+    """``gram x = rhs`` for a symmetric (scaled) Gram matrix by Gaussian elimination; None when
+    it is (nearly) singular: dependent columns."""
+    n = len(rhs)
+    m = [[*gram[i], rhs[i]] for i in range(n)]
+    for k in range(n):
+        pivot = max(range(k, n), key=lambda i: abs(m[i][k]))
+        if abs(m[pivot][k]) < 1e-10:
             return None
-        r[j][j] = norm
-        col[:] = [v / norm for v in col]
-    qtb = [sum(u * v for u, v in zip(col, b, strict=True)) for col in q]
-    x = [0.0] * len(cols)
-    for j in reversed(range(len(cols))):
-        x[j] = (qtb[j] - sum(r[j][k] * x[k] for k in range(j + 1, len(cols)))) / r[j][j]
+        m[k], m[pivot] = m[pivot], m[k]
+        for i in range(k + 1, n):
+            f = m[i][k] / m[k][k]
+            m[i] = [a - f * b for a, b in zip(m[i], m[k], strict=True)]
+    x = [0.0] * n
+    for k in reversed(range(n)):
+        x[k] = (m[k][n] - sum(m[k][j] * x[j] for j in range(k + 1, n))) / m[k][k]
     return x
 
 
 def _rms(a: Matrix, x: Sequence[float], b: Sequence[float]) -> float:
-    errors = [
-        sum(v * w for v, w in zip(row, x, strict=True)) - t for row, t in zip(a, b, strict=True)
-    ]
+    errors = [_dot(row, x) - t for row, t in zip(a, b, strict=True)]
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
 def solve_bounded(
     a: Matrix, b: Sequence[float], lower: Sequence[float], tolerance: float = TOLERANCE
 ) -> list[float]:
-    """``x >= lower`` minimising ``|a x - b|`` (rows already weighted), exactly: the feasible
-    solution with the fewest unknowns off their bound whose RMS residual is within
-    ``tolerance`` of the best one."""
+    """``x >= lower`` minimising ``|a x - b|`` (rows already weighted), exactly: of the
+    feasible solutions with some unknowns at their bound and the rest the unconstrained least
+    squares, the one with the fewest unknowns off their bound whose RMS residual is within
+    ``tolerance`` of the best one. By the normal equations on unit-norm columns (few
+    unknowns: the enumeration costs nothing next to the rows)."""
     n = len(lower)
+    cols = [[row[j] for row in a] for j in range(n)]
+    norm = [math.sqrt(_dot(c, c)) or 1.0 for c in cols]
+    unit = [[v / nj for v in c] for c, nj in zip(cols, norm, strict=True)]
+    gram = [[_dot(u, v) for v in unit] for u in unit]
+    ub = [_dot(u, b) for u in unit]
     found: list[tuple[int, float, list[float]]] = []
     for size in range(n + 1):
         for free in itertools.combinations(range(n), size):
+            fixed = [j for j in range(n) if j not in free]
             x = [0.0 if j in free else lower[j] for j in range(n)]
-            rest = [
-                t - sum(v * w for v, w in zip(row, x, strict=True))
-                for row, t in zip(a, b, strict=True)
-            ]
-            if free:
-                sol = _least_squares(a, rest, free)
-                if sol is None or any(v < lower[j] - 1e-12 for j, v in zip(free, sol, strict=True)):
+            if free:  # unit-column rhs: b minus the fixed unknowns' share
+                rhs = [ub[i] - sum(gram[i][j] * x[j] * norm[j] for j in fixed) for i in free]
+                sol = _solve([[gram[i][j] for j in free] for i in free], rhs)
+                if sol is None:
+                    continue  # a smaller set reaches the same residual
+                values = [v / norm[j] for j, v in zip(free, sol, strict=True)]
+                if any(v < lower[j] - 1e-12 for j, v in zip(free, values, strict=True)):
                     continue
-                for j, v in zip(free, sol, strict=True):
+                for j, v in zip(free, values, strict=True):
                     x[j] = v
             found.append((size, _rms(a, x, b), x))
     best = min(rms for _, rms, _ in found)
     return min((f for f in found if f[1] <= best + tolerance), key=lambda f: (f[0], f[1]))[2]
 
 
+def usable(points: Sequence[Measured]) -> list[Measured]:
+    """The points a fit reads: decode and prefill tests (not combined ones) with a speed."""
+    return [m for m in points if (m.is_decode or m.is_prefill) and m.tps > 0]
+
+
+def fit_of(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit | None:
+    """``fit_speed``, or None where there are fewer than two usable points (uncalibrated)."""
+    return fit_speed(points, machine) if len(usable(points)) >= MIN_POINTS else None
+
+
 def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     """The factors of ``points`` (two at least, decode or prefill ones) on ``machine``'s
     figures, with the leave-one-out error."""
-    used = [m for m in points if (m.is_decode or m.is_prefill) and m.tps > 0]
+    used = usable(points)
     if len(used) < MIN_POINTS:
         raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
     fit = _fit(used, machine)
@@ -213,7 +244,7 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
 def _fit(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     known = _known(points, machine)
     rows = [_row(m, machine, known) for m in points]
-    names = [k for k in (*KINDS, TOKEN_OVERHEAD, UBATCH_OVERHEAD) if any(r.values[k] for r in rows)]
+    names = [k for k in (*KINDS, *FIXED) if any(r.values[k] for r in rows)]
     a = [[r.values[k] / r.seconds for k in names] for r in rows]
     ones = [1.0] * len(rows)
     x = solve_bounded(a, ones, [1.0 if k in known else 0.0 for k in names])
@@ -231,6 +262,7 @@ def _fit(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
         rates=rates,
         token_overhead_s=y.get(TOKEN_OVERHEAD, 0.0),
         ubatch_overhead_s=y.get(UBATCH_OVERHEAD, 0.0),
+        hop_overhead_s=y.get(HOP_OVERHEAD, 0.0),
         fitted=[k for k in KINDS if k in y],
         fit_error=rms,
     )
@@ -273,7 +305,7 @@ def _retimed(terms: Sequence[TermTime], fit: SpeedFit) -> list[TermTime]:
 
 
 def _overhead(what: str, count: int, seconds: float) -> list[TermTime]:
-    if seconds <= 0:
+    if seconds <= 0 or count <= 0:
         return []
     return [
         TermTime(
@@ -297,8 +329,10 @@ def fitted_forecast(
     per_token = _overhead("fixed time per token", 1, fit.token_overhead_s)
     n_ubatches = math.ceil(n_prompt / layout.n_ubatch)
     per_ubatch = _overhead("fixed time per ubatch", n_ubatches, fit.ubatch_overhead_s)
-    decode = _retimed(found.decode_terms, fit) + per_token
-    prefill = _retimed(found.prefill_terms, fit) + per_ubatch
+    decode_hops = _overhead("hops", _hops(layout, 1, True), fit.hop_overhead_s)
+    prefill_hops = _overhead("hops", _hops(layout, n_ubatches, False), fit.hop_overhead_s)
+    decode = _retimed(found.decode_terms, fit) + per_token + decode_hops
+    prefill = _retimed(found.prefill_terms, fit) + per_ubatch + prefill_hops
     missing = list(dict.fromkeys(t.figure for t in (*decode, *prefill) if t.seconds is None))
     return found.model_copy(
         update={

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field, InstanceOf, computed_field
 
+from moetune.core.calibrate import Measured, fit_of, fitted_forecast
 from moetune.core.command import args_for, server_argv
 from moetune.core.devices import DeviceSpec
 from moetune.core.extras import Extras
@@ -33,7 +34,6 @@ from moetune.core.speed import (
     DeviceFigures,
     Forecast,
     MachineFigures,
-    forecast,
     op_offload_of,
     placement_layout,
 )
@@ -130,6 +130,8 @@ class PlanRequest(BaseModel):
     extras: InstanceOf[Extras] | None = Field(default=None, exclude=True, repr=False)
     # the machine's figures the speed forecast uses (None: none known)
     figures: MachineFigures | None = Field(default=None, exclude=True)
+    # measured speeds of this model the forecast is calibrated on (jobs/speed.measured_of)
+    measured: tuple[InstanceOf[Measured], ...] = Field(default=(), exclude=True, repr=False)
 
     def target_vram_of(self, index: int) -> int | None:
         return self.target_vram[index] if index < len(self.target_vram) else None
@@ -419,12 +421,14 @@ def _limiting(memory: MemoryEstimate, target: DeviceBudgets) -> str:
 def _forecast(
     facts: ModelFacts, req: PlanRequest, plan: OffloadPlan, settings: Settings
 ) -> Forecast:
-    """The speed of ``plan`` from the figures the request has (uncalibrated)."""
+    """The speed of ``plan`` from the figures the request has, calibrated on its measured
+    points where there are two or more."""
     figures = req.figures or MachineFigures(devices=tuple(DeviceFigures() for _ in req.devices))
     layout = placement_layout(
         facts, plan.placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
     )
-    return forecast(layout, figures, depth=FORECAST_DEPTH, n_prompt=FORECAST_PROMPT)
+    fit = fit_of(req.measured, figures)
+    return fitted_forecast(layout, figures, fit, depth=FORECAST_DEPTH, n_prompt=FORECAST_PROMPT)
 
 
 def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:

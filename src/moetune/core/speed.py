@@ -44,6 +44,7 @@ figures alone is ``uncalibrated``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from math import prod
 from typing import Literal, NamedTuple
 
@@ -92,6 +93,9 @@ class SpeedLayout(NamedTuple):
     n_cells: int  # KV cells per sequence's stream: the most a token can see
     n_ubatch: int  # the ubatch llama.cpp runs (-ub, at most -b)
     offload_to: int | None  # the device that runs host weights' big-batch ops (None: none)
+    # home changes along one forward pass (each block's other weights, then its experts, then
+    # the output layer): each is a copy of the activations and a wait; a calibration's cost
+    n_hops: int = 0
 
     def touched(self, n_tokens: int) -> float:
         """The expected share of a block's routed experts that ``n_tokens`` tokens touch
@@ -186,6 +190,18 @@ def _add_cache(parts: dict[str, int], facts: ModelFacts, settings: Settings, il:
     parts[flops_key] += flops
 
 
+def _hops(facts: ModelFacts, weights: WeightSplit) -> int:
+    """Home changes along one forward pass: block by block, its other weights' home, then its
+    routed experts' (where the first tensor of each is), then the output layer's."""
+    blocks: dict[int, dict[bool, int]] = {}
+    for tensor, home in zip(facts.tensors, weights.tensor_homes(facts.tensors), strict=True):
+        if home != SKIPPED and tensor.layer is not None:
+            blocks.setdefault(tensor.layer, {}).setdefault(tensor.role is Role.EXPERTS, home)
+    order = [home for il in sorted(blocks) for _, home in sorted(blocks[il].items())]
+    order.append(weights.homes[-1])
+    return sum(a != b for a, b in pairwise(order))
+
+
 def layout_of(
     facts: ModelFacts,
     weights: WeightSplit,
@@ -220,6 +236,7 @@ def layout_of(
         n_cells=cache.n_ctx_seq,
         n_ubatch=run.n_ubatch,
         offload_to=cuda[0] if op_offload and cuda else None,
+        n_hops=_hops(facts, weights),
     )
 
 

@@ -10,12 +10,14 @@ from moetune.errors import MoetuneError, NoGpuError
 from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
+    from moetune.core.calibrate import Measured
     from moetune.core.plan import PlanRequest, PlanResult
     from moetune.core.speed import MachineFigures
     from moetune.hub import ModelName, Quant
     from moetune.jobs.devices import DeviceSet
     from moetune.jobs.models import Model
     from moetune.jobs.quants import QuantsResult
+    from moetune.records.speed import SpeedPoint
 
 
 def predicted_plan(
@@ -74,6 +76,7 @@ class PlanInputs(NamedTuple):
     headrooms: tuple[int, ...]
     ram: tuple[int | None, int | None, int | None]
     figures: MachineFigures | None = None  # what the speed forecast knows of the machine
+    speed_points: tuple[SpeedPoint, ...] = ()  # measured speeds it is calibrated on
 
 
 def machine_figures(
@@ -113,6 +116,11 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
         device_kind=first.kind,
     )
     settings, extras = with_extras(settings, facts, inputs.pass_through, sibling=chosen.sibling)
+    measured: tuple[Measured, ...] = ()
+    if inputs.speed_points:
+        from moetune.jobs.speed import measured_of
+
+        measured = tuple(measured_of(inputs.speed_points, facts, settings, devices))
     if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
         settings = settings.model_copy(
             update={"n_seq": inputs.parallel, "kv_unified": False, "explicit_parallel": True}
@@ -137,6 +145,7 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
         pass_through=inputs.pass_through,
         extras=extras,
         figures=inputs.figures,
+        measured=measured,
     )
 
 
