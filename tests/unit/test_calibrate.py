@@ -17,7 +17,7 @@ from moetune.core.calibrate import (
 )
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts, facts_from_gguf
-from moetune.core.placement import Placement
+from moetune.core.placement import Override, Placement
 from moetune.core.settings import Settings
 from moetune.core.speed import (
     DeviceFigures,
@@ -162,3 +162,38 @@ def test_unknown_figures_become_effective_rates() -> None:
     want = forecast(_layout(32, 512), FIGURES, efficiency=TRUE)
     assert got.missing == []
     assert got.decode_tok_s == pytest.approx(want.decode_tok_s, rel=1e-6)
+
+
+def test_hops_between_homes() -> None:
+    """Block by block, its other weights' home then its experts': every expert on the GPU, no
+    hop; --n-cpu-moe 2, blocks 0 and 1 go GPU -> CPU -> GPU (4 hops); every expert on the CPU,
+    2 per block (96); on two devices the split between them adds one."""
+    facts = _facts()
+    settings = Settings(n_ctx=4096)
+    one = (DeviceSpec(),)
+    assert _layout(0, 512).n_hops == 0
+    assert _layout(2, 512).n_hops == 4
+    assert placement_layout(facts, Placement.all_experts_on_cpu(), settings, one).n_hops == 96
+    two = (DeviceSpec(name="CUDA0", buft="CUDA0"), DeviceSpec(name="CUDA1", buft="CUDA1"))
+    split = Placement.with_n_cpu_moe(2, tensor_split=(1.0, 1.0))
+    assert placement_layout(facts, split, settings, two).n_hops == 5
+
+
+def test_a_fixed_time_per_hop() -> None:
+    """0.1 ms more per hop of a generated token: found again as the time per hop. Under
+    --n-cpu-moe the hops grow with the RAM's bytes (both with N); only the down projections
+    of blocks 0..15 on the CPU (a third of their bytes, as many hops) tell them apart."""
+    one = (DeviceSpec(),)
+    settings = Settings(n_ctx=8192)
+    down = tuple(Override(f"blk\\.{i}\\.ffn_down_exps") for i in range(16))
+    placements = [Placement.with_n_cpu_moe(n) for n in (8, 24, 40)] + [Placement(overrides=down)]
+    points = []
+    for placement in placements:
+        layout = placement_layout(_facts(), placement, settings, one)
+        tps = forecast(layout, FIGURES, depth=64, efficiency=TRUE).decode_tok_s
+        assert tps
+        points.append(Measured(layout, 0, 128, 0, 1 / (1 / tps + 1e-4 * layout.n_hops)))
+    fit = fit_speed(points, FIGURES)
+    assert fit.hop_overhead_s == pytest.approx(1e-4, rel=1e-4)
+    assert fit.efficiency.ram == pytest.approx(TRUE.ram, rel=1e-4)
+    assert fit.token_overhead_s == 0
