@@ -177,9 +177,34 @@ def _solve(gram: Matrix, rhs: Sequence[float]) -> list[float] | None:
     return x
 
 
-def _rms(a: Matrix, x: Sequence[float], b: Sequence[float]) -> float:
-    errors = [_dot(row, x) - t for row, t in zip(a, b, strict=True)]
-    return math.sqrt(sum(e * e for e in errors) / len(errors))
+class _Normal(NamedTuple):
+    """The normal equations of a weighted least squares: ``A'A``, ``A'b``, ``b'b``."""
+
+    gram: list[list[float]]
+    rhs: list[float]
+    bb: float
+    n_rows: int
+
+    @classmethod
+    def of(cls, a: Matrix, b: Sequence[float]) -> _Normal:
+        n = len(a[0]) if a else 0
+        cols = [[row[j] for row in a] for j in range(n)]
+        gram = [[_dot(u, v) for v in cols] for u in cols]
+        return cls(gram, [_dot(c, b) for c in cols], _dot(b, b), len(b))
+
+    def without(self, row: Sequence[float], b: float) -> _Normal:
+        """The same without one row (leave-one-out)."""
+        gram = [
+            [g - u * v for g, v in zip(line, row, strict=True)]
+            for line, u in zip(self.gram, row, strict=True)
+        ]
+        rhs = [c - u * b for c, u in zip(self.rhs, row, strict=True)]
+        return _Normal(gram, rhs, self.bb - b * b, self.n_rows - 1)
+
+    def rms(self, x: Sequence[float]) -> float:
+        gx = [_dot(line, x) for line in self.gram]
+        rss = _dot(x, gx) - 2 * _dot(x, self.rhs) + self.bb
+        return math.sqrt(max(rss, 0.0) / max(self.n_rows, 1))
 
 
 def solve_bounded(
@@ -188,22 +213,28 @@ def solve_bounded(
     """``x >= lower`` minimising ``|a x - b|`` (rows already weighted), exactly: of the
     feasible solutions with some unknowns at their bound and the rest the unconstrained least
     squares, the one with the fewest unknowns off their bound whose RMS residual is within
-    ``tolerance`` of the best one. By the normal equations on unit-norm columns (few
-    unknowns: the enumeration costs nothing next to the rows)."""
+    ``tolerance`` of the best one."""
+    return _solve_normal(_Normal.of(a, b), lower, tolerance)
+
+
+def _solve_normal(eq: _Normal, lower: Sequence[float], tolerance: float = TOLERANCE) -> list[float]:
+    """``solve_bounded`` on the normal equations, on unit-norm columns (few unknowns: the
+    enumeration costs nothing next to the rows; an all-zero column stays at its bound)."""
     n = len(lower)
-    cols = [[row[j] for row in a] for j in range(n)]
-    norm = [math.sqrt(_dot(c, c)) or 1.0 for c in cols]
-    unit = [[v / nj for v in c] for c, nj in zip(cols, norm, strict=True)]
-    gram = [[_dot(u, v) for v in unit] for u in unit]
-    ub = [_dot(u, b) for u in unit]
+    norm = [math.sqrt(max(eq.gram[j][j], 0.0)) for j in range(n)]
     found: list[tuple[int, float, list[float]]] = []
     for size in range(n + 1):
         for free in itertools.combinations(range(n), size):
-            fixed = [j for j in range(n) if j not in free]
             x = [0.0 if j in free else lower[j] for j in range(n)]
-            if free:  # unit-column rhs: b minus the fixed unknowns' share
-                rhs = [ub[i] - sum(gram[i][j] * x[j] * norm[j] for j in fixed) for i in free]
-                sol = _solve([[gram[i][j] for j in free] for i in free], rhs)
+            if free:
+                if any(norm[j] <= 0 for j in free):
+                    continue
+                fixed = [j for j in range(n) if j not in free]
+                rhs = [
+                    (eq.rhs[i] - sum(eq.gram[i][j] * x[j] for j in fixed)) / norm[i] for i in free
+                ]
+                unit = [[eq.gram[i][j] / (norm[i] * norm[j]) for j in free] for i in free]
+                sol = _solve(unit, rhs)
                 if sol is None:
                     continue  # a smaller set reaches the same residual
                 values = [v / norm[j] for j, v in zip(free, sol, strict=True)]
@@ -211,7 +242,7 @@ def solve_bounded(
                     continue
                 for j, v in zip(free, values, strict=True):
                     x[j] = v
-            found.append((size, _rms(a, x, b), x))
+            found.append((size, eq.rms(x), x))
     best = min(rms for _, rms, _ in found)
     return min((f for f in found if f[1] <= best + tolerance), key=lambda f: (f[0], f[1]))[2]
 
@@ -232,51 +263,48 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     used = usable(points)
     if len(used) < MIN_POINTS:
         raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
-    fit = _fit(used, machine)
-    errors = [e for e in _loo_errors(used, machine) if e is not None]
-    if errors:
-        fit = fit.model_copy(
-            update={"loo_median_error": statistics.median(errors), "loo_max_error": max(errors)}
-        )
-    return fit
-
-
-def _fit(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
-    known = _known(points, machine)
-    rows = [_row(m, machine, known) for m in points]
+    known = _known(used, machine)
+    rows = [_row(m, machine, known) for m in used]
     names = [k for k in (*KINDS, *FIXED) if any(r.values[k] for r in rows)]
     a = [[r.values[k] / r.seconds for k in names] for r in rows]
     ones = [1.0] * len(rows)
-    x = solve_bounded(a, ones, [1.0 if k in known else 0.0 for k in names])
-    y = dict(zip(names, x, strict=True))
-    rms = _rms(a, x, ones)
+    lower = [1.0 if k in known else 0.0 for k in names]
+    eq = _Normal.of(a, ones)
+    y = dict(zip(names, _solve_normal(eq, lower), strict=True))
+    errors = [e for e in _loo_errors(eq, a, lower) if e is not None]
     eff = {k: 1 / y[k] for k in KINDS if k in known and k in y}
     rates: dict[str, float | None] = {
         k: (1 / y[k] if y[k] > 0 else None) for k in KINDS if k not in known and k in y
     }
     return SpeedFit(
-        points=len(points),
-        decode_points=sum(m.is_decode for m in points),
-        prefill_points=sum(m.is_prefill for m in points),
-        efficiency=Efficiency(**eff, points=len(points)),
+        points=len(used),
+        decode_points=sum(m.is_decode for m in used),
+        prefill_points=sum(m.is_prefill for m in used),
+        efficiency=Efficiency(**eff, points=len(used)),
         rates=rates,
         token_overhead_s=y.get(TOKEN_OVERHEAD, 0.0),
         ubatch_overhead_s=y.get(UBATCH_OVERHEAD, 0.0),
         hop_overhead_s=y.get(HOP_OVERHEAD, 0.0),
         fitted=[k for k in KINDS if k in y],
-        fit_error=rms,
+        fit_error=eq.rms(list(y.values())),
+        loo_median_error=statistics.median(errors) if errors else None,
+        loo_max_error=max(errors) if errors else None,
     )
 
 
-def _loo_errors(points: Sequence[Measured], machine: MachineFigures) -> list[float | None]:
-    """Each point's relative error of tok/s, forecast by the fit of the others (None: the
-    others do not reach it, or too few)."""
-    if len(points) <= MIN_POINTS:
+def _loo_errors(eq: _Normal, a: Matrix, lower: Sequence[float]) -> list[float | None]:
+    """Each point's relative error of tok/s, forecast by the fit of the others (rows of time
+    over measured time: the forecast's tok/s over the measured is ``1 / (row . x)``); None
+    where the others do not reach one of its terms whose figure is missing, or too few."""
+    if eq.n_rows <= MIN_POINTS:
         return []
     errors: list[float | None] = []
-    for i, m in enumerate(points):
-        others = [p for j, p in enumerate(points) if j != i]
-        errors.append(relative_error(point_forecast(m, machine, _fit(others, machine)), m.tps))
+    for row in a:
+        others = eq.without(row, 1.0)
+        x = _solve_normal(others, lower)
+        unreached = any(v and others.gram[j][j] <= 0 and lower[j] == 0 for j, v in enumerate(row))
+        ratio = _dot(row, x)
+        errors.append(None if unreached or ratio <= 0 else abs(1 / ratio - 1))
     return errors
 
 
