@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field, InstanceOf, computed_field
 
-from moetune.core.calibrate import Measured, fit_of, fitted_forecast
+from moetune.core.calibrate import Measured, SpeedFit, fit_of, fitted_forecast
 from moetune.core.command import args_for, server_argv
 from moetune.core.devices import DeviceSpec
 from moetune.core.extras import Extras
@@ -418,16 +418,26 @@ def _limiting(memory: MemoryEstimate, target: DeviceBudgets) -> str:
     return target.devices[rooms.index(min(rooms))].name
 
 
-def _forecast(
-    facts: ModelFacts, req: PlanRequest, plan: OffloadPlan, settings: Settings
-) -> Forecast:
-    """The speed of ``plan`` from the figures the request has, calibrated on its measured
-    points where there are two or more."""
+def speed_basis(req: PlanRequest) -> tuple[MachineFigures, SpeedFit | None]:
+    """What every forecast of this request rests on: the machine's figures, and the fit of
+    its measured points (None: fewer than two, uncalibrated). Made once per plan."""
     figures = req.figures or MachineFigures(devices=tuple(DeviceFigures() for _ in req.devices))
+    return figures, fit_of(req.measured, figures)
+
+
+def _forecast(
+    facts: ModelFacts,
+    req: PlanRequest,
+    plan: OffloadPlan,
+    settings: Settings,
+    basis: tuple[MachineFigures, SpeedFit | None],
+) -> Forecast:
+    """The speed of ``plan`` from the request's figures, calibrated on its measured points
+    where there are two or more."""
+    figures, fit = basis
     layout = placement_layout(
         facts, plan.placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
     )
-    fit = fit_of(req.measured, figures)
     return fitted_forecast(layout, figures, fit, depth=FORECAST_DEPTH, n_prompt=FORECAST_PROMPT)
 
 
@@ -469,5 +479,5 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         device_names=[d.name for d in req.devices] if several else [],
         device_budgets=list(target.budgets) if several else [],
         limiting_device=_limiting(main.memory, target) if several else None,
-        forecast=None if failure else _forecast(facts, req, main, settings),
+        forecast=None if failure else _forecast(facts, req, main, settings, speed_basis(req)),
     )
