@@ -94,3 +94,12 @@ def test_a_file_of_another_model(tiny: Path, tmp_path: Path) -> None:
     assert code == ExitCode.BAD_VALUE
     assert "has no measurements of other-model.gguf (it has tiny-moe.gguf)" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_one_measurement_is_no_calibration(tiny: Path, tmp_path: Path) -> None:
+    one = tmp_path / "one.jsonl"
+    one.write_text(RIG.read_text().splitlines()[1] + "\n")  # tg16 at N 0
+    code, out, err = _plan(tiny, "--speed-from", str(one), "--json")
+    assert code == 0
+    assert json.loads(out)["forecast"]["calibration"]["points"] == 0
+    assert "has 1 prompt or generation measurement of tiny-moe.gguf: a calibration needs 2" in err

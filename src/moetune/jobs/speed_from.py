@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from moetune.core.calibrate import MIN_POINTS
 from moetune.errors import BadValueError
 
 if TYPE_CHECKING:
@@ -50,6 +51,12 @@ def points_for(
             raise BadValueError(
                 f"{speed_from} has no measurements of {name} (it has {models})",
                 hint="pass a file measured with this model",
+            )
+        tests = [p for p in found if p.kind != "combined"]  # what a fit reads
+        if len(tests) < MIN_POINTS:
+            warn(
+                f"{speed_from} has {len(tests)} prompt or generation measurement of {name}: "
+                f"a calibration needs {MIN_POINTS}, the forecast is uncalibrated"
             )
         return found
     from moetune.hardware.host import cpu_model
