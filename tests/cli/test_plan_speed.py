@@ -42,7 +42,7 @@ def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
     found = data["forecast"]
     expected = 1 / (gpu / 504e9 + ram / (60 * GIB))
     assert abs(found["decode_tok_s"] - expected) < 1e-9 * expected
-    assert found["calibration"] == "uncalibrated"
+    assert found["calibration"] == {"points": 0, "median_error": None, "max_error": None}
     assert found["prefill_tok_s"] is None  # no FLOP/s figure
     assert found["missing"] == ["CUDA0 FLOP/s"]  # the CPU's experts cross PCIe: no CPU term
     link = next(t for t in found["prefill_terms"] if t["term"] == "CUDA0 link")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from moetune.cli.app import app, handle_errors
+from moetune.cli.app import app, err, handle_errors
 from moetune.cli.options import (
     CacheTypeOpt,
     CtxOpt,
@@ -29,7 +30,7 @@ from moetune.cli.options import (
     WorkloadOpt,
     pass_through_of,
 )
-from moetune.errors import DoesNotFitError
+from moetune.errors import BadValueError, DoesNotFitError
 from moetune.hub.env import DEFAULT_TIMEOUT_S
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
@@ -81,6 +82,15 @@ def plan(
             help="Show the speed frontier (on with --objective or --workload).",
         ),
     ] = False,
+    speed_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Calibrate the speed forecast on this file's measurements of the model "
+            "(llama-bench -o json/jsonl, a `moetune bench` result; any machine) "
+            "(default: those kept for it on this machine).",
+            metavar="FILE",
+        ),
+    ] = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
@@ -103,6 +113,8 @@ def plan(
         plan_model,
         plan_repo,
     )
+    from moetune.jobs.speed_from import points_for
+    from moetune.report import SCHEMA_VERSION
     from moetune.report.render import PlanView, QuantsView, render
     from moetune.units import per_device
 
@@ -133,12 +145,23 @@ def plan(
     )
     arg = parse_model_arg(model)
     if isinstance(arg, ModelName) and arg.quant is None:
+        if speed_from is not None:
+            raise BadValueError(
+                "--speed-from calibrates one model's forecast", hint=f"name a quant: {model}:Q4_K_M"
+            )
         quants = plan_repo(arg, inputs)
         render(QuantsView(quants, found.source), as_json)
         if quants.best is None:
             raise DoesNotFitError(f"no quant of {arg.repo} fits: {quants.reason}")
         return
     chosen = open_model(model)
+    points = points_for(
+        str(chosen.path) if chosen.path else (chosen.hf_files or (model,))[0],
+        speed_from=speed_from,
+        schema_version=SCHEMA_VERSION,
+        warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
+    )
+    inputs = inputs._replace(speed_points=tuple(points))
     result = plan_model(chosen, inputs, verify=verify, server=server)
     speeds = plan_frontier(chosen, inputs, result, goal) if wants_frontier else None
     render(PlanView(result, chosen.facts, found.source, speeds), as_json)

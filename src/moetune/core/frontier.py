@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from moetune.core.calibrate import SpeedFit
 from moetune.core.facts import ModelFacts
 from moetune.core.goal import UBATCHES, Goal
 from moetune.core.plan import (
@@ -33,10 +34,11 @@ from moetune.core.plan import (
     placement_result,
     plan_forecast,
     plan_target,
+    speed_basis,
 )
 from moetune.core.planner import OffloadPlan, fixed_split, plan_n_cpu_moe, plan_override
 from moetune.core.settings import Settings
-from moetune.core.speed import Forecast
+from moetune.core.speed import Forecast, MachineFigures
 from moetune.errors import DoesNotFitError
 
 
@@ -131,8 +133,11 @@ def _entry(
     plan: OffloadPlan,
     settings: Settings,
     goal: Goal,
+    *,
+    basis: tuple[MachineFigures, SpeedFit | None],
 ) -> FrontierEntry | None:
-    """The candidate ``plan`` (None when a device or the RAM cannot hold it)."""
+    """The candidate ``plan`` (None when a device or the RAM cannot hold it), forecast on
+    ``basis`` (core.plan.speed_basis)."""
     target = plan_target(req)
     if not target.fits(plan.memory):
         return None
@@ -140,7 +145,7 @@ def _entry(
         return None
     placed = placement_result(req, plan, settings, target)
     found = plan_forecast(
-        facts, req, plan.placement, settings, depth=goal.depth, n_prompt=goal.n_prompt
+        facts, req, plan.placement, settings, basis, depth=goal.depth, n_prompt=goal.n_prompt
     )
     return FrontierEntry(
         form="n_cpu_moe" if placed.n_cpu_moe is not None else "override",
@@ -163,6 +168,7 @@ def _candidates(
 ) -> list[FrontierEntry]:
     """Every candidate on ``req``'s devices at ``settings``' context and cache types."""
     target = plan_target(req)
+    basis = speed_basis(req)
     found: list[FrontierEntry] = []
     for n_ubatch in sorted({*UBATCHES, settings.n_ubatch}):
         at = _ubatch_settings(settings, n_ubatch)
@@ -182,7 +188,8 @@ def _candidates(
             alt = None
         if alt is not None and alt.memory.gpu_weights_bytes > smallest.memory.gpu_weights_bytes:
             plans.insert(1, alt)
-        found += [e for p in plans if (e := _entry(facts, req, p, at, goal)) is not None]
+        entries = (_entry(facts, req, p, at, goal, basis=basis) for p in plans)
+        found += [e for e in entries if e is not None]
     return found
 
 
@@ -245,9 +252,13 @@ def frontier(
     error: float | None = None,
 ) -> Frontier | None:
     """The frontier of ``result`` (None for a dense model or a plan that does not fit);
-    ``error``: the forecast's relative error (None while it is uncalibrated)."""
+    ``error``: the forecast's relative error (default: the fit's leave-one-out median error;
+    None while it is uncalibrated)."""
     if not facts.is_moe or not result.fits:
         return None
+    basis = speed_basis(req)
+    if error is None and basis[1] is not None:
+        error = basis[1].loo_median_error
     settings = result.settings
     entries = _candidates(facts, req, settings, goal)
     for subset in device_subsets(req):
@@ -259,7 +270,7 @@ def frontier(
         entry.base = entry.command == own.command and entry.devices == names
     if not any(e.base for e in entries):  # e.g. a fixed --n-cpu-moe below the steps
         plan = OffloadPlan(own.placement, own.memory, tuple(own.moved_layers))
-        found = _entry(facts, req, plan, settings, goal)
+        found = _entry(facts, req, plan, settings, goal, basis=basis)
         if found is not None:
             found.base = True
             entries.insert(0, found)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field, InstanceOf, computed_field
 
+from moetune.core.calibrate import Measured, SpeedFit, fit_of, fitted_forecast
 from moetune.core.command import args_for, server_argv
 from moetune.core.devices import DeviceSpec
 from moetune.core.extras import Extras
@@ -34,7 +35,6 @@ from moetune.core.speed import (
     DeviceFigures,
     Forecast,
     MachineFigures,
-    forecast,
     op_offload_of,
     placement_layout,
 )
@@ -128,6 +128,8 @@ class PlanRequest(BaseModel):
     extras: InstanceOf[Extras] | None = Field(default=None, exclude=True, repr=False)
     # the machine's figures the speed forecast uses (None: none known)
     figures: MachineFigures | None = Field(default=None, exclude=True)
+    # measured speeds of this model the forecast is calibrated on (jobs/speed.measured_of)
+    measured: tuple[InstanceOf[Measured], ...] = Field(default=(), exclude=True, repr=False)
 
     def target_vram_of(self, index: int) -> int | None:
         return self.target_vram[index] if index < len(self.target_vram) else None
@@ -414,25 +416,34 @@ def _limiting(memory: MemoryEstimate, target: DeviceBudgets) -> str:
     return target.devices[rooms.index(min(rooms))].name
 
 
+def speed_basis(req: PlanRequest) -> tuple[MachineFigures, SpeedFit | None]:
+    """What every forecast of this request rests on: the machine's figures, and the fit of
+    its measured points (None: fewer than two, uncalibrated). Made once per plan."""
+    figures = req.figures or MachineFigures(devices=tuple(DeviceFigures() for _ in req.devices))
+    return figures, fit_of(req.measured, figures)
+
+
 def plan_forecast(
     facts: ModelFacts,
     req: PlanRequest,
     placement: Placement,
     settings: Settings,
+    basis: tuple[MachineFigures, SpeedFit | None],
     *,
     depth: int = FORECAST_DEPTH,
     n_prompt: int = FORECAST_PROMPT,
 ) -> Forecast:
-    """The speed of ``placement`` from the figures the request has (uncalibrated): decode at
-    ``depth``, prefill of an ``n_prompt``-token prompt from an empty cache."""
-    figures = req.figures or MachineFigures(devices=tuple(DeviceFigures() for _ in req.devices))
+    """The speed of ``placement`` on ``basis`` (figures, and the fit of the measured points
+    where there are two or more): decode at ``depth``, prefill of an ``n_prompt``-token
+    prompt from an empty cache."""
+    figures, fit = basis
     layout = placement_layout(
         facts, placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
     )
-    found = forecast(layout, figures, depth=0, n_prompt=n_prompt)
+    found = fitted_forecast(layout, figures, fit, depth=0, n_prompt=n_prompt)
     if depth == 0:
         return found
-    deeper = forecast(layout, figures, depth=depth, n_prompt=n_prompt)
+    deeper = fitted_forecast(layout, figures, fit, depth=depth, n_prompt=n_prompt)
     return found.model_copy(
         update={
             "decode_tok_s": deeper.decode_tok_s,
@@ -480,5 +491,9 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         device_names=[d.name for d in req.devices] if several else [],
         device_budgets=list(target.budgets) if several else [],
         limiting_device=_limiting(main.memory, target) if several else None,
-        forecast=None if failure else plan_forecast(facts, req, main.placement, settings),
+        forecast=(
+            None
+            if failure
+            else plan_forecast(facts, req, main.placement, settings, speed_basis(req))
+        ),
     )

@@ -44,6 +44,7 @@ figures alone is ``uncalibrated``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from math import prod
 from typing import Literal, NamedTuple
 
@@ -92,6 +93,9 @@ class SpeedLayout(NamedTuple):
     n_cells: int  # KV cells per sequence's stream: the most a token can see
     n_ubatch: int  # the ubatch llama.cpp runs (-ub, at most -b)
     offload_to: int | None  # the device that runs host weights' big-batch ops (None: none)
+    # home changes along one forward pass (each block's other weights, then its experts, then
+    # the output layer): each is a copy of the activations and a wait; a calibration's cost
+    n_hops: int = 0
 
     def touched(self, n_tokens: int) -> float:
         """The expected share of a block's routed experts that ``n_tokens`` tokens touch
@@ -186,6 +190,18 @@ def _add_cache(parts: dict[str, int], facts: ModelFacts, settings: Settings, il:
     parts[flops_key] += flops
 
 
+def _hops(facts: ModelFacts, weights: WeightSplit) -> int:
+    """Home changes along one forward pass: block by block, its other weights' home, then its
+    routed experts' (where the first tensor of each is), then the output layer's."""
+    blocks: dict[int, dict[bool, int]] = {}
+    for tensor, home in zip(facts.tensors, weights.tensor_homes(facts.tensors), strict=True):
+        if home != SKIPPED and tensor.layer is not None:
+            blocks.setdefault(tensor.layer, {}).setdefault(tensor.role is Role.EXPERTS, home)
+    order = [home for il in sorted(blocks) for _, home in sorted(blocks[il].items())]
+    order.append(weights.homes[-1])
+    return sum(a != b for a, b in pairwise(order))
+
+
 def layout_of(
     facts: ModelFacts,
     weights: WeightSplit,
@@ -220,6 +236,7 @@ def layout_of(
         n_cells=cache.n_ctx_seq,
         n_ubatch=run.n_ubatch,
         offload_to=cuda[0] if op_offload and cuda else None,
+        n_hops=_hops(facts, weights),
     )
 
 
@@ -396,7 +413,8 @@ class Efficiency(BaseModel):
     points: int = Field(default=0, ge=0)
 
 
-Kind = Literal["device_memory", "ram", "link", "device_compute", "cpu_compute"]
+# "overhead": a calibration's fixed time per token or per ubatch (core/calibrate.py)
+Kind = Literal["device_memory", "ram", "link", "device_compute", "cpu_compute", "overhead"]
 
 
 class TermTime(BaseModel):
@@ -407,6 +425,29 @@ class TermTime(BaseModel):
     amount: float
     seconds: float | None  # None: its figure is unknown
     figure: str  # the figure it needs
+
+
+class ForecastCalibration(BaseModel):
+    """What a forecast rests on: no points (``uncalibrated``), or the points of a fit and its
+    leave-one-out error (relative, of tok/s; None: too few points to leave one out)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    points: int = Field(default=0, ge=0)
+    median_error: float | None = None
+    max_error: float | None = None
+
+    @property
+    def label(self) -> str:
+        """``uncalibrated``, ``calibrated on 6 points, leave-one-out error 8.1 % (max 14 %)``."""
+        if not self.points:
+            return UNCALIBRATED
+        text = f"calibrated on {self.points} points"
+        if self.median_error is None or self.max_error is None:
+            return text + ", too few to leave one out"
+        return (
+            f"{text}, leave-one-out error {self.median_error:.1%} (max {self.max_error:.0%})"
+        ).replace("%", " %")
 
 
 class Forecast(BaseModel):
@@ -420,7 +461,7 @@ class Forecast(BaseModel):
     decode_terms: list[TermTime]  # one generated token
     prefill_terms: list[TermTime]  # the whole prompt
     missing: list[str]  # the figures it lacks
-    calibration: str = UNCALIBRATED  # or "N points"
+    calibration: ForecastCalibration = ForecastCalibration()
 
 
 def _term(term: str, kind: Kind, amount: float, figure: str, rate: float | None) -> TermTime:
@@ -492,7 +533,7 @@ def _prompt_terms(
     return terms
 
 
-def _rate(n_tokens: int, terms: Sequence[TermTime]) -> float | None:
+def rate_of(n_tokens: int, terms: Sequence[TermTime]) -> float | None:
     times = [term.seconds for term in terms]
     if any(t is None for t in times):
         return None
@@ -519,13 +560,13 @@ def forecast(
     prefill = _prompt_terms(layout, prompt_traffic(layout, n_prompt, depth), machine, eff)
     missing = list(dict.fromkeys(t.figure for t in (*decode, *prefill) if t.seconds is None))
     return Forecast(
-        decode_tok_s=_rate(1, decode),
-        prefill_tok_s=_rate(n_prompt, prefill),
+        decode_tok_s=rate_of(1, decode),
+        prefill_tok_s=rate_of(n_prompt, prefill),
         depth=depth,
         n_prompt=n_prompt,
         n_ubatch=layout.n_ubatch,
         decode_terms=decode,
         prefill_terms=prefill,
         missing=missing,
-        calibration=f"{eff.points} points" if eff.points else UNCALIBRATED,
+        calibration=ForecastCalibration(points=eff.points),
     )

@@ -10,6 +10,7 @@ from moetune.errors import MoetuneError, NoGpuError
 from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
+    from moetune.core.calibrate import Measured
     from moetune.core.frontier import Frontier
     from moetune.core.goal import Goal
     from moetune.core.plan import PlanRequest, PlanResult
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from moetune.jobs.devices import DeviceSet
     from moetune.jobs.models import Model
     from moetune.jobs.quants import QuantsResult
+    from moetune.records.speed import SpeedPoint
 
 
 def predicted_plan(
@@ -76,6 +78,7 @@ class PlanInputs(NamedTuple):
     headrooms: tuple[int, ...]
     ram: tuple[int | None, int | None, int | None]
     figures: MachineFigures | None = None  # what the speed forecast knows of the machine
+    speed_points: tuple[SpeedPoint, ...] = ()  # measured speeds it is calibrated on
 
 
 def machine_figures(
@@ -115,6 +118,11 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
         device_kind=first.kind,
     )
     settings, extras = with_extras(settings, facts, inputs.pass_through, sibling=chosen.sibling)
+    measured: tuple[Measured, ...] = ()
+    if inputs.speed_points:
+        from moetune.jobs.speed import measured_of
+
+        measured = tuple(measured_of(inputs.speed_points, facts, settings, devices))
     if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
         settings = settings.model_copy(
             update={"n_seq": inputs.parallel, "kv_unified": False, "explicit_parallel": True}
@@ -139,6 +147,7 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
         pass_through=inputs.pass_through,
         extras=extras,
         figures=inputs.figures,
+        measured=measured,
     )
 
 

@@ -1,6 +1,7 @@
 """moetune's own measurements as speed points, and keeping them: each `bench` configuration
 and depth (a prompt point and a generation point), each `run` launch's fill and timed
-requests. Saving never fails the command that measured: a failure is a warning.
+requests. Saving never fails the command that measured: a failure is a warning. And the
+points as the speed model's fit reads them (``measured_of``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from moetune.core.calibrate import Measured
+from moetune.core.devices import DeviceSpec
+from moetune.core.facts import ModelFacts
 from moetune.core.flags import pairs
-from moetune.core.placement import EXPS_REGEX
+from moetune.core.placement import ALL_LAYERS, EXPS_REGEX, Override, Placement
+from moetune.core.settings import Settings
+from moetune.core.speed import placement_layout
 from moetune.errors import MoetuneError
 from moetune.hardware.host import cpu_model
 from moetune.records.results import BenchResult, DepthResult
@@ -261,3 +267,55 @@ def keep_points(
         warn(f"the speed points were not kept: {exc}")
         return None
     return path
+
+
+def placement_of(point: SpeedPlacement, devices: Sequence[DeviceSpec]) -> Placement | None:
+    """The core's placement of a measured one on ``devices`` (``-ot`` targets by buffer
+    type); None where a rule names a buffer type none of them has, or llama.cpp's
+    ``--fit`` chose it (its rules are not all of it)."""
+    if point.fit:
+        return None
+    targets = {device.buft: i for i, device in enumerate(devices)}
+    rules = []
+    for rule in point.override_tensor:
+        pattern, _, buft = rule.rpartition("=")
+        if buft.upper() == "CPU":
+            rules.append(Override(pattern))
+        elif buft in targets:
+            rules.append(Override(pattern, targets[buft]))
+        else:
+            return None
+    ngl = point.n_gpu_layers
+    n_gpu_layers = ALL_LAYERS if ngl is None or ngl < 0 else ngl  # -1: llama.cpp's auto, all
+    split = tuple(point.tensor_split)
+    base = Placement.with_n_cpu_moe(point.n_cpu_moe, n_gpu_layers, split)
+    return base._replace(overrides=(*rules, *base.overrides))  # llama-bench: -ot rules first
+
+
+def measured_of(
+    points: Sequence[SpeedPoint],
+    facts: ModelFacts,
+    settings: Settings,
+    devices: Sequence[DeviceSpec],
+) -> list[Measured]:
+    """The points the speed model can place on ``devices`` (at ``settings`` with each one's
+    ubatch and batch), as the fit reads them."""
+    found = []
+    for point in points:
+        placement = placement_of(point.placement, devices)
+        if placement is None:
+            continue
+        update: dict[str, Any] = {}
+        if point.n_ubatch is not None:
+            update["n_ubatch"] = point.n_ubatch
+        if point.n_batch is not None:
+            update["n_batch"] = point.n_batch
+        layout = placement_layout(
+            facts,
+            placement,
+            settings.model_copy(update=update),
+            devices,
+            op_offload=not point.placement.no_op_offload,
+        )
+        found.append(Measured(layout, point.n_prompt, point.n_gen, point.n_depth, point.tps))
+    return found

@@ -262,7 +262,7 @@ def forecast_line(found: Forecast) -> str:
     """``speed (uncalibrated): decode 95.2 tok/s at depth 0, prefill ? (512 tokens, -ub 512);
     missing: CUDA0 FLOP/s``."""
     line = (
-        f"speed ({found.calibration}): decode {format_speed(found.decode_tok_s)} at depth "
+        f"speed ({found.calibration.label}): decode {format_speed(found.decode_tok_s)} at depth "
         f"{found.depth}, prefill {format_speed(found.prefill_tok_s)} ({found.n_prompt} tokens, "
         f"-ub {found.n_ubatch})"
     )

@@ -1,0 +1,374 @@
+"""Calibration: the speed model's per-term factors fitted to measured speeds of one model on
+one machine (core/speed.py's terms; jobs/ turns speed points into ``Measured``).
+
+Each measurement becomes its placement's terms (``forecast`` at its ubatch, depth and
+prompt): a generated token's time is ``sum(term * y_kind) + c_token``, a prompt's
+``sum(term * y_kind) + c_ubatch * n_ubatches``. The unknowns are linear:
+
+- a kind whose figure is known on every device (memory bandwidth, host link, FLOP/s):
+  ``y = 1 / efficiency`` on the term's time from the figure, bounded ``y >= 1`` (a term cannot
+  beat its figure);
+- a kind with a figure missing: ``y = 1 / rate`` on the term's amount (bytes or FLOPs), an
+  effective rate fitted from the points (how a machine with no profile is calibrated),
+  bounded ``y >= 0``; at 0 the term is too fast to show in the points (``negligible``);
+- a fixed time per generated token, per prompt ubatch and per hop between homes (the
+  layout's ``n_hops``, once per token and per ubatch; a prompt's hops only without op
+  offload, where its CPU experts run on the CPU), ``c >= 0``: kernel launches, the copy of
+  the activations and the wait (an RPC device: a network round trip), which a pure roofline
+  lacks; kept at 0 unless the points demand it.
+
+Bounded least squares on the relative error of each point's time, solved exactly: every set
+of unknowns left free (the rest at their bound) is an unconstrained least squares; of the
+feasible ones, the fewest free unknowns whose RMS error is within ``TOLERANCE`` of the best
+(so a factor moves off its bound only when the data demands it). Decode points carry the
+memory terms, prefill points the link and compute terms too. Combined (``-pg``) points
+are left out. The fit's error is leave-one-out: each point forecast by the fit of the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from moetune.core.speed import (
+    Efficiency,
+    Forecast,
+    ForecastCalibration,
+    Kind,
+    MachineFigures,
+    SpeedLayout,
+    TermTime,
+    forecast,
+    rate_of,
+)
+
+KINDS: tuple[Kind, ...] = ("device_memory", "ram", "link", "device_compute", "cpu_compute")
+TOKEN_OVERHEAD = "token_overhead"
+UBATCH_OVERHEAD = "ubatch_overhead"
+HOP_OVERHEAD = "hop_overhead"
+FIXED = (TOKEN_OVERHEAD, UBATCH_OVERHEAD, HOP_OVERHEAD)
+MIN_POINTS = 2
+TOLERANCE = 0.002  # RMS relative error a simpler fit may lose against the best one
+
+
+class Measured(NamedTuple):
+    """One measured speed as the fit reads it: the placement's layout (built for its
+    ``n_cpu_moe``/``-ot``, ubatch and op offload) and the test."""
+
+    layout: SpeedLayout
+    n_prompt: int  # a prompt test: its tokens (0: a generation test)
+    n_gen: int
+    n_depth: int
+    tps: float
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.n_prompt > 0 and self.n_gen == 0
+
+    @property
+    def is_decode(self) -> bool:
+        return self.n_gen > 0 and self.n_prompt == 0
+
+
+class SpeedFit(BaseModel):
+    """The fitted factors: ``efficiency`` where the figure is known, ``rates`` (bytes/s or
+    FLOP/s; None: negligible) where it is not, the fixed times, and the error."""
+
+    model_config = ConfigDict(frozen=True)
+
+    points: int
+    decode_points: int
+    prefill_points: int
+    efficiency: Efficiency
+    rates: dict[str, float | None]  # by kind: the fitted effective rate of a figure missing
+    token_overhead_s: float = 0.0
+    ubatch_overhead_s: float = 0.0
+    hop_overhead_s: float = 0.0
+    fitted: list[str]  # the kinds the points reach (their terms moved something)
+    fit_error: float  # RMS relative error of the time on the points themselves
+    loo_median_error: float | None = None  # leave-one-out, relative error of tok/s
+    loo_max_error: float | None = None
+
+    @property
+    def calibration(self) -> ForecastCalibration:
+        return ForecastCalibration(
+            points=self.points,
+            median_error=self.loo_median_error,
+            max_error=self.loo_max_error,
+        )
+
+
+class _Row(NamedTuple):
+    """One point's regressors (by unknown) and measured time."""
+
+    values: dict[str, float]
+    seconds: float
+
+
+def _hops(layout: SpeedLayout, n_ubatches: int, decode: bool) -> int:
+    """The hops a generated token, or a prompt of ``n_ubatches``, pays."""
+    if decode:
+        return layout.n_hops
+    return layout.n_hops * n_ubatches if layout.offload_to is None else 0
+
+
+def _terms(m: Measured, machine: MachineFigures) -> tuple[list[TermTime], float, int]:
+    """The point's terms (from the figures, at efficiency 1), its measured time and its
+    overhead count (tokens or ubatches)."""
+    if m.is_decode:
+        depth = m.n_depth + m.n_gen // 2  # the middle of the generated tokens
+        found = forecast(m.layout, machine, depth=depth, n_prompt=1)
+        return found.decode_terms, 1 / m.tps, 1
+    found = forecast(m.layout, machine, depth=m.n_depth, n_prompt=m.n_prompt)
+    return found.prefill_terms, m.n_prompt / m.tps, math.ceil(m.n_prompt / m.layout.n_ubatch)
+
+
+def _known(points: Sequence[Measured], machine: MachineFigures) -> set[Kind]:
+    """The kinds whose figure every term of every point has (an efficiency is fitted)."""
+    unknown: set[Kind] = set()
+    for m in points:
+        for term in _terms(m, machine)[0]:
+            if term.amount > 0 and term.seconds is None:
+                unknown.add(term.kind)
+    return set(KINDS) - unknown
+
+
+def _row(m: Measured, machine: MachineFigures, known: set[Kind]) -> _Row:
+    terms, seconds, steps = _terms(m, machine)
+    values = dict.fromkeys((*KINDS, *FIXED), 0.0)
+    for term in terms:
+        if term.kind in known:
+            values[term.kind] += term.seconds or 0.0
+        else:
+            values[term.kind] += term.amount
+    values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps)
+    values[HOP_OVERHEAD] = float(_hops(m.layout, steps, m.is_decode))
+    return _Row(values, seconds)
+
+
+Matrix = Sequence[Sequence[float]]
+
+
+def _dot(u: Sequence[float], v: Sequence[float]) -> float:
+    return sum(a * b for a, b in zip(u, v, strict=True))
+
+
+def _solve(gram: Matrix, rhs: Sequence[float]) -> list[float] | None:
+    """``gram x = rhs`` for a symmetric (scaled) Gram matrix by Gaussian elimination; None when
+    it is (nearly) singular: dependent columns."""
+    n = len(rhs)
+    m = [[*gram[i], rhs[i]] for i in range(n)]
+    for k in range(n):
+        pivot = max(range(k, n), key=lambda i: abs(m[i][k]))
+        if abs(m[pivot][k]) < 1e-10:
+            return None
+        m[k], m[pivot] = m[pivot], m[k]
+        for i in range(k + 1, n):
+            f = m[i][k] / m[k][k]
+            m[i] = [a - f * b for a, b in zip(m[i], m[k], strict=True)]
+    x = [0.0] * n
+    for k in reversed(range(n)):
+        x[k] = (m[k][n] - sum(m[k][j] * x[j] for j in range(k + 1, n))) / m[k][k]
+    return x
+
+
+class _Normal(NamedTuple):
+    """The normal equations of a weighted least squares: ``A'A``, ``A'b``, ``b'b``."""
+
+    gram: list[list[float]]
+    rhs: list[float]
+    bb: float
+    n_rows: int
+
+    @classmethod
+    def of(cls, a: Matrix, b: Sequence[float]) -> _Normal:
+        n = len(a[0]) if a else 0
+        cols = [[row[j] for row in a] for j in range(n)]
+        gram = [[_dot(u, v) for v in cols] for u in cols]
+        return cls(gram, [_dot(c, b) for c in cols], _dot(b, b), len(b))
+
+    def without(self, row: Sequence[float], b: float) -> _Normal:
+        """The same without one row (leave-one-out)."""
+        gram = [
+            [g - u * v for g, v in zip(line, row, strict=True)]
+            for line, u in zip(self.gram, row, strict=True)
+        ]
+        rhs = [c - u * b for c, u in zip(self.rhs, row, strict=True)]
+        return _Normal(gram, rhs, self.bb - b * b, self.n_rows - 1)
+
+    def rms(self, x: Sequence[float]) -> float:
+        gx = [_dot(line, x) for line in self.gram]
+        rss = _dot(x, gx) - 2 * _dot(x, self.rhs) + self.bb
+        return math.sqrt(max(rss, 0.0) / max(self.n_rows, 1))
+
+
+def solve_bounded(
+    a: Matrix, b: Sequence[float], lower: Sequence[float], tolerance: float = TOLERANCE
+) -> list[float]:
+    """``x >= lower`` minimising ``|a x - b|`` (rows already weighted), exactly: of the
+    feasible solutions with some unknowns at their bound and the rest the unconstrained least
+    squares, the one with the fewest unknowns off their bound whose RMS residual is within
+    ``tolerance`` of the best one."""
+    return _solve_normal(_Normal.of(a, b), lower, tolerance)
+
+
+def _solve_normal(eq: _Normal, lower: Sequence[float], tolerance: float = TOLERANCE) -> list[float]:
+    """``solve_bounded`` on the normal equations, on unit-norm columns (few unknowns: the
+    enumeration costs nothing next to the rows; an all-zero column stays at its bound)."""
+    n = len(lower)
+    norm = [math.sqrt(max(eq.gram[j][j], 0.0)) for j in range(n)]
+    found: list[tuple[int, float, list[float]]] = []
+    for size in range(n + 1):
+        for free in itertools.combinations(range(n), size):
+            x = [0.0 if j in free else lower[j] for j in range(n)]
+            if free:
+                if any(norm[j] <= 0 for j in free):
+                    continue
+                fixed = [j for j in range(n) if j not in free]
+                rhs = [
+                    (eq.rhs[i] - sum(eq.gram[i][j] * x[j] for j in fixed)) / norm[i] for i in free
+                ]
+                unit = [[eq.gram[i][j] / (norm[i] * norm[j]) for j in free] for i in free]
+                sol = _solve(unit, rhs)
+                if sol is None:
+                    continue  # a smaller set reaches the same residual
+                values = [v / norm[j] for j, v in zip(free, sol, strict=True)]
+                if any(v < lower[j] - 1e-12 for j, v in zip(free, values, strict=True)):
+                    continue
+                for j, v in zip(free, values, strict=True):
+                    x[j] = v
+            found.append((size, eq.rms(x), x))
+    best = min(rms for _, rms, _ in found)
+    return min((f for f in found if f[1] <= best + tolerance), key=lambda f: (f[0], f[1]))[2]
+
+
+def usable(points: Sequence[Measured]) -> list[Measured]:
+    """The points a fit reads: decode and prefill tests (not combined ones) with a speed."""
+    return [m for m in points if (m.is_decode or m.is_prefill) and m.tps > 0]
+
+
+def fit_of(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit | None:
+    """``fit_speed``, or None where there are fewer than two usable points (uncalibrated)."""
+    return fit_speed(points, machine) if len(usable(points)) >= MIN_POINTS else None
+
+
+def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
+    """The factors of ``points`` (two at least, decode or prefill ones) on ``machine``'s
+    figures, with the leave-one-out error."""
+    used = usable(points)
+    if len(used) < MIN_POINTS:
+        raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
+    known = _known(used, machine)
+    rows = [_row(m, machine, known) for m in used]
+    names = [k for k in (*KINDS, *FIXED) if any(r.values[k] for r in rows)]
+    a = [[r.values[k] / r.seconds for k in names] for r in rows]
+    ones = [1.0] * len(rows)
+    lower = [1.0 if k in known else 0.0 for k in names]
+    eq = _Normal.of(a, ones)
+    y = dict(zip(names, _solve_normal(eq, lower), strict=True))
+    errors = [e for e in _loo_errors(eq, a, lower) if e is not None]
+    eff = {k: 1 / y[k] for k in KINDS if k in known and k in y}
+    rates: dict[str, float | None] = {
+        k: (1 / y[k] if y[k] > 0 else None) for k in KINDS if k not in known and k in y
+    }
+    return SpeedFit(
+        points=len(used),
+        decode_points=sum(m.is_decode for m in used),
+        prefill_points=sum(m.is_prefill for m in used),
+        efficiency=Efficiency(**eff, points=len(used)),
+        rates=rates,
+        token_overhead_s=y.get(TOKEN_OVERHEAD, 0.0),
+        ubatch_overhead_s=y.get(UBATCH_OVERHEAD, 0.0),
+        hop_overhead_s=y.get(HOP_OVERHEAD, 0.0),
+        fitted=[k for k in KINDS if k in y],
+        fit_error=eq.rms(list(y.values())),
+        loo_median_error=statistics.median(errors) if errors else None,
+        loo_max_error=max(errors) if errors else None,
+    )
+
+
+def _loo_errors(eq: _Normal, a: Matrix, lower: Sequence[float]) -> list[float | None]:
+    """Each point's relative error of tok/s, forecast by the fit of the others (rows of time
+    over measured time: the forecast's tok/s over the measured is ``1 / (row . x)``); None
+    where the others do not reach one of its terms whose figure is missing, or too few."""
+    if eq.n_rows <= MIN_POINTS:
+        return []
+    errors: list[float | None] = []
+    for row in a:
+        others = eq.without(row, 1.0)
+        x = _solve_normal(others, lower)
+        unreached = any(v and others.gram[j][j] <= 0 and lower[j] == 0 for j, v in enumerate(row))
+        ratio = _dot(row, x)
+        errors.append(None if unreached or ratio <= 0 else abs(1 / ratio - 1))
+    return errors
+
+
+def relative_error(forecast_tps: float | None, measured_tps: float) -> float | None:
+    return None if forecast_tps is None else abs(forecast_tps - measured_tps) / measured_tps
+
+
+def point_forecast(m: Measured, machine: MachineFigures, fit: SpeedFit | None) -> float | None:
+    """The forecast tok/s of ``m``'s test (uncalibrated where ``fit`` is None)."""
+    depth = m.n_depth + m.n_gen // 2 if m.is_decode else m.n_depth
+    found = fitted_forecast(m.layout, machine, fit, depth=depth, n_prompt=max(m.n_prompt, 1))
+    return found.decode_tok_s if m.is_decode else found.prefill_tok_s
+
+
+def _retimed(terms: Sequence[TermTime], fit: SpeedFit) -> list[TermTime]:
+    out = []
+    for term in terms:
+        seconds = term.seconds
+        if term.kind in fit.rates:
+            rate = fit.rates[term.kind]
+            seconds = 0.0 if rate is None or term.amount <= 0 else term.amount / rate
+        elif term.kind in fit.fitted and seconds is not None:
+            seconds /= getattr(fit.efficiency, term.kind)
+        out.append(term.model_copy(update={"seconds": seconds}))
+    return out
+
+
+def _overhead(what: str, count: int, seconds: float) -> list[TermTime]:
+    if seconds <= 0 or count <= 0:
+        return []
+    return [
+        TermTime(
+            term=what, kind="overhead", amount=count, seconds=count * seconds, figure="calibration"
+        )
+    ]
+
+
+def fitted_forecast(
+    layout: SpeedLayout,
+    machine: MachineFigures,
+    fit: SpeedFit | None,
+    *,
+    depth: int = 0,
+    n_prompt: int = 512,
+) -> Forecast:
+    """``forecast`` with ``fit``'s factors, rates and fixed times (None: uncalibrated)."""
+    found = forecast(layout, machine, depth=depth, n_prompt=n_prompt)
+    if fit is None:
+        return found
+    per_token = _overhead("fixed time per token", 1, fit.token_overhead_s)
+    n_ubatches = math.ceil(n_prompt / layout.n_ubatch)
+    per_ubatch = _overhead("fixed time per ubatch", n_ubatches, fit.ubatch_overhead_s)
+    decode_hops = _overhead("hops", _hops(layout, 1, True), fit.hop_overhead_s)
+    prefill_hops = _overhead("hops", _hops(layout, n_ubatches, False), fit.hop_overhead_s)
+    decode = _retimed(found.decode_terms, fit) + per_token + decode_hops
+    prefill = _retimed(found.prefill_terms, fit) + per_ubatch + prefill_hops
+    missing = list(dict.fromkeys(t.figure for t in (*decode, *prefill) if t.seconds is None))
+    return found.model_copy(
+        update={
+            "decode_tok_s": rate_of(1, decode),
+            "prefill_tok_s": rate_of(n_prompt, prefill),
+            "decode_terms": decode,
+            "prefill_terms": prefill,
+            "missing": missing,
+            "calibration": fit.calibration,
+        }
+    )

@@ -1,0 +1,105 @@
+"""`moetune plan`'s forecast calibrated on measured speeds: ``--speed-from FILE`` (the real
+llama-bench's output on the test rig, tests/data/llama_bench/rig_tiny_rpc.*), and without it
+the points kept for the model on this machine (`moetune calibrate`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moetune.core.calibrate import fit_speed, fitted_forecast
+from moetune.core.devices import DeviceSpec
+from moetune.core.facts import facts_from_gguf
+from moetune.core.placement import Placement
+from moetune.core.settings import Settings
+from moetune.core.speed import DeviceFigures, MachineFigures, placement_layout
+from moetune.errors import ExitCode
+from moetune.gguf.split import read_model
+from moetune.hardware.host import cpu_model
+from moetune.jobs.speed import measured_of
+from moetune.llamacpp.bench_results import parse_bench_text
+
+from support.factory import write_model
+from support.helpers import cli
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+RIG = DATA / "llama_bench" / "rig_tiny_rpc.jsonl"  # 4 N x 2 ubatch, pp64 + tg16: 16 points
+RIG_JSON = DATA / "llama_bench" / "rig_tiny_rpc.json"  # N 0 and 8 at -ub 32: 4 points
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The rig's model: make_tiny.py's (the same shapes, so the same file name and header)."""
+    return write_model(tmp_path_factory.mktemp("rig") / "tiny-moe.gguf", "qwen3moe", n_layers=8)
+
+
+def _plan(model: Path, *args: str) -> tuple[int, str, str]:
+    return cli("plan", str(model), "--vram", "4G", "--ram", "64G", "--no-verify", *args)
+
+
+def test_speed_from_a_jsonl_file(tiny: Path) -> None:
+    """The forecast rests on the file's 16 points: the fit core/calibrate makes of them, on
+    the plan's device, gives the same decode and prefill speeds and leave-one-out error."""
+    code, out, err = _plan(tiny, "--speed-from", str(RIG), "--json")
+    assert code == 0, err
+    found = json.loads(out)["forecast"]
+    facts = facts_from_gguf(read_model(str(tiny)))
+    settings = Settings(n_ctx=4096, type_k="q8_0", type_v="q8_0")
+    points = parse_bench_text(RIG.read_text(), str(RIG))
+    machine = MachineFigures(devices=(DeviceFigures(),))
+    fit = fit_speed(measured_of(points, facts, settings, (DeviceSpec(),)), machine)
+    layout = placement_layout(facts, Placement.with_n_cpu_moe(0), settings, (DeviceSpec(),))
+    want = fitted_forecast(layout, machine, fit)
+    assert found["calibration"] == {
+        "points": 16,
+        "median_error": fit.loo_median_error,
+        "max_error": fit.loo_max_error,
+    }
+    assert found["decode_tok_s"] == pytest.approx(want.decode_tok_s)
+    assert found["prefill_tok_s"] == pytest.approx(want.prefill_tok_s)
+    assert found["missing"] == []  # the fitted rates stand in for the figures none gave
+
+
+def test_speed_from_a_json_file_in_text(tiny: Path) -> None:
+    code, out, err = _plan(tiny, "--speed-from", str(RIG_JSON))
+    assert code == 0, err
+    line = " ".join(out.split())
+    assert "speed (calibrated on 4 points, leave-one-out error " in line
+
+
+def test_points_kept_for_this_model_and_machine(tiny: Path, tmp_path: Path) -> None:
+    """Without --speed-from: uncalibrated until `moetune calibrate` keeps points of this model
+    measured on this CPU; points of another CPU are not this machine's."""
+    code, out, _ = _plan(tiny, "--json")
+    assert code == 0
+    assert json.loads(out)["forecast"]["calibration"]["points"] == 0
+    other = tmp_path / "other.jsonl"
+    other.write_text(RIG.read_text().replace('"Intel(R) Xeon(R) Processor"', '"Some Other CPU"'))
+    assert cli("calibrate", str(other))[0] == 0
+    code, out, _ = _plan(tiny, "--json")
+    assert json.loads(out)["forecast"]["calibration"]["points"] == 0
+    here = tmp_path / "here.jsonl"
+    text = RIG.read_text().replace('"Intel(R) Xeon(R) Processor"', json.dumps(cpu_model()))
+    here.write_text(text)
+    assert cli("calibrate", str(here))[0] == 0
+    code, out, _ = _plan(tiny, "--json")
+    assert json.loads(out)["forecast"]["calibration"]["points"] == 16
+
+
+def test_a_file_of_another_model(tiny: Path, tmp_path: Path) -> None:
+    other = write_model(tmp_path / "other-model.gguf", "qwen3moe", n_layers=4)
+    code, _, err = _plan(other, "--speed-from", str(RIG))
+    assert code == ExitCode.BAD_VALUE
+    assert "has no measurements of other-model.gguf (it has tiny-moe.gguf)" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_one_measurement_is_no_calibration(tiny: Path, tmp_path: Path) -> None:
+    one = tmp_path / "one.jsonl"
+    one.write_text(RIG.read_text().splitlines()[1] + "\n")  # tg16 at N 0
+    code, out, err = _plan(tiny, "--speed-from", str(one), "--json")
+    assert code == 0
+    assert json.loads(out)["forecast"]["calibration"]["points"] == 0
+    assert "has 1 prompt or generation measurement of tiny-moe.gguf: a calibration needs 2" in err

@@ -1,0 +1,30 @@
+"""benchmarks/speed_forecast.py runs: on the public sweeps (no llama.cpp needed) it prints,
+for each, the calibrated and uncalibrated error of the points it did not calibrate on."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed_forecast.py"
+
+
+def test_public_sweeps() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--no-rig"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    lines = done.stdout.splitlines()
+    heads = [line for line in lines if re.match(r"^\S+\.json: \d+ points, calibrated on", line)]
+    assert len(heads) == 4
+    calibrated = [line for line in lines if line.startswith("  calibrated:   median ")]
+    assert len(calibrated) == 4
+    for line in calibrated:
+        assert re.search(r"median \d+\.\d%, max \d+\.\d% over \d+", line)
+    assert sum(line.startswith("  uncalibrated: ") for line in lines) == 4
+    assert all("source: http" in line for line in lines if line.startswith("  ("))
