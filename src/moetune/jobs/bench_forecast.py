@@ -1,0 +1,172 @@
+"""The speed model's forecast beside each `bench` measurement: every configuration at every
+depth, calibrated on the speed points of the model on the machine it ran on (those kept and
+the bench's own) without the points of the configuration shown, so each forecast is out of
+sample; uncalibrated (from the machine's figures alone) where fewer than two points remain.
+`bench` adds it before rendering, `moetune report` computes it again from the saved file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from moetune.core.calibrate import SpeedFit, fit_of, point_forecast, relative_error
+from moetune.core.devices import DeviceSpec
+from moetune.core.facts import ModelFacts
+from moetune.core.settings import Settings
+from moetune.core.speed import (
+    DeviceFigures,
+    ForecastCalibration,
+    MachineFigures,
+    SpeedLayout,
+    forecast,
+)
+from moetune.errors import MoetuneError
+from moetune.jobs.speed import bench_points, depth_points, measured_of, settings_of_args
+from moetune.records.results import BenchForecast, BenchResult, ConfigRun, RowForecast
+from moetune.records.speed import SpeedMachine, SpeedModel, SpeedPoint, SpeedSource
+from moetune.store.speed import point_digest
+
+NO_PLACEMENT = "llama.cpp's --fit placed it: no placement to forecast"
+
+
+def devices_of(result: BenchResult) -> tuple[DeviceSpec, ...]:
+    """The devices the bench ran on, in llama.cpp's order, as the speed model reads them."""
+    machine = result.machine or SpeedMachine()
+    names = machine.devices or result.device_names or ([result.device] if result.device else [])
+    described = (machine.gpu_info or "").split(", ")
+    if len(described) != len(names):
+        described = [""] * len(names)
+    return tuple(
+        DeviceSpec(
+            name=name,
+            buft=name,
+            kind="rpc" if name.startswith("RPC") else "cuda",
+            description=description,
+        )
+        for name, description in zip(names, described, strict=True)
+    )
+
+
+def _key(point: SpeedPoint) -> tuple[Any, ...]:
+    """What makes two points the same configuration: placement, ubatch and threads."""
+    return (point.placement, point.n_ubatch, point.n_threads)
+
+
+def _measured(point: SpeedPoint) -> bool:
+    """A speed a fit and an error can read: finite and above zero."""
+    return math.isfinite(point.tps) and point.tps > 0
+
+
+def _settings(result: BenchResult, found: dict[str, Any]) -> Settings:
+    return Settings(
+        n_ctx=result.n_ctx,
+        type_k=found.get("type_k") or "f16",
+        type_v=found.get("type_v") or "f16",
+    )
+
+
+def _config_rows(
+    result: BenchResult,
+    run: ConfigRun,
+    facts: ModelFacts,
+    pool: Sequence[SpeedPoint],
+    figures: MachineFigures,
+) -> list[RowForecast]:
+    devices = devices_of(result)
+    placement, found = settings_of_args(run.args)
+    settings = _settings(result, found)
+    key = (placement, found.get("n_ubatch"), found.get("n_threads"))
+    others = [p for p in pool if _key(p) != key]
+    fit: SpeedFit | None = fit_of(measured_of(others, facts, settings, devices), figures)
+    calibration = fit.calibration if fit is not None else ForecastCalibration()
+    shown = SpeedModel(file_name=run.name)
+    source = SpeedSource(tool="moetune bench", config=run.name)
+    rows = []
+    for row in (r for r in result.results if r.config == run.name):
+        speeds: dict[str, tuple[float | None, float | None]] = {}
+        missing: list[str] = []
+        for point in depth_points(
+            row, run.args, model=shown, machine=SpeedMachine(), source=source
+        ):
+            measured = measured_of([point], facts, settings, devices)
+            if not measured:
+                continue
+            tps = point_forecast(measured[0], figures, fit)
+            error = relative_error(tps, point.tps) if _measured(point) else None
+            speeds[point.kind] = (tps, error)
+            if fit is None and tps is None:
+                missing += _missing(measured[0].layout, figures)
+        decode, prefill = speeds.get("generation"), speeds.get("prompt")
+        rows.append(
+            RowForecast(
+                config=row.config,
+                depth=row.depth,
+                decode_tps=decode[0] if decode else None,
+                prefill_tps=prefill[0] if prefill else None,
+                decode_error=decode[1] if decode else None,
+                prefill_error=prefill[1] if prefill else None,
+                calibration=calibration,
+                missing=list(dict.fromkeys(missing)),
+                note=None if speeds else NO_PLACEMENT,
+            )
+        )
+    return rows
+
+
+def _missing(layout: SpeedLayout, figures: MachineFigures) -> list[str]:
+    """The figures an uncalibrated forecast of ``layout`` lacks."""
+    return forecast(layout, figures).missing
+
+
+def bench_forecast(
+    result: BenchResult,
+    facts: ModelFacts,
+    kept: Sequence[SpeedPoint] = (),
+    figures: MachineFigures | None = None,
+) -> BenchForecast:
+    """Each measured row's forecast, calibrated on ``kept`` (the model's points kept on the
+    bench's machine) and the bench's own points, without those of the row's configuration."""
+    devices = devices_of(result)
+    if not devices:
+        return BenchForecast(note="no device recorded: nothing to forecast")
+    figures = figures or MachineFigures(devices=tuple(DeviceFigures() for _ in devices))
+    pool: dict[str, SpeedPoint] = {}
+    for point in filter(_measured, (*kept, *bench_points(result, None))):
+        pool.setdefault(point_digest([point]), point)
+    rows: list[RowForecast] = []
+    for run in result.configs:
+        rows += _config_rows(result, run, facts, list(pool.values()), figures)
+    return BenchForecast(rows=rows, kept_points=len(kept))
+
+
+def with_forecast(
+    result: BenchResult,
+    *,
+    schema_version: int,
+    warn: Callable[[str], None] = lambda text: None,
+    facts: ModelFacts | None = None,
+) -> BenchResult:
+    """``result`` with its forecast: the model read from its file unless ``facts`` are
+    given, the points kept for it where it ran on this machine. A bench of a running server,
+    or a model file not readable here, gets a note instead (measurements only)."""
+    from moetune.hardware.host import cpu_model
+    from moetune.jobs.loader import load_model_facts
+    from moetune.jobs.speed_from import points_for
+
+    model = result.model
+    if result.server_url is not None or model is None:
+        note = "a running server's bench: no placement to forecast"
+        return result.model_copy(update={"forecast": BenchForecast(note=note)})
+    if facts is None:
+        try:
+            facts = load_model_facts(model)
+        except (MoetuneError, OSError, ValueError):
+            note = f"the model file {model} is not readable here: measurements only"
+            return result.model_copy(update={"forecast": BenchForecast(note=note)})
+    here = result.machine is not None and result.machine.cpu_info == cpu_model()
+    kept = (
+        points_for(model, speed_from=None, schema_version=schema_version, warn=warn) if here else []
+    )
+    return result.model_copy(update={"forecast": bench_forecast(result, facts, kept)})
