@@ -55,6 +55,7 @@ def test_each_row_is_forecast_by_the_fit_of_the_other_configurations(facts: Mode
         decode = next(m for m in mine if m.is_decode and m.n_depth == row.depth)
         prefill = next(m for m in mine if m.is_prefill and m.n_prompt == row.depth)
         shown = found[(row.config, row.depth)]
+        assert shown.decode_tps is not None
         assert shown.decode_tps == pytest.approx(point_forecast(decode, figures, fit))
         assert shown.prefill_tps == pytest.approx(point_forecast(prefill, figures, fit))
         assert shown.decode_error == pytest.approx(
