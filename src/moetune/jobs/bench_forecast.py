@@ -141,6 +141,37 @@ def bench_forecast(
     return BenchForecast(rows=rows, kept_points=len(kept))
 
 
+def figures_here(devices: Sequence[DeviceSpec]) -> MachineFigures:
+    """What this machine's figures say: a device's memory bandwidth and PCIe link from the
+    hardware profile of its name, the RAM read bandwidth `moetune doctor` saved; else None."""
+    from moetune.hardware.host import PsutilHostProbe
+    from moetune.store.hardware import match_detected, scan_hardware_profiles
+    from moetune.store.machine import MachineIdentity, saved_ram_bandwidth
+
+    profiles, _ = scan_hardware_profiles()
+    found = []
+    for device in devices:
+        profile = match_detected(device.description, None, profiles) if device.description else None
+        found.append(
+            DeviceFigures(
+                memory_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
+                link_bytes_per_s=profile.pcie_bytes_per_s,
+            )
+            if profile is not None
+            else DeviceFigures()
+        )
+    host = PsutilHostProbe().host()
+    try:
+        machine = MachineIdentity(
+            cpu_model=host.cpu_model or "unknown CPU", ram_total_bytes=host.ram_total_bytes
+        )
+        saved = saved_ram_bandwidth(machine)
+    except (MoetuneError, ValueError):
+        saved = None
+    ram = saved.bytes_per_s if saved is not None else None
+    return MachineFigures(devices=tuple(found), ram_bytes_per_s=ram)
+
+
 def with_forecast(
     result: BenchResult,
     *,
@@ -149,8 +180,8 @@ def with_forecast(
     facts: ModelFacts | None = None,
 ) -> BenchResult:
     """``result`` with its forecast: the model read from its file unless ``facts`` are
-    given, the points kept for it where it ran on this machine. A bench of a running server,
-    or a model file not readable here, gets a note instead (measurements only)."""
+    given; the points kept for it and this machine's figures where it ran here. A bench of
+    a running server, or a model file not readable here, gets a note instead."""
     from moetune.hardware.host import cpu_model
     from moetune.jobs.loader import load_model_facts
     from moetune.jobs.speed_from import points_for
