@@ -176,3 +176,22 @@ def test_report_json_carries_the_forecast_per_row(tmp_path: Path) -> None:
     assert set(rows[0]) >= {"config", "depth", "decode_tps", "prefill_tps", "decode_error"}
     assert rows[0]["calibration"]["points"] == 8
     assert all(r["decode_tps"] > 0 and r["prefill_error"] >= 0 for r in rows)
+
+
+def test_the_same_placement_spelled_otherwise_is_left_out(facts: ModelFacts) -> None:
+    """``--n-cpu-moe 48 -ngl 99`` on a 48-block model is ``-cmoe``: a kept point of it is
+    the configuration's own, not another's."""
+    assert facts.n_layers == 48
+    earlier = speed_bench({"cpu-moe": {1024: (21.0, 390.0)}, "plan": {1024: (39.0, 880.0)}})
+    spelled = ["-m", "q.gguf", "-ngl", "99", "--n-cpu-moe", "48"]
+    earlier = earlier.model_copy(
+        update={
+            "configs": [
+                c.model_copy(update={"args": spelled}) if c.name == "cpu-moe" else c
+                for c in earlier.configs
+            ]
+        }
+    )
+    kept = bench_points(earlier, None)
+    found = _by_row(bench_forecast(speed_bench(SPEEDS), facts, kept))
+    assert found[("cpu-moe", 512)].calibration.points == 8 + 2  # plan's kept, not its own

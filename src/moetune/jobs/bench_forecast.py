@@ -28,7 +28,7 @@ from moetune.records.results import BenchForecast, BenchResult, ConfigRun, RowFo
 from moetune.records.speed import SpeedMachine, SpeedModel, SpeedPoint, SpeedSource
 from moetune.store.speed import point_digest
 
-NO_PLACEMENT = "llama.cpp's --fit placed it: no placement to forecast"
+NO_PLACEMENT = "no placement to forecast (llama.cpp's --fit chose it, or an -ot target is unknown)"
 
 
 def devices_of(result: BenchResult) -> tuple[DeviceSpec, ...]:
@@ -49,9 +49,10 @@ def devices_of(result: BenchResult) -> tuple[DeviceSpec, ...]:
     )
 
 
-def _key(point: SpeedPoint) -> tuple[Any, ...]:
-    """What makes two points the same configuration: placement, ubatch and threads."""
-    return (point.placement, point.n_ubatch, point.n_threads)
+def _same(a: SpeedLayout, b: SpeedLayout) -> bool:
+    """The same placement and ubatch as the speed model reads them, whatever the context
+    (however a source spelled it: ``-ngl 99`` or none, ``-cmoe`` or ``-ot``)."""
+    return a._replace(n_cells=0) == b._replace(n_cells=0)
 
 
 def _measured(point: SpeedPoint) -> bool:
@@ -75,11 +76,19 @@ def _config_rows(
     figures: MachineFigures,
 ) -> list[RowForecast]:
     devices = devices_of(result)
-    placement, found = settings_of_args(run.args)
+    _, found = settings_of_args(run.args)
     settings = _settings(result, found)
-    key = (placement, found.get("n_ubatch"), found.get("n_threads"))
-    others = [p for p in pool if _key(p) != key]
-    fit: SpeedFit | None = fit_of(measured_of(others, facts, settings, devices), figures)
+    threads = found.get("n_threads")
+    own = measured_of(bench_points_of(result, run), facts, settings, devices)
+    layout = own[0].layout if own else None
+    others = []
+    for point in pool:
+        measured = measured_of([point], facts, settings, devices)
+        if measured and not (
+            layout is not None and _same(measured[0].layout, layout) and point.n_threads == threads
+        ):
+            others += measured
+    fit: SpeedFit | None = fit_of(others, figures)
     calibration = fit.calibration if fit is not None else ForecastCalibration()
     shown = SpeedModel(file_name=run.name)
     source = SpeedSource(tool="moetune bench", config=run.name)
@@ -113,6 +122,11 @@ def _config_rows(
             )
         )
     return rows
+
+
+def bench_points_of(result: BenchResult, run: ConfigRun) -> list[SpeedPoint]:
+    """The points of one configuration of ``result``."""
+    return [p for p in bench_points(result, None) if p.source.config == run.name]
 
 
 def _missing(layout: SpeedLayout, figures: MachineFigures) -> list[str]:
