@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from moetune.report import to_json
+from moetune.report.payloads import bench_payload
+from moetune.store.bench import write_result
 from moetune.store.tuned import (
     BuildIdentity,
     DeviceIdentity,
@@ -20,6 +23,7 @@ from moetune.store.tuned import (
 )
 from moetune.units import GIB, MIB
 
+from support.bench import SPEEDS, speed_bench
 from support.factory import ARCHS
 from support.helpers import EXAMPLE_GPT_OSS, EXAMPLE_QWEN, MOETUNE, default_signals, moetune_env
 from support.width import WIDTH, check
@@ -105,3 +109,11 @@ def test_tuned_profiles_with_long_names(tiny_models: dict[str, Path], tmp_path: 
     assert all(len(line.rstrip()) <= WIDTH for line in narrow.splitlines()), narrow
     wide = run_at(200, "profiles", "list", home=home)
     assert "--n-cpu-moe 12" in wide
+
+
+def test_report_with_the_forecast(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    write_result(path, to_json(bench_payload(speed_bench(SPEEDS))))
+    narrow = run_at(WIDTH, "report", str(path))
+    assert "forecast beside measured" in narrow and "measured o, forecast x" in narrow
+    check(narrow, run_at(200, "report", str(path)))

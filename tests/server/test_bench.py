@@ -150,13 +150,36 @@ def test_result_is_kept_and_reported(bench: Bench) -> None:
     assert "decode tok/s by depth" in shown.stdout
     # one bar per configuration and depth (a very slow one, e.g. under load, may be shorter
     # than one full block: count the chart's rows by their label, not by a block character)
-    chart = shown.stdout.split("decode tok/s by depth", 1)[1]
+    chart = shown.stdout.split("decode tok/s by depth", 1)[1].split(FORECAST_CHART, 1)[0]
     bars = [
         line
         for line in chart.splitlines()
         if re.match(r"^\s+(plan|fit|cpu-moe|layers|gpu-only)\s", line)
     ]
     assert len(bars) == 4 * 3, chart
+
+
+FORECAST_CHART = "decode tok/s by configuration and depth"
+
+
+def test_forecast_beside_each_measurement(bench: Bench) -> None:
+    """Each placed configuration's rows forecast out of sample: calibrated on the other
+    configurations' points; llama.cpp's --fit has no placement to forecast."""
+    rows = bench.data["forecast"]["rows"]
+    assert {(r["config"], r["depth"]) for r in rows} == {
+        (r["config"], r["depth"]) for r in bench.data["results"]
+    }
+    for row in rows:
+        if row["config"] == "fit":
+            assert row["decode_tps"] is None and "--fit" in row["note"]
+            continue
+        assert row["calibration"]["points"] >= 2, row
+        assert row["decode_tps"] > 0 and row["decode_error"] >= 0, row
+        assert row["prefill_tps"] > 0 and row["prefill_error"] >= 0, row
+    shown = moetune("report", str(bench.out))
+    assert "forecast beside measured" in shown.stdout
+    chart = shown.stdout.split(FORECAST_CHART, 1)[1]
+    assert "median error" in chart and "x" in chart
 
 
 def test_measurements_are_kept_as_speed_points(bench: Bench) -> None:

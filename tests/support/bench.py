@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from moetune.records import results as res
+from moetune.records.speed import SpeedMachine
 from moetune.units import MIB
+
+from support.helpers import EXAMPLE_QWEN
 
 
 def sample(decode: float, prefill: float = 1000.0, ttft: float | None = 0.1) -> res.Sample:
@@ -82,3 +85,81 @@ def bench_result(**changes: object) -> res.BenchResult:
         verdicts=res.verdicts(results),
     )
     return base.model_copy(update=changes)
+
+
+# --- a bench the speed model can forecast ---------------------------------------------------
+
+SPEED_MACHINE = SpeedMachine(cpu_info="Test CPU", gpu_info="Test GPU", devices=["CUDA0"])
+PLACEMENTS = {  # name: llama-server's placement flags
+    "plan": ["--n-cpu-moe", "20"],
+    "cpu-moe": ["-cmoe"],
+    "layers": ["--n-cpu-moe", "36"],
+}
+
+
+def _speed_sample(prompt_n: int, decode: float, prefill: float) -> res.Sample:
+    return res.Sample(
+        prompt_n=prompt_n,
+        predicted_n=32,
+        ttft_s=prompt_n / prefill,
+        prompt_ms=prompt_n / prefill * 1000,
+        predicted_ms=32 / decode * 1000,
+        prefill_tps=prefill,
+        decode_tps=decode,
+        client_prefill_tps=None,
+        client_decode_tps=None,
+        wall_s=1.0,
+        stop_type="length",
+    )
+
+
+def speed_bench(
+    speeds: dict[str, dict[int, tuple[float, float]]], **changes: object
+) -> res.BenchResult:
+    """A bench of EXAMPLE_QWEN at ``PLACEMENTS`` (another name: ``--fit on``): per
+    configuration, per depth, (decode, prefill) tok/s."""
+    rows = [
+        res.summarize(name, depth, [_speed_sample(depth, decode, prefill)] * 2, None)
+        for name, by_depth in speeds.items()
+        for depth, (decode, prefill) in by_depth.items()
+    ]
+    configs = [
+        res.ConfigRun(
+            name=name,
+            status="ok",
+            description=" ".join(PLACEMENTS.get(name, ["--fit", "on"])),
+            args=["-m", str(EXAMPLE_QWEN), "-c", "8192", *PLACEMENTS.get(name, ["--fit", "on"])],
+            predicted_bytes=None,
+            peak_device_bytes=None,
+            load_s=1.0,
+        )
+        for name in speeds
+    ]
+    result = res.BenchResult(
+        created="2026-01-02T03:04:05+00:00",
+        moetune_version="0.1.0",
+        model=str(EXAMPLE_QWEN),
+        server_url=None,
+        endpoint="completion",
+        n_ctx=8192,
+        n_predict=32,
+        repeats=2,
+        depths=sorted({d for s in speeds.values() for d in s}),
+        device="CUDA0",
+        device_total_bytes=24 * 1024 * MIB,
+        budget_bytes=20 * 1024 * MIB,
+        probe=None,
+        probe_includes_overhead=False,
+        configs=configs,
+        results=rows,
+        verdicts=res.verdicts(rows),
+        machine=SPEED_MACHINE,
+    )
+    return result.model_copy(update=changes)
+
+
+SPEEDS = {
+    "plan": {512: (40.0, 900.0), 4096: (36.0, 800.0)},
+    "cpu-moe": {512: (22.0, 400.0), 4096: (20.0, 380.0)},
+    "layers": {512: (30.0, 600.0), 4096: (27.0, 560.0)},
+}

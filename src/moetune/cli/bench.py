@@ -47,11 +47,14 @@ if TYPE_CHECKING:
 def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool) -> None:
     """Print (table and verdict, or JSON), then keep the JSON in the data dir and --out."""
     from moetune.jobs.bench import require_measured
-    from moetune.report import to_json
+    from moetune.jobs.bench_forecast import with_forecast
+    from moetune.report import SCHEMA_VERSION, to_json
     from moetune.report.payloads import bench_payload
     from moetune.report.render import BenchView, render
     from moetune.store.bench import default_result_path, write_result
 
+    if result.results:
+        result = with_forecast(result, schema_version=SCHEMA_VERSION, warn=_warn)
     render(BenchView(result), as_json)
     text = to_json(bench_payload(result))
     paths = [default_result_path(result)] if save else []
@@ -273,15 +276,21 @@ def report_command(
     files: Annotated[list[Path], typer.Argument(help="Saved `moetune bench` JSON file(s).")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Render saved bench results again, with a bar chart of decode tok/s by depth.
+    """Render saved bench results again, with a bar chart of decode tok/s by depth and a
+    chart of measured against forecast tok/s (the forecast made again from the model file
+    and the speed points kept; without the model file, measurements only).
 
     Several files are compared as one (configurations named NAME@FILE where names clash).
     """
+    from moetune.jobs.bench_forecast import with_forecast
     from moetune.records.results import merge_results
     from moetune.report import SCHEMA_VERSION
     from moetune.report.render import BenchView, render
     from moetune.store.bench import load_result
 
-    results = [load_result(path, SCHEMA_VERSION) for path in files]
+    results = [
+        with_forecast(load_result(path, SCHEMA_VERSION), schema_version=SCHEMA_VERSION, warn=_warn)
+        for path in files
+    ]
     merged = merge_results(results, [path.stem for path in files])
     render(BenchView(merged, chart=True), as_json)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from moetune.core.search import Attempt
 from moetune.core.settings import Settings
+from moetune.core.speed import ForecastCalibration
 from moetune.errors import BadValueError
 from moetune.records.fit import FitChoice
 from moetune.records.speed import SpeedMachine
@@ -123,6 +124,31 @@ class Verdict(_Frozen):
     within_noise: bool  # the min-max spreads of winner and runner-up overlap
 
 
+class RowForecast(_Frozen):
+    """The speed model's forecast of one configuration at one depth, beside what was measured:
+    calibrated on the points kept for the model without this configuration's (out of sample),
+    else from the machine's figures alone."""
+
+    config: str
+    depth: int
+    decode_tps: float | None  # None: a figure is missing, or no placement to forecast
+    prefill_tps: float | None
+    decode_error: float | None  # |forecast - measured| / measured
+    prefill_error: float | None
+    calibration: ForecastCalibration = ForecastCalibration()
+    missing: list[str] = []  # the figures an uncalibrated forecast lacks
+    note: str | None = None  # why there is no forecast
+
+
+class BenchForecast(_Frozen):
+    """The forecast of every measured row (``note``: why there is none, e.g. the model file is
+    not readable here)."""
+
+    rows: list[RowForecast] = []
+    kept_points: int = 0  # the points of the model kept on this machine it drew on
+    note: str | None = None
+
+
 class BenchResult(_Frozen):
     kind: Literal["moetune.bench"] = "moetune.bench"
     created: str
@@ -151,6 +177,7 @@ class BenchResult(_Frozen):
     machine: SpeedMachine | None = None
     llama_cpp_build: int | None = None
     llama_cpp_commit: str | None = None
+    forecast: BenchForecast | None = None  # None: not forecast (jobs/bench_forecast.py)
 
 
 def summarize(
@@ -242,6 +269,8 @@ def merge_results(results: Sequence[BenchResult], labels: Sequence[str]) -> Benc
     names = [c.name for r in results for c in r.configs]
     runs: list[ConfigRun] = []
     rows: list[DepthResult] = []
+    forecasts: list[RowForecast] = []
+    notes: list[str] = []
     for result, label in zip(results, labels, strict=True):
         rename = {
             c.name: f"{c.name}@{label}" if names.count(c.name) > 1 else c.name
@@ -251,7 +280,19 @@ def merge_results(results: Sequence[BenchResult], labels: Sequence[str]) -> Benc
         rows += [
             r.model_copy(update={"config": rename.get(r.config, r.config)}) for r in result.results
         ]
+        if result.forecast is not None:
+            forecasts += [
+                f.model_copy(update={"config": rename.get(f.config, f.config)})
+                for f in result.forecast.rows
+            ]
+            notes += [f"{label}: {result.forecast.note}"] if result.forecast.note else []
     depths = sorted({d for r in results for d in r.depths})
-    return results[0].model_copy(
-        update={"configs": runs, "results": rows, "verdicts": verdicts(rows), "depths": depths}
-    )
+    forecast = None
+    if any(r.forecast is not None for r in results):
+        forecast = BenchForecast(
+            rows=forecasts,
+            kept_points=max(r.forecast.kept_points for r in results if r.forecast is not None),
+            note="; ".join(notes) or None,
+        )
+    update = {"configs": runs, "results": rows, "verdicts": verdicts(rows), "depths": depths}
+    return results[0].model_copy(update={**update, "forecast": forecast})

@@ -1,15 +1,26 @@
-"""Rendering of `moetune bench` results: tables, the verdict in words, a terminal bar chart."""
+"""Rendering of `moetune bench` results: tables, the forecast beside the measurements, the
+verdict in words, a terminal bar chart and a chart of measured against forecast."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from statistics import median
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from moetune.records.fit import describe_fit
-from moetune.records.results import BenchResult, ConfigRun, DepthResult, Stat, Verdict
+from moetune.records.results import (
+    BenchForecast,
+    BenchResult,
+    ConfigRun,
+    DepthResult,
+    RowForecast,
+    Stat,
+    Verdict,
+)
 from moetune.report.common import fitted, new_table, plural, short_path
 from moetune.units import format_bytes
 
@@ -202,13 +213,85 @@ def _probe_note(result: BenchResult) -> str:
     return note
 
 
+def _error(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}".replace("%", " %")
+
+
+def _maybe(value: float | None) -> str:
+    return "-" if value is None else _num(value)
+
+
+_FORECAST_COLUMNS = (
+    "config",
+    "depth",
+    "decode",
+    "forecast",
+    "error",
+    "prefill",
+    "forecast ",
+    "error ",
+)
+
+
+def forecast_of(result: BenchResult, config: str, depth: int) -> RowForecast | None:
+    """The forecast of one measured row, if any."""
+    rows = result.forecast.rows if result.forecast is not None else []
+    return next((f for f in rows if f.config == config and f.depth == depth), None)
+
+
+def _forecast_table(result: BenchResult) -> Table:
+    grid = new_table(
+        "forecast beside measured, tok/s",
+        _FORECAST_COLUMNS,
+        right=_FORECAST_COLUMNS[1:],
+    )
+    for row in sorted(result.results, key=lambda r: (r.depth, _order(result, r.config))):
+        found = forecast_of(result, row.config, row.depth)
+        grid.add_row(
+            row.config,
+            str(row.depth),
+            _num(row.decode_tps.median),
+            _maybe(found.decode_tps) if found else "-",
+            _error(found.decode_error) if found else "-",
+            _num(row.prefill_tps.median),
+            _maybe(found.prefill_tps) if found else "-",
+            _error(found.prefill_error) if found else "-",
+        )
+    return grid
+
+
+def _forecast_notes(result: BenchResult, forecast: BenchForecast) -> list[Text]:
+    """What each configuration's forecast rests on (its own points left out)."""
+    lines = []
+    if forecast.note:
+        lines.append(Text(f"forecast: {forecast.note}", style="yellow"))
+    if forecast.rows:
+        lines.append(Text("each configuration's forecast, without its own points:", style="dim"))
+    for name in dict.fromkeys(f.config for f in forecast.rows):
+        first = next(f for f in forecast.rows if f.config == name)
+        if first.note:
+            about = first.note
+        elif first.calibration.points:
+            about = first.calibration.label
+        else:
+            about = "uncalibrated (fewer than two other points)"
+            if first.missing:
+                about += "; missing figures: " + ", ".join(first.missing)
+        lines.append(Text(f"  {name}: {about}", style="dim"))
+    return lines
+
+
 def render_bench(result: BenchResult) -> RenderableType:
-    """The configurations, the measurements and the verdict."""
+    """The configurations, the measurements, the forecast beside them and the verdict."""
     parts: list[RenderableType] = [_header(result), Text("")]
     parts.append(_configs_table(result.configs, result.budget_bytes, result.device_budgets))
     parts += _config_notes(result.configs, _probe_note(result))
     if result.results:
         parts.append(fitted(_results_table(result), _results_table(result, stacked=True)))
+    if result.results and result.forecast is not None:
+        if result.forecast.rows:
+            parts.append(_forecast_table(result))
+        parts += _forecast_notes(result, result.forecast)
     parts.append(Text("verdict", style="bold"))
     if not result.verdicts:
         parts.append(Text("nothing was measured: see the configurations above", style="red"))
@@ -247,6 +330,75 @@ def render_chart(result: BenchResult, width: int = BAR_WIDTH) -> RenderableType:
     return Group(*lines)
 
 
+_MEASURED, _FORECAST, _BOTH = "o", "x", "*"
+_CHART_COLUMNS = 80
+
+
+def _axis(measured: float, forecast: float | None, scale: float, width: int) -> str:
+    """``|   o    x   |``: the measured mark and the forecast's on one scale (a value that is
+    not a finite number has no mark)."""
+    cells = [" "] * width
+
+    def at(value: float | None) -> int | None:
+        if value is None or not math.isfinite(value) or not scale > 0:
+            return None
+        return min(width - 1, round(max(value, 0.0) / scale * (width - 1)))
+
+    where = at(forecast)
+    if where is not None:
+        cells[where] = _FORECAST
+    where = at(measured)
+    if where is not None:
+        cells[where] = _BOTH if cells[where] == _FORECAST else _MEASURED
+    return "|" + "".join(cells) + "|"
+
+
+def _metric_chart(result: BenchResult, metric: str) -> list[Text]:
+    """One line per configuration and depth: measured and forecast tok/s of ``metric``
+    (decode or prefill), and the median error."""
+    rows = sorted(result.results, key=lambda r: (_order(result, r.config), r.depth))
+    pairs = []
+    for row in rows:
+        found = forecast_of(result, row.config, row.depth)
+        measured: float = getattr(row, f"{metric}_tps").median
+        value = getattr(found, f"{metric}_tps") if found else None
+        error = getattr(found, f"{metric}_error") if found else None
+        pairs.append((f"{row.config} {row.depth}", measured, value, error))
+    pad = max(len(label) for label, *_ in pairs)
+    width = max(10, min(BAR_WIDTH, _CHART_COLUMNS - pad - 24))
+    finite = [v for _, m, f, _ in pairs for v in (m, f) if v is not None and math.isfinite(v)]
+    scale = max(finite, default=0.0)
+    head = f"{metric} tok/s by configuration and depth: measured {_MEASURED}, forecast {_FORECAST}"
+    lines = [Text(head, style="bold")]
+    for label, measured, value, error in pairs:
+        shown = f" {_num(measured)} vs {_maybe(value)}"
+        if error is not None:
+            shown += f" ({_error(error)})"
+        lines.append(Text(f"  {label.ljust(pad)} {_axis(measured, value, scale, width)}{shown}"))
+    errors = [e for *_, e in pairs if e is not None]
+    if errors:
+        summary = f"  median error {_error(median(errors))} over {plural(len(errors), 'row')}"
+    else:
+        summary = "  no forecast: measurements only"
+    lines.append(Text(summary, style="dim"))
+    return lines
+
+
+def render_forecast_chart(result: BenchResult) -> RenderableType:
+    """Measured against forecast, decode then prefill, one mark each (``*``: both in one
+    cell), at 80 columns."""
+    if not result.results:
+        return Text("")
+    return Group(*_metric_chart(result, "decode"), *_metric_chart(result, "prefill"))
+
+
 def render_report(result: BenchResult) -> RenderableType:
-    """``moetune report``: the saved result again, with the bar chart."""
-    return Group(render_bench(result), Text(""), render_chart(result))
+    """``moetune report``: the saved result again, with the bar chart and measured against
+    forecast."""
+    return Group(
+        render_bench(result),
+        Text(""),
+        render_chart(result),
+        Text(""),
+        render_forecast_chart(result),
+    )
