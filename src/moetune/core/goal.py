@@ -30,6 +30,7 @@ class Goal(NamedTuple):
 
     objective: Objective | None = None  # None: ``workload``
     workload: Workload | None = None
+    prompt: int | None = None  # the prompt a prefill is forecast for (run: its fill)
 
     @property
     def name(self) -> str:
@@ -40,6 +41,8 @@ class Goal(NamedTuple):
     @property
     def n_prompt(self) -> int:
         """The prompt the prefill forecast is for."""
+        if self.prompt is not None:
+            return self.prompt
         if self.workload is not None:
             return self.workload.n_prompt
         return FORECAST_PROMPT if self.objective in (None, "decode") else LONG_PROMPT
