@@ -69,13 +69,18 @@ def run_request(
     )
 
 
-def _candidates(found: Frontier, least_n: int) -> list[Candidate]:
-    """The ``--n-cpu-moe`` candidates on every device run can launch: none below the
-    converged N (it was measured over), one per (N, -ub)."""
+def _candidates(found: Frontier, least_n: int, n_prompt: int) -> list[Candidate]:
+    """The ``--n-cpu-moe`` candidates on every device run can launch, one per (N, -ub): none
+    below the converged N (it was measured over), no -ub above the smallest that holds the
+    prompt in one ubatch (a larger one forecasts the same and costs memory)."""
+    ubatches = sorted({e.n_ubatch for e in found.entries})
+    cap = next((u for u in ubatches if u >= n_prompt), ubatches[-1] if ubatches else 0)
     seen: dict[tuple[int, int], Candidate] = {}
     for entry in found.entries:
         n = entry.n_cpu_moe
         if entry.form != "n_cpu_moe" or not entry.all_devices or n is None or n < least_n:
+            continue
+        if entry.n_ubatch > cap:
             continue
         seen.setdefault((n, entry.n_ubatch), Candidate(n, entry.n_ubatch, entry.score))
     return list(seen.values())
@@ -154,7 +159,12 @@ def tune_for_goal(
     base = Candidate(best.n_cpu_moe, base_ub, base_entry.score)
     error = fit.loo_median_error if fit else None
     choice = measure_candidates(
-        _candidates(found, best.n_cpu_moe), base, base_score, measure, error=error, goal=goal.name
+        _candidates(found, best.n_cpu_moe, n_prompt),
+        base,
+        base_score,
+        measure,
+        error=error,
+        goal=goal.name,
     )
     for launched, tried in zip(launches, choice.tried, strict=True):
         launched.expected_score = tried.expected_score
