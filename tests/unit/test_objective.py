@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from moetune.core.goal import Goal
 from moetune.core.objective import (
@@ -11,6 +12,10 @@ from moetune.core.objective import (
     Candidate,
     measure_candidates,
 )
+from moetune.core.placement import Placement
+from moetune.core.settings import Settings
+from moetune.jobs.launch import LaunchSpec
+from moetune.jobs.objective import with_ubatch
 from moetune.units import Workload
 
 BASE = Candidate(4, 512, 100.0)
@@ -101,3 +106,19 @@ def test_goal_scores_measured_speeds_as_it_scores_forecasts() -> None:
     # 8192 / 4096 + 512 / 32 = 18 s a request
     assert Goal(None, Workload(8192, 512)).score_of(32.0, 4096.0) == 1 / 18
     assert Goal(None, Workload(8192, 512)).score_of(32.0, None) is None
+
+
+def test_with_ubatch_replaces_the_pass_through_ubatch_and_raises_the_batch() -> None:
+    spec = LaunchSpec(
+        binary=Path("llama-server"),
+        model="m.gguf",
+        settings=Settings(n_ctx=8192, n_ubatch=256, n_batch=1024),
+        pass_through=("--rpc", "127.0.0.1:1", "-ub", "256", "--batch-size=1024"),
+    )
+    at = with_ubatch(spec, 2048)
+    assert (at.settings.n_ubatch, at.settings.n_batch) == (2048, 2048)
+    assert at.pass_through == ("--rpc", "127.0.0.1:1", "-ub", "2048", "-b", "2048")
+    args = at.args(Placement.with_n_cpu_moe(3))
+    assert args.count("-ub") == 1 and args[args.index("-ub") + 1] == "2048"
+    smaller = with_ubatch(spec, 512)  # a larger batch stays
+    assert smaller.pass_through[-4:] == ("-ub", "512", "-b", "1024")

@@ -175,6 +175,8 @@ def tune_for_goal(
         base_n_cpu_moe=best.n_cpu_moe,
         base_n_ubatch=base_ub,
         base_forecast_score=base_entry.score,
+        base_forecast_decode_tps=base_entry.forecast.decode_tok_s,
+        base_forecast_prefill_tps=base_entry.forecast.prefill_tok_s,
         base_measured_score=base_score,
         launches=launches,
         winner=choice.winner,

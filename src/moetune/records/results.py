@@ -46,6 +46,8 @@ class ObjectiveRun(BaseModel):
     base_n_cpu_moe: int
     base_n_ubatch: int
     base_forecast_score: float | None
+    base_forecast_decode_tps: float | None = None
+    base_forecast_prefill_tps: float | None = None
     base_measured_score: float | None
     launches: list[ObjectiveLaunch] = []
     winner: int | None = None  # index into ``launches``

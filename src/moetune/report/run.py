@@ -136,25 +136,27 @@ def render_run(result: RunResult) -> RenderableType:
 def _objective_parts(run: ObjectiveRun) -> list[RenderableType]:
     """run --objective: the converged placement and each extra launch, forecast beside
     measured, and why the winner won."""
-    columns = ("candidate", "forecast decode", "forecast prefill", "expected", "measured", "status")
+    columns = ("N", "-ub", "forecast decode", "forecast prefill", "expected", "measured", "")
     table = new_table(
-        f"--objective {run.goal}: extra launches (score: the goal's, prefill of "
-        f"{run.n_prompt} tokens; forecast {run.calibration})",
+        f"--objective {run.goal}: extra launches (prefill of {run.n_prompt} tokens; "
+        f"forecast {run.calibration})",
         columns,
-        right=columns[1:-1],
+        right=columns[:-1],
     )
     table.add_row(
-        f"--n-cpu-moe {run.base_n_cpu_moe} -ub {run.base_n_ubatch} (converged)",
-        "",
-        "",
-        fmt(run.base_forecast_score, ".4g"),
+        str(run.base_n_cpu_moe),
+        str(run.base_n_ubatch),
+        fmt(run.base_forecast_decode_tps, ".1f"),
+        fmt(run.base_forecast_prefill_tps, ".1f"),
+        "",  # its own measurement is what the others' forecasts are scaled by
         fmt(run.base_measured_score, ".4g"),
-        "ok",
+        Text("converged", style="dim"),
     )
     for i, launch in enumerate(run.launches):
-        status = launch.attempt.status + (" (winner)" if i == run.winner else "")
+        status = launch.attempt.status + (" winner" if i == run.winner else "")
         table.add_row(
-            f"--n-cpu-moe {launch.n_cpu_moe} -ub {launch.n_ubatch}",
+            str(launch.n_cpu_moe),
+            str(launch.n_ubatch),
             fmt(launch.forecast_decode_tps, ".1f"),
             fmt(launch.forecast_prefill_tps, ".1f"),
             fmt(launch.expected_score, ".4g"),
@@ -163,9 +165,21 @@ def _objective_parts(run: ObjectiveRun) -> list[RenderableType]:
         )
     return [
         table,
+        Text(
+            f"score: {_SCORES.get(run.goal, 'requests/s')}; expected: the forecast scaled by "
+            "the converged placement's measured/forecast",
+            style="dim",
+        ),
         Text(f"{plural(len(run.launches), 'extra launch')}; stopped: {run.stopped}", style="dim"),
         Text(run.why),
     ]
+
+
+_SCORES = {
+    "decode": "decode tok/s",
+    "prefill": "prefill tok/s",
+    "balanced": "the geometric mean of decode and prefill tok/s",
+}
 
 
 def render_run_profile(result: RunResult, model: str) -> RenderableType | None:
