@@ -69,3 +69,13 @@ def test_objective_prefill_picks_a_larger_ubatch(
     kept = [json.loads(p.read_text()) for p in (home / "speed").glob("*.json")]
     ubatches = {p["n_ubatch"] for batch in kept for p in batch["points"]}
     assert {512, won["n_ubatch"]} <= ubatches
+    # the saved winner is what a second run confirms, at its -ub, in one launch
+    again = moetune(
+        "run", str(model), *ARGS, "--objective", "prefill", "--json", "--", "--rpc", rpc, home=home
+    )
+    assert again.returncode == 0, again.stderr
+    confirmed = json.loads(again.stdout)
+    assert confirmed["launches"] == 1 and confirmed["objective"] is None
+    assert confirmed["profile"]["name"] == data["profile"]["name"]
+    assert confirmed["best"]["n_ubatch"] == won["n_ubatch"]
+    assert confirmed["best"]["command"][-4:] == best["command"][-4:]
