@@ -57,7 +57,28 @@ def test_stops_when_the_rest_cannot_win() -> None:
     # after 280 measured, 105 expected * 1.1 cannot beat it: one launch only
     assert len(calls) == 1
     assert choice.winner == 0
-    assert choice.stopped.startswith("the rest cannot win: --n-cpu-moe 4 -ub 1024")
+    assert choice.stopped.startswith("the rest cannot win: the best left, --n-cpu-moe 4 -ub 1024,")
+
+
+def test_the_forecasts_made_again_after_a_launch_decide_the_next() -> None:
+    first = [Candidate(4, 2048, 200.0), Candidate(4, 1024, 190.0), Candidate(5, 512, 180.0)]
+    # calibrated on the first launch: 1024 now forecast below the base, 5/512 still above
+    again = [Candidate(4, 2048, 200.0), Candidate(4, 1024, 60.0), Candidate(5, 512, 150.0)]
+    calls, measure = _fake({(4, 2048): 90.0, (4, 1024): 500.0, (5, 512): 95.0})
+    rounds: list[int] = []
+
+    def reforecast() -> tuple[list[Candidate], Candidate, float | None]:
+        rounds.append(len(calls))
+        return again, Candidate(4, 512, 100.0), 0.05
+
+    choice = measure_candidates(
+        first, BASE, 100.0, measure, error=0.1, goal="prefill", reforecast=reforecast
+    )
+    # 5/512 (150) is launched before 4/1024 (60); then 60 * 1.05 cannot beat 100: stop
+    assert [(c.n_cpu_moe, c.n_ubatch) for c in calls] == [(4, 2048), (5, 512)]
+    assert rounds == [1, 2]
+    assert choice.winner is None  # 90 and 95 measured: the base's 100 stays
+    assert "the best left, --n-cpu-moe 4 -ub 1024, is expected at 60" in choice.stopped
 
 
 def test_a_candidate_forecast_within_the_error_is_still_tried() -> None:

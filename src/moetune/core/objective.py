@@ -4,7 +4,8 @@ when to stop, and which measured one wins.
 Each candidate's forecast is read relative to the converged placement's: its expected score
 is its forecast scaled by the converged one's measured over forecast score, so a forecast
 that is off by a constant factor still ranks right. Candidates are launched best forecast
-first, at most ``MAX_EXTRA_LAUNCHES``; the search stops when the next one's expected score,
+first, at most ``MAX_EXTRA_LAUNCHES``, the forecasts made again after each launch (its
+points calibrate them); the search stops when the next one's expected score,
 raised by the forecast's error, cannot beat the best measured (the rest forecast less). The
 winner is the best measured score among the launches that stayed within memory.
 """
@@ -53,6 +54,15 @@ def label(n_cpu_moe: int, n_ubatch: int) -> str:
     return f"--n-cpu-moe {n_cpu_moe} -ub {n_ubatch}"
 
 
+# after each launch: the candidates, the converged placement and the error forecast again
+# (calibrated on the points the launches added)
+Reforecast = Callable[[], tuple[Sequence[Candidate], Candidate, float | None]]
+
+
+def _key(candidate: Candidate) -> tuple[int, int]:
+    return candidate.n_cpu_moe, candidate.n_ubatch
+
+
 def measure_candidates(
     candidates: Sequence[Candidate],
     base: Candidate,
@@ -62,40 +72,44 @@ def measure_candidates(
     error: float | None,
     goal: str,
     limit: int = MAX_EXTRA_LAUNCHES,
+    reforecast: Reforecast | None = None,
 ) -> Choice:
     """Launch (``measure``) the candidates best forecast first, beside ``base`` (the converged
     placement, measured at ``base_score``); ``error``: the forecast's relative error (None:
-    ``DEFAULT_MARGIN``)."""
-    margin = DEFAULT_MARGIN if error is None else error
+    ``DEFAULT_MARGIN``); ``reforecast``: the forecasts again after each launch."""
     here = label(base.n_cpu_moe, base.n_ubatch)
     if not base_score or not base.forecast:
         why = f"kept {here}: " + (
             f"its {goal} was not measured" if not base_score else f"no forecast of its {goal}"
         )
         return Choice(tried=[], winner=None, stopped="nothing to compare with", why=why)
-    scale = base_score / base.forecast
-    others = [
-        c
-        for c in candidates
-        if c.forecast is not None and (c.n_cpu_moe, c.n_ubatch) != (base.n_cpu_moe, base.n_ubatch)
-    ]
-    others.sort(key=lambda c: -(c.forecast or 0.0))
     tried: list[Tried] = []
+    done = {_key(base)}
     best, winner = base_score, None
     stopped = "every candidate was measured"
-    for candidate in others:
+    while True:
+        if not base.forecast:
+            stopped = f"no forecast of {here}'s {goal}"
+            break
+        margin = DEFAULT_MARGIN if error is None else error
+        scale = base_score / base.forecast
+        others = [c for c in candidates if c.forecast is not None and _key(c) not in done]
+        if not others:
+            break
+        candidate = max(others, key=lambda c: c.forecast or 0.0)
         expected = (candidate.forecast or 0.0) * scale
         if expected * (1 + margin) <= best:
             stopped = (
-                f"the rest cannot win: {label(candidate.n_cpu_moe, candidate.n_ubatch)} is "
-                f"expected at {expected:.4g}, within {margin:.0%} of the best measured "
-                f"{best:.4g} at most"
+                f"the rest cannot win: the best left, {label(*_key(candidate))}, is expected "
+                f"at {expected:.4g}; {margin:.0%} more would not beat the best measured "
+                f"{best:.4g}"
             )
             break
         if len(tried) >= limit:
             stopped = f"the limit of {limit} extra launches"
             break
         measured = measure(candidate)
+        done.add(_key(candidate))
         tried.append(
             Tried(
                 n_cpu_moe=candidate.n_cpu_moe,
@@ -107,6 +121,8 @@ def measure_candidates(
         )
         if measured is not None and measured > best:
             best, winner = measured, len(tried) - 1
+        if reforecast is not None:
+            candidates, base, error = reforecast()
     if winner is None:
         why = f"kept {here}: no launch measured a better {goal} than its {base_score:.4g}"
     else:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from moetune.core.calibrate import SpeedFit
 from moetune.core.facts import ModelFacts
 from moetune.core.flags import pairs, words
-from moetune.core.frontier import Frontier, frontier
+from moetune.core.frontier import Frontier, FrontierEntry, frontier
 from moetune.core.goal import Goal
 from moetune.core.objective import Candidate, measure_candidates
 from moetune.core.plan import PlanRequest, make_plan, speed_basis
@@ -86,6 +86,24 @@ def _candidates(found: Frontier, least_n: int, n_prompt: int) -> list[Candidate]
     return list(seen.values())
 
 
+def _forecast(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    n_cpu_moe: int,
+    *,
+    points: list[SpeedPoint],
+    goal: Goal,
+) -> tuple[Frontier | None, SpeedFit | None]:
+    """The frontier beside the converged N, forecast on ``points``, and their fit."""
+    req = run_request(spec, setup, facts, n_cpu_moe, points)
+    return frontier(facts, req, make_plan(facts, req), goal), speed_basis(req)[1]
+
+
+def _base(found: Frontier | None) -> FrontierEntry | None:
+    return next((e for e in found.entries if e.base), None) if found else None
+
+
 def tune_for_goal(
     facts: ModelFacts,
     spec: LaunchSpec,
@@ -103,15 +121,11 @@ def tune_for_goal(
     if best is None:
         return result
     goal = goal._replace(prompt=n_prompt)
-    req = run_request(spec, setup, facts, best.n_cpu_moe, points)
-    basis = speed_basis(req)
-    plan = make_plan(facts, req)
-    found = frontier(facts, req, plan, goal)
-    fit: SpeedFit | None = basis[1]
+    found, fit = _forecast(facts, spec, setup, best.n_cpu_moe, points=points, goal=goal)
     calibration = fit.calibration.label if fit else "uncalibrated"
     base_ub = spec.settings.n_ubatch
     base_score = goal.score_of(best.decode_tps, best.prompt_tps)
-    base_entry = next((e for e in found.entries if e.base), None) if found else None
+    base_entry = _base(found)
     if found is None or base_entry is None:
         why = "kept the converged placement: the forecast cannot place it (it does not fit)"
         return result.model_copy(
@@ -156,15 +170,31 @@ def tune_for_goal(
         )
         return score
 
-    base = Candidate(best.n_cpu_moe, base_ub, base_entry.score)
-    error = fit.loo_median_error if fit else None
+    def reforecast() -> tuple[list[Candidate], Candidate, float | None]:
+        """The forecasts calibrated on the points the launches added too."""
+        nonlocal calibration
+        again, refit = _forecast(facts, spec, setup, n, points=merged(points, added), goal=goal)
+        calibration = refit.calibration.label if refit else "uncalibrated"
+        entry = _base(again)
+        if again is None or entry is None:
+            return [], Candidate(n, base_ub, None), None
+        forecasts.update({(e.n_cpu_moe, e.n_ubatch): e.forecast for e in again.entries})
+        found_n = _candidates(again, n, n_prompt)
+        return (
+            found_n,
+            Candidate(n, base_ub, entry.score),
+            refit.loo_median_error if refit else None,
+        )
+
+    n = best.n_cpu_moe
     choice = measure_candidates(
-        _candidates(found, best.n_cpu_moe, n_prompt),
-        base,
+        _candidates(found, n, n_prompt),
+        Candidate(n, base_ub, base_entry.score),
         base_score,
         measure,
-        error=error,
+        error=fit.loo_median_error if fit else None,
         goal=goal.name,
+        reforecast=reforecast,
     )
     for launched, tried in zip(launches, choice.tried, strict=True):
         launched.expected_score = tried.expected_score
