@@ -16,12 +16,14 @@ from moetune.cli.options import (
     JsonOpt,
     MmprojOpt,
     ModelArg,
+    ObjectiveOpt,
     OverheadOpt,
     PassThroughCommand,
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
     TimeoutOpt,
+    WorkloadOpt,
     parse_positive_tokens,
     parser,
     pass_through_of,
@@ -64,6 +66,8 @@ def run(
     save: Annotated[
         bool, typer.Option(help="Save the winner as a tuned profile ($MOETUNE_HOME).")
     ] = True,
+    objective: ObjectiveOpt = None,
+    workload: WorkloadOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
@@ -72,8 +76,11 @@ def run(
     The winner is saved as a tuned profile; a later run with the same model file, devices,
     llama.cpp build and settings launches it directly (once, to confirm) unless --retune.
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
+    With --objective or --workload, the forecast's best other placements (N, -ub) are
+    measured too (at most 4 more launches) and the fastest measured is kept.
     """
     from moetune.core.extras import absolute_files, add_extras_flags
+    from moetune.core.goal import goal_of
     from moetune.jobs.launch import prepare_launch
     from moetune.jobs.models import launch_spec
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
@@ -118,11 +125,15 @@ def run(
             save=save,
             fill=Fill(tokens=fill, repeats=repeats),
             progress=progress,
+            goal=goal_of(objective, workload) if objective or workload else None,
         )
     render(RunView(result, str(model)), as_json)
     if keep and result.best is not None:
+        from moetune.jobs.objective import with_ubatch
+
+        ub = result.best.n_ubatch
         keep_serving(
-            spec,
+            spec if ub is None else with_ubatch(spec, ub),
             result.best.n_cpu_moe,
             loading=lambda: err().status("loading the best configuration"),
             on_ready=err().print,

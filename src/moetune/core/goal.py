@@ -30,6 +30,7 @@ class Goal(NamedTuple):
 
     objective: Objective | None = None  # None: ``workload``
     workload: Workload | None = None
+    prompt: int | None = None  # the prompt a prefill is forecast for (run: its fill)
 
     @property
     def name(self) -> str:
@@ -40,6 +41,8 @@ class Goal(NamedTuple):
     @property
     def n_prompt(self) -> int:
         """The prompt the prefill forecast is for."""
+        if self.prompt is not None:
+            return self.prompt
         if self.workload is not None:
             return self.workload.n_prompt
         return FORECAST_PROMPT if self.objective in (None, "decode") else LONG_PROMPT
@@ -52,9 +55,12 @@ class Goal(NamedTuple):
     def score(self, found: Forecast) -> float | None:
         """Higher is better: tok/s, their geometric mean, or requests per second; None where
         a figure is missing."""
-        decode, prefill = found.decode_tok_s, found.prefill_tok_s
+        return self.score_of(found.decode_tok_s, found.prefill_tok_s)
+
+    def score_of(self, decode: float | None, prefill: float | None) -> float | None:
+        """``score`` of a decode and a prefill speed (forecast or measured)."""
         if self.workload is not None:
-            seconds = request_seconds(found, self.workload)
+            seconds = workload_seconds(decode, prefill, self.workload)
             return None if seconds is None else 1 / seconds
         if self.objective == "prefill":
             return prefill
@@ -72,7 +78,13 @@ def goal_of(objective: str | None, workload: Workload | None) -> Goal:
 
 def request_seconds(found: Forecast, workload: Workload) -> float | None:
     """Time per request: prompt / prefill + gen / decode."""
-    decode, prefill = found.decode_tok_s, found.prefill_tok_s
+    return workload_seconds(found.decode_tok_s, found.prefill_tok_s, workload)
+
+
+def workload_seconds(
+    decode: float | None, prefill: float | None, workload: Workload
+) -> float | None:
+    """Time per request at these speeds (None where one the workload needs is missing)."""
     if not decode or (workload.n_prompt and not prefill):
         return None
     return (workload.n_prompt / prefill if prefill else 0.0) + workload.n_gen / decode

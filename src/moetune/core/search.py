@@ -41,6 +41,7 @@ class Attempt(BaseModel):
     tensor_split: list[float] = []
     device_predicted: list[int] = []
     device_measured: list[int | None] = []
+    n_ubatch: int | None = None  # run --objective's launches: the -ub tried (None: the run's)
 
     @property
     def fits(self) -> bool:

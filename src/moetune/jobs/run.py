@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from moetune.core.command import hf_argv
 from moetune.core.devices import default_overhead
@@ -29,7 +30,9 @@ from moetune.errors import (
 )
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import Prompts, Workload, measure_depths
-from moetune.jobs.speed import PointSink, launch_points
+from moetune.jobs.objective import merged, tune_for_goal, with_ubatch
+from moetune.jobs.speed import PointSink, launch_points, model_of
+from moetune.jobs.speed_from import kept_points
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
@@ -48,6 +51,10 @@ from moetune.store.tuned import (
     new_profile,
 )
 from moetune.units import MIB, Sizes, tokens_arg
+
+if TYPE_CHECKING:
+    from moetune.core.goal import Goal
+    from moetune.records.speed import SpeedPoint
 
 MAX_LAUNCHES = 12
 Event = Callable[[str], None]
@@ -403,8 +410,9 @@ def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
     return [*command, "--", *pass_through] if pass_through else command
 
 
-def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
-    """What this run's result depends on: model file, device, llama.cpp build, settings."""
+def run_key(spec: LaunchSpec, setup: DeviceSetup, goal: Goal | None = None) -> TuneKey:
+    """What this run's result depends on: model file, device, llama.cpp build, settings, and
+    the objective it was tuned for."""
     s = spec.settings
     settings = TuneSettings(
         n_ctx=s.n_ctx,
@@ -414,6 +422,7 @@ def run_key(spec: LaunchSpec, setup: DeviceSetup) -> TuneKey:
         extra_args=list(spec.pass_through),
         command=tune_command(spec, setup),
         device_targets=list(setup.budgets) if setup.multi else [],
+        objective=goal.name if goal is not None else None,
     )
     devices = tuple(device_identity(d) for d in setup.listed) if setup.multi else ()
     return TuneKey(
@@ -479,7 +488,13 @@ def save_winner(
     )
     command = [key.llama_cpp.binary, *result.command[1:]]
     profile = new_profile(
-        key, best.n_cpu_moe, measured, command, previous, tensor_split=best.tensor_split
+        key,
+        best.n_cpu_moe,
+        measured,
+        command,
+        previous,
+        tensor_split=best.tensor_split,
+        n_ubatch=best.n_ubatch,
     )
     try:
         path = store.save(profile)
@@ -499,9 +514,11 @@ def tune_with_profiles(
     save: bool,
     fill: Fill,
     progress: Progress,
+    goal: Goal | None = None,
 ) -> RunResult:
-    """Launch a matching saved profile once to confirm it, else tune; save the winner."""
-    key = run_key(spec, setup)
+    """Launch a matching saved profile once to confirm it, else tune (and with ``goal``,
+    measure the forecast's best candidates for it); save the winner."""
+    key = run_key(spec, setup, goal)
     match = store.match(key)
     for note in match.notes:
         progress.on_note(note)
@@ -511,21 +528,82 @@ def tune_with_profiles(
     elif match.profile is not None:
         n = match.profile.placement.n_cpu_moe or 0
         counts = tuple(int(c) for c in match.profile.placement.tensor_split)
-        progress.on_note(
-            f"tuned profile {match.name} matches: --n-cpu-moe {n}, one launch to confirm"
-        )
-        result = confirm_n(facts, spec, setup, n, fill=fill, progress=progress, counts=counts)
+        n_ubatch = match.profile.placement.n_ubatch
+        at = spec if n_ubatch is None else with_ubatch(spec, n_ubatch)
+        shown = f"--n-cpu-moe {n}" + ("" if n_ubatch is None else f" -ub {n_ubatch}")
+        progress.on_note(f"tuned profile {match.name} matches: {shown}, one launch to confirm")
+        result = confirm_n(facts, at, setup, n, fill=fill, progress=progress, counts=counts)
         if result.best is None:
-            progress.on_note(
-                f"--n-cpu-moe {n} no longer fits ({result.attempts[0].status}): tuning again"
-            )
+            progress.on_note(f"{shown} no longer fits ({result.attempts[0].status}): tuning again")
             result = None
-    if result is None:
+        elif n_ubatch is not None:
+            best = result.best.model_copy(update={"n_ubatch": n_ubatch})
+            result = result.model_copy(update={"best": best})
+    if result is None and goal is None:
         result = tune_model(facts, spec, setup, fill=fill, progress=progress)
+    elif result is None:
+        assert goal is not None
+        result = _tune_for(facts, spec, setup, goal, fill=fill, progress=progress)
     if not save:
         return result
     previous = match.profile if result.reused_profile else None
     return save_winner(store, key, result, previous, progress.on_note)
+
+
+def _tune_for(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    goal: Goal,
+    *,
+    fill: Fill,
+    progress: Progress,
+) -> RunResult:
+    """Tune as run does, then measure the forecast's best candidates for ``goal`` (on the
+    points the tuning kept and those kept for the model on this machine)."""
+    measured: list[SpeedPoint] = []
+
+    def keep(points: list[SpeedPoint]) -> None:
+        measured.extend(points)
+        progress.keep(points)
+
+    tuned = tune_model(facts, spec, setup, fill=fill, progress=replace(progress, keep=keep))
+    if tuned.best is None:
+        return tuned
+    known = model_of(spec.model)
+    kept = kept_points(known.file_name, known.header_sha256, progress.on_note)
+    zeros = (0,) * len(setup.devices)
+
+    def measure_at(at: LaunchSpec, n: int) -> tuple[RunResult, list[SpeedPoint]]:
+        added: list[SpeedPoint] = []
+
+        def keep_added(points: list[SpeedPoint]) -> None:
+            added.extend(points)
+            progress.keep(points)
+
+        counts = _Splits(facts, setup, at).place(n, zeros)[0] if setup.multi else ()
+        one = confirm_n(
+            facts,
+            at,
+            setup,
+            n,
+            fill=fill,
+            progress=replace(progress, keep=keep_added),
+            counts=counts,
+        )
+        return one, added
+
+    progress.on_event(f"--objective {goal.name}: measuring the forecast's best candidates")
+    return tune_for_goal(
+        facts,
+        spec,
+        setup,
+        tuned,
+        goal,
+        points=merged(kept, measured),
+        n_prompt=fill.tokens or spec.settings.n_ctx,
+        measure_at=measure_at,
+    )
 
 
 def keep_serving(

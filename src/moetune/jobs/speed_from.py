@@ -59,9 +59,21 @@ def points_for(
                 f"a calibration needs {MIN_POINTS}, the forecast is uncalibrated"
             )
         return found
+    return kept_points(name, digest, warn, root)
+
+
+def kept_points(
+    file_name: str,
+    header_sha256: str | None,
+    warn: Callable[[str], None],
+    store_dir: Path | None = None,
+) -> list[SpeedPoint]:
+    """The points kept of the model (by header digest, else file name) measured on this CPU."""
     from moetune.hardware.host import cpu_model
     from moetune.store.speed import SpeedStore
 
     cpu = cpu_model()
-    kept = SpeedStore(root).points(warn)
-    return [p for p in kept if _same_model(p, name, digest) and p.machine.cpu_info == cpu]
+    kept = SpeedStore(store_dir).points(warn)
+    return [
+        p for p in kept if _same_model(p, file_name, header_sha256) and p.machine.cpu_info == cpu
+    ]

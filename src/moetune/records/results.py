@@ -24,6 +24,39 @@ RESULT_KIND = "moetune.bench"
 # --- run --------------------------------------------------------------------------------------
 
 
+class ObjectiveLaunch(BaseModel):
+    """One of `run --objective`'s extra launches: its candidate, forecast and measurement."""
+
+    n_cpu_moe: int
+    n_ubatch: int
+    forecast_decode_tps: float | None
+    forecast_prefill_tps: float | None
+    forecast_score: float
+    expected_score: float  # the forecast scaled by the converged placement's measured/forecast
+    measured_score: float | None  # None: over memory, out of memory, or not measured
+    attempt: Attempt
+
+
+class ObjectiveRun(BaseModel):
+    """`run --objective`: the goal, the converged placement's forecast and measurement, the
+    extra launches, the winner (None: the converged placement) and why."""
+
+    goal: str
+    n_prompt: int  # the prompt its prefill is forecast and measured for (the fill)
+    calibration: str  # what the forecast rests on
+    base_n_cpu_moe: int
+    base_n_ubatch: int
+    base_forecast_score: float | None
+    base_forecast_decode_tps: float | None = None
+    base_forecast_prefill_tps: float | None = None
+    base_measured_score: float | None
+    launches: list[ObjectiveLaunch] = []
+    winner: int | None = None  # index into ``launches``
+    stopped: str
+    why: str
+    points_added: int = 0  # speed points the extra launches kept
+
+
 class RunResult(BaseModel):
     model: str
     device: str
@@ -41,6 +74,7 @@ class RunResult(BaseModel):
     device_names: list[str] = []
     device_budgets: list[int] = []
     limiting_device: str | None = None
+    objective: ObjectiveRun | None = None  # run --objective / --workload
 
 
 # --- bench ------------------------------------------------------------------------------------

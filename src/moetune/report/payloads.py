@@ -126,6 +126,8 @@ def run_payload(result: RunResult) -> dict[str, Any]:
         "device_names": result.device_names,
         "device_budgets": result.device_budgets,
         "limiting_device": result.limiting_device,
+        # run --objective: each extra launch (candidate, forecast, measured) and the winner
+        "objective": None if result.objective is None else result.objective.model_dump(mode="json"),
     }
 
 

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moetune.core.search import Attempt
-from moetune.records.results import RunResult
+from moetune.records.results import ObjectiveRun, RunResult
 from moetune.report.common import fmt, new_table, plural, shell_line
 from moetune.units import format_bytes, format_speed
 
@@ -104,8 +104,15 @@ def render_run(result: RunResult) -> RenderableType:
         speed = format_speed(
             best.decode_tps, best.decode_tps_min, best.decode_tps_max, best.repeats
         )
+        if result.objective is not None:
+            parts += _objective_parts(result.objective)
+        ub = "" if best.n_ubatch is None else f" -ub {best.n_ubatch}"
+        prefill = "" if best.prompt_tps is None else f", prefill {best.prompt_tps:.1f} tok/s"
         parts.append(
-            Text(f"best: --n-cpu-moe {best.n_cpu_moe}, decode {speed}", style="bold green")
+            Text(
+                f"best: --n-cpu-moe {best.n_cpu_moe}{ub}, decode {speed}{prefill}",
+                style="bold green",
+            )
         )
         if result.limiting_device:
             parts.append(
@@ -124,6 +131,55 @@ def render_run(result: RunResult) -> RenderableType:
                 )
             )
     return Group(*parts)
+
+
+def _objective_parts(run: ObjectiveRun) -> list[RenderableType]:
+    """run --objective: the converged placement and each extra launch, forecast beside
+    measured, and why the winner won."""
+    columns = ("N", "-ub", "forecast decode", "forecast prefill", "expected", "measured", "")
+    table = new_table(
+        f"--objective {run.goal}: extra launches (prefill of {run.n_prompt} tokens; "
+        f"forecast {run.calibration})",
+        columns,
+        right=columns[:-1],
+    )
+    table.add_row(
+        str(run.base_n_cpu_moe),
+        str(run.base_n_ubatch),
+        fmt(run.base_forecast_decode_tps, ".1f"),
+        fmt(run.base_forecast_prefill_tps, ".1f"),
+        "",  # its own measurement is what the others' forecasts are scaled by
+        fmt(run.base_measured_score, ".4g"),
+        Text("converged", style="dim"),
+    )
+    for i, launch in enumerate(run.launches):
+        status = launch.attempt.status + (" winner" if i == run.winner else "")
+        table.add_row(
+            str(launch.n_cpu_moe),
+            str(launch.n_ubatch),
+            fmt(launch.forecast_decode_tps, ".1f"),
+            fmt(launch.forecast_prefill_tps, ".1f"),
+            fmt(launch.expected_score, ".4g"),
+            fmt(launch.measured_score, ".4g"),
+            Text(status, style=_STATUS_STYLE.get(launch.attempt.status, "")),
+        )
+    return [
+        table,
+        Text(
+            f"score: {_SCORES.get(run.goal, 'requests/s')}; expected: the forecast scaled by "
+            "the converged placement's measured/forecast",
+            style="dim",
+        ),
+        Text(f"{plural(len(run.launches), 'extra launch')}; stopped: {run.stopped}", style="dim"),
+        Text(run.why),
+    ]
+
+
+_SCORES = {
+    "decode": "decode tok/s",
+    "prefill": "prefill tok/s",
+    "balanced": "the geometric mean of decode and prefill tok/s",
+}
 
 
 def render_run_profile(result: RunResult, model: str) -> RenderableType | None:

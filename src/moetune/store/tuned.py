@@ -89,6 +89,7 @@ class TuneSettings(BaseModel):
     target_bytes: int = Field(gt=0)
     device_targets: list[int] = []  # several devices: each one's target
     extra_args: list[str] = []  # the pass-through arguments (after --), as profiles store them
+    objective: str | None = None  # run --objective / --workload: what the winner is fastest at
     # the moetune command that tunes it again (server, target, context, after --): not compared
     command: list[str] = []
 
@@ -160,6 +161,7 @@ class TunedPlacement(BaseModel):
     n_cpu_moe: int | None = Field(default=None, ge=0)
     override_tensor: list[str] = []
     tensor_split: list[float] = []  # -ts on several devices
+    n_ubatch: int | None = Field(default=None, gt=0)  # run --objective's -ub (None: the run's)
 
 
 class Measured(BaseModel):
@@ -220,7 +222,8 @@ def profile_name(key: TuneKey) -> str:
     ).encode()
     tag = hashlib.sha256(devices).hexdigest()[:6]
     targets = "_".join(size_arg(t) for t in (s.device_targets or [s.target_bytes]))
-    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}"
+    goal = f"-{_slug(s.objective)}" if s.objective else ""
+    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}{goal}"
 
 
 def retune_command(profile: TunedProfile) -> list[str]:
@@ -394,6 +397,7 @@ def new_profile(
     previous: TunedProfile | None = None,
     *,
     tensor_split: list[float] | None = None,
+    n_ubatch: int | None = None,
 ) -> TunedProfile:
     """The profile to save for a run's winner (``previous``: the one it confirmed)."""
     s = key.settings
@@ -406,7 +410,9 @@ def new_profile(
         gpu=key.gpu,
         llama_cpp=key.llama_cpp,
         settings=s,
-        placement=TunedPlacement(n_cpu_moe=n_cpu_moe, tensor_split=tensor_split or []),
+        placement=TunedPlacement(
+            n_cpu_moe=n_cpu_moe, tensor_split=tensor_split or [], n_ubatch=n_ubatch
+        ),
         measured=measured,
         command=command,
         devices=list(key.devices),
