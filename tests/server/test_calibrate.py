@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from moetune.errors import ExitCode
 
 from support.factory import ModelFactory
 from support.helpers import assert_one_line_error, cli, moetune, start_moetune
-from support.llama import bin_path, wait_for_servers
+from support.llama import bin_path, rpc_server, wait_for_servers
 
 UBATCHES = (32, 64)
 N_CPU_MOE = 2
@@ -161,9 +162,18 @@ def test_measure_without_llama_bench_is_one_line(
     assert f"llama-bench not found beside {server} or on PATH" in line
 
 
+@pytest.fixture
+def own_rpc() -> Iterator[str]:
+    """An RPC server of the test's own: a llama-bench killed mid-run may leave the server it
+    talked to busy with the dead connection, so the module's shared one is not used."""
+    with rpc_server() as endpoint:
+        yield endpoint
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_llama_bench(model: Path, rpc: str, sig: signal.Signals) -> None:
+def test_a_signal_stops_llama_bench(model: Path, own_rpc: str, sig: signal.Signals) -> None:
     """Ctrl-C (or SIGTERM) while llama-bench runs: it is stopped, moetune exits 130."""
+    rpc = own_rpc
     proc = start_moetune(
         "calibrate",
         "--measure",
