@@ -35,8 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from moetune.core.calibrate import (
     Measured,
@@ -54,6 +53,7 @@ from moetune.jobs.plan import machine_figures
 from moetune.jobs.speed import measured_of
 from moetune.llamacpp.bench_results import parse_bench_text
 
+ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = ROOT / "benchmarks" / "data" / "public_sweeps"
 EXAMPLES = ROOT / "examples" / "models"
 CALIBRATED_TARGET = 0.15
