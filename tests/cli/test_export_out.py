@@ -65,6 +65,17 @@ def test_out_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
 
 
+def test_a_bad_out_is_said_before_any_model_is_planned(tmp_path: Path) -> None:
+    """--out is checked first: a folder is refused before the models are opened and planned
+    (a hub model's plan reads headers over the network), not after."""
+    missing = tmp_path / "not-there.gguf"
+    code, _, err = cli("export", "preset", str(missing), "--vram", "24G", "--out", str(tmp_path))
+    assert code == ExitCode.BAD_VALUE and "is a folder" in err, err
+    nowhere = tmp_path / "nowhere" / "p.ini"
+    code, _, err = cli("export", "preset", str(missing), "--vram", "24G", "--out", str(nowhere))
+    assert code == ExitCode.FILE_NOT_FOUND and "no folder" in err, err
+
+
 @pytest.mark.usefixtures("tuned")
 def test_out_that_is_immutable_or_read_only(tmp_path: Path) -> None:
     ini = tmp_path / "p.ini"

@@ -61,6 +61,10 @@ def export(
         raise BadValueError(f"unknown format {fmt!r}", hint=f"use {' or '.join(FORMATS)}")
     if ctx is not None and ctx.is_max:
         raise BadValueError("export uses the profile tuned at one context: give --ctx N")
+    if out is not None:  # before the plans: a bad --out is said at once
+        from moetune.store.files import check_writable
+
+        check_writable(out)
     entries, binary = export_entries(
         models or [],
         ctx,

@@ -134,6 +134,15 @@ def _check_target(path: Path) -> Path:
     return real
 
 
+def check_writable(path: Path) -> None:
+    """Refuse at once a file moetune could not write (``export --out``, before any work):
+    a folder, a missing folder, not a regular file, not writable; one clear error."""
+    try:
+        _check_target(path)
+    except OSError as exc:
+        raise BadValueError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def update_text(path: Path, merge: Callable[[str | None], str]) -> None:
     """Under :func:`locked`: read ``path`` (None when there is none yet), write
     ``merge(old)`` atomically. Concurrent updates serialize, so none loses another's text.
