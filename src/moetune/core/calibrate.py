@@ -44,6 +44,7 @@ from moetune.core.speed import (
     SpeedLayout,
     TermTime,
     forecast,
+    missing_figures,
     rate_of,
 )
 
@@ -349,9 +350,10 @@ def fitted_forecast(
     *,
     depth: int = 0,
     n_prompt: int = 512,
+    prefill_depth: int | None = None,
 ) -> Forecast:
     """``forecast`` with ``fit``'s factors, rates and fixed times (None: uncalibrated)."""
-    found = forecast(layout, machine, depth=depth, n_prompt=n_prompt)
+    found = forecast(layout, machine, depth=depth, n_prompt=n_prompt, prefill_depth=prefill_depth)
     if fit is None:
         return found
     per_token = _overhead("fixed time per token", 1, fit.token_overhead_s)
@@ -361,7 +363,7 @@ def fitted_forecast(
     prefill_hops = _overhead("hops", _hops(layout, n_ubatches, False), fit.hop_overhead_s)
     decode = _retimed(found.decode_terms, fit) + per_token + decode_hops
     prefill = _retimed(found.prefill_terms, fit) + per_ubatch + prefill_hops
-    missing = list(dict.fromkeys(t.figure for t in (*decode, *prefill) if t.seconds is None))
+    missing = missing_figures(decode, prefill)
     return found.model_copy(
         update={
             "decode_tok_s": rate_of(1, decode),

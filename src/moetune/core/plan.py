@@ -440,17 +440,7 @@ def plan_forecast(
     layout = placement_layout(
         facts, placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
     )
-    found = fitted_forecast(layout, figures, fit, depth=0, n_prompt=n_prompt)
-    if depth == 0:
-        return found
-    deeper = fitted_forecast(layout, figures, fit, depth=depth, n_prompt=n_prompt)
-    return found.model_copy(
-        update={
-            "decode_tok_s": deeper.decode_tok_s,
-            "decode_terms": deeper.decode_terms,
-            "depth": depth,
-        }
-    )
+    return fitted_forecast(layout, figures, fit, depth=depth, n_prompt=n_prompt, prefill_depth=0)
 
 
 def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:

@@ -541,24 +541,32 @@ def rate_of(n_tokens: int, terms: Sequence[TermTime]) -> float | None:
     return n_tokens / total if total > 0 else None
 
 
+def missing_figures(*terms: Sequence[TermTime]) -> list[str]:
+    """The figures the terms lack (each once, in order)."""
+    return list(dict.fromkeys(t.figure for part in terms for t in part if t.seconds is None))
+
+
 def forecast(
     layout: SpeedLayout,
     machine: MachineFigures,
     *,
     depth: int = 0,
     n_prompt: int = 512,
+    prefill_depth: int | None = None,
     efficiency: Efficiency | None = None,
 ) -> Forecast:
     """Decode tok/s of a token at ``depth``, prefill tok/s of an ``n_prompt``-token prompt
-    after ``depth`` cached ones (ubatch: the layout's), from ``machine``'s figures."""
+    after ``prefill_depth`` cached ones (default: ``depth``; ubatch: the layout's), from
+    ``machine``'s figures."""
     if len(machine.devices) != len(layout.devices):
         raise ValueError(
             f"figures for {len(machine.devices)} devices, the layout has {len(layout.devices)}"
         )
     eff = efficiency or Efficiency()
     decode = _memory_terms(layout, token_traffic(layout, depth), machine, eff)
-    prefill = _prompt_terms(layout, prompt_traffic(layout, n_prompt, depth), machine, eff)
-    missing = list(dict.fromkeys(t.figure for t in (*decode, *prefill) if t.seconds is None))
+    before = depth if prefill_depth is None else prefill_depth
+    prefill = _prompt_terms(layout, prompt_traffic(layout, n_prompt, before), machine, eff)
+    missing = missing_figures(decode, prefill)
     return Forecast(
         decode_tok_s=rate_of(1, decode),
         prefill_tok_s=rate_of(n_prompt, prefill),
