@@ -144,8 +144,11 @@ class Qwen3MoE:
 
 @dataclass(frozen=True)
 class GptOss:
-    """openai/gpt-oss-120b config.json."""
+    """openai/gpt-oss-120b config.json; ``GPT_OSS_20B`` is openai/gpt-oss-20b's
+    (https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json: num_hidden_layers 24,
+    num_local_experts 32, the other shapes as 120b's)."""
 
+    name: str = "gpt-oss-120b"
     n_layers: int = 36
     n_embd: int = 2880
     n_head: int = 64
@@ -159,7 +162,7 @@ class GptOss:
     sliding_window: int = 128
 
     def keys(self, w: gguf.GGUFWriter) -> None:
-        w.add_name("gpt-oss-120b (header only)")
+        w.add_name(f"{self.name} (header only)")
         w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
         moe_keys(w, self, self.n_ff_exp)
         gqa_keys(w, self)
@@ -203,6 +206,9 @@ class GptOss:
             ):
                 yield f"{b}.{name}.weight", (x, rows, cols), T.MXFP4
                 yield f"{b}.{name}.bias", (x, rows), T.F32
+
+
+GPT_OSS_20B = GptOss(name="gpt-oss-20b", n_layers=24, n_experts=32)
 
 
 @dataclass(frozen=True)
@@ -383,6 +389,7 @@ def write(path: Path, arch: str, spec: Qwen3MoE | GptOss | Llama4Scout | DeepSee
 def main() -> None:
     write(HERE / "Qwen3-30B-A3B-Q4_K_M.header.gguf", "qwen3moe", Qwen3MoE())
     write(HERE / "gpt-oss-120b-MXFP4.header.gguf", "gpt-oss", GptOss())
+    write(HERE / "gpt-oss-20b-MXFP4.header.gguf", "gpt-oss", GPT_OSS_20B)
     write(HERE / "Llama-4-Scout-17B-16E-Q4_K_M.header.gguf", "llama4", Llama4Scout())
     write(HERE / "DeepSeek-V3-0324-Q4_K_M.header.gguf", "deepseek2", DeepSeekV3())
 
