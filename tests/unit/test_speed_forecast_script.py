@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.public_sweeps import PUBLIC
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed_forecast.py"
 
 
@@ -21,10 +23,10 @@ def test_public_sweeps() -> None:
     )
     lines = done.stdout.splitlines()
     heads = [line for line in lines if re.match(r"^\S+\.json: \d+ points, calibrated on", line)]
-    assert len(heads) == 4
+    assert len(heads) == len(PUBLIC)
     calibrated = [line for line in lines if line.startswith("  calibrated:   median ")]
-    assert len(calibrated) == 4
+    assert len(calibrated) == len(PUBLIC)
     for line in calibrated:
         assert re.search(r"median \d+\.\d%, max \d+\.\d% over \d+", line)
-    assert sum(line.startswith("  uncalibrated: ") for line in lines) == 4
+    assert sum(line.startswith("  uncalibrated: ") for line in lines) == len(PUBLIC)
     assert all("source: http" in line for line in lines if line.startswith("  ("))

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from moetune.core.prior import PUBLIC_PRIOR, SpeedPrior
 from moetune.core.speed import (
     Efficiency,
     Forecast,
@@ -139,7 +140,9 @@ def _known(points: Sequence[Measured], machine: MachineFigures) -> set[Kind]:
     return set(KINDS) - unknown
 
 
-def _row(m: Measured, machine: MachineFigures, known: set[Kind]) -> _Row:
+def _row(m: Measured, machine: MachineFigures, known: set[Kind], per_block: bool = False) -> _Row:
+    """The point's regressors; ``per_block``: the fixed time per token or ubatch counted per
+    block of the model (a prior pooled over models, core/prior.py), else once."""
     terms, seconds, steps = _terms(m, machine)
     values = dict.fromkeys((*KINDS, *FIXED), 0.0)
     for term in terms:
@@ -147,7 +150,8 @@ def _row(m: Measured, machine: MachineFigures, known: set[Kind]) -> _Row:
             values[term.kind] += term.seconds or 0.0
         else:
             values[term.kind] += term.amount
-    values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps)
+    blocks = max(m.layout.n_blocks, 1) if per_block else 1
+    values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps * blocks)
     values[HOP_OVERHEAD] = float(_hops(m.layout, steps, m.is_decode))
     return _Row(values, seconds)
 
@@ -248,9 +252,13 @@ def _solve_normal(eq: _Normal, lower: Sequence[float], tolerance: float = TOLERA
     return min((f for f in found if f[1] <= best + tolerance), key=lambda f: (f[0], f[1]))[2]
 
 
+def _usable(m: Measured) -> bool:
+    return (m.is_decode or m.is_prefill) and m.tps > 0
+
+
 def usable(points: Sequence[Measured]) -> list[Measured]:
     """The points a fit reads: decode and prefill tests (not combined ones) with a speed."""
-    return [m for m in points if (m.is_decode or m.is_prefill) and m.tps > 0]
+    return [m for m in points if _usable(m)]
 
 
 def fit_of(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit | None:
@@ -264,8 +272,29 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     used = usable(points)
     if len(used) < MIN_POINTS:
         raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
-    known = _known(used, machine)
-    rows = [_row(m, machine, known) for m in used]
+    return _fit([(m, machine) for m in used], _known(used, machine), per_block=False)
+
+
+def fit_pooled(samples: Sequence[tuple[Measured, MachineFigures]]) -> SpeedFit:
+    """One fit over measurements of several models and machines, each with its machine's
+    figures: the efficiencies of the kinds whose figure every sample has (a sample lacking
+    a figure one of its terms needs is an error) and the fixed times per block of the model
+    (``token_overhead_s`` per block per token, ``ubatch_overhead_s`` per block per ubatch)
+    and per hop: what core/prior.py keeps."""
+    used = [(m, machine) for m, machine in samples if _usable(m)]
+    if len(used) < MIN_POINTS:
+        raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
+    for m, machine in used:
+        lacking = [t.figure for t in _terms(m, machine)[0] if t.amount > 0 and t.seconds is None]
+        if lacking:
+            raise ValueError(f"a pooled sample lacks {', '.join(lacking)}")
+    return _fit(used, set(KINDS), per_block=True)
+
+
+def _fit(
+    used: Sequence[tuple[Measured, MachineFigures]], known: set[Kind], *, per_block: bool
+) -> SpeedFit:
+    rows = [_row(m, machine, known, per_block) for m, machine in used]
     names = [k for k in (*KINDS, *FIXED) if any(r.values[k] for r in rows)]
     a = [[r.values[k] / r.seconds for k in names] for r in rows]
     ones = [1.0] * len(rows)
@@ -277,11 +306,12 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     rates: dict[str, float | None] = {
         k: (1 / y[k] if y[k] > 0 else None) for k in KINDS if k not in known and k in y
     }
+    points = [m for m, _ in used]
     return SpeedFit(
-        points=len(used),
-        decode_points=sum(m.is_decode for m in used),
-        prefill_points=sum(m.is_prefill for m in used),
-        efficiency=Efficiency(**eff, points=len(used)),
+        points=len(points),
+        decode_points=sum(m.is_decode for m in points),
+        prefill_points=sum(m.is_prefill for m in points),
+        efficiency=Efficiency(**eff, points=len(points)),
         rates=rates,
         token_overhead_s=y.get(TOKEN_OVERHEAD, 0.0),
         ubatch_overhead_s=y.get(UBATCH_OVERHEAD, 0.0),
@@ -313,11 +343,36 @@ def relative_error(forecast_tps: float | None, measured_tps: float) -> float | N
     return None if forecast_tps is None else abs(forecast_tps - measured_tps) / measured_tps
 
 
-def point_forecast(m: Measured, machine: MachineFigures, fit: SpeedFit | None) -> float | None:
-    """The forecast tok/s of ``m``'s test (uncalibrated where ``fit`` is None)."""
+def point_forecast(
+    m: Measured,
+    machine: MachineFigures,
+    fit: SpeedFit | None,
+    prior: SpeedPrior | None = PUBLIC_PRIOR,
+) -> float | None:
+    """The forecast tok/s of ``m``'s test (from ``prior`` where ``fit`` is None)."""
     depth = m.n_depth + m.n_gen // 2 if m.is_decode else m.n_depth
-    found = fitted_forecast(m.layout, machine, fit, depth=depth, n_prompt=max(m.n_prompt, 1))
+    found = fitted_forecast(
+        m.layout, machine, fit, depth=depth, n_prompt=max(m.n_prompt, 1), prior=prior
+    )
     return found.decode_tok_s if m.is_decode else found.prefill_tok_s
+
+
+def prior_fit(layout: SpeedLayout, prior: SpeedPrior) -> SpeedFit:
+    """``prior`` as a fit of no points of ``layout``'s model: its efficiencies, and its
+    fixed times per block over the model's blocks."""
+    blocks = max(layout.n_blocks, 1)
+    return SpeedFit(
+        points=0,
+        decode_points=0,
+        prefill_points=0,
+        efficiency=prior.efficiency.model_copy(update={"points": 0}),
+        rates={},
+        token_overhead_s=prior.block_token_s * blocks,
+        ubatch_overhead_s=prior.block_ubatch_s * blocks,
+        hop_overhead_s=prior.hop_s,
+        fitted=list(KINDS),
+        fit_error=0.0,
+    )
 
 
 def _retimed(terms: Sequence[TermTime], fit: SpeedFit) -> list[TermTime]:
@@ -333,13 +388,11 @@ def _retimed(terms: Sequence[TermTime], fit: SpeedFit) -> list[TermTime]:
     return out
 
 
-def _overhead(what: str, count: int, seconds: float) -> list[TermTime]:
+def _overhead(what: str, count: int, seconds: float, figure: str) -> list[TermTime]:
     if seconds <= 0 or count <= 0:
         return []
     return [
-        TermTime(
-            term=what, kind="overhead", amount=count, seconds=count * seconds, figure="calibration"
-        )
+        TermTime(term=what, kind="overhead", amount=count, seconds=count * seconds, figure=figure)
     ]
 
 
@@ -351,16 +404,22 @@ def fitted_forecast(
     depth: int = 0,
     n_prompt: int = 512,
     prefill_depth: int | None = None,
+    prior: SpeedPrior | None = PUBLIC_PRIOR,
 ) -> Forecast:
-    """``forecast`` with ``fit``'s factors, rates and fixed times (None: uncalibrated)."""
+    """``forecast`` with ``fit``'s factors, rates and fixed times; where ``fit`` is None
+    (uncalibrated), ``prior``'s typical ones (None: the figures alone, every efficiency 1)."""
     found = forecast(layout, machine, depth=depth, n_prompt=n_prompt, prefill_depth=prefill_depth)
-    if fit is None:
+    if fit is None and prior is None:
         return found
-    per_token = _overhead("fixed time per token", 1, fit.token_overhead_s)
+    figure = "calibration"
+    if fit is None:
+        assert prior is not None
+        fit, figure = prior_fit(layout, prior), "typical (public measurements)"
+    per_token = _overhead("fixed time per token", 1, fit.token_overhead_s, figure)
     n_ubatches = math.ceil(n_prompt / layout.n_ubatch)
-    per_ubatch = _overhead("fixed time per ubatch", n_ubatches, fit.ubatch_overhead_s)
-    decode_hops = _overhead("hops", _hops(layout, 1, True), fit.hop_overhead_s)
-    prefill_hops = _overhead("hops", _hops(layout, n_ubatches, False), fit.hop_overhead_s)
+    per_ubatch = _overhead("fixed time per ubatch", n_ubatches, fit.ubatch_overhead_s, figure)
+    decode_hops = _overhead("hops", _hops(layout, 1, True), fit.hop_overhead_s, figure)
+    prefill_hops = _overhead("hops", _hops(layout, n_ubatches, False), fit.hop_overhead_s, figure)
     decode = _retimed(found.decode_terms, fit) + per_token + decode_hops
     prefill = _retimed(found.prefill_terms, fit) + per_ubatch + prefill_hops
     missing = missing_figures(decode, prefill)

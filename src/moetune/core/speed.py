@@ -96,6 +96,7 @@ class SpeedLayout(NamedTuple):
     # home changes along one forward pass (each block's other weights, then its experts, then
     # the output layer): each is a copy of the activations and a wait; a calibration's cost
     n_hops: int = 0
+    n_blocks: int = 0  # the model's blocks (a fixed time per block: core/prior.py)
 
     def touched(self, n_tokens: int) -> float:
         """The expected share of a block's routed experts that ``n_tokens`` tokens touch
@@ -237,6 +238,7 @@ def layout_of(
         n_ubatch=run.n_ubatch,
         offload_to=cuda[0] if op_offload and cuda else None,
         n_hops=_hops(facts, weights),
+        n_blocks=facts.n_layers,
     )
 
 

@@ -1,0 +1,44 @@
+"""Typical factors for a machine moetune has not measured: how far below its figures
+llama.cpp runs, and its fixed times, fitted once on public llama-bench measurements of
+machines whose figures are public (benchmarks/data/public_sweeps/, each with its source).
+
+An uncalibrated forecast (no speed point of this model on this machine) times each term
+from the machine's figures with these efficiencies, and adds these fixed times per block of
+the model (kernel launches, the activations' copies, the waits) and per hop between homes.
+A calibration on the user's own points replaces all of it. The values are written by
+``scripts/speed-prior.py`` (a pooled fit, core/calibrate.py ``fit_pooled``); a test refits
+them from the data and fails when they drift. benchmarks/speed_forecast.py measures the
+error of a prior fitted without the machine it forecasts (leave one machine out).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from moetune.core.speed import Efficiency
+
+
+class SpeedPrior(BaseModel):
+    """Efficiencies (of each kind's figure) and fixed times, and what they rest on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    efficiency: Efficiency
+    block_token_s: float = Field(ge=0)  # per block of the model, per generated token
+    block_ubatch_s: float = Field(ge=0)  # per block, per prompt ubatch
+    hop_s: float = Field(ge=0)  # per hop between homes (a token's, or a ubatch's on the CPU)
+    points: int = Field(ge=0)  # the public measurements it is fitted on
+    machines: int = Field(ge=0)  # ... of this many machines
+
+
+# scripts/speed-prior.py prints this from benchmarks/data/public_sweeps/
+PUBLIC_PRIOR = SpeedPrior(
+    efficiency=Efficiency(
+        device_memory=0.463, ram=0.669, link=1.0, device_compute=1.0, cpu_compute=1.0, points=10
+    ),
+    block_token_s=0.0,
+    block_ubatch_s=0.0,
+    hop_s=0.0,
+    points=10,
+    machines=3,
+)

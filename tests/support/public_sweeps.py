@@ -1,0 +1,267 @@
+"""The public llama-bench sweeps under benchmarks/data/public_sweeps/ as the speed model reads
+them: each row a ``Measured`` on the header-only example of its model, and each machine's
+public figures (a hardware profile's GPU memory bandwidth, PCIe link and FLOP/s; the RAM's
+peak where the source states its type, rate and channels). benchmarks/speed_forecast.py
+forecasts them, scripts/speed-prior.py fits core/prior.py's typical factors on them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from moetune.core.calibrate import Measured, fit_pooled
+from moetune.core.devices import DeviceSpec
+from moetune.core.facts import ModelFacts, facts_from_gguf
+from moetune.core.placement import Placement
+from moetune.core.prior import SpeedPrior
+from moetune.core.settings import Settings
+from moetune.core.speed import DeviceFigures, Efficiency, MachineFigures, forecast, placement_layout
+from moetune.gguf.split import read_model
+from moetune.store.hardware import find_hardware_profile, pcie_bandwidth_bytes_per_s
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEPS = ROOT / "benchmarks" / "data" / "public_sweeps"
+EXAMPLES = ROOT / "examples" / "models"
+
+Key = tuple[object, int]  # (placement: n_cpu_moe or -ot, ubatch)
+Row = dict[str, Any]
+
+
+def _all(row: Row) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A public sweep, the example header of its model, and its machine."""
+
+    file: str
+    model: str  # examples/models/ header
+    machine: str  # one name per machine: the sweeps of one machine share it
+    calibrate: tuple[Key, ...]  # the configurations the benchmark's fit is made on
+    gpu_profile: str | None  # a hardware profile of its GPU (None: there is none)
+    note: str
+    keep: Callable[[Row], bool] = _all
+    device: str = "CUDA0"
+    skip_first: bool = False  # the first row repeats the second's setting: the warm-up (notes)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return _data(self.file)
+
+    def rows(self) -> list[Row]:
+        rows = self.data["rows"][1:] if self.skip_first else self.data["rows"]
+        return [r for r in rows if self.keep(r) and r.get("ts")]
+
+    def points(self) -> list[Measured]:
+        facts = _facts(self.model)
+        # the CUDA rules (op offload from 32 tokens): SYCL's offload_op is the same rule
+        device = DeviceSpec(name=self.device, buft=self.device)
+        return [measured(facts, r, device) for r in self.rows()]
+
+    def keys(self) -> list[Key]:
+        return [key(r) for r in self.rows()]
+
+    def figures(self) -> MachineFigures:
+        """The machine's public figures: its GPU's from a hardware profile, else those the
+        sweep's source states (``machine``: ``gpu_memory_bandwidth_gb_s``, each with its
+        source in the file); its PCIe link as the source states it (``pcie_gen``,
+        ``pcie_lanes``: the slot, which may be narrower than the card), else the card's; the
+        RAM's peak where the source states type, rate and channels (``ram_peak_gb_s``); None
+        where none is given."""
+        machine = self.data["machine"]
+        memory = link = flops = None
+        if self.gpu_profile is not None:
+            profile = find_hardware_profile(self.gpu_profile)
+            memory = profile.memory_bandwidth_bytes_per_s
+            link = profile.pcie_bytes_per_s
+            flops = getattr(profile, "flops_per_s", None)
+        if memory is None and machine.get("gpu_memory_bandwidth_gb_s"):
+            memory = machine["gpu_memory_bandwidth_gb_s"] * 1e9
+        if machine.get("pcie_gen") and machine.get("pcie_lanes"):  # the machine's own slot
+            link = pcie_bandwidth_bytes_per_s(machine["pcie_gen"], machine["pcie_lanes"])
+        gpu = DeviceFigures(memory_bytes_per_s=memory, link_bytes_per_s=link, flops_per_s=flops)
+        ram = machine.get("ram_peak_gb_s")
+        return MachineFigures(devices=(gpu,), ram_bytes_per_s=ram * 1e9 if ram else None)
+
+
+@cache
+def _data(file: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SWEEPS / file).read_text())
+    return data
+
+
+@cache
+def _facts(model: str) -> ModelFacts:
+    return facts_from_gguf(read_model(str(EXAMPLES / model)))
+
+
+def placement(row: Row) -> Placement:
+    if row.get("ot") == "exps=CPU":
+        return Placement.all_experts_on_cpu()
+    n = row["n_cpu_moe"]
+    assert isinstance(n, int)
+    return Placement.with_n_cpu_moe(n)
+
+
+def key(row: Row) -> Key:
+    ub = row["n_ubatch"]
+    assert isinstance(ub, int)
+    return (row.get("ot") or row["n_cpu_moe"], ub)
+
+
+def _int(row: Row, name: str) -> int:
+    """A row's count; 0 where the source gives none."""
+    value = row.get(name)
+    return value if isinstance(value, int) else 0
+
+
+def measured(facts: ModelFacts, row: Row, device: DeviceSpec) -> Measured:
+    """A row as the fit reads it: its placement's layout at its ubatch, its test, its speed."""
+    ub, n_prompt = _int(row, "n_ubatch"), _int(row, "n_prompt")
+    # a generation row whose length the source does not give: taken at depth 0
+    n_gen = _int(row, "n_gen") or (0 if n_prompt else 1)
+    batch = max(_int(row, "n_batch") or 2048, ub)
+    settings = Settings(n_ctx=max(n_prompt + n_gen, 512), n_ubatch=ub, n_batch=batch)
+    layout = placement_layout(facts, placement(row), settings, (device,))
+    tps = row["ts"]
+    assert isinstance(tps, (int, float))
+    return Measured(layout, n_prompt, n_gen, _int(row, "n_depth"), float(tps))
+
+
+QWEN3_30B = "Qwen3-30B-A3B-Q4_K_M.header.gguf"
+QUADRO = "Quadro RTX 5000 + Core i9-14900K"
+
+PUBLIC = (
+    Sweep(
+        file="moearc-b580-sycl-qwen3-30b-a3b-q4km-ncmoe-tg.json",
+        model="Qwen3-30B-A3B-Q4_K_M.header.gguf",
+        machine="Arc B580 + Core Ultra 7 265K",
+        calibrate=((28, 512), (20, 512)),  # decode only: the ubatch does not change it
+        gpu_profile=None,  # Intel Arc B580: no profile
+        note="Arc B580 + Core Ultra 7 265K, SYCL; tg64 over --n-cpu-moe",
+        device="SYCL0",
+        skip_first=True,
+    ),
+    Sweep(
+        file="moearc-b580-sycl-gptoss120b-mxfp4-ncmoe-tg.json",
+        model="gpt-oss-120b-MXFP4.header.gguf",
+        machine="Arc B580 + Core Ultra 7 265K",
+        calibrate=((34, 512), (31, 512)),
+        gpu_profile=None,
+        note="the same machine, gpt-oss-120b; part of the run may have read from disk (notes)",
+        device="SYCL0",
+        skip_first=True,
+    ),
+    Sweep(
+        file="rtx3090-gptoss120b-f16-ubatch-ncmoe.json",
+        model="gpt-oss-120b-MXFP4.header.gguf",
+        machine="RTX 3090",
+        calibrate=((25, 256), (26, 4096)),
+        gpu_profile="rtx3090",
+        note="RTX 3090, CPU/RAM not given; N and -ub change together; the file is "
+        "'F16' (non-expert tensors), the header MXFP4 (the expert bytes match, the rest not)",
+    ),
+    Sweep(
+        file="ik_llama-pr698-gptoss120b-4080-5975wx-cpuexps-ubatch.json",
+        model="gpt-oss-120b-MXFP4.header.gguf",
+        machine="RTX 4080 + Ryzen 5975WX",
+        calibrate=(("exps=CPU", 1024), ("exps=CPU", 4096)),
+        gpu_profile="rtx4080",
+        note="RTX 4080 + Ryzen 5975WX, ik_llama.cpp PR 698 rows (only used experts copied, as "
+        "mainline); one placement, three ubatch sizes",
+        keep=lambda row: row["build"] == "PR 698",
+    ),
+    Sweep(
+        file="goodolclint-quadrortx5000-cuda-qwen3-30b-a3b-q4km-ncmoe-ddr5-4000.json",
+        model=QWEN3_30B,
+        machine=QUADRO,
+        calibrate=((40, 512), (16, 512)),
+        gpu_profile="quadro-rtx5000",
+        note="Quadro RTX 5000 (PCIe 3.0 x16) + i9-14900K, DDR5-4000 2 channels, in a VM; "
+        "N 40/24/16, pp512, pp8192, tg128",
+    ),
+    Sweep(
+        file="goodolclint-quadrortx5000-cuda-qwen3-30b-a3b-q4km-ncmoe-ddr5-4800.json",
+        model=QWEN3_30B,
+        machine=QUADRO,
+        calibrate=((40, 512), (16, 512)),
+        gpu_profile="quadro-rtx5000",
+        note="the same machine with its RAM at DDR5-4800",
+    ),
+    Sweep(
+        file="ik_llama-pr698-gptoss20b-4080-7950x-cpuexps-ubatch.json",
+        model="gpt-oss-20b-MXFP4.header.gguf",
+        machine="RTX 4080 + Ryzen 7950X",
+        calibrate=(("exps=CPU", 512), ("exps=CPU", 4096)),
+        gpu_profile="rtx4080",
+        note="RTX 4080 + Ryzen 7950X, ik_llama.cpp PR 698 rows; every expert on the CPU, "
+        "ubatch 256..4096",
+        keep=lambda row: row["build"] == "PR 698",
+    ),
+)
+
+# measured with every layer on the GPU: what a card reaches of its figures, no RAM involved
+ALL_ON_GPU = (
+    Sweep(
+        file="gpuext-rtx5090-cuda-gptoss20b-mxfp4-allgpu.json",
+        model="gpt-oss-20b-MXFP4.header.gguf",
+        machine="RTX 5090",
+        calibrate=(),
+        gpu_profile="rtx5090",
+        note="RTX 5090, gpt-oss-20b fully on the GPU",
+    ),
+    Sweep(
+        file="goodolclint-arcprob70-vulkan-qwen3-30b-a3b-q4km-allgpu.json",
+        model=QWEN3_30B,
+        machine="Arc Pro B70 + Core i9-14900K",
+        calibrate=(),
+        gpu_profile=None,
+        note="Arc Pro B70 (Vulkan), Qwen3-30B-A3B fully on the GPU",
+        device="Vulkan0",
+    ),
+)
+
+
+def complete(m: Measured, machine: MachineFigures) -> bool:
+    """Whether ``machine`` has every figure ``m``'s terms need."""
+    found = forecast(m.layout, machine, depth=m.n_depth, n_prompt=max(m.n_prompt, 1))
+    terms = found.decode_terms if m.is_decode else found.prefill_terms
+    return all(t.seconds is not None for t in terms)
+
+
+def prior_samples(without: str | None = None) -> list[tuple[str, Measured, MachineFigures]]:
+    """(machine, point, its figures) of every public point whose machine's figures are all
+    known, of every machine but ``without``."""
+    samples = []
+    for sweep in (*PUBLIC, *ALL_ON_GPU):
+        if sweep.machine == without:
+            continue
+        figures = sweep.figures()
+        samples += [(sweep.machine, m, figures) for m in sweep.points() if complete(m, figures)]
+    return samples
+
+
+def _sig(value: float, digits: int = 3) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+def fit_prior(without: str | None = None) -> SpeedPrior:
+    """core/prior.py's typical factors, fitted on ``prior_samples(without)`` (3 significant
+    digits)."""
+    samples = prior_samples(without)
+    fit = fit_pooled([(m, figures) for _, m, figures in samples])
+    factors = {k: _sig(getattr(fit.efficiency, k)) for k in fit.fitted}
+    machines = {machine for machine, _, _ in samples}
+    return SpeedPrior(
+        efficiency=Efficiency(**factors, points=len(samples)),
+        block_token_s=_sig(fit.token_overhead_s),
+        block_ubatch_s=_sig(fit.ubatch_overhead_s),
+        hop_s=_sig(fit.hop_overhead_s),
+        points=len(samples),
+        machines=len(machines),
+    )
