@@ -50,7 +50,9 @@ def test_workload_json_has_a_complete_frontier() -> None:
     # uncalibrated: the plan's own placement and command stay the pick
     assert picked[0]["base"] and picked[0]["command"] == data["command"]
     assert not found["switched"]
-    assert "CUDA0 FLOP/s" in found["missing"]  # no profile has FLOP/s: prefill unknown
+    # the rtx4090 profile has its FP16 FLOP/s: the GPU's prompt compute is known
+    assert "CUDA0 FLOP/s" not in found["missing"]
+    assert all("CUDA0 FLOP/s" not in e["forecast"]["missing"] for e in entries)
 
 
 def test_no_frontier_unless_asked() -> None:

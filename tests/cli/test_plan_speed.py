@@ -11,6 +11,7 @@ import pytest
 from moetune.core.prior import PUBLIC_PRIOR
 from moetune.errors import ExitCode
 from moetune.gguf.split import read_model
+from moetune.store.hardware import find_hardware_profile
 from moetune.units import GIB
 
 from support.helpers import EXAMPLE_QWEN, cli
@@ -66,12 +67,21 @@ def test_text_names_what_is_missing() -> None:
 
 
 def test_everything_on_the_gpu_needs_no_ram_figure() -> None:
+    """rtx4090's profile has memory bandwidth, link and FP16 FLOP/s: with every expert on the
+    GPU nothing is missing, and the prompt's GPU compute takes its FLOPs at the profile's rate."""
     code, out = plan(QWEN, "--gpu", "rtx4090", "--ram", "64G", "--json")
     assert code == 0, out
     data = json.loads(out)
     assert data["n_cpu_moe"] == 0
-    assert data["forecast"]["decode_tok_s"] > 0
-    assert "RAM bandwidth" not in data["forecast"]["missing"]
+    found = data["forecast"]
+    assert found["decode_tok_s"] > 0
+    assert found["missing"] == []
+    assert found["prefill_tok_s"] is not None and found["prefill_tok_s"] > 0
+    flops = find_hardware_profile("rtx4090").flops_per_s
+    assert flops is not None
+    compute = next(t for t in found["prefill_terms"] if t["term"] == "CUDA0 compute")
+    assert compute["amount"] > 0
+    assert compute["seconds"] == pytest.approx(compute["amount"] / flops)
 
 
 def test_a_bandwidth_needs_per_second() -> None:

@@ -1,5 +1,7 @@
 """The shipped hardware profiles as a set: how many, each figure sourced, names and aliases
-unambiguous, the cards moetune issue 14 asks for present, memory sizes plausible."""
+unambiguous, the cards moetune issue 14 asks for present, memory sizes plausible, the FP16
+figure where there is one sourced and the cards that are not NVIDIA's found by llama.cpp's
+name for them."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from support.helpers import ROOT
 SHIPPED = ROOT / "src" / "moetune" / "profiles_data"
 FILES = sorted(SHIPPED.glob("*.toml"))
 FIGURES = ("name", "vram", "memory_bandwidth_gb_s", "pcie_gen", "pcie_lanes")
-SOURCE = re.compile(r"TechPowerUp|NVIDIA|nvidia-smi|datasheet", re.IGNORECASE)
+SOURCE = re.compile(r"TechPowerUp|NVIDIA|nvidia-smi|datasheet|whitepaper|https://", re.IGNORECASE)
 
 # The cards the issue names, by the name NVML reports for them.
 REQUIRED_NAMES = {
@@ -99,6 +101,14 @@ NOMINAL_GIB = {
     "h100-sxm": 80,
     "h100-pcie": 80,
     "h200": 141,
+    "arc-b580": 12,
+    "radeon-ai-pro-r9700": 32,
+}
+
+# The cards that are not NVIDIA's, by the name llama.cpp's device list prints for them.
+NOT_NVIDIA = {
+    "arc-b580": "Intel(R) Arc(TM) B580 Graphics",
+    "radeon-ai-pro-r9700": "AMD Radeon AI PRO R9700",
 }
 
 
@@ -142,6 +152,40 @@ def test_every_figure_has_a_sourced_comment(path: Path) -> None:
         assert "nominal" in _comment_above(lines, "vram"), f"{path.name}: say the size is nominal"
 
 
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_an_fp16_figure_has_a_sourced_comment(path: Path) -> None:
+    """Where a profile has fp16_tflops, the comment above it names its source and says the
+    figure is the dense one (one definition for every card: profiles/README.md); where it has
+    none, the file says so."""
+    text = path.read_text("utf-8")
+    lines = text.splitlines()
+    if not any(line.startswith("fp16_tflops =") for line in lines):
+        assert "fp16_tflops: not given" in text, f"{path.name}: say why there is no FP16 figure"
+        return
+    comment = _comment_above(lines, "fp16_tflops")
+    assert SOURCE.search(comment), f"{path.name}: the comment above fp16_tflops names no source"
+    assert "dense" in comment, f"{path.name}: say the FP16 figure is the dense one"
+    profile = next(p for p in _shipped() if p.id == path.stem)
+    assert profile.fp16_tflops is not None
+    assert f"{profile.fp16_tflops:g}" in comment  # the figure is the one the source gives
+
+
+def test_most_nvidia_data_centre_and_flagship_cards_have_the_fp16_figure() -> None:
+    with_figure = {p.id for p in _shipped() if p.fp16_tflops is not None}
+    assert with_figure >= {"rtx4090", "rtx3090", "rtx5090", "a100-sxm4-80g", "h100-sxm", "l40s"}
+
+
+def test_cards_not_nvidia_are_found_by_llama_cpp_s_name() -> None:
+    """The bench forecast looks a device's profile up by the name llama.cpp lists it by
+    (match_detected without a memory size); --gpu finds it by id, name or alias."""
+    profiles = _shipped()
+    for profile_id, name in NOT_NVIDIA.items():
+        found = match_detected(name, None, profiles)
+        assert found is not None and found.id == profile_id
+        assert find_hardware_profile(name, profiles).id == profile_id
+        assert not found.name.startswith("NVIDIA")
+
+
 def test_aliases_are_lower_case_unique_and_find_their_profile() -> None:
     profiles = _shipped()
     seen: dict[str, str] = {}
@@ -178,3 +222,20 @@ def test_vram_is_close_to_the_nominal_size(path: Path) -> None:
     nominal = _nominal_gib(profile.id) * GIB
     # nvidia-smi reports up to ~6.5 % less than nominal where ECC reserves memory (L4, L40S).
     assert 0.92 * nominal <= profile.vram_bytes <= nominal, (profile.id, profile.vram)
+
+
+def test_the_readme_table_lists_every_profile_and_its_fp16_figure() -> None:
+    text = (ROOT / "profiles" / "README.md").read_text("utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    table = {}
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        table[cells[0].strip("`")] = cells
+    profiles = {p.id: p for p in _shipped()}
+    assert set(table) == set(profiles)
+    for profile_id, cells in table.items():
+        profile = profiles[profile_id]
+        assert cells[1] == profile.name
+        figure = "-" if profile.fp16_tflops is None else f"{profile.fp16_tflops:g}"
+        assert cells[5] == figure, profile_id
+    assert f"({len(profiles)} cards;" in text

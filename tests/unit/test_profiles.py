@@ -90,6 +90,53 @@ def test_broken_message_is_one_line(tmp_path: Path) -> None:
     assert info.value.message == "mine.toml: unknown field 'vram_gb'"
 
 
+def test_fp16_tflops_is_optional_and_positive() -> None:
+    """No figure: None, and so no FLOP/s; a figure: TFLOPS x 1e12; zero, a negative or a word:
+    one line naming the field."""
+    bare = parse_hardware_profile(GOOD, "mine", "mine.toml")
+    assert bare.fp16_tflops is None and bare.flops_per_s is None
+    given = parse_hardware_profile(GOOD + "fp16_tflops = 101.5\n", "mine", "mine.toml")
+    assert given.flops_per_s == pytest.approx(101.5e12)
+    for value in ("0", "-3", '"fast"'):
+        with pytest.raises(ProfileError) as info:
+            parse_hardware_profile(GOOD + f"fp16_tflops = {value}\n", "mine", "mine.toml")
+        assert "field 'fp16_tflops'" in info.value.message and "\n" not in info.value.message
+
+
+def test_a_plans_figures_take_the_profiles_flops() -> None:
+    """`plan --gpu`: the device's FLOP/s is its profile's figure, or unknown without one."""
+    from moetune.jobs.plan import machine_figures
+
+    profiles = {p.id: p for p in load_hardware_profiles()}
+    with_figure = next(p for p in profiles.values() if p.fp16_tflops is not None)
+    without = next(p for p in profiles.values() if p.fp16_tflops is None)
+    first = machine_figures(2, with_figure.id, 60 * 10**9).devices
+    assert first[0].flops_per_s == with_figure.flops_per_s
+    assert first[0].memory_bytes_per_s == with_figure.memory_bandwidth_bytes_per_s
+    assert first[1].flops_per_s is None  # --gpu is one device
+    assert machine_figures(1, without.id, None).devices[0].flops_per_s is None
+
+
+def test_the_bench_forecast_takes_the_flops_of_the_device_s_profile() -> None:
+    """A bench's devices as llama.cpp lists them: each gets its profile's figures by name,
+    an NVIDIA card or not; a device without a profile gets none."""
+    from moetune.core.devices import DeviceSpec
+    from moetune.jobs.bench_forecast import figures_here
+
+    profiles = {p.id: p for p in load_hardware_profiles()}
+    cuda, rocm = profiles["rtx4090"], profiles["radeon-ai-pro-r9700"]
+    devices = (
+        DeviceSpec(name="CUDA0", description=cuda.name),
+        DeviceSpec(name="ROCm0", buft="ROCm0", description=rocm.name),
+        DeviceSpec(name="Vulkan0", buft="Vulkan0", description="Some Unknown GPU"),
+    )
+    found = figures_here(devices).devices
+    assert found[0].flops_per_s == cuda.flops_per_s and found[0].flops_per_s is not None
+    assert found[1].memory_bytes_per_s == rocm.memory_bandwidth_bytes_per_s
+    assert found[1].flops_per_s == rocm.flops_per_s
+    assert found[2].memory_bytes_per_s is None and found[2].flops_per_s is None
+
+
 def test_readme_example_is_a_valid_profile() -> None:
     text = (ROOT / "profiles" / "README.md").read_text()
     example = text.split("```toml\n", 1)[1].split("```", 1)[0]

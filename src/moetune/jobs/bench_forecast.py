@@ -156,8 +156,9 @@ def bench_forecast(
 
 
 def figures_here(devices: Sequence[DeviceSpec]) -> MachineFigures:
-    """What this machine's figures say: a device's memory bandwidth and PCIe link from the
-    hardware profile of its name, the RAM read bandwidth `moetune doctor` saved; else None."""
+    """What this machine's figures say: a device's memory bandwidth, PCIe link and FP16 FLOP/s
+    from the hardware profile of its name, the RAM read bandwidth `moetune doctor` saved; else
+    None."""
     from moetune.hardware.host import PsutilHostProbe
     from moetune.store.hardware import match_detected, scan_hardware_profiles
     from moetune.store.machine import MachineIdentity, saved_ram_bandwidth
@@ -170,6 +171,7 @@ def figures_here(devices: Sequence[DeviceSpec]) -> MachineFigures:
             DeviceFigures(
                 memory_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
                 link_bytes_per_s=profile.pcie_bytes_per_s,
+                flops_per_s=profile.flops_per_s,
             )
             if profile is not None
             else DeviceFigures()

@@ -84,8 +84,9 @@ class PlanInputs(NamedTuple):
 def machine_figures(
     n_devices: int, gpu_profile: str | None, ram_bytes_per_s: int | None
 ) -> MachineFigures:
-    """The figures a plan's forecast has: a ``--gpu`` hardware profile's memory bandwidth and
-    PCIe link, and ``--ram-bandwidth``; the rest unknown."""
+    """The figures a plan's forecast has: a ``--gpu`` hardware profile's memory bandwidth,
+    PCIe link and FP16 FLOP/s (where the profile has it), and ``--ram-bandwidth``; the rest
+    unknown."""
     from moetune.core.speed import DeviceFigures, MachineFigures
 
     devices = [DeviceFigures() for _ in range(n_devices)]
@@ -96,6 +97,7 @@ def machine_figures(
         devices[0] = DeviceFigures(
             memory_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
             link_bytes_per_s=profile.pcie_bytes_per_s,
+            flops_per_s=profile.flops_per_s,
         )
     return MachineFigures(devices=tuple(devices), ram_bytes_per_s=ram_bytes_per_s)
 

@@ -160,7 +160,10 @@ def profiles_payload(
     from moetune.store.tuned import TunedProfile
 
     return {
-        "hardware": [p.model_dump(mode="json") | {"vram_bytes": p.vram_bytes} for p in hardware],
+        "hardware": [
+            p.model_dump(mode="json") | {"vram_bytes": p.vram_bytes, "flops_per_s": p.flops_per_s}
+            for p in hardware
+        ],
         "tuned_dir": root,
         "tuned": [e.model_dump(mode="json") for e in tuned if isinstance(e, TunedProfile)],
         "broken": [e.message for e in tuned if isinstance(e, ProfileError)],

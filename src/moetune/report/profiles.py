@@ -23,11 +23,15 @@ def _placement(profile: TunedProfile) -> str:
     return f"--n-cpu-moe {profile.placement.n_cpu_moe or 0}"
 
 
+def _tflops(profile: HardwareProfile) -> str:
+    return "-" if profile.fp16_tflops is None else f"{profile.fp16_tflops:g}"
+
+
 def hardware_table(profiles: list[HardwareProfile]) -> Table:
     table = new_table(
-        "hardware profiles (moetune plan --gpu ID)",
-        ("id", "GPU", "VRAM", "bandwidth", "PCIe"),
-        right=("VRAM", "bandwidth"),
+        "hardware profiles (moetune plan --gpu ID; FP16: dense matrix TFLOPS)",
+        ("id", "GPU", "VRAM", "bandwidth", "PCIe", "FP16"),
+        right=("VRAM", "bandwidth", "FP16"),
         fold=("GPU",),
     )
     for p in profiles:
@@ -38,6 +42,7 @@ def hardware_table(profiles: list[HardwareProfile]) -> Table:
             format_bytes(p.vram_bytes),
             f"{p.memory_bandwidth_gb_s:g} GB/s",
             f"{p.pcie_gen}.0 x{p.pcie_lanes}",
+            _tflops(p),
         )
     return table
 
@@ -166,6 +171,12 @@ def render_hardware(profile: HardwareProfile) -> RenderableType:
             "PCIe",
             f"{profile.pcie_gen}.0 x{profile.pcie_lanes} "
             f"({profile.pcie_bytes_per_s / 1e9:.1f} GB/s)",
+        ),
+        (
+            "FP16",
+            "unknown (the profile gives no fp16_tflops)"
+            if profile.fp16_tflops is None
+            else f"{profile.fp16_tflops:g} TFLOPS (dense matrix, FP16 accumulate)",
         ),
         ("source", profile.source),
     ]

@@ -1,4 +1,5 @@
-"""Hardware profiles: what a GPU model offers (VRAM, memory bandwidth, PCIe link).
+"""Hardware profiles: what a GPU model offers (VRAM, memory bandwidth, PCIe link, FP16 matrix
+throughput).
 
 TOML files, one GPU each: the ones shipped in ``moetune/profiles_data/`` (documented in the
 repository's ``profiles/``), then the user's own in ``$MOETUNE_HOME/hardware/``, which override
@@ -52,12 +53,15 @@ class HardwareSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1)  # as NVML / nvidia-smi report it
+    name: str = Field(min_length=1)  # as NVML / nvidia-smi (or llama.cpp's device list) report it
     aliases: list[str] = []
     vram: str  # a size as units.parse_size reads it: "24564MiB", "24G"
     memory_bandwidth_gb_s: float = Field(gt=0, le=100_000)
     pcie_gen: int = Field(ge=1, le=6)
     pcie_lanes: int
+    # Peak dense FP16 matrix throughput (tensor / matrix cores / XMX), FP16 accumulate, without
+    # sparsity, in TFLOPS; None: no public figure.
+    fp16_tflops: float | None = Field(default=None, gt=0, le=100_000)
     notes: str | None = None
 
     @field_validator("vram")
@@ -95,6 +99,11 @@ class HardwareProfile(HardwareSpec):
     @property
     def pcie_bytes_per_s(self) -> int:
         return pcie_bandwidth_bytes_per_s(self.pcie_gen, self.pcie_lanes)
+
+    @property
+    def flops_per_s(self) -> float | None:
+        """The FP16 matrix figure in FLOP/s (``fp16_tflops`` x 1e12); None where unknown."""
+        return None if self.fp16_tflops is None else self.fp16_tflops * 1e12
 
 
 PROFILES_HINT = "fields: " + ", ".join(HardwareSpec.model_fields) + "; see profiles/README.md"
