@@ -53,7 +53,8 @@ def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
     assert found["missing"] == ["CUDA0 FLOP/s"]  # the CPU's experts cross PCIe: no CPU term
     link = next(t for t in found["prefill_terms"] if t["term"] == "CUDA0 link")
     # PCIe 4.0 x16, its profile: 16 GT/s per lane, 128b/130b encoding, 8 bits a byte
-    assert link["seconds"] == pytest.approx(link["amount"] / (16e9 * 128 / 130 / 8 * 16))
+    pcie = 16e9 * 128 / 130 / 8 * 16
+    assert link["seconds"] == pytest.approx(link["amount"] / (pcie * eff.link))
     assert data["plan"]["forecast"] == found
 
 
@@ -68,7 +69,8 @@ def test_text_names_what_is_missing() -> None:
 
 def test_everything_on_the_gpu_needs_no_ram_figure() -> None:
     """rtx4090's profile has memory bandwidth, link and FP16 FLOP/s: with every expert on the
-    GPU nothing is missing, and the prompt's GPU compute takes its FLOPs at the profile's rate."""
+    GPU nothing is missing, and the prompt's GPU compute takes its FLOPs at the profile's rate
+    (at core/prior.py's typical share of it)."""
     code, out = plan(QWEN, "--gpu", "rtx4090", "--ram", "64G", "--json")
     assert code == 0, out
     data = json.loads(out)
@@ -81,7 +83,8 @@ def test_everything_on_the_gpu_needs_no_ram_figure() -> None:
     assert flops is not None
     compute = next(t for t in found["prefill_terms"] if t["term"] == "CUDA0 compute")
     assert compute["amount"] > 0
-    assert compute["seconds"] == pytest.approx(compute["amount"] / flops)
+    rate = flops * PUBLIC_PRIOR.efficiency.device_compute
+    assert compute["seconds"] == pytest.approx(compute["amount"] / rate)
 
 
 def test_a_bandwidth_needs_per_second() -> None:

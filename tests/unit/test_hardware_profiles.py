@@ -69,6 +69,7 @@ REQUIRED_NAMES = {
 
 # Nominal memory in GiB (GB as the vendor sells it) of profiles whose id does not say it.
 NOMINAL_GIB = {
+    "quadro-rtx5000": 16,
     "rtx2070": 8,
     "rtx2080": 8,
     "rtx2080ti": 11,

@@ -34,11 +34,11 @@ class SpeedPrior(BaseModel):
 # scripts/speed-prior.py prints this from benchmarks/data/public_sweeps/
 PUBLIC_PRIOR = SpeedPrior(
     efficiency=Efficiency(
-        device_memory=0.463, ram=0.669, link=1.0, device_compute=1.0, cpu_compute=1.0, points=10
+        device_memory=0.46, ram=0.671, link=0.82, device_compute=0.253, cpu_compute=1.0, points=32
     ),
     block_token_s=0.0,
-    block_ubatch_s=0.0,
+    block_ubatch_s=0.000784,
     hop_s=0.0,
-    points=10,
-    machines=3,
+    points=32,
+    machines=4,
 )
