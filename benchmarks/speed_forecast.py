@@ -100,6 +100,11 @@ def evaluate(
         f"  uncalibrated: {text}{_behind(median, UNCALIBRATED_TARGET)}"
         + (f" (missing: {', '.join(missing)})" if missing else "")
     )
+    for kind, decode in (("decode", True), ("prefill", False)):
+        part = [e for e, (m, _) in zip(raw, test, strict=True) if m.is_decode == decode]
+        text, _ = _summary(part)
+        if part and text != "n/a" and len(part) < len(raw):
+            lines.append(f"    {kind:<8}{text}")
     return lines
 
 
