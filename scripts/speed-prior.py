@@ -32,8 +32,6 @@ def literal(prior: SpeedPrior) -> str:
         "PUBLIC_PRIOR = SpeedPrior(\n"
         f"    efficiency=Efficiency({factors}, points={eff.points}),\n"
         f"    block_token_s={prior.block_token_s!r},\n"
-        f"    block_ubatch_s={prior.block_ubatch_s!r},\n"
-        f"    hop_s={prior.hop_s!r},\n"
         f"    points={prior.points},\n"
         f"    machines={prior.machines},\n"
         ")"

@@ -25,8 +25,7 @@ def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
     """rtx4070 (504 GB/s, its profile) and 60 GiB/s of RAM: a token reads, on the GPU, every
     non-expert weight but token_embd, 8/128 of the experts of blocks N..47 and one q8_0 KV
     cell of 48 layers (2 x 544 bytes each); from RAM 8/128 of blocks 0..N-1's experts; each
-    at core/prior.py's typical share of its figure, plus its fixed times (48 blocks, and the
-    hops GPU -> CPU -> GPU of the CPU's blocks: two per block while they alternate)."""
+    at core/prior.py's typical share of its figure, plus its fixed time per block (48)."""
     code, out = plan(QWEN, "--gpu", "rtx4070", "--ram", "64G", "--ram-bandwidth", "60G/s", "--json")
     assert code == 0, out
     data = json.loads(out)
@@ -45,7 +44,7 @@ def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
     gpu += 48 * 2 * 544
     found = data["forecast"]
     eff, prior = PUBLIC_PRIOR.efficiency, PUBLIC_PRIOR
-    fixed = 48 * prior.block_token_s + 2 * n * prior.hop_s
+    fixed = 48 * prior.block_token_s
     expected = 1 / (gpu / (504e9 * eff.device_memory) + ram / (60 * GIB * eff.ram) + fixed)
     assert abs(found["decode_tok_s"] - expected) < 1e-9 * expected
     assert found["calibration"] == {"points": 0, "median_error": None, "max_error": None}

@@ -260,8 +260,6 @@ def fit_prior(without: str | None = None) -> SpeedPrior:
     return SpeedPrior(
         efficiency=Efficiency(**factors, points=len(samples)),
         block_token_s=_sig(fit.token_overhead_s),
-        block_ubatch_s=_sig(fit.ubatch_overhead_s),
-        hop_s=_sig(fit.hop_overhead_s),
         points=len(samples),
         machines=len(machines),
     )

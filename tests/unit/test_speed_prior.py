@@ -32,8 +32,6 @@ def test_pooled_fit_recovers_known_factors() -> None:
     truth = SpeedPrior(
         efficiency=Efficiency(device_memory=0.5, ram=0.8),
         block_token_s=2e-5,
-        block_ubatch_s=0.0,
-        hop_s=0.0,
         points=0,
         machines=0,
     )

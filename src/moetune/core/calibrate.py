@@ -140,9 +140,11 @@ def _known(points: Sequence[Measured], machine: MachineFigures) -> set[Kind]:
     return set(KINDS) - unknown
 
 
-def _row(m: Measured, machine: MachineFigures, known: set[Kind], per_block: bool = False) -> _Row:
-    """The point's regressors; ``per_block``: the fixed time per token or ubatch counted per
-    block of the model (a prior pooled over models, core/prior.py), else once."""
+def _row(m: Measured, machine: MachineFigures, known: set[Kind], pooled: bool = False) -> _Row:
+    """The point's regressors. ``pooled`` (a prior over models and machines, core/prior.py):
+    the fixed time per token counted per block of the model, and no fixed time per ubatch or
+    hop (fitted on a few machines, those explain away one machine's compute and carry to no
+    other: benchmarks/speed_forecast.py, leaving a machine out)."""
     terms, seconds, steps = _terms(m, machine)
     values = dict.fromkeys((*KINDS, *FIXED), 0.0)
     for term in terms:
@@ -150,8 +152,10 @@ def _row(m: Measured, machine: MachineFigures, known: set[Kind], per_block: bool
             values[term.kind] += term.seconds or 0.0
         else:
             values[term.kind] += term.amount
-    blocks = max(m.layout.n_blocks, 1) if per_block else 1
-    values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps * blocks)
+    if pooled:
+        values[TOKEN_OVERHEAD] = float(max(m.layout.n_blocks, 1)) if m.is_decode else 0.0
+        return _Row(values, seconds)
+    values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps)
     values[HOP_OVERHEAD] = float(_hops(m.layout, steps, m.is_decode))
     return _Row(values, seconds)
 
@@ -272,7 +276,7 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     used = usable(points)
     if len(used) < MIN_POINTS:
         raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
-    return _fit([(m, machine) for m in used], _known(used, machine), per_block=False)
+    return _fit([(m, machine) for m in used], _known(used, machine), pooled=False)
 
 
 def fit_pooled(samples: Sequence[tuple[Measured, MachineFigures]]) -> SpeedFit:
@@ -288,13 +292,13 @@ def fit_pooled(samples: Sequence[tuple[Measured, MachineFigures]]) -> SpeedFit:
         lacking = [t.figure for t in _terms(m, machine)[0] if t.amount > 0 and t.seconds is None]
         if lacking:
             raise ValueError(f"a pooled sample lacks {', '.join(lacking)}")
-    return _fit(used, set(KINDS), per_block=True)
+    return _fit(used, set(KINDS), pooled=True)
 
 
 def _fit(
-    used: Sequence[tuple[Measured, MachineFigures]], known: set[Kind], *, per_block: bool
+    used: Sequence[tuple[Measured, MachineFigures]], known: set[Kind], *, pooled: bool
 ) -> SpeedFit:
-    rows = [_row(m, machine, known, per_block) for m, machine in used]
+    rows = [_row(m, machine, known, pooled) for m, machine in used]
     names = [k for k in (*KINDS, *FIXED) if any(r.values[k] for r in rows)]
     a = [[r.values[k] / r.seconds for k in names] for r in rows]
     ones = [1.0] * len(rows)
@@ -359,17 +363,14 @@ def point_forecast(
 
 def prior_fit(layout: SpeedLayout, prior: SpeedPrior) -> SpeedFit:
     """``prior`` as a fit of no points of ``layout``'s model: its efficiencies, and its
-    fixed times per block over the model's blocks."""
-    blocks = max(layout.n_blocks, 1)
+    fixed time per block over the model's blocks."""
     return SpeedFit(
         points=0,
         decode_points=0,
         prefill_points=0,
         efficiency=prior.efficiency.model_copy(update={"points": 0}),
         rates={},
-        token_overhead_s=prior.block_token_s * blocks,
-        ubatch_overhead_s=prior.block_ubatch_s * blocks,
-        hop_overhead_s=prior.hop_s,
+        token_overhead_s=prior.block_token_s * max(layout.n_blocks, 1),
         fitted=list(KINDS),
         fit_error=0.0,
     )

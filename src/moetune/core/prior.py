@@ -3,8 +3,10 @@ llama.cpp runs, and its fixed times, fitted once on public llama-bench measureme
 machines whose figures are public (benchmarks/data/public_sweeps/, each with its source).
 
 An uncalibrated forecast (no speed point of this model on this machine) times each term
-from the machine's figures with these efficiencies, and adds these fixed times per block of
-the model (kernel launches, the activations' copies, the waits) and per hop between homes.
+from the machine's figures with these efficiencies, and adds a generated token's fixed time
+per block of the model (kernel launches, the activations' copies, the waits). No fixed time
+per prompt ubatch or per hop: fitted on a few machines, they explained away one machine's
+compute and carried to no other.
 A calibration on the user's own points replaces all of it. The values are written by
 ``scripts/speed-prior.py`` (a pooled fit, core/calibrate.py ``fit_pooled``); a test refits
 them from the data and fails when they drift. benchmarks/speed_forecast.py measures the
@@ -25,8 +27,6 @@ class SpeedPrior(BaseModel):
 
     efficiency: Efficiency
     block_token_s: float = Field(ge=0)  # per block of the model, per generated token
-    block_ubatch_s: float = Field(ge=0)  # per block, per prompt ubatch
-    hop_s: float = Field(ge=0)  # per hop between homes (a token's, or a ubatch's on the CPU)
     points: int = Field(ge=0)  # the public measurements it is fitted on
     machines: int = Field(ge=0)  # ... of this many machines
 
@@ -34,11 +34,9 @@ class SpeedPrior(BaseModel):
 # scripts/speed-prior.py prints this from benchmarks/data/public_sweeps/
 PUBLIC_PRIOR = SpeedPrior(
     efficiency=Efficiency(
-        device_memory=0.46, ram=0.671, link=0.82, device_compute=0.253, cpu_compute=1.0, points=32
+        device_memory=0.447, ram=0.679, link=0.84, device_compute=0.202, cpu_compute=1.0, points=32
     ),
     block_token_s=0.0,
-    block_ubatch_s=0.000784,
-    hop_s=0.0,
     points=32,
     machines=4,
 )
