@@ -12,7 +12,8 @@
    machine out), so the figure is what a new machine would see.
 2. The test rig: the real llama-bench (``scripts/llama-bin-dir.sh``) on a tiny model
    (examples/models/make_tiny.py's) with a ``ggml-rpc-server`` device on 127.0.0.1, a sweep
-   of ``--n-cpu-moe`` x ``-ub`` (-p 64 -n 16 -r 2), calibrated on 2 x 2 configurations.
+   of ``--n-cpu-moe`` x ``-ub`` (-p 64 -n 16), run three times (each configuration's speed
+   the median), calibrated on 2 x 2 configurations.
    Uncalibrated, the RPC device's memory and the CPU's are this host's RAM, measured here
    (hardware/membw.py), with core/prior.py's typical factors as shipped.
 
@@ -51,6 +52,7 @@ from moetune.core.speed import DeviceFigures, MachineFigures, forecast
 from moetune.gguf.split import read_model
 from moetune.jobs.speed import measured_of
 from moetune.llamacpp.bench_results import parse_bench_text
+from moetune.records.speed import SpeedPoint
 
 from support.public_sweeps import PUBLIC, Key, fit_prior
 
@@ -142,7 +144,10 @@ def public() -> list[str]:
 
 RIG_N = (0, 2, 4, 6, 8)
 RIG_UB = (32, 64, 128)
-RIG_CALIBRATE = ((2, 32), (2, 128), (6, 32), (6, 128))
+# what `calibrate --measure` runs on a device whose smallest N is 2: N and further_n(N) = 4,
+# at the smallest and the largest ubatch
+RIG_CALIBRATE = ((2, 32), (2, 128), (4, 32), (4, 128))
+RIG_ROUNDS = 3  # the sweep runs this many times; each configuration's speed is the median
 
 
 @contextlib.contextmanager
@@ -156,7 +161,24 @@ def _rig() -> Iterator[tuple[Path, str]]:
             yield model, endpoint
 
 
-def rig() -> list[str]:
+def _medians(rounds: Sequence[Sequence[SpeedPoint]]) -> list[SpeedPoint]:
+    """The first round's points, each with the median speed of its test over the rounds:
+    a shared machine's load changes over seconds, so one configuration's samples agree with
+    each other and not with the next configuration's; rounds spread it over all of them."""
+    speeds: dict[tuple[object, ...], list[float]] = {}
+    for points in rounds:
+        for p in points:
+            speeds.setdefault(_test_key(p), []).append(p.tps)
+    return [
+        p.model_copy(update={"tps": statistics.median(speeds[_test_key(p)])}) for p in rounds[0]
+    ]
+
+
+def _test_key(p: SpeedPoint) -> tuple[object, ...]:
+    return (p.placement.n_cpu_moe, p.n_ubatch, p.n_prompt, p.n_gen, p.n_depth)
+
+
+def rig(rounds: int = RIG_ROUNDS) -> list[str]:
     from moetune.hardware.membw import measure_read_bandwidth
 
     from support.llama import LlamaBinaryError, bin_path
@@ -166,11 +188,14 @@ def rig() -> list[str]:
     except LlamaBinaryError as exc:  # no llama.cpp here: say so, print the rest
         return [f"test rig: skipped ({exc})"]
     with _rig() as (model, endpoint):
-        argv = [str(bench), "-m", str(model), "-rpc", endpoint, "-t", "1", "-r", "2"]
+        argv = [str(bench), "-m", str(model), "-rpc", endpoint, "-t", "1", "-r", "1"]
         argv += ["-ncmoe", ",".join(map(str, RIG_N)), "-ub", ",".join(map(str, RIG_UB))]
         argv += ["-p", "64", "-n", "16", "-o", "jsonl"]
-        out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600)
-        points = parse_bench_text(out.stdout, "llama-bench")
+        runs = []
+        for _ in range(rounds):
+            out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600)
+            runs.append(parse_bench_text(out.stdout, "llama-bench"))
+        points = _medians(runs)
         facts = facts_from_gguf(read_model(str(model)))
     device = DeviceSpec(name="RPC0", buft=rpc_buft(endpoint), kind="rpc", description=endpoint)
     settings = Settings(n_ctx=512, type_k="f16", type_v="f16")
@@ -178,15 +203,19 @@ def rig() -> list[str]:
     keys = [(p.placement.n_cpu_moe, p.n_ubatch or 512) for p in points]
     ram = measure_read_bandwidth(256 * 2**20, 1).bytes_per_s  # one thread, as -t 1
     machine = MachineFigures(devices=(DeviceFigures(memory_bytes_per_s=ram),), ram_bytes_per_s=ram)
-    name = f"test rig (tiny qwen3moe, RPC device on 127.0.0.1, RAM {ram / 1e9:.1f} GB/s)"
+    name = (
+        f"test rig (tiny qwen3moe, RPC device on 127.0.0.1, RAM {ram / 1e9:.1f} GB/s, "
+        f"median of {rounds} rounds)"
+    )
     return evaluate(name, measured, keys, RIG_CALIBRATE, machine, prior=PUBLIC_PRIOR)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-rig", action="store_true", help="the public sweeps only")
+    parser.add_argument("--rounds", type=int, default=RIG_ROUNDS, help="sweeps of the rig")
     args = parser.parse_args()
-    for line in public() + ([] if args.no_rig else rig()):
+    for line in public() + ([] if args.no_rig else rig(args.rounds)):
         print(line)
 
 

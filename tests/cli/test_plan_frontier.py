@@ -94,3 +94,48 @@ def test_bad_objective_and_workload_are_one_line() -> None:
         code, _, err = cli("plan", QWEN, "--gpu", "rtx4090", *args)
         assert code == ExitCode.BAD_VALUE, err
         assert text in err and len(err.strip().splitlines()) == 1
+
+
+def _batch_flags(argv: list[str]) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in zip(argv, argv[1:], strict=False) if a in ("-ub", "-b")]
+
+
+def test_the_users_batch_bounds_the_ubatch_candidates() -> None:
+    """`-- -b 1024`: no candidate's -ub is above it (llama-server would clamp it), and no
+    command repeats -b (llama-server takes the last one: the user's would undo moetune's)."""
+    code, out = plan(QWEN, *FIGURES, "--workload", "8k:512", "--json", "--", "-b", "1024")
+    assert code == 0, out
+    entries = json.loads(out)["frontier"]["entries"]
+    assert {e["n_ubatch"] for e in entries} == {512, 1024}
+    assert {e["n_batch"] for e in entries} == {1024}
+    for e in entries:
+        flags = _batch_flags(e["command"])
+        assert [f for f in flags if f[0] == "-b"] == [("-b", "1024")]
+
+
+def test_the_users_ubatch_is_the_only_candidate() -> None:
+    code, out = plan(QWEN, *FIGURES, "--workload", "8k:512", "--json", "--", "-ub", "2048")
+    assert code == 0, out
+    data = json.loads(out)
+    assert {e["n_ubatch"] for e in data["frontier"]["entries"]} == {2048}
+    # the plan itself is made at the user's -ub, and its command says it once
+    assert data["plan"]["settings"]["n_ubatch"] == 2048
+    assert _batch_flags(data["command"]).count(("-ub", "2048")) == 1
+
+
+def test_an_ubatch_above_the_batch_or_given_twice_is_refused() -> None:
+    code, _, err = cli("plan", QWEN, *FIGURES, "--ubatch", "4096", "--", "-b", "1024")
+    assert code == ExitCode.BAD_VALUE
+    assert "above -b 1024" in err and "Traceback" not in err
+    code, _, err = cli("plan", QWEN, *FIGURES, "--ubatch", "1024", "--", "-ub", "2048")
+    assert code == ExitCode.BAD_VALUE
+    assert "give the ubatch once" in err
+
+
+def test_a_large_ubatch_gets_its_batch() -> None:
+    """--ubatch 4096: the command raises -b to it (llama.cpp's -b 2048 would clamp it)."""
+    code, out = plan(QWEN, *FIGURES, "--ubatch", "4096", "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert ("-b", "4096") in _batch_flags(data["command"])
+    assert data["plan"]["settings"]["n_ubatch"] == 4096

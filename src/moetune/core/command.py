@@ -105,9 +105,10 @@ def server_argv(args: ServerArgs, binary: str = "llama-server") -> list[str]:
         argv += ["--n-cpu-moe", str(args.n_cpu_moe)]
     if args.threads:
         argv += ["-t", str(args.threads)]
-    if args.n_ubatch:
+    # the user's own -ub / -b after -- stand (llama-server takes the last of a repeated flag)
+    if args.n_ubatch and pass_through_value(pass_through, "-ub", "--ubatch-size") is None:
         argv += ["-ub", str(args.n_ubatch)]
-    if args.n_batch:
+    if args.n_batch and pass_through_value(pass_through, "-b", "--batch-size") is None:
         argv += ["-b", str(args.n_batch)]
     if args.n_parallel:
         argv += ["-np", str(args.n_parallel)]

@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from moetune.core.calibrate import SpeedFit
+from moetune.core.command import pass_through_value
 from moetune.core.facts import ModelFacts
 from moetune.core.goal import UBATCHES, Goal
 from moetune.core.plan import (
@@ -87,6 +88,17 @@ def _n_steps(smallest: int, n_layers: int) -> list[int]:
     if smallest < n_layers:
         found.append(n_layers)
     return found
+
+
+def _ubatches(req: PlanRequest, settings: Settings) -> list[int]:
+    """The ubatch candidates: the user's own ``-ub`` after ``--`` alone; else 512 to 4096 and
+    the plan's, at most the user's own ``-b`` (llama.cpp clamps -ub to -b)."""
+    if pass_through_value(req.pass_through, "-ub", "--ubatch-size") is not None:
+        return [settings.n_ubatch]
+    wanted = sorted({*UBATCHES, settings.n_ubatch})
+    if pass_through_value(req.pass_through, "-b", "--batch-size") is not None:
+        return [ub for ub in wanted if ub <= settings.n_batch] or [settings.n_batch]
+    return wanted
 
 
 def _ubatch_settings(settings: Settings, n_ubatch: int) -> Settings:
@@ -170,7 +182,7 @@ def _candidates(
     target = plan_target(req)
     basis = speed_basis(req)
     found: list[FrontierEntry] = []
-    for n_ubatch in sorted({*UBATCHES, settings.n_ubatch}):
+    for n_ubatch in _ubatches(req, settings):
         at = _ubatch_settings(settings, n_ubatch)
         try:
             smallest = plan_n_cpu_moe(facts, target, at, extras=req.extras)

@@ -4,9 +4,10 @@ the plan alias and export fall back to when nothing is tuned (``predicted_plan``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from moetune.errors import MoetuneError, NoGpuError
+from moetune.errors import BadValueError, MoetuneError, NoGpuError
 from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from moetune.jobs.models import Model
     from moetune.jobs.quants import QuantsResult
     from moetune.records.speed import SpeedPoint
+
+DEFAULT_UBATCH = 512  # llama.cpp's -ub
 
 
 def predicted_plan(
@@ -54,7 +57,7 @@ def predicted_plan(
         pass_through=pass_through,
         ctx=ctx,
         cache_type=cache_type,
-        ubatch=512,
+        ubatch=DEFAULT_UBATCH,
         parallel=None,
         n_cpu_moe=None,
         targets=(),
@@ -102,6 +105,25 @@ def machine_figures(
     return MachineFigures(devices=tuple(devices), ram_bytes_per_s=ram_bytes_per_s)
 
 
+def batch_sizes(ubatch: int, pass_through: Sequence[str]) -> tuple[int, int]:
+    """(-ub, -b) of a plan: ``--ubatch`` or the ``-ub`` after ``--`` (BAD_VALUE where both
+    are given and differ), and the ``-b`` after ``--`` (BAD_VALUE below the ubatch, which
+    llama-server would clamp to it), else the larger of llama.cpp's 2048 and the ubatch."""
+    from moetune.core.command import pass_through_int
+
+    given = pass_through_int(pass_through, "-ub", "--ubatch-size")
+    if given is not None and ubatch not in (DEFAULT_UBATCH, given):
+        raise BadValueError(f"--ubatch {ubatch} and -ub {given} after --: give the ubatch once")
+    n_ubatch = given or ubatch
+    n_batch = pass_through_int(pass_through, "-b", "--batch-size")
+    if n_batch is not None and n_ubatch > n_batch:
+        raise BadValueError(
+            f"the ubatch {n_ubatch} is above -b {n_batch} after --: llama-server would clamp "
+            f"it to {n_batch}; raise -b or lower the ubatch"
+        )
+    return n_ubatch, n_batch or max(2048, n_ubatch)
+
+
 def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
     """The plan request for ``chosen`` (its context default, the companions it brings)."""
     from moetune.core.plan import PlanRequest
@@ -111,11 +133,13 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
     facts, ctx = chosen.facts, inputs.ctx
     n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
     devices, first = inputs.found.devices, inputs.found.devices[0]
+    n_ubatch, n_batch = batch_sizes(inputs.ubatch, inputs.pass_through)
     settings = Settings(
         n_ctx=n_ctx,
         type_k=inputs.cache_type,
         type_v=inputs.cache_type,
-        n_ubatch=inputs.ubatch,
+        n_ubatch=n_ubatch,
+        n_batch=n_batch,
         gpu_overhead_bytes=first.overhead_bytes,
         device_kind=first.kind,
     )
