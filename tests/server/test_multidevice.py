@@ -398,3 +398,37 @@ def test_doctor_lists_every_device(trio: list[str]) -> None:
     assert code in (0, ExitCode.CHECK_FAILED)  # no GPU here: the gpu check fails
     devices_found = [f for f in json.loads(out)["findings"] if f["check"] == "device"]
     assert [f["message"].split()[1].rstrip(":") for f in devices_found] == trio[:2]
+
+
+def test_frontier_with_one_device_fewer_runs_as_forecast(tmp_path: Path, trio: list[str]) -> None:
+    """The frontier's candidates on one device of two (`-dev RPC1`) start llama-server on that
+    device alone, and its buffers there are the candidate's predicted device memory."""
+    model = write_model(tmp_path / "q8.gguf", "qwen3moe", n_layers=8)
+    code, out, err = cli(
+        "plan",
+        str(model),
+        "--rpc",
+        ",".join(trio[:2]),
+        "--target-vram",
+        "60M,40M",
+        "--ram",
+        "64G",
+        "--workload",
+        "512:64",
+        "--json",
+    )
+    assert code == 0, out + err
+    entries = json.loads(out)["frontier"]["entries"]
+    assert {tuple(e["devices"]) for e in entries} == {("RPC0", "RPC1"), ("RPC0",), ("RPC1",)}
+    alone = next(e for e in entries if e["devices"] == ["RPC1"])
+    command = alone["command"]
+    assert command[command.index("-dev") + 1] == "RPC1"
+    with running_server(None, *command[1:], "--no-warmup") as server:
+        text = server.log_text()
+    assert f"using device RPC1 ({trio[1]})" in text
+    lines = parse_buffers("\n".join(real_load_lines(text)))
+    on_device = [b for b in lines if b.device == rpc_buft(trio[1])]
+    assert on_device, lines
+    assert not [b for b in lines if trio[0] in b.device]  # nothing on the dropped device
+    total = sum(b.mib for b in on_device)
+    assert abs(total - alone["device_bytes"][0] / MIB) <= 0.03  # three lines to 0.01 MiB
