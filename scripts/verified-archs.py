@@ -4,10 +4,10 @@ registered in a tests/support/archfix_*.py module, and tests/support/factory.py'
 one per line.
 
     .venv/bin/python scripts/verified-archs.py            # the list
-    .venv/bin/python scripts/verified-archs.py --write    # rewrite README.md's section
-    .venv/bin/python scripts/verified-archs.py --check    # exit 1 when README.md differs
+    .venv/bin/python scripts/verified-archs.py --write    # rewrite the list in docs/
+    .venv/bin/python scripts/verified-archs.py --check    # exit 1 when the page differs
 
-tests/unit/test_verified_archs.py runs the check; README.md's "Verified architectures" section is
+tests/unit/test_verified_archs.py runs the check; docs/verified-architectures.md's list is
 written by ``--write``, never by hand.
 """
 
@@ -18,19 +18,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from support.archfix import README, matrix_archs, readme_archs, readme_section, rewrite_readme
+from support.archfix import ARCHS_DOC, matrix_archs, readme_archs, readme_section, rewrite_readme
 
 
 def main(argv: list[str]) -> int:
     archs = matrix_archs()
     if "--write" in argv:
-        README.write_text(rewrite_readme(README.read_text(), archs))
+        ARCHS_DOC.write_text(rewrite_readme(ARCHS_DOC.read_text(), archs))
         return 0
     if "--check" in argv:
-        same = readme_archs(README.read_text()) == readme_section(archs)
+        same = readme_archs(ARCHS_DOC.read_text()) == readme_section(archs)
         if not same:
             print(
-                "README.md's verified architectures differ: run scripts/verified-archs.py --write",
+                "docs/verified-architectures.md differs: run scripts/verified-archs.py --write",
                 file=sys.stderr,
             )
         return 0 if same else 1

@@ -3,7 +3,7 @@
 Parsing follows the conventions people type for GPU memory: ``24G``, ``24GB`` and ``24GiB``
 all mean 24 GiB (nvidia-smi and llama.cpp report binary units, and nobody means 24e9 bytes
 when they say their card has 24G). An explicit decimal suffix with an ``i``-less ``B`` is
-still binary; this is deliberate and documented in the README.
+still binary; this is deliberate and documented in docs/reference.md.
 """
 
 from __future__ import annotations

@@ -316,9 +316,9 @@ def test_help_under_json_is_still_help() -> None:
     assert code == 0 and "Usage:" in out
 
 
-def test_readme_shows_the_document_moetune_prints() -> None:
-    section = (ROOT / "README.md").read_text().split("## Exit codes\n", 1)[1].split("\n## ", 1)[0]
-    shown = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+def test_exit_codes_page_shows_the_document_moetune_prints() -> None:
+    page = (ROOT / "docs" / "exit-codes.md").read_text()
+    shown = json.loads(page.split("```json\n", 1)[1].split("```", 1)[0])
     code, out, _ = cli("plan", QWEN, "--vram", "24Q", "--json")
     assert code == shown["error"]["code"] and json.loads(out) == shown
 

@@ -12,8 +12,9 @@ in a fixture module (any ``tests/support/archfix_<group>.py``), or ``fixture(arc
 writer built otherwise. factory.py's ``MOE_ARCHS`` (written by ``write_model``) are
 registered here. ``matrix()`` imports every fixture module and returns one ``ArchCase`` per
 architecture; tests/server/test_arch_matrix.py runs each against llama-server's logged buffers and
-llama-fit-params, scripts/verified-archs.py lists them in the README, and the records of
-core/archs.py marked ``verified`` must name exactly these (tests/unit/test_verified_archs.py).
+llama-fit-params, scripts/verified-archs.py lists them in docs/verified-architectures.md,
+and the records of core/archs.py marked ``verified`` must name exactly these
+(tests/unit/test_verified_archs.py).
 
 Keep fixtures tiny (4 blocks, n_embd 256 or less, a few experts): the whole matrix runs in a
 few minutes. ``Tiny`` is a small helper for writing them: common keys, the 320-token byte-level
@@ -95,19 +96,19 @@ def matrix_archs() -> list[str]:
     return list(matrix())
 
 
-README = SUPPORT.parents[1] / "README.md"
+ARCHS_DOC = SUPPORT.parents[1] / "docs" / "verified-architectures.md"
 README_START = "<!-- verified-archs:start (scripts/verified-archs.py --write) -->"
 README_END = "<!-- verified-archs:end -->"
 
 
 def readme_section(archs: list[str]) -> str:
-    """The README's list of verified architectures, between its markers."""
+    """docs/verified-architectures.md's list of verified architectures, between its markers."""
     names = ", ".join(f"`{a}`" for a in archs)
     return f"{README_START}\n{len(archs)} architectures: {names}.\n{README_END}"
 
 
 def readme_archs(text: str) -> str:
-    """The section as the README holds it now (empty if the markers are missing)."""
+    """The section as the page holds it now (empty if the markers are missing)."""
     if README_START not in text or README_END not in text:
         return ""
     rest = text.split(README_START, 1)[1]
@@ -118,7 +119,7 @@ def rewrite_readme(text: str, archs: list[str]) -> str:
     """``text`` with its section replaced by the list of ``archs``."""
     current = readme_archs(text)
     if not current:
-        raise ValueError(f"the README has no {README_START!r} ... {README_END!r} markers")
+        raise ValueError(f"{ARCHS_DOC.name} has no {README_START!r} ... {README_END!r} markers")
     return text.replace(current, readme_section(archs))
 
 

@@ -300,7 +300,7 @@ def test_the_circle_finder_finds_one() -> None:
     assert find_circle(circle) == ["a", "b", "c", "a"]
 
 
-# What each part of moetune may import of moetune (README "Layout"), lowest first: data flows
+# What each part of moetune may import of moetune (docs/layout.md), lowest first: data flows
 # one way, and each layer uses only those below it. records/ holds what store/ and report/
 # read of the jobs and of llama.cpp (results, server info, --fit's choice), so that neither
 # of them imports jobs/ or llamacpp/ for a type.

@@ -1,6 +1,6 @@
 """The verified architectures are one list: the fixture matrix's (tests/archfix.py), which
-README.md shows (written by scripts/verified-archs.py) and core/archs.py's records mark
-verified. Cheap: no server."""
+docs/verified-architectures.md shows (written by scripts/verified-archs.py) and core/archs.py's
+records mark verified. Cheap: no server."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import pytest
 from moetune.core import archs
 from moetune.core.archs import arch_of, known_archs, untaught_record, verified_archs
 
-from support.archfix import README, fixture, matrix, matrix_archs, readme_archs, readme_section
+from support.archfix import ARCHS_DOC, fixture, matrix, matrix_archs, readme_archs, readme_section
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "verified-archs.py"
 
 
 def test_readme_lists_the_matrix() -> None:
-    assert readme_archs(README.read_text()) == readme_section(matrix_archs()), (
+    assert readme_archs(ARCHS_DOC.read_text()) == readme_section(matrix_archs()), (
         "run scripts/verified-archs.py --write"
     )
 

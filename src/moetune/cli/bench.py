@@ -13,6 +13,7 @@ from moetune.cli.options import (
     Command,
     CtxOpt,
     DraftOpt,
+    ForceOpt,
     HeadroomOpt,
     JsonOpt,
     MmprojOpt,
@@ -131,6 +132,7 @@ def bench(
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
+    force: ForceOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     overhead: OverheadOpt = None,
     rpc: RpcOpt = None,
@@ -194,6 +196,7 @@ def bench(
         ctx=ctx,
         cache_type=cache_type,
         target=target_vram,
+        force=force,
         headroom=headroom,
         overhead=overhead,
         server=server,
@@ -209,6 +212,7 @@ class _Choice(NamedTuple):
     ctx: Ctx | None
     cache_type: str
     target: Sizes | None
+    force: bool
     headroom: Sizes
     overhead: Sizes | None
     server: str | None
@@ -245,6 +249,7 @@ def _bench_model(
             overhead=choice.overhead,
             rpc=choice.rpc,
             warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
+            force=choice.force,
         )
         capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)
         req = BenchRequest(spec=spec, setup=setup, names=names, workload=workload, variants=at)

@@ -12,6 +12,7 @@ from moetune.cli.options import (
     CacheTypeOpt,
     Command,
     CtxOpt,
+    ForceOpt,
     HeadroomOpt,
     JsonOpt,
     OverheadOpt,
@@ -88,6 +89,7 @@ def calibrate(
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
+    force: ForceOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     overhead: OverheadOpt = None,
     rpc: RpcOpt = None,
@@ -125,6 +127,7 @@ def calibrate(
         server=server,
         rpc=rpc,
         target_bytes=target_vram,
+        force=force,
         headroom_bytes=headroom,
         overhead=overhead,
         ctx=ctx,

@@ -12,6 +12,7 @@ from moetune.cli.options import (
     CacheTypeOpt,
     Command,
     CtxOpt,
+    ForceOpt,
     GpuProfileOpt,
     HeadroomOpt,
     JsonOpt,
@@ -41,6 +42,7 @@ def doctor(
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
+    force: ForceOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     server: ServerOpt = None,
     measure: Annotated[
@@ -80,6 +82,7 @@ def doctor(
         headroom=headroom,
         server=server,
         measure=measure,
+        force=force,
     )
     render(DoctorView(found), as_json)
     if failed := [f.check for f in found.findings if f.status == "fail"]:

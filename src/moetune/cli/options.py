@@ -3,8 +3,9 @@ command class that keeps llama-server's arguments (after ``--``) apart and shows
 names in the help.
 
 Every shared name means one thing wherever it appears:
-- ``--target-vram SIZE``: the peak the device may reach; ``--headroom SIZE`` applies only when
-  no target is given, as the device's total minus it;
+- ``--target-vram SIZE``: the peak the device may reach, at most its total (and what is free
+  on it, where that is known) unless ``--force``; ``--headroom SIZE`` applies only when no
+  target is given, as the device's total minus it;
 - ``--ctx N|32k|max``: a token count or the largest context that fits, one parser;
 - ``--vram SIZE``, ``--gpu ID``, ``--ram SIZE``: the machine to plan for (``--vram`` and
   ``--gpu`` exclude each other);
@@ -247,6 +248,13 @@ TargetVramOpt = Annotated[
         "device's total - --headroom).",
         parser=parser(parse_positive_sizes),
         metavar=SIZES,
+    ),
+]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Accept a --target-vram above a device's size or its free memory.",
     ),
 ]
 HeadroomOpt = Annotated[

@@ -12,6 +12,7 @@ from moetune.cli.options import (
     CacheTypeOpt,
     CtxOpt,
     DraftOpt,
+    ForceOpt,
     GpuProfileOpt,
     HeadroomOpt,
     JsonOpt,
@@ -47,6 +48,7 @@ def plan(
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
+    force: ForceOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     n_cpu_moe: Annotated[
         int | None,
@@ -96,13 +98,15 @@ def plan(
 ) -> None:
     """The --n-cpu-moe N and -ot placement that fits your GPU(s), with a ready command.
 
-    The budget is --target-vram when given, else each device's memory minus --headroom.
+    The budget is --target-vram when given (at most the device's size, unless --force), else
+    each device's memory minus --headroom.
     Several devices (--vram 24G,12G, --rpc HOST:PORT, or several GPUs): the -ts split too.
     Arguments after -- go into the command; the projector's and the draft's are counted.
     """
     from moetune.core.command import check_pass_through
     from moetune.core.extras import add_extras_flags
     from moetune.core.goal import goal_of
+    from moetune.core.plan import check_targets
     from moetune.hub import ModelName, parse_model_arg
     from moetune.jobs.devices import host_ram, plan_devices
     from moetune.jobs.models import open_model
@@ -130,6 +134,9 @@ def plan(
         vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu, overhead=overhead, server=server
     )
     n = len(found.devices)
+    targets = tuple(per_device(target_vram, n, "--target-vram") or ())
+    if not force:
+        check_targets(found.devices, targets)
     inputs = PlanInputs(
         found=found,
         pass_through=pass_through,
@@ -138,7 +145,7 @@ def plan(
         ubatch=ubatch,
         parallel=parallel,
         n_cpu_moe=n_cpu_moe,
-        targets=tuple(per_device(target_vram, n, "--target-vram") or ()),
+        targets=targets,
         headrooms=tuple(per_device(headroom, n, "--headroom") or headroom),
         ram=host_ram(ram),
         figures=machine_figures(n, gpu, ram_bandwidth),

@@ -12,6 +12,7 @@ from moetune.cli.options import (
     CacheTypeOpt,
     CtxOpt,
     DraftOpt,
+    ForceOpt,
     HeadroomOpt,
     JsonOpt,
     MmprojOpt,
@@ -38,6 +39,7 @@ def run(
     context: typer.Context,
     model: ModelArg,
     target_vram: TargetVramOpt = None,
+    force: ForceOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
@@ -108,6 +110,7 @@ def run(
             overhead=overhead,
             rpc=rpc,
             warn=warn,
+            force=force,
         )
         progress = Progress(
             on_event=live.message,

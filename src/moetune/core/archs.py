@@ -14,10 +14,10 @@ builder (src/models/<arch>.cpp ``build_graph``). Defaults are the base loader's 
 the generic block. This module is a leaf: it imports nothing from moetune.
 
 Adding an architecture: its record here (``verified=True``), its fixture (a writer in a
-tests/support/archfix_*.py module, registered with ``@fixture(name)``) and README's verified
-list (``scripts/verified-archs.py --write``); a rule no field expresses yet is a new field, whose
-default is everyone else's behaviour; a new mixer or block is also its module in compute/ and
-its entry in compute/graph.py.
+tests/support/archfix_*.py module, registered with ``@fixture(name)``) and the verified list
+of docs/verified-architectures.md (``scripts/verified-archs.py --write``); a rule no field
+expresses yet is a new field, whose default is everyone else's behaviour; a new mixer or block
+is also its module in compute/ and its entry in compute/graph.py.
 """
 
 from __future__ import annotations

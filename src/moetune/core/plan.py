@@ -250,6 +250,39 @@ def plan_target(req: PlanRequest) -> DeviceBudgets:
     return DeviceBudgets(req.devices, budgets)
 
 
+FORCE_HINT = "add --force if that is meant"
+
+
+def device_label(device: DeviceSpec) -> str:
+    """A device as an error names it: ``CUDA0 (NVIDIA GeForce RTX 4090)``, ``RPC0
+    (127.0.0.1:50052)``, or its name alone."""
+    return f"{device.name} ({device.description})" if device.description else device.name
+
+
+def check_targets(devices: Sequence[DeviceSpec], targets: Sequence[int | None]) -> None:
+    """Each ``--target-vram`` given (None: none for that device) against its device: one above
+    the device's total, or above what is free on it where that is known, is refused (a
+    target is the peak the device may reach, and it cannot reach more than it has). The
+    caller skips this for ``--force``."""
+    for device, target in zip(devices, targets, strict=False):
+        if target is None:
+            continue
+        label, total, free = device_label(device), device.total_bytes, device.free_bytes
+        if total is not None and target > total:
+            raise BadValueError(
+                f"--target-vram {format_bytes(target)} is more than {label} has: "
+                f"{format_bytes(total)}",
+                hint=f"give at most {format_bytes(total)} for it, or {FORCE_HINT}",
+            )
+        if free is not None and target > free:
+            raise BadValueError(
+                f"--target-vram {format_bytes(target)} is more than is free on {label}: "
+                f"{format_bytes(free)}" + (f" of {format_bytes(total)}" if total else ""),
+                hint="close what holds the rest, give at most "
+                f"{format_bytes(free)} for it, or {FORCE_HINT}",
+            )
+
+
 def _context_for(facts: ModelFacts, req: PlanRequest, target: DeviceBudgets) -> Settings:
     """--ctx max: the largest context that fits at the given N, or with every expert on the
     CPU (the smallest N is then planned at it); 256 when not even that fits."""

@@ -269,6 +269,7 @@ class MeasureRequest:
     server: str | None = None
     rpc: str | None = None
     target_bytes: Sizes | None = None
+    force: bool = False  # --force: a target above a device's memory is meant
     overhead: Sizes | None = None
     ctx: Ctx | None = None
     cache_type: str = "q8_0"
@@ -309,6 +310,7 @@ def measure(
         overhead=req.overhead,
         rpc=req.rpc,
         warn=warn,
+        force=req.force,
     )
     runs = choose_runs(facts, setup.device_budgets, spec.settings, ubatches, extras=spec.extras)
     knobs = BenchKnobs(

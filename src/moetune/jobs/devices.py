@@ -207,22 +207,24 @@ def one_gpu(vram: object, gpu_profile: str | None) -> None:
 
 def _single_gpu(
     vram: int | None, gpu_index: int, gpu_profile: str | None = None
-) -> tuple[int, int | None, str]:
-    """(total, free, source) of the GPU to plan for: given, a hardware profile, or detected."""
+) -> tuple[int, int | None, str, str]:
+    """(total, free, source, name) of the GPU to plan for: given, a hardware profile, or
+    detected."""
     one_gpu(vram, gpu_profile)
     if vram is not None:
-        return vram, None, "given (--vram)"
+        return vram, None, "given (--vram)", ""
     if gpu_profile is not None:
         from moetune.store.hardware import find_hardware_profile
 
         profile = find_hardware_profile(gpu_profile)
-        return profile.vram_bytes, None, f"{profile.name} (hardware profile {profile.id})"
+        source = f"{profile.name} (hardware profile {profile.id})"
+        return profile.vram_bytes, None, source, profile.name
     from moetune.hardware import detect_gpu_probe
 
     probe = detect_gpu_probe()
     gpu = detected_gpus(probe, gpu_index)[0]
     assert gpu.vram_total_bytes is not None  # detected_gpus refuses a GPU without a size
-    return gpu.vram_total_bytes, gpu.vram_free_bytes, f"{gpu.name} ({probe.name})"
+    return gpu.vram_total_bytes, gpu.vram_free_bytes, f"{gpu.name} ({probe.name})", gpu.name
 
 
 def plan_devices(
@@ -248,11 +250,14 @@ def plan_devices(
             described(vram, endpoints, overhead), "given (--vram)", _rpc_args(endpoints)
         )
     if vram is not None or gpu_profile is not None or (not endpoints and _one_gpu_here(gpu_index)):
-        total, free, source = _single_gpu(vram[0] if vram else None, gpu_index or 0, gpu_profile)
+        total, free, source, name = _single_gpu(
+            vram[0] if vram else None, gpu_index or 0, gpu_profile
+        )
         cost = overhead[0] if overhead else default_overhead("cuda")
         detected = vram is None and gpu_profile is None
+        spec = DeviceSpec(total_bytes=total, free_bytes=free, overhead_bytes=cost, description=name)
         return DeviceSet(
-            (DeviceSpec(total_bytes=total, free_bytes=free, overhead_bytes=cost),),
+            (spec,),
             source,
             gpu_free_bytes=free,
             here=detected,

@@ -32,7 +32,7 @@ from moetune.core.devices import DeviceSpec, single_device
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, default_n_ctx, estimate
 from moetune.core.placement import Placement
-from moetune.core.plan import PlanRequest, RamCheck, check_ram, make_plan
+from moetune.core.plan import PlanRequest, RamCheck, check_ram, check_targets, make_plan
 from moetune.core.planner import DEFAULT_HEADROOM_BYTES
 from moetune.errors import BadValueError, DoesNotFitError, MoetuneError, ServerNotFoundError
 from moetune.gguf.roles import Role
@@ -166,6 +166,7 @@ class DoctorInputs:
     n_ctx: int | None = None
     cache_type: str = "q8_0"
     target_bytes: int | None = None  # --target-vram: the peak allowed
+    force: bool = False  # --force: a target above the device's memory is meant
     headroom_bytes: int = DEFAULT_HEADROOM_BYTES
     # several devices (--vram A,B, --rpc): what the model checks plan across, each device's
     # target (None: total - headroom) and headroom, and what selects them for llama-server
@@ -628,6 +629,8 @@ def _placement_memory(
         ram_available_bytes=available,
         device_args=inputs.device_args,
     )
+    if not inputs.force:
+        check_targets(request.devices, request.target_vram)
     plan = make_plan(facts, request)
     if plan.fails == "gpu":
         raise DoesNotFitError(plan.reason or "does not fit", hint="; ".join(plan.suggestions))
@@ -890,6 +893,7 @@ def doctor_report(
     headroom: Sizes,
     server: str | None,
     measure: bool = True,
+    force: bool = False,
 ) -> DoctorReport:
     """``moetune doctor``: this machine as found here (GPUs, host, its RAM read bandwidth,
     llama-server), what the options describe instead (``--vram``, ``--gpu``, ``--ram``...),
@@ -934,6 +938,7 @@ def doctor_report(
         n_ctx=ctx.tokens if ctx is not None else None,
         cache_type=cache_type,
         target_bytes=targets[0] if targets else None,
+        force=force,
         headroom_bytes=headrooms[0],
         devices=devices.devices if devices else (),
         device_targets=tuple(targets or ()),

@@ -27,6 +27,7 @@ from moetune.core.devices import DeviceSpec, bufts
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
+from moetune.core.plan import check_targets
 from moetune.core.planner import DeviceBudgets, does_not_fit, max_context
 from moetune.core.settings import Settings, default_n_ctx
 from moetune.errors import BadValueError, UnsupportedModelError
@@ -170,11 +171,14 @@ def chosen_devices(listed: tuple[Device, ...], pass_through: tuple[str, ...]) ->
 
 
 def budgets_for(
-    devices: tuple[DeviceSpec, ...], targets: Sizes | None, headrooms: Sizes
+    devices: tuple[DeviceSpec, ...], targets: Sizes | None, headrooms: Sizes, force: bool = False
 ) -> tuple[int, ...]:
-    """Each device's budget: its ``--target-vram``, else its total - ``--headroom``."""
+    """Each device's budget: its ``--target-vram`` (at most its total and its free memory,
+    unless ``force``), else its total - ``--headroom``."""
     n = len(devices)
     per_target = per_device(targets, n, "--target-vram")
+    if per_target is not None and not force:
+        check_targets(devices, per_target)
     per_headroom = per_device(headrooms, n, "--headroom") or headrooms.values
     found = []
     for i, device in enumerate(devices):
@@ -214,6 +218,7 @@ def prepare_device(
     gpus: GpuProbe | None,
     overhead: Sizes | None = None,
     rpc: tuple[str, ...] = (),
+    force: bool = False,
 ) -> tuple[LaunchSpec, DeviceSetup]:
     """Check the pass-through arguments, ask llama-server for its devices, fix each one's
     budget and memory probe; the spec comes back with the first device's compute rules and
@@ -224,7 +229,7 @@ def prepare_device(
     info = server_info(spec.binary, rpc=rpc_endpoints(spec.pass_through))
     listed = chosen_devices(require_devices(info), spec.pass_through)
     devices = specs_from_listed(listed, overhead)
-    budgets = budgets_for(devices, target_bytes, headroom_bytes)
+    budgets = budgets_for(devices, target_bytes, headroom_bytes, force)
     probes = tuple(choose_probe(d, gpus) for d in devices)
     first = devices[0]
     settings = spec.settings.model_copy(
@@ -287,6 +292,7 @@ def prepare_launch(
     overhead: Sizes | None,
     rpc: str | None,
     warn: Callable[[str], None],
+    force: bool = False,
 ) -> tuple[LaunchSpec, DeviceSetup]:
     """What run and bench do before the first launch: the devices set up (the GPUs detected
     here, the ``--rpc`` servers), and the spec at the context asked for."""
@@ -299,5 +305,6 @@ def prepare_launch(
         gpus=detect_gpu_probe(),
         overhead=overhead,
         rpc=split_endpoints(rpc),
+        force=force,
     )
     return resolve_context(facts, spec, setup, ctx, warn=warn), setup

@@ -23,7 +23,7 @@ def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, 
     from moetune.core.archs import arch_of
 
     exclude = None if with_tensors else {"tensors"}
-    # verified: the architecture is in moetune's fixture matrix (README "Verified architectures")
+    # verified: the architecture is in moetune's fixture matrix (docs/verified-architectures.md)
     return {
         **facts.model_dump(mode="json", exclude=exclude),
         "verified": arch_of(facts.architecture).verified,

