@@ -54,7 +54,7 @@ from moetune.jobs.speed import measured_of
 from moetune.llamacpp.bench_results import parse_bench_text
 from moetune.records.speed import SpeedPoint
 
-from support.public_sweeps import PUBLIC, Key, fit_prior
+from support.public_sweeps import ALL_ON_GPU, PUBLIC, Key, fit_prior
 
 CALIBRATED_TARGET = 0.15
 UNCALIBRATED_TARGET = 0.35
@@ -84,26 +84,33 @@ def evaluate(
     prior: SpeedPrior | None,
 ) -> list[str]:
     """Calibrate on the points of ``calibrate``'s configurations, forecast the others; and
-    the uncalibrated forecast of the same others from ``prior`` (a prior fitted without this
-    machine's points)."""
+    the uncalibrated forecast of every point from ``prior`` (for a public sweep, a prior
+    fitted without this machine's points)."""
     train = [m for m, k in zip(points, keys, strict=True) if k in calibrate]
     test = [(m, k) for m, k in zip(points, keys, strict=True) if k not in calibrate]
-    lines = [f"{name}: {len(points)} points, calibrated on {len(train)} ({len(calibrate)} configs)"]
-    if len(train) < 2 or not test:
-        return [*lines, "  too few points to calibrate and test"]
-    fit = fit_speed(train, machine)
-    calibrated = [relative_error(point_forecast(m, machine, fit), m.tps) for m, _ in test]
-    text, median = _summary(calibrated)
-    lines.append(f"  calibrated:   {text}{_behind(median, CALIBRATED_TARGET)}")
-    raw = [relative_error(point_forecast(m, machine, None, prior), m.tps) for m, _ in test]
+    if calibrate:
+        lines = [
+            f"{name}: {len(points)} points, calibrated on {len(train)} ({len(calibrate)} configs)"
+        ]
+    else:
+        lines = [f"{name}: {len(points)} points of one configuration (uncalibrated only)"]
+    if calibrate and (len(train) < 2 or not test):
+        lines.append("  too few points to calibrate and test")
+    elif calibrate:
+        fit = fit_speed(train, machine)
+        calibrated = [relative_error(point_forecast(m, machine, fit), m.tps) for m, _ in test]
+        text, median = _summary(calibrated)
+        lines.append(f"  calibrated:   {text}{_behind(median, CALIBRATED_TARGET)}")
+    # the prior never saw this machine: every point of the sweep is out of its sample
+    raw = [relative_error(point_forecast(m, machine, None, prior), m.tps) for m in points]
     text, median = _summary(raw)
-    missing = sorted({f for m, _ in test for f in _missing(m, machine)})
+    missing = sorted({f for m in points for f in _missing(m, machine)})
     lines.append(
         f"  uncalibrated: {text}{_behind(median, UNCALIBRATED_TARGET)}"
         + (f" (missing: {', '.join(missing)})" if missing else "")
     )
     for kind, decode in (("decode", True), ("prefill", False)):
-        part = [e for e, (m, _) in zip(raw, test, strict=True) if m.is_decode == decode]
+        part = [e for e, m in zip(raw, points, strict=True) if m.is_decode == decode]
         text, _ = _summary(part)
         if part and text != "n/a" and len(part) < len(raw):
             lines.append(f"    {kind:<8}{text}")
@@ -121,7 +128,7 @@ def public() -> list[str]:
     typical factors of the other machines' public points (leave this machine out)."""
     lines = []
     priors: dict[str, SpeedPrior | None] = {}
-    for sweep in PUBLIC:
+    for sweep in (*PUBLIC, *ALL_ON_GPU):
         if sweep.machine not in priors:
             try:
                 priors[sweep.machine] = fit_prior(without=sweep.machine)

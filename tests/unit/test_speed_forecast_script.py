@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.public_sweeps import PUBLIC
+from support.public_sweeps import ALL_ON_GPU, PUBLIC
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed_forecast.py"
 
@@ -24,9 +24,13 @@ def test_public_sweeps() -> None:
     lines = done.stdout.splitlines()
     heads = [line for line in lines if re.match(r"^\S+\.json: \d+ points, calibrated on", line)]
     assert len(heads) == len(PUBLIC)
+    alone = [line for line in lines if line.endswith("of one configuration (uncalibrated only)")]
+    assert len(alone) == len(ALL_ON_GPU)
     calibrated = [line for line in lines if line.startswith("  calibrated:   median ")]
     assert len(calibrated) == len(PUBLIC)
     for line in calibrated:
         assert re.search(r"median \d+\.\d%, max \d+\.\d% over \d+", line)
-    assert sum(line.startswith("  uncalibrated: ") for line in lines) == len(PUBLIC)
+    assert sum(line.startswith("  uncalibrated: ") for line in lines) == len(PUBLIC) + len(
+        ALL_ON_GPU
+    )
     assert all("source: http" in line for line in lines if line.startswith("  ("))

@@ -17,6 +17,10 @@ prompt): a generated token's time is ``sum(term * y_kind) + c_token``, a prompt'
   the activations and the wait (an RPC device: a network round trip), which a pure roofline
   lacks; kept at 0 unless the points demand it.
 
+Where a model has no points on a machine, ``fitted_forecast`` uses core/prior.py's typical
+factors instead: the same fit pooled over public measurements of several models and machines
+(``fit_pooled``), each point with its own machine's figures.
+
 Bounded least squares on the relative error of each point's time, solved exactly: every set
 of unknowns left free (the rest at their bound) is an unconstrained least squares; of the
 feasible ones, the fewest free unknowns whose RMS error is within ``TOLERANCE`` of the best
@@ -281,10 +285,9 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
 
 def fit_pooled(samples: Sequence[tuple[Measured, MachineFigures]]) -> SpeedFit:
     """One fit over measurements of several models and machines, each with its machine's
-    figures: the efficiencies of the kinds whose figure every sample has (a sample lacking
-    a figure one of its terms needs is an error) and the fixed times per block of the model
-    (``token_overhead_s`` per block per token, ``ubatch_overhead_s`` per block per ubatch)
-    and per hop: what core/prior.py keeps."""
+    figures: the efficiency of each kind (a sample lacking a figure one of its terms needs
+    is an error) and a fixed time per block of the model per generated token
+    (``token_overhead_s``, per block): what core/prior.py keeps."""
     used = [(m, machine) for m, machine in samples if _usable(m)]
     if len(used) < MIN_POINTS:
         raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")

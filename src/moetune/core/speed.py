@@ -37,8 +37,9 @@ run one after another, and a split waits for its copies). A generated token is b
 memory: its terms are each device's reads and the RAM's (its compute, a few GFLOP, is far
 below any device's rate; it is in the traffic, not in the time). A prompt adds the host
 links, each device's compute and the CPU's. A term whose figure is unknown makes the
-forecast unknown and names the figure. Efficiencies default to 1.0: a forecast from the
-figures alone is ``uncalibrated``.
+forecast unknown and names the figure. ``forecast`` takes the efficiencies it is given
+(default 1.0: the figures themselves); core/calibrate.py's ``fitted_forecast`` gives it a
+calibration's, or where there is none (``uncalibrated``) core/prior.py's typical ones.
 """
 
 from __future__ import annotations
