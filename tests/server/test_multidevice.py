@@ -393,9 +393,10 @@ def test_dry_run_correction_is_llamas_figure(model_factory: ModelFactory, trio: 
     assert agreeing == (0, 0)
 
 
-def test_doctor_lists_every_device(trio: list[str]) -> None:
+def test_doctor_lists_every_device(model_factory: ModelFactory, trio: list[str]) -> None:
     """doctor --rpc A,B: each server a device; on a machine without an NVIDIA GPU the gpu
-    check passes because the RPC servers are the devices. One that is not running fails."""
+    check passes because the RPC servers are the devices. One that is not running fails, and
+    a model's fit is then not checked (a failure that says why, not a crash)."""
     code, out, err = cli("doctor", "--rpc", ",".join(trio[:2]), "--no-measure", "--json")
     findings = json.loads(out)["findings"]
     devices_found = [f for f in findings if f["check"] == "device"]
@@ -404,7 +405,9 @@ def test_doctor_lists_every_device(trio: list[str]) -> None:
     failed = [f["check"] for f in findings if f["status"] == "fail"]
     assert code == (ExitCode.CHECK_FAILED if failed else 0), out + err
     dead = f"127.0.0.1:{free_port()}"
-    code, out, _ = cli("doctor", "--rpc", f"{trio[0]},{dead}", "--no-measure", "--json")
+    model = str(model_factory("qwen3moe", n_layers=8))
+    args = ("--rpc", f"{trio[0]},{dead}", "--ctx", str(CTX), "--no-measure", "--json")
+    code, out, _ = cli("doctor", model, *args)
     assert code == ExitCode.CHECK_FAILED
     failing = [f for f in json.loads(out)["findings"] if f["status"] == "fail"]
-    assert [f["check"] for f in failing if dead in f["message"]] == ["device"]
+    assert [f["check"] for f in failing if dead in f["message"]] == ["device", "model-fit"]

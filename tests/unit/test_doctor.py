@@ -308,3 +308,10 @@ def test_rpc_server_that_does_not_answer_fails() -> None:
         unlisted = run([], server=broken, rpc_endpoints=(alive,), rpc_reachable=reachable)
         device = only(unlisted, "device")
         assert device.status == "warn" and alive in device.message
+
+
+def test_model_fit_not_checked_when_the_devices_are_not_known() -> None:
+    report = run([], model=QWEN, rpc_endpoints=("10.0.0.2:50052",), devices_error="no answer")
+    fit = only(report, "model-fit")
+    assert fit.status == "fail" and "not checked: no answer" in fit.message and fit.fix
+    assert report.ceiling is None

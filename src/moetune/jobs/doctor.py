@@ -35,7 +35,14 @@ from moetune.core.memory import MemoryEstimate, Settings, default_n_ctx, estimat
 from moetune.core.placement import Placement
 from moetune.core.plan import PlanRequest, RamCheck, check_ram, make_plan
 from moetune.core.planner import DEFAULT_HEADROOM_BYTES
-from moetune.errors import BadValueError, DoesNotFitError, MoetuneError, ServerNotFoundError
+from moetune.errors import (
+    BadValueError,
+    DoesNotFitError,
+    MoetuneError,
+    NoGpuError,
+    ServerFailedError,
+    ServerNotFoundError,
+)
 from moetune.gguf.roles import Role
 from moetune.hardware.base import (
     VRAM_HINT,
@@ -178,6 +185,7 @@ class DoctorInputs:
     # or at least it answers), and they stand in for a missing NVIDIA GPU
     rpc_endpoints: tuple[str, ...] = ()
     rpc_reachable: Callable[[str], bool] | None = None  # None: not probed (llama-server's list)
+    devices_error: str | None = None  # why the devices the model checks plan across are not known
 
 
 @dataclass(frozen=True)
@@ -853,6 +861,15 @@ def model_findings(
     host: HostInfo,
     ram_read: RamRead | None = None,
 ) -> tuple[list[Finding], SpeedCeiling | None]:
+    if inputs.devices_error is not None:
+        return [
+            Finding(
+                check="model-fit",
+                status="fail",
+                message=f"not checked: {inputs.devices_error}",
+                fix="fix the device findings above, or give each device's memory with --vram",
+            )
+        ], None
     target = gpu_target(inputs, gpus)
     try:
         memory, ram, n_cpu_moe, settings = _placement_memory(facts, inputs, target, host)
@@ -963,13 +980,14 @@ def doctor_report(
         return server_info(path, rpc=endpoints) if endpoints else server_info(path)
 
     several = model is not None and ((vram is not None and len(vram) > 1) or bool(endpoints))
-    devices = (
-        plan_devices(
-            vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None, server=server
-        )
-        if several
-        else None
-    )
+    devices, devices_error = None, None
+    if several:
+        try:
+            devices = plan_devices(
+                vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None, server=server
+            )
+        except (NoGpuError, ServerFailedError, ServerNotFoundError) as exc:  # found below
+            devices_error = f"the devices are not known ({exc.message.splitlines()[0]})"
     n = len(devices.devices) if devices else 1
     targets = per_device(target_vram, n, "--target-vram")
     headrooms = per_device(headroom, n, "--headroom") or headroom.values
@@ -994,5 +1012,6 @@ def doctor_report(
         device_args=devices.device_args if devices else (),
         rpc_endpoints=endpoints,
         rpc_reachable=reachable,
+        devices_error=devices_error,
     )
     return diagnose(inputs, load_model_facts(model) if model is not None else None)
