@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 from moetune.errors import ExitCode
 
@@ -97,7 +98,7 @@ def test_bad_objective_and_workload_are_one_line() -> None:
 
 
 def _batch_flags(argv: list[str]) -> list[tuple[str, str]]:
-    return [(a, b) for a, b in zip(argv, argv[1:], strict=False) if a in ("-ub", "-b")]
+    return [(a, b) for a, b in pairwise(argv) if a in ("-ub", "-b")]
 
 
 def test_the_users_batch_bounds_the_ubatch_candidates() -> None:

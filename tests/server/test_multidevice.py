@@ -27,7 +27,7 @@ from moetune.units import MIB
 
 from support.factory import ModelFactory, write_model
 from support.helpers import cli, moetune
-from support.llama import bin_path, rpc_server, running_server
+from support.llama import bin_path, free_port, rpc_server, running_server
 
 CTX = 1024
 
@@ -393,11 +393,24 @@ def test_dry_run_correction_is_llamas_figure(model_factory: ModelFactory, trio: 
     assert agreeing == (0, 0)
 
 
-def test_doctor_lists_every_device(trio: list[str]) -> None:
-    code, out, _ = cli("doctor", "--rpc", ",".join(trio[:2]), "--json")
-    assert code in (0, ExitCode.CHECK_FAILED)  # no GPU here: the gpu check fails
-    devices_found = [f for f in json.loads(out)["findings"] if f["check"] == "device"]
+def test_doctor_lists_every_device(model_factory: ModelFactory, trio: list[str]) -> None:
+    """doctor --rpc A,B: each server a device; on a machine without an NVIDIA GPU the gpu
+    check passes because the RPC servers are the devices. One that is not running fails, and
+    a model's fit is then not checked (a failure that says why, not a crash)."""
+    code, out, err = cli("doctor", "--rpc", ",".join(trio[:2]), "--no-measure", "--json")
+    findings = json.loads(out)["findings"]
+    devices_found = [f for f in findings if f["check"] == "device"]
     assert [f["message"].split()[1].rstrip(":") for f in devices_found] == trio[:2]
+    assert not [f for f in findings if f["check"] in ("gpu", "device") and f["status"] == "fail"]
+    failed = [f["check"] for f in findings if f["status"] == "fail"]
+    assert code == (ExitCode.CHECK_FAILED if failed else 0), out + err
+    dead = f"127.0.0.1:{free_port()}"
+    model = str(model_factory("qwen3moe", n_layers=8))
+    args = ("--rpc", f"{trio[0]},{dead}", "--ctx", str(CTX), "--no-measure", "--json")
+    code, out, _ = cli("doctor", model, *args)
+    assert code == ExitCode.CHECK_FAILED
+    failing = [f for f in json.loads(out)["findings"] if f["status"] == "fail"]
+    assert [f["check"] for f in failing if dead in f["message"]] == ["device", "model-fit"]
 
 
 def test_frontier_with_one_device_fewer_runs_as_forecast(tmp_path: Path, trio: list[str]) -> None:

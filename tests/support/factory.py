@@ -485,7 +485,7 @@ class MoeShape:
 
 QWEN3_30B_A3B = MoeShape("Qwen3-30B-A3B", 48, 2048, 32, 4, 128, 128, 8, 768, 6144)
 QWEN3_235B_A22B = MoeShape("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 128, 8, 1536, 12288)
-QUANTS: tuple[str, ...] = ("Q4_K_M", "F16")
+QUANTS: tuple[str, ...] = ("Q4_K_M", "F16", "Q8_0")
 
 
 def _use_more_bits(i: int, n: int) -> bool:
@@ -494,8 +494,9 @@ def _use_more_bits(i: int, n: int) -> bool:
 
 
 def _qwen3moe_tensors(s: MoeShape, quant: str) -> list[tuple[str, tuple[int, ...], QType]]:
-    """(name, numpy-order shape, type) of every tensor; ``quant`` is Q4_K_M or F16 (norms
-    and the router stay F32)."""
+    """(name, numpy-order shape, type) of every tensor; ``quant`` is Q4_K_M, F16 or Q8_0
+    (norms and the router stay F32; llama-quantize's Q8_0 keeps every matrix, the output and
+    the token embedding included, in Q8_0)."""
     e, q, kv, hd, ff, x = (
         s.n_embd,
         s.n_head * s.head_dim,
@@ -505,7 +506,11 @@ def _qwen3moe_tensors(s: MoeShape, quant: str) -> list[tuple[str, tuple[int, ...
         s.n_experts,
     )
     f32 = QType.F32
-    q4, q6 = (QType.Q4_K, QType.Q6_K) if quant == "Q4_K_M" else (QType.F16, QType.F16)
+    q4, q6 = {
+        "Q4_K_M": (QType.Q4_K, QType.Q6_K),
+        "F16": (QType.F16, QType.F16),
+        "Q8_0": (QType.Q8_0, QType.Q8_0),
+    }[quant]
     out: list[tuple[str, tuple[int, ...], QType]] = [
         ("token_embd.weight", (s.n_vocab, e), q4),
         ("output_norm.weight", (e,), f32),
@@ -550,9 +555,12 @@ def _add_big_tokenizer(w: gguf.GGUFWriter, n_vocab: int, n_merges: int) -> None:
 
 def _add_big_keys(w: gguf.GGUFWriter, s: MoeShape, quant: str) -> None:
     w.add_name(f"{s.name} header-only")
-    w.add_file_type(
-        gguf.LlamaFileType.MOSTLY_Q4_K_M if quant == "Q4_K_M" else gguf.LlamaFileType.MOSTLY_F16
-    )
+    file_types = {
+        "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+        "F16": gguf.LlamaFileType.MOSTLY_F16,
+        "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    }
+    w.add_file_type(file_types[quant])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     w.add_context_length(s.context_length)
     w.add_embedding_length(s.n_embd)
@@ -582,7 +590,7 @@ def write_header_only(
     sparse: bool = False,
 ) -> Path:
     """Write a Qwen3-MoE header of ``shape`` (default Qwen3-30B-A3B) in ``quant`` (Q4_K_M,
-    or F16 matrices as in the public --fit data point), with a full vocabulary and 3 + 12 *
+    F16 matrices as in the public --fit data point, or Q8_0), with a full vocabulary and 3 + 12 *
     n_layers tensor infos; the keyword sizes override the shape's.
 
     No tensor data is written: the file ends after the tensor infos, or with ``sparse`` it is

@@ -3,6 +3,8 @@ and a model's RAM needs and speed ceiling."""
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from moetune.jobs.doctor import (
     DEFAULT_RAM_BANDWIDTH_BYTES_PER_S,
     gpu_findings,
 )
+from moetune.jobs.verify import reachable
 from moetune.records.server import Device, ServerInfo
 from moetune.store.hardware import find_hardware_profile
 from moetune.store.machine import MachineIdentity, saved_ram_bandwidth
@@ -20,6 +23,7 @@ from moetune.units import GIB, MIB
 
 from support.doctor import HARDWARE, QWEN, cuda_server, gpu_4090, host, only, run
 from support.fakes import FakeHostProbe, FakeRamBandwidthProbe
+from support.llama import free_port
 
 
 def test_healthy_machine() -> None:
@@ -249,3 +253,65 @@ def test_rpc_device_link_is_the_network() -> None:
     assert "network" in device.message
     links = {link.name: link.link for link in report.device_links}
     assert links == {"RPC0": "network", "CUDA0": "pcie"}
+
+
+def _rpc_only(*endpoints: str) -> Callable[[], ServerInfo]:
+    """llama-server as a CPU-only build lists RPC servers: each one's device, nothing else."""
+
+    def listed() -> ServerInfo:
+        devices = tuple(
+            Device(name=f"RPC{i}", description=ep, total_bytes=24 * GIB, free_bytes=23 * GIB)
+            for i, ep in enumerate(endpoints)
+        )
+        return cuda_server().model_copy(update={"devices": devices})
+
+    return listed
+
+
+def test_rpc_servers_stand_in_for_a_missing_gpu() -> None:
+    """No NVIDIA GPU, but the --rpc servers given are listed: the gpu check passes (it says
+    the RPC servers are the devices), and each server is a device finding."""
+    endpoints = ("10.0.0.2:50052", "10.0.0.3:50052")
+    report = run([], server=_rpc_only(*endpoints), rpc_endpoints=endpoints)
+    gpu = only(report, "gpu")
+    assert gpu.status == "ok" and "--rpc 10.0.0.2:50052,10.0.0.3:50052" in gpu.message
+    assert report.worst == "ok", [f for f in report.findings if f.status != "ok"]
+    devices = [f.message for f in report.findings if f.check == "device"]
+    assert [m.split()[1].rstrip(":") for m in devices] == list(endpoints)
+    assert only(run([]), "gpu").status == "fail"  # without --rpc the missing GPU still fails
+
+
+def test_rpc_server_that_does_not_answer_fails() -> None:
+    """A --rpc server llama-server cannot list: a failure naming it when nothing listens on its
+    port (a real socket probe), a warning when something answers there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        alive = f"127.0.0.1:{listening.getsockname()[1]}"
+        dead = f"127.0.0.1:{free_port()}"
+        report = run(
+            [],
+            server=_rpc_only(alive),
+            rpc_endpoints=(alive, dead),
+            rpc_reachable=reachable,
+        )
+        assert only(report, "gpu").status == "ok"
+        failed = [f for f in report.findings if f.status == "fail"]
+        assert [f.check for f in failed] == ["device"]
+        assert dead in failed[0].message and "does not answer" in failed[0].message
+        assert failed[0].fix is not None and "ggml-rpc-server" in failed[0].fix
+        assert f"-p {dead.rsplit(':', 1)[1]}" in failed[0].fix
+
+        def broken() -> ServerInfo:
+            raise ServerFailedError("llama-server --list-devices failed")
+
+        unlisted = run([], server=broken, rpc_endpoints=(alive,), rpc_reachable=reachable)
+        device = only(unlisted, "device")
+        assert device.status == "warn" and alive in device.message
+
+
+def test_model_fit_not_checked_when_the_devices_are_not_known() -> None:
+    report = run([], model=QWEN, rpc_endpoints=("10.0.0.2:50052",), devices_error="no answer")
+    fit = only(report, "model-fit")
+    assert fit.status == "fail" and "not checked: no answer" in fit.message and fit.fix
+    assert report.ceiling is None

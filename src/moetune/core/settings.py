@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from moetune.units import MIB
+from moetune.core.overhead import DEFAULT_CUDA_OVERHEAD_BYTES
 
-# What a CUDA process costs beyond llama.cpp's own buffers: the context (~300 MiB on recent
-# drivers, more with lazy loading off), cuBLAS workspaces and the memory pool's slack.
-# Users override it with --overhead; `moetune run` measures the real figure.
-DEFAULT_GPU_OVERHEAD_BYTES = 512 * MIB
+# What a CUDA process costs beyond llama.cpp's own buffers: the context, cuBLAS workspaces and
+# the memory pool's slack, from public figures (core/overhead.py: 512 MiB). Users override it
+# with --overhead; `moetune run` measures the real figure.
+DEFAULT_GPU_OVERHEAD_BYTES = DEFAULT_CUDA_OVERHEAD_BYTES
 DEFAULT_CTX = 32768  # what moetune plans and tunes for when no --ctx is given
 
 

@@ -4,9 +4,10 @@ Findings are ok / warn / fail. Without a model: GPUs and their memory, each GPU'
 (current and maximum generation and width, the card's own, its bandwidth per direction), the
 driver, CPU cores, RAM and its read bandwidth (measured in about a second and saved for
 plan and calibrate, unless ``--no-measure``), swap, WSL2, llama-server and the devices it
-lists (an RPC device's link is the network). With a model: the RAM its CPU-resident experts
-need against the RAM available, and a decode-speed ceiling from bandwidths: every token
-reads the dense weights and the active experts' share of the experts on each side, so
+lists (an RPC device's link is the network; each ``--rpc`` server must answer, and then no
+NVIDIA GPU is needed). With a model: the RAM its CPU-resident experts need against the RAM
+available, and a decode-speed ceiling from bandwidths: every token reads the dense weights
+and the active experts' share of the experts on each side, so
 
     seconds per token >= GPU bytes per token / GPU bandwidth + CPU bytes per token / RAM bandwidth
 
@@ -34,7 +35,14 @@ from moetune.core.memory import MemoryEstimate, Settings, default_n_ctx, estimat
 from moetune.core.placement import Placement
 from moetune.core.plan import PlanRequest, RamCheck, check_ram, check_targets, make_plan
 from moetune.core.planner import DEFAULT_HEADROOM_BYTES
-from moetune.errors import BadValueError, DoesNotFitError, MoetuneError, ServerNotFoundError
+from moetune.errors import (
+    BadValueError,
+    DoesNotFitError,
+    MoetuneError,
+    NoGpuError,
+    ServerFailedError,
+    ServerNotFoundError,
+)
 from moetune.gguf.roles import Role
 from moetune.hardware.base import (
     VRAM_HINT,
@@ -174,6 +182,11 @@ class DoctorInputs:
     device_targets: tuple[int | None, ...] = ()
     device_headrooms: tuple[int, ...] = ()
     device_args: tuple[str, ...] = ()
+    # --rpc HOST:PORT,...: the offload devices given; each is checked (llama-server lists it,
+    # or at least it answers), and they stand in for a missing NVIDIA GPU
+    rpc_endpoints: tuple[str, ...] = ()
+    rpc_reachable: Callable[[str], bool] | None = None  # None: not probed (llama-server's list)
+    devices_error: str | None = None  # why the devices the model checks plan across are not known
 
 
 @dataclass(frozen=True)
@@ -195,10 +208,23 @@ def _gbps(rate: float) -> str:
 
 
 def gpu_findings(
-    gpus: list[GpuInfo], why: str | None, described: str | None = None
+    gpus: list[GpuInfo],
+    why: str | None,
+    described: str | None = None,
+    rpc: Sequence[str] = (),
 ) -> list[Finding]:
     """One finding per GPU; without one, a failure, or a warning when ``described`` (the
-    ``--vram``/``--gpu`` the model checks use instead) stands in for it."""
+    ``--vram``/``--gpu`` the model checks use instead) stands in for it; none is needed when
+    ``rpc`` servers are the offload devices (they are checked on their own)."""
+    if not gpus and rpc:
+        return [
+            Finding(
+                check="gpu",
+                status="ok",
+                message="no NVIDIA GPU here; the offload devices are the RPC servers given "
+                f"(--rpc {','.join(rpc)}), checked below",
+            )
+        ]
     if not gpus:
         reason = (
             (why or "none found").removesuffix(f", or {VRAM_HINT}").removesuffix(f": {VRAM_HINT}")
@@ -479,6 +505,39 @@ def device_findings(info: ServerInfo | None) -> list[Finding]:
         if d.name.startswith("RPC"):
             message += "; no PCIe link here: its link is the network (weights, copies, results)"
         found.append(Finding(check="device", status="ok", message=message))
+    return found
+
+
+def rpc_findings(
+    endpoints: Sequence[str], info: ServerInfo | None, reachable: Callable[[str], bool] | None
+) -> list[Finding]:
+    """Each ``--rpc`` server that llama-server does not list as a device: a failure when it
+    does not answer, else a warning (it answers, but no device of it is known); the listed
+    ones have their ``device`` finding already (``device_findings``)."""
+    listed = {d.description for d in info.devices if d.name.startswith("RPC")} if info else set()
+    found = []
+    for endpoint in endpoints:
+        if endpoint in listed:
+            continue
+        host, _, port = endpoint.rpartition(":")
+        if reachable is not None and reachable(endpoint):
+            if info is None:
+                message = f"RPC server {endpoint} answers; its devices are not known"
+                fix = "llama-server could not list them: see its finding above"
+            else:
+                message = f"RPC server {endpoint} answers, but llama-server lists no device of it"
+                fix = "serve it with ggml-rpc-server of the same llama.cpp build"
+            found.append(Finding(check="device", status="warn", message=message, fix=fix))
+            continue
+        found.append(
+            Finding(
+                check="device",
+                status="fail",
+                message=f"RPC server {endpoint} does not answer",
+                fix=f"start it on that host: ggml-rpc-server -H {host or 'HOST'} "
+                f"-p {port or 'PORT'}, or leave it out of --rpc",
+            )
+        )
     return found
 
 
@@ -805,6 +864,15 @@ def model_findings(
     host: HostInfo,
     ram_read: RamRead | None = None,
 ) -> tuple[list[Finding], SpeedCeiling | None]:
+    if inputs.devices_error is not None:
+        return [
+            Finding(
+                check="model-fit",
+                status="fail",
+                message=f"not checked: {inputs.devices_error}",
+                fix="fix the device findings above, or give each device's memory with --vram",
+            )
+        ], None
     target = gpu_target(inputs, gpus)
     try:
         memory, ram, n_cpu_moe, settings = _placement_memory(facts, inputs, target, host)
@@ -843,7 +911,7 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
         described = f"--gpu {inputs.gpu_profile.id}"
     elif inputs.vram_bytes is not None:
         described = f"--vram {format_bytes(inputs.vram_bytes)}"
-    findings = gpu_findings(gpus, inputs.gpus.why, described)
+    findings = gpu_findings(gpus, inputs.gpus.why, described, inputs.rpc_endpoints)
     links = [pcie_link(gpu) for gpu in gpus]
     for gpu, link in zip(gpus, links, strict=True):
         profile = match_detected(gpu.name, gpu.vram_total_bytes, hardware)
@@ -861,6 +929,7 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
     server, info = server_finding(inputs.server)
     findings.append(server)
     findings += device_findings(info)
+    findings += rpc_findings(inputs.rpc_endpoints, info, inputs.rpc_reachable)
     ceiling = None
     if facts is not None:
         more, ceiling = model_findings(facts, inputs, gpus, host, ram_read)
@@ -903,6 +972,7 @@ def doctor_report(
     from moetune.hardware.membw import StreamingReadProbe
     from moetune.jobs.devices import plan_devices, split_endpoints
     from moetune.jobs.loader import load_model_facts
+    from moetune.jobs.verify import reachable
     from moetune.llamacpp.process import find_server, server_info
     from moetune.store.paths import machine_file
 
@@ -914,13 +984,14 @@ def doctor_report(
         return server_info(path, rpc=endpoints) if endpoints else server_info(path)
 
     several = model is not None and ((vram is not None and len(vram) > 1) or bool(endpoints))
-    devices = (
-        plan_devices(
-            vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None, server=server
-        )
-        if several
-        else None
-    )
+    devices, devices_error = None, None
+    if several:
+        try:
+            devices = plan_devices(
+                vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None, server=server
+            )
+        except (NoGpuError, ServerFailedError, ServerNotFoundError) as exc:  # found below
+            devices_error = f"the devices are not known ({exc.message.splitlines()[0]})"
     n = len(devices.devices) if devices else 1
     targets = per_device(target_vram, n, "--target-vram")
     headrooms = per_device(headroom, n, "--headroom") or headroom.values
@@ -944,5 +1015,8 @@ def doctor_report(
         device_targets=tuple(targets or ()),
         device_headrooms=headrooms,
         device_args=devices.device_args if devices else (),
+        rpc_endpoints=endpoints,
+        rpc_reachable=reachable,
+        devices_error=devices_error,
     )
     return diagnose(inputs, load_model_facts(model) if model is not None else None)

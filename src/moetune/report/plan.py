@@ -151,6 +151,28 @@ def _host_lines(result: PlanResult) -> list[RenderableType]:
     return [line]
 
 
+def _overhead_lines(result: PlanResult) -> list[RenderableType]:
+    """How each device's runtime overhead was chosen: the default (from public figures) or
+    --overhead; none on devices without one (an RPC server)."""
+    from moetune.core.overhead import DEFAULT_CUDA_OVERHEAD_BYTES, default_overhead_why
+
+    given = [d for d in result.recommended.memory.devices if d.overhead_bytes]
+    default = [d.name for d in given if d.overhead_bytes == DEFAULT_CUDA_OVERHEAD_BYTES]
+    lines: list[RenderableType] = []
+    if default:
+        lines.append(
+            Text(
+                f"runtime overhead {format_bytes(DEFAULT_CUDA_OVERHEAD_BYTES)} on "
+                f"{', '.join(default)}, moetune's default: {default_overhead_why()}",
+                style="dim",
+            )
+        )
+    own = [f"{d.name} {format_bytes(d.overhead_bytes)}" for d in given if d.name not in default]
+    if own:
+        lines.append(Text(f"runtime overhead given (--overhead): {', '.join(own)}", style="dim"))
+    return lines
+
+
 def _placement_lines(result: PlanResult) -> list[RenderableType]:
     rec, alt = result.recommended, result.alternative
     lines: list[RenderableType] = []
@@ -283,6 +305,7 @@ def render_plan(
         parts += [_devices_table(result), *_host_lines(result)]
     else:
         parts.append(_memory_table(result))
+    parts += _overhead_lines(result)
     parts += _check_lines(result)
     parts.append(Text(f"{_budget_line(result)}; RAM check: {result.ram.status}", style="dim"))
     if result.ram.status not in ("ok", "fail"):
