@@ -53,11 +53,11 @@ def test_plan_says_how_the_overhead_was_chosen() -> None:
     code, out, _ = cli("plan", str(EXAMPLE_QWEN), "--vram", "16G", "--ram", "64G")
     assert code == 0
     text = " ".join(out.split())
-    assert "runtime overhead 512.00 MiB on CUDA0, moetune's default: the largest of 3" in text
+    assert "runtime overhead 512.00 MiB on CUDA0: the largest public figure" in text
     code, out, _ = cli(
         "plan", str(EXAMPLE_QWEN), "--vram", "16G,8G", "--overhead", "300M,512M", "--ram", "64G"
     )
     assert code == 0
     text = " ".join(out.split())
     assert "runtime overhead given (--overhead): CUDA0 300.00 MiB" in text
-    assert "512.00 MiB on CUDA1, moetune's default" in text
+    assert "512.00 MiB on CUDA1: the largest public figure" in text

@@ -74,10 +74,8 @@ DEFAULT_CUDA_OVERHEAD_BYTES = DEFAULT_CUDA_OVERHEAD_MIB * MIB
 
 
 def default_overhead_why() -> str:
-    """How the default was chosen, in one sentence for a plan."""
-    low = min(f.mib for f in PUBLIC_FIGURES)
+    """How the default was chosen, in a few words for a plan (docs/memory.md says more)."""
     return (
-        f"the largest of {len(PUBLIC_FIGURES)} public figures of a CUDA process alone on its "
-        f"card ({low:.0f}-{LARGEST_PUBLIC.mib:.0f} MiB, the largest on an {LARGEST_PUBLIC.gpu}) "
-        f"rounded up to {STEP_MIB} MiB; --overhead SIZE sets your own"
+        f"the largest public figure, {LARGEST_PUBLIC.mib:.0f} MiB on an {LARGEST_PUBLIC.gpu}, "
+        f"rounded up; --overhead sets yours"
     )

@@ -163,7 +163,7 @@ def _overhead_lines(result: PlanResult) -> list[RenderableType]:
         lines.append(
             Text(
                 f"runtime overhead {format_bytes(DEFAULT_CUDA_OVERHEAD_BYTES)} on "
-                f"{', '.join(default)}, moetune's default: {default_overhead_why()}",
+                f"{', '.join(default)}: {default_overhead_why()}",
                 style="dim",
             )
         )
