@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from moetune import hardware
 from moetune.cli import app
 from moetune.errors import ExitCode
 from moetune.jobs.alias import SHELLS, Shell
 from moetune.store.tuned import ProfileStore, TunedProfile, model_identity, profile_name
 
 from support.factory import write_model
+from support.fakes import FakeGpuProbe
 from support.helpers import have
 from support.profiles import make_profile
 
@@ -59,11 +61,22 @@ def test_cli_picks_the_context(tiny: Path) -> None:
     assert "ctx 8192" in result.stdout
 
 
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU detected here, wherever the tests run."""
+    monkeypatch.setattr(hardware, "detect_gpu_probe", FakeGpuProbe.none)
+
+
+@pytest.mark.usefixtures("no_gpu")
 def test_cli_without_a_profile(tiny: Path) -> None:
+    """Nothing tuned and no GPU to plan for: what stops it is the GPU (NO_GPU), and the line
+    says both; --require-tuned refuses for the profile alone (FILE_NOT_FOUND)."""
     result = CliRunner().invoke(app, ["alias", "tiny", str(tiny)])
-    assert result.exit_code == ExitCode.FILE_NOT_FOUND
+    assert result.exit_code == ExitCode.NO_GPU
     assert "no tuned profile for Tiny-MoE-Q8.gguf" in result.output
-    assert "moetune run" in result.output
+    assert "no GPU here" in result.output and "moetune run" in result.output
+    result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--require-tuned"])
+    assert result.exit_code == ExitCode.FILE_NOT_FOUND
 
 
 def test_cli_refuses_a_changed_model(tiny: Path) -> None:
@@ -91,6 +104,7 @@ def test_cli_refuses_ctx_max(tiny: Path) -> None:
     assert "--ctx" in result.stderr
 
 
+@pytest.mark.usefixtures("no_gpu")
 def test_cli_picks_the_profile_tuned_with_the_projector(tiny: Path, tmp_path: Path) -> None:
     """alias --mmproj FILE: the profile whose arguments carry that file (as run saves it,
     absolute); none tuned with it: one line that says how to tune one."""
@@ -110,5 +124,5 @@ def test_cli_picks_the_profile_tuned_with_the_projector(tiny: Path, tmp_path: Pa
     assert "ctx 8192" in result.stdout and str(mmproj.absolute()) in result.stdout
     other = tmp_path / "other-mmproj.gguf"
     result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--mmproj", str(other)])
-    assert result.exit_code == ExitCode.FILE_NOT_FOUND
+    assert result.exit_code == ExitCode.NO_GPU  # none tuned with it, and no GPU to plan for
     assert "with other-mmproj.gguf" in result.output and "--mmproj" in result.output

@@ -193,10 +193,8 @@ def test_a_downloaded_name_is_read_from_the_hf_cache(
     for name, path in tiny.items():
         shutil.copy(path, snapshot / name)
     done = moetune("alias", "tiny", f"{TINY}:Q8_0")
-    # on disk, so the name resolves; no profile is tuned for it yet
-    assert "no tuned profile for Tiny-MoE-Q8_0.gguf" in assert_one_line_error(
-        done, ExitCode.FILE_NOT_FOUND
-    )
+    # on disk, so the name resolves; no profile is tuned for it yet, and no GPU to plan for
+    assert "no tuned profile for Tiny-MoE-Q8_0.gguf" in assert_one_line_error(done, ExitCode.NO_GPU)
 
 
 @pytest.mark.parametrize(

@@ -226,6 +226,10 @@ def test_ctx_max_is_the_largest_context_that_fits(model: Path, rpc: str) -> None
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["n_ctx"] == 4096
+    # it says that the training context stopped it, not the budget, and how to go past it
+    said = " ".join(done.stderr.split())
+    assert "--ctx max stopped at the training context, 4096 tokens" in said, done.stderr
+    assert "give --ctx N above it" in said
 
 
 def test_server_url_measures_without_launching(model: Path) -> None:

@@ -130,6 +130,14 @@ def plan(
     check_pass_through(pass_through)
     goal = goal_of(objective, workload)
     wants_frontier = show_frontier or objective is not None or workload is not None
+    arg = parse_model_arg(model)
+    repo = isinstance(arg, ModelName) and arg.quant is None  # plan user/model: every quant
+    if repo and speed_from is not None:
+        raise BadValueError(
+            "--speed-from calibrates one model's forecast", hint=f"name a quant: {model}:Q4_K_M"
+        )
+    # the model first: its own errors (a missing file: FILE_NOT_FOUND) before any GPU detection
+    chosen = None if repo else open_model(model)
     found = plan_devices(
         vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu, overhead=overhead, server=server
     )
@@ -150,18 +158,13 @@ def plan(
         ram=host_ram(ram),
         figures=machine_figures(n, gpu, ram_bandwidth),
     )
-    arg = parse_model_arg(model)
-    if isinstance(arg, ModelName) and arg.quant is None:
-        if speed_from is not None:
-            raise BadValueError(
-                "--speed-from calibrates one model's forecast", hint=f"name a quant: {model}:Q4_K_M"
-            )
+    if chosen is None:
+        assert isinstance(arg, ModelName)
         quants = plan_repo(arg, inputs)
         render(QuantsView(quants, found.source), as_json)
         if quants.best is None:
             raise DoesNotFitError(f"no quant of {arg.repo} fits: {quants.reason}")
         return
-    chosen = open_model(model)
     points = points_for(
         str(chosen.path) if chosen.path else (chosen.hf_files or (model,))[0],
         speed_from=speed_from,

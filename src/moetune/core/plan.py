@@ -24,6 +24,7 @@ from moetune.core.planner import (
     DeviceBudgets,
     OffloadPlan,
     context_fits,
+    ctx_max_stop,
     fixed_split,
     floor_plan,
     max_context,
@@ -194,6 +195,9 @@ class PlanResult(BaseModel):
     checks: list[DeviceCheck] = []  # llama.cpp's own dry run of the recommended command
     checked: str = "prediction"  # "llama.cpp", "prediction" (devices not here), "skipped"
     forecast: Forecast | None = None  # the recommended placement's speed (when it fits)
+    # --ctx max stopped at the training context, not at the budget: what it says (None: it
+    # did not); in --json at the top level only
+    ctx_note: str | None = Field(default=None, exclude=True)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -519,4 +523,5 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
             if failure
             else plan_forecast(facts, req, main.placement, settings, speed_basis(req))
         ),
+        ctx_note=ctx_max_stop(facts, settings.n_ctx) if req.ctx_max else None,
     )

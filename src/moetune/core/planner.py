@@ -43,6 +43,7 @@ from moetune.units import format_bytes
 
 DEFAULT_HEADROOM_BYTES = 1536 * 1024**2  # 1.5 GiB: the seeds' "1-2 GB under the card's size"
 CTX_STEP = 256  # llama.cpp pads n_ctx to 256 cells
+CTX_MAX_UNSTATED = 131072  # what --ctx max tries at most when a model states no training context
 
 
 class OffloadPlan(NamedTuple):
@@ -521,6 +522,29 @@ def even_split(total: int, target: DeviceBudgets) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def ctx_max_limit(facts: ModelFacts) -> int:
+    """The largest context ``--ctx max`` tries: the training context (else CTX_MAX_UNSTATED),
+    down to a multiple of CTX_STEP."""
+    limit = facts.context_length or CTX_MAX_UNSTATED
+    return max(limit // CTX_STEP, 1) * CTX_STEP
+
+
+def ctx_max_stop(facts: ModelFacts, n_ctx: int) -> str | None:
+    """What ``--ctx max`` says when it stopped at its limit rather than at the budget (more
+    may fit): where it stopped, and how to go past it; None when the budget stopped it."""
+    if n_ctx < ctx_max_limit(facts):
+        return None
+    where = (
+        f"the training context, {n_ctx} tokens"
+        if facts.context_length
+        else f"{n_ctx} tokens, the most it tries when the model states no training context"
+    )
+    return (
+        f"--ctx max stopped at {where}; more may fit: give --ctx N above it to plan past it "
+        "(quality may drop unless the model uses RoPE scaling)"
+    )
+
+
 def max_context(
     facts: ModelFacts,
     target: DeviceBudgets,
@@ -532,7 +556,7 @@ def max_context(
     """The largest context (a multiple of 256, up to the training context) at which the
     layers can be split to fit, at ``--n-cpu-moe n_cpu_moe`` (default: the floor, every
     expert on the CPU; a dense model: -ngl 0), with the split found there."""
-    limit = facts.context_length or 131072
+    limit = ctx_max_limit(facts)
     floor = n_cpu_moe is None
     n = facts.n_layers if floor else n_cpu_moe or 0
     ngl = 0 if floor and not facts.is_moe else ALL_LAYERS

@@ -184,7 +184,7 @@ def alias_for_model(
     ``mmproj``/``draft`` files beside it, else (unless ``require_tuned``) moetune's plan for
     the GPU of ``hardware`` (``--gpu``, ``--vram``; default: detected)."""
     from moetune.core.extras import add_extras_flags
-    from moetune.errors import DoesNotFitError, ProfileNotFoundError
+    from moetune.errors import DoesNotFitError, ProfileNotFoundError, UnsupportedModelError
     from moetune.jobs.models import open_model, require_weights
     from moetune.jobs.names import DEFAULT_CACHE_TYPE
     from moetune.jobs.plan import predicted_plan
@@ -196,6 +196,12 @@ def alias_for_model(
         if path is not None
     ]
     named = open_model(model)
+    if named.facts.header_only:  # run refuses it, so nothing could be tuned or started
+        raise UnsupportedModelError(
+            f"{Path(named.facts.paths[0]).name} holds no tensor data (a header-only file): "
+            "an alias of it would not start llama-server",
+            hint="alias the whole model; `moetune plan` works on the header alone",
+        )
     missing: ProfileNotFoundError | None = None
     if named.path is not None:
         try:

@@ -28,7 +28,7 @@ from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import Placement
 from moetune.core.plan import check_targets
-from moetune.core.planner import DeviceBudgets, does_not_fit, max_context
+from moetune.core.planner import DeviceBudgets, ctx_max_stop, does_not_fit, max_context
 from moetune.core.settings import Settings, default_n_ctx
 from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
@@ -277,6 +277,8 @@ def resolve_context(
             smallest = settings.model_copy(update={"n_ctx": 256})
             raise does_not_fit(facts, setup.device_budgets, smallest, extras=spec.extras)
         n_ctx = found[0]
+        if (stopped := ctx_max_stop(facts, n_ctx)) is not None:
+            warn(stopped)  # the training context stopped it, not the budget
     if facts.context_length and n_ctx > facts.context_length:
         warn(f"context {n_ctx} is beyond the training context {facts.context_length}")
     return replace(spec, settings=settings.model_copy(update={"n_ctx": n_ctx}))

@@ -37,7 +37,8 @@ def predicted_plan(
 ) -> tuple[PlanResult, str]:
     """The plan `moetune plan MODEL` makes with these options and the defaults (for a command
     that falls back to it when nothing is tuned: alias, export), and which GPU it is for.
-    ``missing``: why nothing was tuned, the error when there is no GPU to plan for either."""
+    ``missing``: why nothing was tuned, said in the NO_GPU error when there is no GPU to plan
+    for either."""
     from moetune.core.plan import make_plan
     from moetune.core.planner import DEFAULT_HEADROOM_BYTES
     from moetune.jobs.devices import host_ram, plan_devices
@@ -50,7 +51,8 @@ def predicted_plan(
         if missing is None:
             raise
         hint = (missing.hint + "; " if missing.hint else "") + "or give --gpu ID or --vram SIZE"
-        raise type(missing)(f"{missing.message}, and no GPU here to plan for", hint=hint) from exc
+        # what stops it is the GPU: nothing to plan for (the missing profile is why it plans)
+        raise NoGpuError(f"{missing.message}, and no GPU here to plan for", hint=hint) from exc
     headrooms = (DEFAULT_HEADROOM_BYTES,) * len(found.devices)  # plan's default --headroom
     inputs = PlanInputs(
         found=found,

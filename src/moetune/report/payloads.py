@@ -71,6 +71,8 @@ def plan_payload(result: PlanResult, frontier: Frontier | None = None) -> dict[s
     }
     if frontier is not None:  # the candidates that fit, each with command, memory, forecast
         top["frontier"] = frontier.model_dump(mode="json")
+    if result.ctx_note:  # --ctx max stopped at the training context, not at the budget
+        top["ctx_note"] = result.ctx_note
     return {**top, "plan": result.model_dump(mode="json")}
 
 

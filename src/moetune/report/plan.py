@@ -312,6 +312,8 @@ def render_plan(
         parts.append(Text(f"RAM: {result.ram.message}", style="yellow"))
     for warning in result.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
+    if result.ctx_note:
+        parts.append(Text(f"note: {result.ctx_note}", style="yellow"))
     if result.ubatch_hint:
         parts.append(Text(f"hint: {result.ubatch_hint}", style="dim"))
     if result.forecast is not None:
