@@ -169,7 +169,7 @@ def plan_repo(name: ModelName, inputs: PlanInputs) -> QuantsResult:
             opened[key] = model_of_quant(name, listing, quant)
         chosen = opened[key]
         request = plan_request(chosen, inputs._replace(ctx=_MAX if ctx_max else inputs.ctx))
-        return make_plan(chosen.facts, request)
+        return make_plan(chosen.facts, request, brief=True)  # what a row shows
 
     return plan_quants(name, listing, plan_of, inputs.found.devices, inputs.ram)
 
