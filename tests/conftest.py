@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from moetune.cli import load_commands
 from moetune.llamacpp import info as srv_info
 
 from support.factory import ARCHS, ModelFactory
@@ -23,6 +24,8 @@ from support.llama import have_llama
 TESTS = Path(__file__).resolve().parent
 SERVER = TESTS / "server"
 HIDE_LLAMA = TESTS / "support" / "hide_llama"
+
+load_commands()  # the whole command tree on moetune.cli.app, for CliRunner (main loads one)
 
 
 def in_server(item: pytest.Item) -> bool:

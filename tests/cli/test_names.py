@@ -87,6 +87,10 @@ def test_plan_lists_the_quants_and_names_the_picks(env: Path, files: dict[str, P
             assert row["gpu_bytes"] == on_disk["gpu_bytes"]
             assert row["fits"] == on_disk["fits"]
             assert row["command"][1:3] == ["-hf", f"{REPO}:{tag}"]
+            assert row["reason"] == on_disk["reason"]
+        # the largest context: the --ctx max plan's, where that fits
+        at_max = _json("plan", str(files[f"Qwen3-30B-A3B-{tag}.gguf"]), *GPU, "--ctx", "max")
+        assert row["max_ctx"] == (at_max["n_ctx"] if at_max["fits"] else None), tag
     # F16 (61 GB) needs more than 32 GB of RAM beside 16 GB of VRAM at this context
     assert rows["F16"]["fits"] is False
     # the seeds' trade-off: the bigger quant with experts in RAM, the smaller all on the GPU

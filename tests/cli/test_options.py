@@ -15,7 +15,7 @@ from moetune.cli import app
 from moetune.cli.options import BadValueParameter
 from moetune.units import GIB, MIB, Ctx, Sizes
 
-from support.helpers import EXAMPLE_QWEN, cli
+from support.helpers import EXAMPLE_QWEN, cli, moetune
 
 SHARED = (
     "--ctx",
@@ -176,3 +176,86 @@ def test_help_names_real_types() -> None:
         "MODEL",
     ):
         assert shown in out, out
+
+
+# --- the plain coercion (cli/coercion.py): typer's values and messages, without its adapters ---
+
+SAMPLES: dict[Any, tuple[Any, ...]] = {
+    int: ("0", "1", "512", "007", "-1", "1_000", " 5", "5 ", "abc", "", "1.5", 3, True),
+    float: ("0", "2.5", "1e3", "nan", "-1", "abc", "", 2.0),
+    str: ("x", "", "24G", 7),
+    bool: (True, False, "true", "0"),
+}
+
+
+def _outcome(param: Any, command: TyperCommand, value: Any, *, plain: bool) -> tuple[Any, ...]:
+    """What ``param`` makes of ``value``: through the plain coercion, or typer's own."""
+    from moetune.cli import coercion
+
+    param._runtime_param = coercion._PLAIN if plain else None
+    try:
+        with typer.Context(command) as context:
+            return ("value", param.process_value(context, value))
+    except Exception as exc:  # a refusal: its kind and its words
+        words = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        return ("refused", type(exc).__name__, words)
+    finally:
+        param._runtime_param = None
+
+
+def _samples(param: Any) -> list[Any]:
+    found = [None, param.default]
+    annotation = param.type_descriptor.annotation
+    found += list(SAMPLES.get(annotation, ("x.gguf", "")))
+    for opt in param.opts:
+        found += [text for text, _ in GOOD.get(opt, [])] + [text for text, _ in BAD.get(opt, [])]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_plain_coercion_is_typers(name: str) -> None:
+    """Every parameter of every command, on good and bad values of its type: the plain
+    coercion gives typer's value, or refuses with typer's error and words."""
+    command = commands()[name]
+    checked = 0
+    for param in command.params:
+        if not hasattr(param, "type_descriptor"):
+            pytest.skip("this typer coerces through click types (no adapters to avoid)")
+        for value in _samples(param):
+            plain = _outcome(param, command, value, plain=True)
+            assert plain == _outcome(param, command, value, plain=False), (param.name, value)
+            checked += 1
+    assert checked >= len(command.params) * 2
+
+
+def test_a_start_registers_the_command_it_runs() -> None:
+    """``moetune NAME ...`` loads the module that registers NAME (each command and group of
+    the whole tree), nothing for --version, every module for the help or an unknown name."""
+    from moetune.cli import COMMAND_MODULES, modules_for
+
+    registered = {
+        info.name or info.callback.__name__: info.callback.__module__
+        for info in app.registered_commands
+        if info.callback is not None
+    }
+    for group in app.registered_groups:
+        assert group.typer_instance is not None and group.name is not None
+        callback = group.typer_instance.registered_commands[0].callback
+        assert callback is not None
+        registered[group.name] = callback.__module__
+    assert set(registered) == set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    for name, module in registered.items():
+        assert modules_for([name, "--json"]) == (module.rsplit(".", 1)[1],), name
+        assert modules_for(["--debug", name]) == (module.rsplit(".", 1)[1],), name
+    assert modules_for(["--version"]) == ()
+    for argv in ([], ["--help"], ["insp"], ["--", "plan"], None):
+        assert modules_for(argv) == COMMAND_MODULES, argv
+
+
+def test_the_help_and_a_misspelt_command_see_every_command() -> None:
+    done = moetune("--help")
+    assert done.returncode == 0, done.stderr
+    for name in typer.main.get_command(app).commands:  # type: ignore[attr-defined]
+        assert f"\n  {name} " in done.stdout, name
+    wrong = moetune("insp", str(EXAMPLE_QWEN))
+    assert wrong.returncode == 2 and "Did you mean 'inspect'?" in wrong.stderr, wrong.stderr

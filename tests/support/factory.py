@@ -485,7 +485,32 @@ class MoeShape:
 
 QWEN3_30B_A3B = MoeShape("Qwen3-30B-A3B", 48, 2048, 32, 4, 128, 128, 8, 768, 6144)
 QWEN3_235B_A22B = MoeShape("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 128, 8, 1536, 12288)
-QUANTS: tuple[str, ...] = ("Q4_K_M", "F16", "Q8_0")
+# A quant's matrices: (most of them, those llama-quant gives more bits, its file type).
+# Q4_K_M and F16 are the mixes the tests check; the others are simpler stand-ins of the same
+# names (one type, the bumped layers one step up), for repositories of many quants.
+SCHEMES: dict[str, tuple[QType, QType, gguf.LlamaFileType]] = {
+    "Q4_K_M": (QType.Q4_K, QType.Q6_K, gguf.LlamaFileType.MOSTLY_Q4_K_M),
+    "F16": (QType.F16, QType.F16, gguf.LlamaFileType.MOSTLY_F16),
+    "IQ1_S": (QType.IQ1_S, QType.IQ2_XXS, gguf.LlamaFileType.MOSTLY_IQ1_S),
+    "IQ1_M": (QType.IQ1_M, QType.IQ2_XXS, gguf.LlamaFileType.MOSTLY_IQ1_M),
+    "IQ2_XXS": (QType.IQ2_XXS, QType.IQ2_XS, gguf.LlamaFileType.MOSTLY_IQ2_XXS),
+    "IQ2_XS": (QType.IQ2_XS, QType.IQ2_S, gguf.LlamaFileType.MOSTLY_IQ2_XS),
+    "Q2_K": (QType.Q2_K, QType.Q3_K, gguf.LlamaFileType.MOSTLY_Q2_K),
+    "IQ3_XXS": (QType.IQ3_XXS, QType.IQ3_S, gguf.LlamaFileType.MOSTLY_IQ3_XXS),
+    "Q3_K_S": (QType.Q3_K, QType.Q3_K, gguf.LlamaFileType.MOSTLY_Q3_K_S),
+    "Q3_K_M": (QType.Q3_K, QType.Q4_K, gguf.LlamaFileType.MOSTLY_Q3_K_M),
+    "Q3_K_L": (QType.Q3_K, QType.Q5_K, gguf.LlamaFileType.MOSTLY_Q3_K_L),
+    "IQ4_XS": (QType.IQ4_XS, QType.Q5_K, gguf.LlamaFileType.MOSTLY_IQ4_XS),
+    "IQ4_NL": (QType.IQ4_NL, QType.Q5_K, gguf.LlamaFileType.MOSTLY_IQ4_NL),
+    "Q4_0": (QType.Q4_0, QType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+    "Q4_K_S": (QType.Q4_K, QType.Q5_K, gguf.LlamaFileType.MOSTLY_Q4_K_S),
+    "Q5_K_S": (QType.Q5_K, QType.Q5_K, gguf.LlamaFileType.MOSTLY_Q5_K_S),
+    "Q5_K_M": (QType.Q5_K, QType.Q6_K, gguf.LlamaFileType.MOSTLY_Q5_K_M),
+    "Q6_K": (QType.Q6_K, QType.Q6_K, gguf.LlamaFileType.MOSTLY_Q6_K),
+    "Q8_0": (QType.Q8_0, QType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "BF16": (QType.BF16, QType.BF16, gguf.LlamaFileType.MOSTLY_BF16),
+}
+QUANTS: tuple[str, ...] = tuple(SCHEMES)
 
 
 def _use_more_bits(i: int, n: int) -> bool:
@@ -494,9 +519,8 @@ def _use_more_bits(i: int, n: int) -> bool:
 
 
 def _qwen3moe_tensors(s: MoeShape, quant: str) -> list[tuple[str, tuple[int, ...], QType]]:
-    """(name, numpy-order shape, type) of every tensor; ``quant`` is Q4_K_M, F16 or Q8_0
-    (norms and the router stay F32; llama-quantize's Q8_0 keeps every matrix, the output and
-    the token embedding included, in Q8_0)."""
+    """(name, numpy-order shape, type) of every tensor; ``quant`` is one of :data:`SCHEMES`
+    (norms and the router stay F32)."""
     e, q, kv, hd, ff, x = (
         s.n_embd,
         s.n_head * s.head_dim,
@@ -506,11 +530,7 @@ def _qwen3moe_tensors(s: MoeShape, quant: str) -> list[tuple[str, tuple[int, ...
         s.n_experts,
     )
     f32 = QType.F32
-    q4, q6 = {
-        "Q4_K_M": (QType.Q4_K, QType.Q6_K),
-        "F16": (QType.F16, QType.F16),
-        "Q8_0": (QType.Q8_0, QType.Q8_0),
-    }[quant]
+    q4, q6, _ = SCHEMES[quant]
     out: list[tuple[str, tuple[int, ...], QType]] = [
         ("token_embd.weight", (s.n_vocab, e), q4),
         ("output_norm.weight", (e,), f32),
@@ -555,12 +575,7 @@ def _add_big_tokenizer(w: gguf.GGUFWriter, n_vocab: int, n_merges: int) -> None:
 
 def _add_big_keys(w: gguf.GGUFWriter, s: MoeShape, quant: str) -> None:
     w.add_name(f"{s.name} header-only")
-    file_types = {
-        "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
-        "F16": gguf.LlamaFileType.MOSTLY_F16,
-        "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-    }
-    w.add_file_type(file_types[quant])
+    w.add_file_type(SCHEMES[quant][2])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     w.add_context_length(s.context_length)
     w.add_embedding_length(s.n_embd)
@@ -590,8 +605,9 @@ def write_header_only(
     sparse: bool = False,
 ) -> Path:
     """Write a Qwen3-MoE header of ``shape`` (default Qwen3-30B-A3B) in ``quant`` (Q4_K_M,
-    F16 matrices as in the public --fit data point, or Q8_0), with a full vocabulary and 3 + 12 *
-    n_layers tensor infos; the keyword sizes override the shape's.
+    F16 matrices as in the public --fit data point, or another of :data:`SCHEMES`), with a
+    full vocabulary and 3 + 12 * n_layers tensor infos; the keyword sizes override the
+    shape's.
 
     No tensor data is written: the file ends after the tensor infos, or with ``sparse`` it is
     ``truncate``d to its full size (about 17 GiB by default) so the data region is a hole.

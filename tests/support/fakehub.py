@@ -14,7 +14,8 @@ on demand: ``ignore_range`` (200 with the whole body), ``redirect_loop``, ``not_
 HTML page instead of the bytes), and per kind of answer (``refs``, ``tree``, ``resolve``,
 ``file``) a :class:`Misbehave` in ``hub.misbehave``: another status, body or headers, a drip
 (some bytes, then one byte every ``drip_s``), a cut (the connection closed mid-body), a
-``Link: rel="next"`` loop. A repository's tree comes in pages of ``page_size`` entries (the
+``Link: rel="next"`` loop, a delay before answering. The most requests answered at once is
+counted (``most_in_flight``). A repository's tree comes in pages of ``page_size`` entries (the
 ``cursor`` query, as the real hub's ``Link`` header chain). Every request is recorded
 (:class:`Seen`), and the body bytes served per path are counted.
 """
@@ -63,6 +64,7 @@ class Misbehave:
     cut: int | None = None  # body bytes sent before the connection is closed
     link: str | None = None  # tree pages: "self" (next is the same page), "cycle" (last -> first)
     mutate: Callable[[bytes], bytes] | None = None  # the body, rewritten (a fuzz's mutation)
+    delay_s: float = 0.0  # wait this long before answering
 
 
 @dataclass
@@ -90,6 +92,8 @@ class FakeHub:
     drip_s: float = 1.0
     hub_port: int = 0
     cdn_port: int = 0
+    in_flight: int = 0  # requests being answered now
+    most_in_flight: int = 0  # the most at once since the last reset
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -115,6 +119,7 @@ class FakeHub:
         with self._lock:
             self.seen.clear()
             self.bytes_served.clear()
+            self.most_in_flight = self.in_flight
         self.ignore_range = self.redirect_loop = self.not_gguf = False
         self.misbehave = {}
         self.drip_s = 1.0
@@ -130,6 +135,11 @@ class FakeHub:
     def record(self, seen: Seen) -> None:
         with self._lock:
             self.seen.append(seen)
+
+    def answering(self, change: int) -> None:
+        with self._lock:
+            self.in_flight += change
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
 
     def count_bytes(self, path: str, n: int) -> None:
         with self._lock:
@@ -160,6 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         self.hub.record(seen)
         path = unquote(urlsplit(self.path).path)
+        self.hub.answering(+1)
         try:
             if self.role == "cdn":
                 self._cdn(method, path)
@@ -167,6 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._api(method, path)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            self.hub.answering(-1)
 
     # --- answers ------------------------------------------------------------------------
 
@@ -181,6 +194,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Write the whole answer by hand (status line, headers, body), misbehaving as
         ``hub.misbehave[kind]`` says."""
         bad = self.hub.misbehave.get(kind, Misbehave())
+        if bad.delay_s:
+            time.sleep(bad.delay_s)
         if bad.status is not None:
             status, body, length = bad.status, json.dumps({"error": "misbehaving"}).encode(), None
             headers = {"Content_Type": "application/json"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from moetune.gguf.roles import Role
 from moetune.jobs.loader import load_model_facts
 from moetune.units import MIB
 
+from support.archfix_c import DEEPSEEK32, write_glm_dsa, write_mla
 from support.compute import mib
 from support.factory import ARCHS, ModelFactory, write_header_only, write_model
 
@@ -211,6 +213,33 @@ def test_segment_replay_on_several_devices(
     replay = Replay(facts, run, opts)
     for placement in _multi_placements(facts, len(kinds), random.Random(arch + str(kinds))):
         assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
+
+
+@pytest.mark.parametrize("setting", REPLAY_SETTINGS, ids=lambda s: f"{s[4]}-ctx{s[0]}-ub{s[1]}")
+def test_sparse_attention_blocks_are_replayed_segment_by_segment(
+    tmp_path: Path, setting: tuple[Any, ...]
+) -> None:
+    """DeepSeek sparse attention: each block's own leaf (the zero-filled top-k rows, which
+    ggml-alloc allocates before the first node) is allocated by the head where its block
+    puts it, and freed by its block; the figures are simulate()'s, on one device and on
+    several. glm-dsa's shared layers reuse an earlier block's top-k: replayed whole."""
+    shape = replace(DEEPSEEK32, n_layers=9, indexer=(4, 64, 2048))  # top-k rows of 4 MiB
+    facts = load_model_facts(write_mla(tmp_path / "ds32.gguf", shape))
+    n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
+    run = run_params(n_ctx, ubatch, 2048, n_seq, outputs)
+    opts = Options(fa, cache, cache if fa else "f16", (kind == "cuda",), kind == "cuda")
+    replay = Replay(facts, run, opts)
+    for placement in _placements(facts, random.Random(str(setting))):
+        assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
+    two = opts._replace(cuda=(kind == "cuda", False))
+    replay = Replay(facts, run, two)
+    for placement in _multi_placements(facts, 2, random.Random(str(setting))):
+        assert replay.segmented_peaks(placement) == simulate(facts, run, placement, two), placement
+    shared = load_model_facts(write_glm_dsa(tmp_path / "glm-dsa.gguf"))
+    place = LayerHomes.single(shared.n_layers, 0, (), True, shared.tensors)
+    with pytest.raises(NotSegmentable, match="earlier block"):
+        Replay(shared, run, opts).segmented_peaks(place)
+    assert Replay(shared, run, opts).peaks(place) == simulate(shared, run, place, opts)
 
 
 def test_pipeline_parallelism_is_replayed_whole(tmp_path: Path) -> None:

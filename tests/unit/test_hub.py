@@ -42,7 +42,7 @@ from support.factory import (
     _qwen3moe_tensors,
     write_header_only,
 )
-from support.fakehub import FakeHub, fake_hub
+from support.fakehub import FakeHub, Misbehave, fake_hub
 from support.projector_factory import write_projector
 
 REPO = "acme/Qwen3-30B-A3B-GGUF"
@@ -512,3 +512,28 @@ def test_an_error_names_twenty_quants_at_most() -> None:
     many = tuple(RepoFile(f"m-Q{i:03d}.gguf", 1) for i in range(50))
     message = fails(ExitCode.FILE_NOT_FOUND, choose_quant, RepoListing("a/b", "c" * 40, many), "X")
     assert "Q019, ... (50 in all)" in message and "Q020" not in message
+
+
+def test_headers_are_read_ahead_a_few_at_a_time(hub: FakeHub) -> None:
+    """``plan user/model`` reads the headers of the quants it will plan on a few threads, each
+    quant once; the planning gets them in its order, the same models as read one by one."""
+    from moetune.jobs.models import model_of_quant
+    from moetune.jobs.plan import HEADER_READERS, _Opened
+
+    name = ModelName(REPO)
+    listing = list_repo(name)
+    quants = listing.model_quants()
+    assert len(quants) >= 3
+    hub.reset()
+    hub.misbehave["file"] = Misbehave(delay_s=0.2)  # each ranged read takes a while
+    with _Opened(name, listing) as opened:
+        opened.prefetch(quants)
+        ahead = [opened.model(q) for q in quants]
+        assert [opened.model(q) for q in quants] == ahead  # once each
+    assert 2 <= hub.most_in_flight <= HEADER_READERS
+    reads = [(s.path, s.range) for s in hub.requests("cdn", "GET")]
+    assert len(set(reads)) == len(reads)  # no header read twice
+    hub.reset()
+    one_by_one = [model_of_quant(name, listing, q) for q in quants]  # from the cache now
+    assert [m.facts for m in ahead] == [m.facts for m in one_by_one]
+    assert not hub.requests("cdn")

@@ -445,15 +445,58 @@ NOT_FOR_PLANS = (
 )
 
 
+# typer's per-parameter pydantic adapters (cli/coercion.py coerces plain values without them),
+# and every command's module but the one that runs (cli/__init__.py registers that one alone).
+NOT_FOR_ANY = ("typer._adapters",)
+COMMAND_MODULES = tuple(
+    f"moetune.cli.{module}"
+    for module in (
+        *("inspect", "plan", "run", "bench", "calibrate"),
+        *("profiles", "alias", "export", "doctor"),
+    )
+)
+
+
+def _other_commands(*used: str) -> tuple[str, ...]:
+    return tuple(m for m in COMMAND_MODULES if m.rsplit(".", 1)[1] not in used)
+
+
+# inspect reads a header and summarises it: no planning, no compute replay, no KV cache, no
+# speed forecast, no hardware.
+NOT_FOR_INSPECT = (
+    "moetune.core.compute",
+    "moetune.core.kvcache",
+    "moetune.core.memory",
+    "moetune.core.plan",
+    "moetune.core.planner",
+    "moetune.core.speed",
+    "moetune.core.extras",
+    "moetune.core.projector",
+    "moetune.jobs.loader",
+    "moetune.hardware",
+    "psutil",
+    "moetune.store",
+)
+# a plan without --mmproj or --frontier: no projector (clip's replay), no frontier.
+NOT_FOR_A_PLAIN_PLAN = (
+    "moetune.core.projector",
+    "moetune.core.compute.clip",
+    "moetune.core.frontier",
+)
+
+
 @pytest.mark.parametrize(
     ("command", "absent"),
     [
-        (["--version"], ("moetune.core", "pydantic", "rich")),
+        (["--version"], ("moetune.core", "pydantic", "rich", *NOT_FOR_ANY, *COMMAND_MODULES)),
         (
             ["inspect", "EXAMPLE", "--json"],
-            (*NOT_FOR_PLANS, "moetune.store", "moetune.core.planner"),
+            (*NOT_FOR_PLANS, *NOT_FOR_ANY, *NOT_FOR_INSPECT, *_other_commands("inspect")),
         ),
-        (["plan", "EXAMPLE", "--vram", "24G", "--json"], NOT_FOR_PLANS),
+        (
+            ["plan", "EXAMPLE", "--vram", "24G", "--json"],
+            (*NOT_FOR_PLANS, *NOT_FOR_ANY, *NOT_FOR_A_PLAIN_PLAN, *_other_commands("plan")),
+        ),
     ],
 )
 def test_a_command_imports_only_what_it_uses(command: list[str], absent: tuple[str, ...]) -> None:

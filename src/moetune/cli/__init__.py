@@ -1,13 +1,18 @@
 """The command line: parse, call a job or the core, render.
 
-Importing this package registers every command on ``app``, in the order ``--help`` lists them;
-each command module keeps its heavy imports inside the command, so ``moetune inspect`` loads
-neither the HTTP client nor the bench, and ``moetune --version`` loads almost nothing.
+``main`` registers on ``app`` only the command that the arguments name (``moetune plan ...``
+builds the options of ``plan`` alone); ``--help``, no command or an unknown name register
+every command, in the order ``--help`` lists them. Each command module keeps its heavy
+imports inside the command, so ``moetune inspect`` loads neither the HTTP client nor the
+planner, and ``moetune --version`` loads almost nothing. In-process callers (the tests) call
+``load_commands()`` for the whole tree.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Sequence
 
 from moetune.cli.app import app
 
@@ -22,11 +27,35 @@ COMMAND_MODULES = (
     "export",
     "doctor",
 )
-for _module in COMMAND_MODULES:
-    importlib.import_module(f"moetune.cli.{_module}")
 
-__all__ = ["app", "main"]
+# each command's name, and the module that registers it
+COMMANDS = {name: name for name in COMMAND_MODULES} | {"report": "bench"}
+
+__all__ = ["COMMANDS", "COMMAND_MODULES", "app", "load_commands", "main", "modules_for"]
+
+
+def modules_for(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The command modules that ``moetune ARGV`` needs: the one of the command it names (the
+    first argument that is not an option: the app's own, ``--debug`` and ``--version``, take
+    no value), none for ``--version`` (it answers before any command), else every one (the
+    help, or click's "No such command" with its suggestions). ``argv`` None: every one."""
+    for arg in argv or ():
+        if arg == "--version":
+            return ()
+        if arg == "--" or not arg.startswith("-"):
+            module = COMMANDS.get(arg)
+            if module is None:
+                break
+            return (module,)
+    return COMMAND_MODULES
+
+
+def load_commands(argv: Sequence[str] | None = None) -> None:
+    """Register on ``app`` the commands ``moetune ARGV`` needs (``argv`` None: every one)."""
+    for module in modules_for(argv):
+        importlib.import_module(f"moetune.cli.{module}")
 
 
 def main() -> None:
+    load_commands(sys.argv[1:])
     app(prog_name="moetune")

@@ -12,11 +12,13 @@ import functools
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from moetune import __version__
+from moetune.cli.coercion import plain_coercion
 from moetune.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -24,7 +26,16 @@ if TYPE_CHECKING:
 
     from moetune.jobs.status import LiveStatus
 
+
+class Group(TyperGroup):
+    """moetune's command group: its options (--debug, --version, --help) coerced plainly."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return plain_coercion(super().get_params(ctx))
+
+
 app = typer.Typer(
+    cls=Group,
     name="moetune",
     help="Tune llama.cpp Mixture-of-Experts expert offload for your GPU.",
     no_args_is_help=True,

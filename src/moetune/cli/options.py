@@ -23,6 +23,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand
 
+from moetune.cli.coercion import plain_coercion
 from moetune.errors import BadValueError, ExitCode
 from moetune.units import (
     Ctx,
@@ -325,6 +326,9 @@ class Command(TyperCommand):
     it is an error, with a did-you-mean), and help that names each value (SIZE, N|max)."""
 
     takes_pass_through = False
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return plain_coercion(super().get_params(ctx))
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """The options, and the arguments after ``--``. A value refused here is reported as

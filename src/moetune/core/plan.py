@@ -297,10 +297,16 @@ def _context_for(facts: ModelFacts, req: PlanRequest, target: DeviceBudgets) -> 
 
 
 def _main_plan(
-    facts: ModelFacts, req: PlanRequest, target: DeviceBudgets, settings: Settings
+    facts: ModelFacts,
+    req: PlanRequest,
+    target: DeviceBudgets,
+    settings: Settings,
+    *,
+    brief: bool = False,
 ) -> tuple[OffloadPlan, OffloadPlan | None]:
     """The N plan (or -ngl K for a dense model) and the -ot plan (when it keeps more on the
-    devices); the placement that needs the least device memory when nothing fits."""
+    devices; never with ``brief``); the placement that needs the least device memory when
+    nothing fits."""
     if not facts.is_moe:
         try:
             return plan_layers(facts, target, settings, extras=req.extras), None
@@ -313,6 +319,8 @@ def _main_plan(
             main = plan_n_cpu_moe(facts, target, settings, extras=req.extras)
         except DoesNotFitError:
             return floor_plan(facts, target, settings, extras=req.extras), None
+    if brief:
+        return main, None
     counts = tuple(int(c) for c in main.placement.tensor_split) or None
     try:
         alt = plan_override(facts, target, settings, counts, extras=req.extras)
@@ -388,8 +396,11 @@ def _gpu_failure(
     main: OffloadPlan,
     target: DeviceBudgets,
     settings: Settings,
+    *,
+    brief: bool = False,
 ) -> _Failure:
-    """A device cannot hold the placement: the figures, and the nearest plan that fits."""
+    """A device cannot hold the placement: the figures, and (unless ``brief``) the nearest
+    plan that fits."""
     where = "with every expert on the CPU" if facts.is_moe and req.n_cpu_moe is None else ""
     if target.n == 1:
         need = main.memory.gpu_bytes
@@ -404,6 +415,9 @@ def _gpu_failure(
             for i in target.over(main.memory)
         ]
         reason = f"at -c {settings.n_ctx} {where}: {'; '.join(parts)}"
+    reason = reason.replace("  ", " ")
+    if brief:
+        return _Failure(fails="gpu", reason=reason, suggestions=[])
     suggestions: list[str] = []
     nearest = None
     if req.n_cpu_moe is not None:
@@ -427,7 +441,6 @@ def _gpu_failure(
             "not even -c 256 fits: a smaller quant of the model or "
             + ("a bigger GPU" if target.n == 1 else "more or bigger devices")
         )
-    reason = reason.replace("  ", " ")
     return _Failure(fails="gpu", reason=reason, suggestions=suggestions, nearest=nearest)
 
 
@@ -480,16 +493,18 @@ def plan_forecast(
     return fitted_forecast(layout, figures, fit, depth=depth, n_prompt=n_prompt, prefill_depth=0)
 
 
-def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
+def make_plan(facts: ModelFacts, req: PlanRequest, *, brief: bool = False) -> PlanResult:
     """The placement(s) that keep every device within its budget, with checks; when none
-    fits, what fails and the nearest plan that fits."""
+    fits, what fails and the nearest plan that fits. ``brief``: only what a repository's
+    table of quants shows (the recommended placement, whether it fits and why not): no -ot
+    alternative, ubatch hint, forecast, or what would fit instead."""
     target = plan_target(req)
     settings = _context_for(facts, req, target)
-    main, alt = _main_plan(facts, req, target, settings)
+    main, alt = _main_plan(facts, req, target, settings, brief=brief)
     ram = check_ram(main.memory, req.ram_total_bytes, req.ram_available_bytes)
     failure = None
     if not target.fits(main.memory):
-        failure = _gpu_failure(facts, req, main, target, settings)
+        failure = _gpu_failure(facts, req, main, target, settings, brief=brief)
     elif ram.status == "fail":
         failure = _ram_failure(main, ram)
     gain = alt.memory.gpu_weights_bytes - main.memory.gpu_weights_bytes if alt else 0
@@ -509,7 +524,9 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         override_gain_bytes=gain,
         ram=ram,
         threads=req.physical_cores,
-        ubatch_hint=None if failure else _ubatch_hint(facts, main, target, settings, req.extras),
+        ubatch_hint=None
+        if failure or brief
+        else _ubatch_hint(facts, main, target, settings, req.extras),
         warnings=_warnings(facts, settings, [main], req.extras) + _free_warning(req, main.memory),
         fails=failure.fails if failure else None,
         reason=failure.reason if failure else None,
@@ -520,7 +537,7 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
         limiting_device=_limiting(main.memory, target) if several else None,
         forecast=(
             None
-            if failure
+            if failure or brief
             else plan_forecast(facts, req, main.placement, settings, speed_basis(req))
         ),
         ctx_note=ctx_max_stop(facts, settings.n_ctx) if req.ctx_max else None,

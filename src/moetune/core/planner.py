@@ -200,6 +200,9 @@ class _Search:
         self.n_gpu_layers = n_gpu_layers
         self.parts: Parts = _expert_parts_of(facts)
         self._bases: dict[tuple[int, ...], WeightSplit] = {}
+        # an -ot fill's weights and estimate, by (counts, fill): the fill search asks the
+        # same one again for each block it weighs against the room left
+        self._fills: dict[tuple[tuple[int, ...], _Fill], tuple[WeightSplit, MemoryEstimate]] = {}
 
     def base(self, counts: tuple[int, ...]) -> WeightSplit:
         found = self._bases.get(counts)
@@ -223,6 +226,15 @@ class _Search:
     def with_cpu_blocks(self, counts: tuple[int, ...], blocks: Sequence[int]) -> WeightSplit:
         return self.base(counts).move_experts(_block_experts(self.parts, blocks))
 
+    def fill(self, counts: tuple[int, ...], fill: _Fill) -> tuple[WeightSplit, MemoryEstimate]:
+        """The weights and the estimate of an -ot ``fill`` at the split ``counts``."""
+        key = (counts, fill)
+        found = self._fills.get(key)
+        if found is None:
+            weights = _fill_weights(self, counts, fill)
+            found = self._fills[key] = (weights, self.memory(weights, overridden=True))
+        return found
+
     @property
     def total_layers(self) -> int:
         """The layers offloaded, which -ts splits: the blocks and the output layer (-ngl K:
@@ -230,8 +242,13 @@ class _Search:
         return min(self.n_gpu_layers, self.facts.n_layers + 1)
 
 
-def _largest(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
-    """The largest value in [low, high] for which ``ok`` holds (``ok`` true up to a point)."""
+def _largest(
+    low: int, high: int, ok: Callable[[int], bool], *, top_first: bool = False
+) -> int | None:
+    """The largest value in [low, high] for which ``ok`` holds (``ok`` true up to a point).
+    ``top_first``: ``high`` is tried first (one call where it holds: where it often does)."""
+    if top_first and ok(high):
+        return high
     if not ok(low):
         return None
     while low < high:
@@ -330,7 +347,7 @@ def _keep_on_device(
     options = [_keep_in_order(search, counts, device, fill, own)]
     if both_orders:
         options.append(_keep_in_order(search, counts, device, fill, own[::-1]))
-    return max(options, key=lambda f: _fill_weights(search, counts, f).device_bytes[device])
+    return max(options, key=lambda f: search.fill(counts, f)[0].device_bytes[device])
 
 
 def _keep_in_order(
@@ -343,8 +360,7 @@ def _keep_in_order(
         return fill._replace(cpu_blocks=(*others, *order[:k]), partial=(*fill.partial, *partial))
 
     def fits(candidate: _Fill) -> bool:  # this device and those before it
-        memory = search.memory(_fill_weights(search, counts, candidate), overridden=True)
-        return search.target.fits(memory, upto=device + 1)
+        return search.target.fits(search.fill(counts, candidate)[1], upto=device + 1)
 
     n = len(order)
     k = n - (_largest(0, n, lambda j: fits(trial(n - j))) or 0)
@@ -389,13 +405,12 @@ def _use_room(search: _Search, counts: tuple[int, ...], fill: _Fill) -> _Fill:
 
 def _room(search: _Search, counts: tuple[int, ...], fill: _Fill, device: int) -> int:
     """What ``device`` has left under its budget with ``fill``."""
-    memory = search.memory(_fill_weights(search, counts, fill), overridden=True)
+    memory = search.fill(counts, fill)[1]
     return search.target.budgets[device] - memory.devices[device].total_bytes
 
 
 def _fits(search: _Search, counts: tuple[int, ...], fill: _Fill) -> bool:
-    memory = search.memory(_fill_weights(search, counts, fill), overridden=True)
-    return search.target.fits(memory)
+    return search.target.fits(search.fill(counts, fill)[1])
 
 
 def fill_rules(fill: _Fill) -> tuple[Override, ...]:
@@ -438,7 +453,7 @@ def _fill_at(
     for device in range(search.target.n):
         fill = _keep_on_device(search, counts, device, fill, both_orders)
     fill = _use_room(search, counts, fill)
-    return fill, search.memory(_fill_weights(search, counts, fill), overridden=True)
+    return fill, search.fill(counts, fill)[1]
 
 
 def plan_override(
@@ -571,7 +586,8 @@ def max_context(
             found[steps] = result[0]
         return result is not None
 
-    best = _largest(1, max(limit // CTX_STEP, 1), fits)
+    # the training context often fits: tried first, it ends the search at once
+    best = _largest(1, max(limit // CTX_STEP, 1), fits, top_first=True)
     return None if best is None else (best * CTX_STEP, found[best])
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moetune.core.extras import (
     TOKENS_KEY,
@@ -25,10 +26,12 @@ from moetune.core.extras import (
     parse_extras_flags,
 )
 from moetune.core.facts import ModelFacts, facts_from_gguf
-from moetune.core.projector import ProjectorFacts, projector_from_header
 from moetune.core.settings import Settings
 from moetune.gguf.reader import read_header, read_string_array
 from moetune.gguf.split import read_model
+
+if TYPE_CHECKING:  # the projector's module brings clip's compute replay: only for an mmproj
+    from moetune.core.projector import ProjectorFacts
 
 __all__ = ["load_extras", "load_model_facts", "load_projector", "with_extras"]
 
@@ -40,6 +43,8 @@ def load_model_facts(path: str | os.PathLike[str]) -> ModelFacts:
 
 def load_projector(path: str | os.PathLike[str]) -> ProjectorFacts:
     """Read an mmproj GGUF's header; ProjectorError if llama.cpp's clip would refuse it."""
+    from moetune.core.projector import projector_from_header
+
     return projector_from_header(read_header(Path(path)))
 
 

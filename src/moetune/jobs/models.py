@@ -72,9 +72,10 @@ def open_model(text: str | Path) -> Model:
         from moetune.hub import url_model
 
         return Model(facts_from_gguf(url_model(arg)), None, url=arg.url)
-    from moetune.jobs.loader import load_model_facts
+    from moetune.core.facts import facts_from_gguf
+    from moetune.gguf.split import read_model
 
-    return Model(load_model_facts(arg), Path(arg))
+    return Model(facts_from_gguf(read_model(arg)), Path(arg))
 
 
 def model_of_quant(name: ModelName, listing: RepoListing, quant: Quant) -> Model:

@@ -4,6 +4,7 @@ the plan alias and export fall back to when nothing is tuned (``predicted_plan``
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -11,12 +12,14 @@ from moetune.errors import BadValueError, MoetuneError, NoGpuError
 from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from moetune.core.calibrate import Measured
     from moetune.core.frontier import Frontier
     from moetune.core.goal import Goal
     from moetune.core.plan import PlanRequest, PlanResult
     from moetune.core.speed import MachineFigures
-    from moetune.hub import ModelName, Quant
+    from moetune.hub import ModelName, Quant, RepoListing
     from moetune.jobs.devices import DeviceSet
     from moetune.jobs.models import Model
     from moetune.jobs.quants import QuantsResult
@@ -180,24 +183,71 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
 
 
 def plan_repo(name: ModelName, inputs: PlanInputs) -> QuantsResult:
-    """``plan user/model``: every quant of the repository, and the two picks."""
-    from moetune.core.plan import make_plan
+    """``plan user/model``: every quant of the repository, and the two picks. The headers of
+    the quants that will all be planned are read :data:`HEADER_READERS` at a time, ahead of
+    the planning, which takes them in order."""
     from moetune.hub import list_repo
-    from moetune.jobs.models import model_of_quant
     from moetune.jobs.quants import plan_quants
 
     listing = list_repo(name)
-    opened: dict[str, Model] = {}  # each quant's headers are read once, for both plans
+    with _Opened(name, listing) as opened:
 
-    def plan_of(quant: Quant, ctx_max: bool) -> PlanResult:
-        key = quant.first.path  # tags may repeat (two models, one tag)
-        if key not in opened:
-            opened[key] = model_of_quant(name, listing, quant)
-        chosen = opened[key]
-        request = plan_request(chosen, inputs._replace(ctx=_MAX if ctx_max else inputs.ctx))
-        return make_plan(chosen.facts, request)
+        def plan_of(quant: Quant, ctx_max: bool) -> PlanResult:
+            from moetune.core.plan import make_plan
 
-    return plan_quants(name, listing, plan_of, inputs.found.devices, inputs.ram)
+            chosen = opened.model(quant)
+            request = plan_request(chosen, inputs._replace(ctx=_MAX if ctx_max else inputs.ctx))
+            return make_plan(chosen.facts, request, brief=True)  # what a row shows
+
+        return plan_quants(
+            name, listing, plan_of, inputs.found.devices, inputs.ram, prefetch=opened.prefetch
+        )
+
+
+HEADER_READERS = 4  # headers read at once (each its own connection to the hub)
+
+
+class _Opened:
+    """Each quant's model (headers read once, for both of its plans), read here or ahead on
+    a few threads; leaving stops the reads not yet begun (those under way end by their
+    --timeout)."""
+
+    def __init__(self, name: ModelName, listing: RepoListing) -> None:
+        self.name, self.listing = name, listing
+        self.ahead: dict[str, Future[Model]] = {}  # by the quant's first file: tags may repeat
+        self.opened: dict[str, Model] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> _Opened:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def prefetch(self, quants: Sequence[Quant]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if len(quants) < 2:
+            return
+        self.pool = ThreadPoolExecutor(HEADER_READERS, thread_name_prefix="moetune-header")
+        for quant in quants:
+            key = quant.first.path
+            if key not in self.ahead:
+                context = contextvars.copy_context()  # --timeout, as the command set it
+                self.ahead[key] = self.pool.submit(context.run, self._open, quant)
+
+    def model(self, quant: Quant) -> Model:
+        key = quant.first.path
+        if key not in self.opened:
+            ahead = self.ahead.pop(key, None)
+            self.opened[key] = ahead.result() if ahead is not None else self._open(quant)
+        return self.opened[key]
+
+    def _open(self, quant: Quant) -> Model:
+        from moetune.jobs.models import model_of_quant
+
+        return model_of_quant(self.name, self.listing, quant)
 
 
 _MAX = Ctx(None)

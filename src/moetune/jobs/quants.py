@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from moetune.hub import ModelName, Quant, RepoListing
 
 PlanOf = Callable[["Quant", bool], "PlanResult"]  # (quant, at the largest context) -> plan
+Prefetch = Callable[[Sequence["Quant"]], None]  # the quants about to be planned, in order
 MAX_PLANNED = 32
 
 
@@ -72,8 +73,12 @@ def plan_quants(
     plan_of: PlanOf,
     devices: Sequence[DeviceSpec],
     ram: tuple[int | None, int | None, int | None],
+    *,
+    prefetch: Prefetch | None = None,
 ) -> QuantsResult:
-    """Plan the quants of ``listing`` with ``plan_of``; the rows biggest first."""
+    """Plan the quants of ``listing`` with ``plan_of``; the rows biggest first. ``prefetch``
+    is told the quants that will all be planned, in that order, before the first is (their
+    headers can be on their way while the first ones are planned)."""
     ordered = sorted(listing.model_quants(), key=lambda q: q.size_bytes, reverse=True)
     vram = sum(d.total_bytes or 0 for d in devices)
     room = vram + (ram[0] or 0)
@@ -85,6 +90,8 @@ def plan_quants(
         else:
             candidates.append(i)
     if len(candidates) <= MAX_PLANNED:
+        if prefetch is not None:
+            prefetch([ordered[i] for i in candidates])
         for i in candidates:
             table.plan(i)
     else:

@@ -68,6 +68,7 @@ def _top_k_mask(
         g.carry["top_k"] = top
     else:  # glm-dsa's shared layers reuse the last full layer's top-k
         top = g.carry.get("top_k") or Tensor("top_k", "cont", (top_k, t), I32)
+        g.borrowed = True
     top3 = g.view(top, (top_k, t, 1))
     mask = ai.mask
     filled = g.op("fill", "kq_mask_all", mask.ne, mask, esize=mask.esize)

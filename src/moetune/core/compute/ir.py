@@ -139,6 +139,9 @@ class Graph:
         self.pin_norms = full or run.n_tokens < 32
         # tensors a later block reuses (glm-dsa's shared indexer layers: the last top-k)
         self.carry: dict[str, Tensor] = {}
+        # a block used a tensor an earlier block made (from ``carry``, or its stand-in when
+        # the block is built alone): the segment replay cannot replay it on its own
+        self.borrowed = False
 
     def has(self, name: str) -> bool:
         return name in self._tensors

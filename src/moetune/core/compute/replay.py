@@ -10,7 +10,10 @@ alike, and each stage of the replay passes only a little state from one segment 
   of graph inputs made so far; a segment may add copies to a split that began in an earlier
   segment, and those are emitted where that split began;
 - the allocator carries its free blocks and the places of the tensors that cross segments:
-  the graph inputs, their copies, the residual stream and its copies.
+  the graph inputs, their copies, the residual stream and its copies, and the leafs a block
+  makes of its own (DeepSeek sparse attention's zero-filled top-k rows): ggml-alloc
+  allocates every leaf before the first node, so the head allocates them, each on the
+  backend its block gives it, and each block frees its own.
 
 So each stage of each segment is a function of (what the segment is, the state it gets), and
 is memoised on exactly that: a block with its experts on the CPU is replayed once for a given
@@ -22,7 +25,8 @@ them over many placements); a situation this module does not cover falls back to
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 from moetune.core.compute.alloc import FreeBlocks, GAlloc, count_uses, simulate
@@ -46,12 +50,15 @@ from moetune.core.facts import ModelFacts
 
 UNUSED = 1 << 40  # users of a tensor that remain after this segment (never reached)
 # A tensor that crosses segments: ("res", 0, 0) the residual coming in, ("leaf", i, 0) graph
-# input i, ("copy", i, backend) its copy, ("rescopy", 0, backend) a copy of the residual.
+# input i, ("copy", i, backend) its copy, ("rescopy", 0, backend) a copy of the residual,
+# ("bleaf", il, j) leaf j of block il (allocated by the head); inside a block's own replay,
+# which blocks of the same kind share, its leafs are ("bleaf", -1, j).
 Slot = tuple[str, int, int]
 RES: Slot = ("res", 0, 0)
 PortState = tuple[bool, int, int]  # allocated, offset, backend
 SlotState = tuple[bool, int, int, bool, bool]  # + no later user, no later view
 ResShape = tuple[tuple[int, ...], float] | None  # the residual's ne and element size
+BlockLeaf = tuple[Slot, tuple[int, ...], float, int]  # a block's own leaf: ne, esize, backend
 Carries = tuple[int, ...]
 SplitEntry = tuple[int, bool]  # the current split: backend, has inputs
 # The allocator's whole state between two segments: free blocks, crossing tensors.
@@ -96,12 +103,15 @@ class EmissionKey(NamedTuple):
 
 
 class _Built(NamedTuple):
-    """One segment's nodes, built for a situation."""
+    """One segment's nodes, built for a situation, and the leafs a block makes of its own
+    (by ``id``: their slots)."""
 
     nodes: list[Tensor]
     deps: dict[int, list[Tensor]]
     res_in: Tensor | None
     res_out: Tensor | None
+    leafs: tuple[Tensor, ...] = ()
+    leaf_slots: Mapping[int, Slot] = MappingProxyType({})
 
 
 class _Profile:
@@ -172,6 +182,7 @@ class _AllocOut(NamedTuple):
     peaks: dict[int, int]
     slots: tuple[PortState, ...]  # after the segment, per slot of the emission
     res_out: PortState | None
+    block_leafs: tuple[tuple[Slot, PortState], ...] = ()  # the head: every block's own leafs
 
 
 class Replay:
@@ -194,6 +205,7 @@ class Replay:
         }
         self._profiles: dict[tuple[Kind, ResShape], _Profile] = {}
         self._finals: dict[Situation, tuple[int, int | None]] = {}
+        self._leaf_homes: dict[Situation, tuple[BlockLeaf, ...]] = {}
         self._splits: dict[tuple[Situation, SplitEntry, frozenset[Slot], bool], _SplitOut] = {}
         self._emissions: dict[EmissionKey, _Emission] = {}
         self._allocs: dict[Hashable, _AllocOut] = {}
@@ -262,8 +274,10 @@ class Replay:
             moved = frozenset((f"blk.{il}.{name}", backend) for name, backend in moves)
             g = self._graph(self._uniform(home, moved))
             res_out = layer(g, self.inp, il, res_in, last)
-            if g.leafs:  # allocated before every node, not where the block is
-                raise NotSegmentable("a block with graph leafs of its own")
+            if any(leaf.is_input for leaf in g.leafs):
+                raise NotSegmentable("a block with graph inputs of its own")
+            if g.borrowed:
+                raise NotSegmentable("a block that uses a tensor of an earlier block")
         elif kind.what == "tail" and res_in is not None and isinstance(kind.sig, tuple):
             out_home, outside = kind.sig
             g = self._graph(self._uniform(CPU_BACKEND, frozenset(outside), output=out_home))
@@ -271,7 +285,10 @@ class Replay:
         else:
             raise NotSegmentable(f"cannot build a {kind.what} segment here")
         deps = {id(until): kept for until, kept in g.deps}
-        return _Built(g.nodes, deps, res_in, res_out)
+        if not g.leafs:
+            return _Built(g.nodes, deps, res_in, res_out)
+        slots = {id(leaf): ("bleaf", -1, j) for j, leaf in enumerate(g.leafs)}
+        return _Built(g.nodes, deps, res_in, res_out, tuple(g.leafs), slots)
 
     def _profile(self, seg: Segment, res: ResShape) -> _Profile:
         key = (seg.kind, res)
@@ -301,7 +318,7 @@ class Replay:
             return self.segmented_peaks(place)
         except NotSegmentable:
             found = self._simulated.get(place)
-            if found is None:  # the whole graph (DSA blocks: ~0.1 s at 61 blocks)
+            if found is None:  # the whole graph (pipeline copies, glm-dsa shared layers)
                 found = self._simulated[place] = simulate(self.facts, self.run, place, self.opts)
                 while len(self._simulated) > 64:
                     self._simulated.popitem(last=False)
@@ -317,7 +334,7 @@ class Replay:
         if found is None:
             situations = self._situations(segments)
             plans = self._split_sweep(segments, situations)
-            found = self._alloc_sweep(segments, plans, self._last_uses(plans))
+            found = self._alloc_sweep(segments, plans, self._last_uses(segments, plans))
             self._results[kinds] = found
         return dict(found)
 
@@ -350,14 +367,20 @@ class Replay:
             first = next((n.backend for n in built.nodes if n.op not in VIEW_OPS), None)
             found = (out.backend if out is not None else -1, first)
             self._finals[situation] = found
+            self._leaf_homes[situation] = tuple(
+                (built.leaf_slots[id(leaf)], leaf.ne, leaf.esize, leaf.backend)
+                for leaf in built.leafs
+            )
         return found
 
     # --- splits ---------------------------------------------------------------------------
 
-    def _slot_of(self, t: Tensor, res_in: Tensor | None) -> Slot | None:
-        if t is res_in:
+    def _slot_of(self, t: Tensor, built: _Built) -> Slot | None:
+        if t is built.res_in:
             return RES
         if (slot := self.leaf_slot.get(id(t))) is not None:
+            return slot
+        if (slot := built.leaf_slots.get(id(t))) is not None:
             return slot
         return t.port
 
@@ -449,38 +472,39 @@ class Replay:
             started=len(splits) > 1 or not carried,
             additions=tuple(additions),
             new_copies=new,
-            uses=self._uses(emit(splits, built.deps, self.opts), built.res_in),
+            uses=self._uses(emit(splits, built.deps, self.opts), built),
         )
         self._splits[key] = found
         return found
 
-    def _uses(
-        self, order: Sequence[Tensor], res_in: Tensor | None
-    ) -> tuple[tuple[Slot, int, int], ...]:
+    def _uses(self, order: Sequence[Tensor], built: _Built) -> tuple[tuple[Slot, int, int], ...]:
         """Users and views of each crossing tensor in an emission."""
         users: dict[Slot, list[int]] = {}
         for node in order:
             if node.view_src is not None and node.op != "none":
-                slot = self._slot_of(node.view_src, res_in)
+                slot = self._slot_of(node.view_src, built)
                 if slot is not None:
                     users.setdefault(slot, [0, 0])[1] += 1
             for src in node.srcs:
-                slot = self._slot_of(src, res_in)
+                slot = self._slot_of(src, built)
                 if slot is not None:
                     users.setdefault(slot, [0, 0])[0] += 1
         return tuple((slot, c, v) for slot, (c, v) in users.items())
 
     @staticmethod
-    def _last_uses(plans: Sequence[_Plan]) -> dict[Slot, tuple[int, int]]:
-        """The last segment that uses each graph input and copy (as a source, as a view)."""
+    def _last_uses(
+        segments: Sequence[Segment], plans: Sequence[_Plan]
+    ) -> dict[Slot, tuple[int, int]]:
+        """The last segment that uses each graph input, copy and block leaf (as a source, as
+        a view)."""
         last: dict[Slot, list[int]] = {}
-        for i, plan in enumerate(plans):
+        for i, (seg, plan) in enumerate(zip(segments, plans, strict=True)):
             uses = list(plan.out.uses)
             # an input copied by a later segment: the copy's dependency node uses it here
             uses += [(("leaf", s[1], 0), 1, 0) for s in plan.insertions if s[0] == "copy"]
             for slot, children, views in uses:
-                if slot[0] in ("leaf", "copy"):
-                    entry = last.setdefault(slot, [-1, -1])
+                if slot[0] in ("leaf", "copy", "bleaf"):
+                    entry = last.setdefault(_absolute(slot, seg.il), [-1, -1])
                     entry[0] = i if children else entry[0]
                     entry[1] = i if views else entry[1]
         return {slot: (c, v) for slot, (c, v) in last.items()}
@@ -496,13 +520,20 @@ class Replay:
         peaks = dict.fromkeys(self.opts.backends, 0)
         breaks = {i for pair in last.values() for i in pair}
         done: frozenset[tuple[Slot, bool, bool]] = frozenset()
+        # every block's own leafs, where the blocks put them: the head allocates them
+        leafs = tuple(
+            (_absolute(slot, seg.il), ne, esize, backend)
+            for seg, plan in zip(segments, plans, strict=True)
+            for slot, ne, esize, backend in self._leaf_homes[plan.situation]
+        )
         for i, (seg, plan) in enumerate(zip(segments, plans, strict=True)):
             if i in breaks or i == 0:
                 done = frozenset((slot, c <= i, v <= i) for slot, (c, v) in last.items())
-            key = (id(plan.out), plan.insertions, state, done)
+            head_leafs = leafs if i == 0 else ()
+            key = (id(plan.out), plan.insertions, state, done, head_leafs)
             step = self._steps.get(key)
             if step is None:
-                step = self._step(seg, plan, state, last, i)
+                step = self._step(seg, plan, state, last, i, head_leafs=head_leafs)
                 self._steps[key] = step
             state = step[0]
             for backend, peak in step[1]:
@@ -520,20 +551,33 @@ class Replay:
         return found
 
     def _step(
-        self, seg: Segment, plan: _Plan, state: int, last: dict[Slot, tuple[int, int]], i: int
+        self,
+        seg: Segment,
+        plan: _Plan,
+        state: int,
+        last: dict[Slot, tuple[int, int]],
+        i: int,
+        *,
+        head_leafs: tuple[BlockLeaf, ...] = (),
     ) -> tuple[int, tuple[tuple[int, int], ...]]:
-        """One segment's allocation from an interned state: (the next state, its peaks)."""
+        """One segment's allocation from an interned state: (the next state, its peaks);
+        the head also allocates ``head_leafs``, the blocks' own leafs."""
         blocks_items, port_items = self._snapshots[state]
         blocks, ports = dict(blocks_items), dict(port_items)
         ekey = plan.key()
         emission = self._emission_of(seg, ekey)
-        states = tuple(_slot_state(slot, emission, ports, last, i) for slot in emission.slots)
-        key = (ekey, blocks_items, states)
+        states = tuple(
+            _slot_state(slot, emission, ports, last, i, il=seg.il) for slot in emission.slots
+        )
+        key = (ekey, blocks_items, states, head_leafs)
         found = self._allocs.get(key)
         if found is None:
-            found = self._allocate(seg, ekey, blocks, states)
+            found = self._allocate(seg, ekey, blocks, states, head_leafs=head_leafs)
             self._allocs[key] = found
-        ports.update(zip(emission.slots, found.slots, strict=True))
+        ports.update(found.block_leafs)
+        ports.update(
+            zip((_absolute(slot, seg.il) for slot in emission.slots), found.slots, strict=True)
+        )
         if found.res_out is not None:
             ports[RES] = found.res_out
         return self._state_id(found.blocks, ports), tuple(found.peaks.items())
@@ -562,7 +606,7 @@ class Replay:
         created: set[Slot] = set()
         for node in order:
             for t in (node, node.view_src, *node.srcs):
-                found = None if t is None else self._slot_of(t, built.res_in)
+                found = None if t is None else self._slot_of(t, built)
                 if found is not None:
                     seen.setdefault(found, None)
                     if t is node:
@@ -575,8 +619,12 @@ class Replay:
         ekey: EmissionKey,
         blocks: dict[int, FreeBlocks],
         states: tuple[SlotState, ...],
+        *,
+        head_leafs: tuple[BlockLeaf, ...] = (),
     ) -> _AllocOut:
-        """Run ggml-alloc over one segment from the given free blocks and crossing tensors."""
+        """Run ggml-alloc over one segment from the given free blocks and crossing tensors
+        (the head: the graph inputs first, then ``head_leafs``, as ggml-alloc allocates every
+        leaf before the first node)."""
         built, order, emission = self._emit(seg, ekey)
         tensors = [self._tensor(slot, built) for slot in emission.slots]
         for t, (allocated, offset, backend, _, _) in zip(tensors, states, strict=True):
@@ -587,9 +635,14 @@ class Replay:
                 backend=backend if backend >= 0 else DEV,
             )
         galloc = GAlloc(self.opts, blocks)
+        own: list[tuple[Slot, Tensor]] = []
         if seg.kind.what == "head":
             for leaf in self.leafs:
                 galloc.allocate(leaf, leaf.backend)
+            for slot, ne, esize, backend in head_leafs:
+                stand_in = Tensor("block leaf", "none", ne, esize, backend=backend)
+                galloc.allocate(stand_in, backend)
+                own.append((slot, stand_in))
         count_uses(order)
         for t, (_, _, _, no_user, no_view) in zip(tensors, states, strict=True):
             t.alloc.children += 0 if no_user else UNUSED
@@ -601,6 +654,7 @@ class Replay:
             peaks=galloc.peaks(),
             slots=tuple(_port_state(t) for t in tensors),
             res_out=None if out is None else _port_state(out),
+            block_leafs=tuple((slot, _port_state(t)) for slot, t in own),
         )
 
     def _tensor(self, slot: Slot, built: _Built) -> Tensor:
@@ -609,6 +663,8 @@ class Replay:
             return built.res_in
         if slot[0] == "leaf":
             return self.leafs[slot[1]]
+        if slot[0] == "bleaf":
+            return built.leafs[slot[2]]
         return self.ports[slot]
 
 
@@ -625,20 +681,28 @@ def _carries(profiles: Sequence[_Profile]) -> list[Carries]:
     return [tuple(c) for c in into]
 
 
+def _absolute(slot: Slot, il: int) -> Slot:
+    """A slot as the whole graph knows it: a block's own leaf, of block ``il``."""
+    return ("bleaf", il, slot[2]) if slot[0] == "bleaf" else slot
+
+
 def _slot_state(
     slot: Slot,
     emission: _Emission,
     ports: dict[Slot, PortState],
     last: dict[Slot, tuple[int, int]],
     i: int,
+    *,
+    il: int,
 ) -> SlotState:
-    """A crossing tensor's place before segment ``i``, and whether segment ``i`` is its last
-    user. The residual and its copies have one consumer segment; a tensor emitted here is
-    allocated here."""
-    state = (False, 0, -1) if slot in emission.created else ports.get(slot, (False, 0, -1))
+    """A crossing tensor's place before segment ``i`` (of block ``il``), and whether segment
+    ``i`` is its last user. The residual and its copies have one consumer segment; a tensor
+    emitted here is allocated here."""
+    at = _absolute(slot, il)
+    state = (False, 0, -1) if slot in emission.created else ports.get(at, (False, 0, -1))
     if slot[0] in ("res", "rescopy"):
         return (*state, True, True)
-    children, views = last.get(slot, (-1, -1))
+    children, views = last.get(at, (-1, -1))
     return (*state, children <= i, views <= i)
 
 
