@@ -242,14 +242,25 @@ def test_planned_command_fits_by_llama_cpp(tmp_path: Path, trio: list[str], n: i
 
 def test_split_and_cross_device_experts(tmp_path: Path, trio: list[str]) -> None:
     """The -ot form fills the room a device has left with experts of blocks that live on
-    another device (buffer types as llama.cpp spells them), and keeps more on the devices."""
+    another device (buffer types as llama.cpp spells them), and keeps more on the devices;
+    llama.cpp's dry run of it agrees with the prediction on each device."""
     model = write_model(tmp_path / "q16.gguf", "qwen3moe", n_layers=16)
     data = _plan(model, trio[:2], "30M,20M", ctx=2048)
     rules = data["override_tensor"]
-    assert isinstance(rules, list) and any(rule.endswith(f"={rpc_buft(trio[1])}") for rule in rules)
+    bufts = [rpc_buft(endpoint) for endpoint in trio[:2]]
+    assert isinstance(rules, list)
+    assert any(rule.rsplit("=", 1)[1] in bufts for rule in rules)
     assert data["plan"]["override_gain_bytes"] > 0  # type: ignore[index]
     alt = data["override_command"]
     assert isinstance(alt, list) and alt.index("--rpc") < alt.index("-ot")  # --rpc first
+    argv = [str(bin_path("llama-fit-params")), *alt[1:], "-fitp", "on"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    projected = parse_projection(done.stdout)
+    predicted = data["plan"]["alternative"]["memory"]["devices"]  # type: ignore[index]
+    for i, budget in enumerate(data["plan"]["device_budgets"]):  # type: ignore[index]
+        row = projected[f"RPC{i}"]
+        assert row.total_mib * MIB <= budget
+        assert row.model_mib == int(predicted[i]["weights_bytes"] / MIB)
 
 
 def test_unreachable_devices_make_a_prediction(tmp_path: Path) -> None:
