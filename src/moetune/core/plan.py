@@ -194,6 +194,9 @@ class PlanResult(BaseModel):
     checks: list[DeviceCheck] = []  # llama.cpp's own dry run of the recommended command
     checked: str = "prediction"  # "llama.cpp", "prediction" (devices not here), "skipped"
     forecast: Forecast | None = None  # the recommended placement's speed (when it fits)
+    # device -> where its runtime overhead came from, when it was measured on the card (a
+    # hardware profile's); not in the JSON's plan (payloads.plan_payload adds it when present)
+    overhead_sources: dict[str, str] = Field(default={}, exclude=True)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -519,4 +522,5 @@ def make_plan(facts: ModelFacts, req: PlanRequest) -> PlanResult:
             if failure
             else plan_forecast(facts, req, main.placement, settings, speed_basis(req))
         ),
+        overhead_sources={d.name: d.overhead_source for d in req.devices if d.overhead_source},
     )
