@@ -46,12 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from moetune.core.devices import DeviceSpec, rpc_buft
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate
-from moetune.core.placement import CPU, Override, Placement, split_weights
+from moetune.core.placement import split_weights
 from moetune.core.plan import PlanRequest, make_plan
 from moetune.core.settings import Settings
 from moetune.core.speed import layout_of
 from moetune.jobs.loader import load_model_facts
-from moetune.llamacpp.log import Projection, parse_projection
 from moetune.units import GIB, MIB
 
 from support.factory import (
@@ -60,12 +59,12 @@ from support.factory import (
     write_glm45_air_header,
     write_header_only,
 )
-from support.llama import bin_path, rpc_server
+from support.fitrig import fit_choice, free_mib, placement_of, project
+from support.llama import rpc_server
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "models"
 DEVICE_MIB = 65536  # what each RPC device reports (free and total) with the library
-COMMON = ["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]
 
 PHYSMEM_C = r"""
 #define _GNU_SOURCE
@@ -124,60 +123,6 @@ CASES = [
 ]
 
 
-def fit_params(model: Path, args: Sequence[str]) -> str:
-    argv = [str(bin_path("llama-fit-params")), "-m", str(model), *args]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"llama-fit-params failed: {done.stderr[-800:]}")
-    return done.stdout
-
-
-def free_mib(endpoints: Sequence[str]) -> list[int]:
-    argv = [str(bin_path("llama-server")), "--rpc", ",".join(endpoints), "--list-devices"]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
-    return [
-        int(line.split("(")[1].split(",")[1].split()[0])
-        for line in out.splitlines()
-        if line.strip().startswith("RPC")
-    ]
-
-
-def fit_choice(model: Path, case: Case, endpoints: Sequence[str]) -> list[str]:
-    """The arguments llama.cpp's --fit chooses for the budgets (its margins of free memory)."""
-    margins = [
-        max(0, free - round(b * 1024))
-        for free, b in zip(free_mib(endpoints), case.budgets_gib, strict=True)
-    ]
-    args = [
-        "--rpc",
-        ",".join(endpoints),
-        "-c",
-        str(case.n_ctx),
-        *COMMON,
-        "--fit",
-        "on",
-        "--fit-target",
-        ",".join(map(str, margins)),
-    ]
-    return shlex.split(fit_params(model, args))
-
-
-def placement_of(args: Sequence[str], bufts: Sequence[str]) -> Placement:
-    """-ngl, -ts and -ot of a command as a moetune placement."""
-    ngl, rules = 999, []
-    split: tuple[float, ...] = ()
-    for flag, value in zip(args, [*args[1:], ""], strict=True):
-        if flag == "-ngl":
-            ngl = int(value)
-        elif flag == "-ts":
-            split = tuple(float(v) for v in value.split(","))
-        elif flag in ("-ot", "--override-tensor"):
-            for rule in value.split(","):
-                pattern, buft = rule.rsplit("=", 1)
-                rules.append(Override(pattern, CPU if buft == "CPU" else bufts.index(buft)))
-    return Placement(ngl, tuple(rules), tensor_split=split)
-
-
 def dry_run_settings(case: Case) -> Settings:
     """The dry run's semantics: one sequence, logits for the whole batch, no overhead."""
     return Settings(
@@ -218,20 +163,6 @@ def moetune_best(
     result = make_plan(facts, request)
     best = result.alternative or result.recommended
     return best.command[1:], best.memory
-
-
-def project(model: Path, args: Sequence[str]) -> dict[str, Projection]:
-    """llama.cpp's dry run of a command's arguments (``-m`` and ``--fit`` taken out)."""
-    rest: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in ("-m", "--fit"):
-            skip = True
-        else:
-            rest.append(arg)
-    return parse_projection(fit_params(model, [*rest, "-fitp", "on"]))
 
 
 @dataclass(frozen=True)
@@ -326,7 +257,8 @@ def main(chosen: Sequence[int]) -> None:
                 loadable_copy(MODELS[case.model](header), model)
             facts = load_model_facts(model)
             endpoints = trio[: len(case.budgets_gib)]
-            fit_args = ["--rpc", ",".join(endpoints), *fit_choice(model, case, endpoints), *COMMON]
+            budgets = [round(b * 1024) for b in case.budgets_gib]
+            fit_args = fit_choice(model, case.n_ctx, budgets, endpoints)
             fit = report("--fit", facts, model, fit_args, case=case, endpoints=endpoints)
             args, predicted = moetune_best(facts, model, case, endpoints)
             ours = report(

@@ -21,10 +21,12 @@ llama.cpp's ``--fit`` does not do):
   moved between devices moves its attention, norms and KV cache, which decides the room left
   for experts), until a pass over the boundaries changes nothing. The placement with the most
   expert bytes on the devices wins; between two that keep the same bytes, the one whose token
-  crosses between homes (devices, CPU) fewer times. This reaches every placement ``--fit``
-  builds (full blocks first on each device, a block split with its ``ffn_down`` or
-  ``gate``/``down`` on the next device or the CPU, the rest of its blocks' experts on the CPU)
-  and more (parts of any block on any device). Leading dense blocks are never counted.
+  crosses between homes (devices, CPU) fewer times, then the one with more layers on the
+  first devices. This reaches where ``--fit`` puts the experts (full blocks first on each
+  device, a block split with its ``ffn_down`` or ``gate``/``down`` on the next device or the
+  CPU, the rest of its blocks' experts on the CPU; ``--fit`` moves the block's router and
+  shared expert with them, moetune keeps those on the block's device) and more (parts of any
+  block on any device). Leading dense blocks are never counted.
 Routers, shared experts, norms and attention always stay on the devices.
 """
 
@@ -330,9 +332,10 @@ class _Packed(NamedTuple):
     memory: MemoryEstimate
     crossings: int
 
-    def key(self) -> tuple[int, int]:
-        """More expert bytes on the devices first, then fewer device crossings per token."""
-        return (self.memory.gpu_expert_bytes, -self.crossings)
+    def key(self) -> tuple[int, int, tuple[int, ...]]:
+        """More expert bytes on the devices first, then fewer device crossings per token,
+        then more layers on the first devices (a tie broken the same way from any start)."""
+        return (self.memory.gpu_expert_bytes, -self.crossings, self.counts)
 
 
 def _placed(search: _Search, counts: tuple[int, ...], where: Where) -> WeightSplit:
