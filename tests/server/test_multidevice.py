@@ -19,14 +19,16 @@ import pytest
 
 from moetune.core.devices import DeviceSpec, rpc_buft
 from moetune.core.memory import MemoryEstimate, Settings, estimate
-from moetune.core.placement import EXPS_REGEX, Override, Placement
+from moetune.core.placement import EXPS_REGEX, Override, Placement, split_weights
+from moetune.core.plan import PlanRequest, make_plan
 from moetune.errors import ExitCode
 from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_buffers, parse_projection, real_load_lines
 from moetune.units import MIB
 
-from support.factory import ModelFactory, write_model
-from support.helpers import cli, moetune
+from support.factory import ModelFactory, loadable_copy, write_model
+from support.fitrig import fit_choice, placement_of, project
+from support.helpers import EXAMPLE_QWEN, cli, moetune
 from support.llama import bin_path, free_port, rpc_server, running_server
 
 CTX = 1024
@@ -242,14 +244,71 @@ def test_planned_command_fits_by_llama_cpp(tmp_path: Path, trio: list[str], n: i
 
 def test_split_and_cross_device_experts(tmp_path: Path, trio: list[str]) -> None:
     """The -ot form fills the room a device has left with experts of blocks that live on
-    another device (buffer types as llama.cpp spells them), and keeps more on the devices."""
+    another device (buffer types as llama.cpp spells them), and keeps more on the devices;
+    llama.cpp's dry run of it agrees with the prediction on each device."""
     model = write_model(tmp_path / "q16.gguf", "qwen3moe", n_layers=16)
     data = _plan(model, trio[:2], "30M,20M", ctx=2048)
     rules = data["override_tensor"]
-    assert isinstance(rules, list) and any(rule.endswith(f"={rpc_buft(trio[1])}") for rule in rules)
+    bufts = [rpc_buft(endpoint) for endpoint in trio[:2]]
+    assert isinstance(rules, list)
+    assert any(rule.rsplit("=", 1)[1] in bufts for rule in rules)
     assert data["plan"]["override_gain_bytes"] > 0  # type: ignore[index]
     alt = data["override_command"]
     assert isinstance(alt, list) and alt.index("--rpc") < alt.index("-ot")  # --rpc first
+    argv = [str(bin_path("llama-fit-params")), *alt[1:], "-fitp", "on"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    projected = parse_projection(done.stdout)
+    predicted = data["plan"]["alternative"]["memory"]["devices"]  # type: ignore[index]
+    for i, budget in enumerate(data["plan"]["device_budgets"]):  # type: ignore[index]
+        row = projected[f"RPC{i}"]
+        assert row.total_mib * MIB <= budget
+        assert row.model_mib == int(predicted[i]["weights_bytes"] / MIB)
+
+
+@pytest.mark.parametrize(
+    ("budgets_mib", "n_ctx"),
+    [((8192, 8192), 32768), ((4096, 3072), 8192), ((3072, 2560, 2048), 8192)],
+    ids=["8G_8G", "4G_3G", "3G_2.5G_2G"],
+)
+def test_keeps_at_least_what_fit_keeps(
+    tmp_path: Path, trio: list[str], budgets_mib: tuple[int, ...], n_ctx: int
+) -> None:
+    """On a real shape (the Qwen3-30B-A3B example, made loadable), moetune's best form keeps
+    at least the expert bytes llama.cpp's --fit keeps for the same budgets (its margins of
+    free memory), each device within its budget and with the predicted weights by
+    llama.cpp's own dry run (to the MiB). 8G,8G is a case the -ot form was behind in."""
+    model = loadable_copy(EXAMPLE_QWEN, tmp_path / "qwen.gguf")
+    facts = load_model_facts(model)
+    endpoints = trio[: len(budgets_mib)]
+    specs = devices(endpoints)
+    bufts = [d.buft for d in specs]
+    fit = fit_choice(model, n_ctx, budgets_mib, endpoints)
+    fit_experts = split_weights(facts, placement_of(fit, bufts), len(specs)).gpu_expert_bytes
+    settings = Settings(
+        n_ctx=n_ctx,
+        type_k="q8_0",
+        type_v="q8_0",
+        n_seq=1,
+        all_outputs=True,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+    )
+    request = PlanRequest(
+        model_path=str(model),
+        settings=settings,
+        devices=specs,
+        target_vram=tuple(b * MIB for b in budgets_mib),
+        device_args=("--rpc", ",".join(endpoints)),
+    )
+    result = make_plan(facts, request)
+    best = result.alternative or result.recommended
+    projected = project(model, best.command[1:])
+    for i, budget in enumerate(budgets_mib):
+        row = projected[f"RPC{i}"]
+        assert row.total_mib <= budget, (i, row)
+        assert row.model_mib == int(best.memory.devices[i].weights_bytes / MIB), (i, row)
+    ours = split_weights(facts, best.placement, len(specs)).gpu_expert_bytes
+    assert ours >= fit_experts, (ours / MIB, fit_experts / MIB)
 
 
 def test_unreachable_devices_make_a_prediction(tmp_path: Path) -> None:

@@ -641,6 +641,104 @@ def write_header_only(
     return path
 
 
+def write_glm45_air_header(path: Path) -> Path:
+    """A header-only GLM-4.5-Air-shaped file (glm4moe, Q8_0), the shapes of the config.json of
+    INTELLECT-3-Base, a GLM-4.5-Air-Base continuation that keeps its architecture
+    (https://huggingface.co/PrimeIntellect/INTELLECT-3-Base/blob/main/config.json): 46 layers,
+    hidden 4096, dense FFN 10944 in the first (first_k_dense_replace 1), 96 heads and 8 KV
+    heads of 128 with Q/K/V biases (attention_bias), half the head rotated
+    (partial_rotary_factor 0.5), 128 routed experts of 1408 with 8 used and 1 shared, one
+    NextN block (num_nextn_predict_layers 1: block 46, a whole MoE block plus eh_proj, enorm,
+    hnorm and shared_head_norm), vocabulary 151552, context 131072, rope_theta 1000000.
+    Every matrix Q8_0 (as llama-quantize writes Q8_0), norms, biases and the router F32; the
+    tensor list of src/models/glm4-moe.cpp (build 11434). No tensor data."""
+    n_layer, e, n_ff, n_head, n_kv, hd, x, ff, vocab = (
+        46,
+        4096,
+        10944,
+        96,
+        8,
+        128,
+        128,
+        1408,
+        151552,
+    )
+    w = gguf.GGUFWriter(path, "glm4moe")
+    w.add_name("GLM-4.5-Air shapes Q8_0 (header only)")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_context_length(131072)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer + 1)
+    w.add_nextn_predict_layers(1)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd // 2)
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_expert_count(x)
+    w.add_expert_used_count(8)
+    w.add_expert_feed_forward_length(ff)
+    w.add_expert_shared_count(1)
+    w.add_leading_dense_block_count(1)
+    w.add_expert_weights_scale(1.0)
+    w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    q, f32 = QType.Q8_0, QType.F32
+    tensors: list[tuple[str, tuple[int, ...], QType]] = [
+        ("token_embd.weight", (vocab, e), q),
+        ("output_norm.weight", (e,), f32),
+        ("output.weight", (vocab, e), q),
+    ]
+    for i in range(n_layer + 1):
+        b = f"blk.{i}"
+        tensors += [
+            (f"{b}.attn_norm.weight", (e,), f32),
+            (f"{b}.attn_q.weight", (n_head * hd, e), q),
+            (f"{b}.attn_q.bias", (n_head * hd,), f32),
+            (f"{b}.attn_k.weight", (n_kv * hd, e), q),
+            (f"{b}.attn_k.bias", (n_kv * hd,), f32),
+            (f"{b}.attn_v.weight", (n_kv * hd, e), q),
+            (f"{b}.attn_v.bias", (n_kv * hd,), f32),
+            (f"{b}.attn_output.weight", (e, n_head * hd), q),
+            (f"{b}.post_attention_norm.weight", (e,), f32),
+        ]
+        if i == 0:
+            tensors += [
+                (f"{b}.ffn_gate.weight", (n_ff, e), q),
+                (f"{b}.ffn_up.weight", (n_ff, e), q),
+                (f"{b}.ffn_down.weight", (e, n_ff), q),
+            ]
+            continue
+        tensors += [
+            (f"{b}.ffn_gate_inp.weight", (x, e), f32),
+            (f"{b}.exp_probs_b.bias", (x,), f32),
+            (f"{b}.ffn_gate_exps.weight", (x, ff, e), q),
+            (f"{b}.ffn_up_exps.weight", (x, ff, e), q),
+            (f"{b}.ffn_down_exps.weight", (x, e, ff), q),
+            (f"{b}.ffn_gate_shexp.weight", (ff, e), q),
+            (f"{b}.ffn_up_shexp.weight", (ff, e), q),
+            (f"{b}.ffn_down_shexp.weight", (e, ff), q),
+        ]
+        if i == n_layer:
+            tensors += [
+                (f"{b}.nextn.eh_proj.weight", (e, 2 * e), q),
+                (f"{b}.nextn.enorm.weight", (e,), f32),
+                (f"{b}.nextn.hnorm.weight", (e,), f32),
+                (f"{b}.nextn.shared_head_norm.weight", (e,), f32),
+            ]
+    for name, shape, qtype in tensors:
+        w.add_tensor_info(name, shape, np.dtype(np.float32), _nbytes(shape, qtype), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return path
+
+
 def make_split(model: Path, out_prefix: Path, max_tensors: int) -> list[Path]:
     """Shard ``model`` with the real ``llama-gguf-split``; return the shards in order."""
     argv = [str(bin_path("llama-gguf-split")), "--split", "--split-max-tensors", str(max_tensors)]

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -172,8 +172,9 @@ def _wait_port(proc: subprocess.Popen[bytes], port: int, timeout: float) -> None
 
 
 @contextlib.contextmanager
-def rpc_server(timeout: float = 30) -> Iterator[str]:
-    """Start ``ggml-rpc-server`` on loopback; yield ``"127.0.0.1:PORT"`` for ``--rpc``."""
+def rpc_server(timeout: float = 30, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Start ``ggml-rpc-server`` on loopback (``env``: its environment, default ours); yield
+    ``"127.0.0.1:PORT"`` for ``--rpc``."""
     port = free_port()
     argv = [str(bin_path("ggml-rpc-server")), "-H", HOST, "-p", str(port)]
     proc = subprocess.Popen(
@@ -182,6 +183,7 @@ def rpc_server(timeout: float = 30) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env=None if env is None else dict(env),
     )
     try:
         _wait_port(proc, port, timeout)

@@ -41,6 +41,9 @@ class DeviceSpec(BaseModel):
     description: str = ""  # "NVIDIA GeForce RTX 4090", "127.0.0.1:50052"
     # what llama.cpp's own dry run found beyond the prediction, counted on the device
     correction_bytes: int = 0
+    # where ``overhead_bytes`` came from when it is neither the default nor --overhead: the
+    # figure a ``moetune run`` measured on this card, recorded in its hardware profile
+    overhead_source: str = ""
 
 
 def single_device(settings: Settings, total_bytes: int | None = None) -> tuple[DeviceSpec, ...]:

@@ -198,6 +198,9 @@ class PlanResult(BaseModel):
     # --ctx max stopped at the training context, not at the budget: what it says (None: it
     # did not); in --json at the top level only
     ctx_note: str | None = Field(default=None, exclude=True)
+    # device -> where its runtime overhead came from, when it was measured on the card (a
+    # hardware profile's); not in the JSON's plan (payloads.plan_payload adds it when present)
+    overhead_sources: dict[str, str] = Field(default={}, exclude=True)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -541,4 +544,5 @@ def make_plan(facts: ModelFacts, req: PlanRequest, *, brief: bool = False) -> Pl
             else plan_forecast(facts, req, main.placement, settings, speed_basis(req))
         ),
         ctx_note=ctx_max_stop(facts, settings.n_ctx) if req.ctx_max else None,
+        overhead_sources={d.name: d.overhead_source for d in req.devices if d.overhead_source},
     )

@@ -9,13 +9,24 @@ llama.cpp's ``--fit`` does not do):
   split is found front to back: device 0 takes as many layers as fit (``-ts`` values are layer
   counts, so the split is exact), then device 1, and the last device takes the rest and the
   output layer;
-- an ``-ot`` plan that keeps at least as much on the devices: at the same split each device
-  moves the fewest of its own experts to the CPU, its LAST blocks first (as ``--fit`` moves
-  them) or its first blocks first (which blocks are on the CPU moves the compute buffer's
-  peak), whichever keeps more; the boundary block may be split (only ``down`` on the CPU, else
-  ``gate`` and ``down``: the order ``--fit`` tries, common/fit.cpp LAYER_FRACTION_GATE/UP);
-  then the room left on any device takes experts back from the CPU
-  (``-ot ...=<its buffer type>``). Leading dense blocks are never counted.
+- an ``-ot`` plan, its split and each expert part's home (``gate``, ``up``, ``gate_up``,
+  ``down`` of each block: on its block's device, another device, or the CPU) chosen together.
+  At a split, each device in turn is filled to its budget before the next: its own blocks'
+  experts whole (front first, or back first: which blocks are on the CPU moves the compute
+  buffer's peak), then single parts of them, then what the devices before it left on the CPU
+  (the previous device's last block first: ``--fit`` overflows ``ffn_down`` of a block to the
+  next device, common/fit.cpp LAYER_FRACTION_GATE) and then the model's last blocks; the
+  estimate then checks every device (one that ends over gives back what it took last, room
+  left takes more). Every position of each boundary of the split is tried in turn (a layer
+  moved between devices moves its attention, norms and KV cache, which decides the room left
+  for experts), until a pass over the boundaries changes nothing. The placement with the most
+  expert bytes on the devices wins; between two that keep the same bytes, the one whose token
+  crosses between homes (devices, CPU) fewer times, then the one with more layers on the
+  first devices. This reaches where ``--fit`` puts the experts (full blocks first on each
+  device, a block split with its ``ffn_down`` or ``gate``/``down`` on the next device or the
+  CPU, the rest of its blocks' experts on the CPU; ``--fit`` moves the block's router and
+  shared expert with them, moetune keeps those on the block's device) and more (parts of any
+  block on any device). Leading dense blocks are never counted.
 Routers, shared experts, norms and attention always stay on the devices.
 """
 
@@ -23,6 +34,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import NamedTuple
 
 from moetune.core.devices import DeviceSpec, bufts, single_device
@@ -31,7 +43,9 @@ from moetune.core.facts import ModelFacts, TensorFacts
 from moetune.core.memory import MemoryEstimate, Settings, estimate_from_split, pipeline_parallel
 from moetune.core.placement import (
     ALL_LAYERS,
+    CPU,
     EXPS_REGEX,
+    SKIPPED,
     Override,
     Placement,
     WeightSplit,
@@ -125,13 +139,6 @@ def ot_rules(
     return tuple(rules)
 
 
-def _partial_options(parts: dict[str, list[TensorFacts]]) -> list[tuple[str, ...]]:
-    """Which parts of the boundary block may go to the CPU, best (least moved) first."""
-    if "gate_up" in parts:
-        return [("down",)]
-    return [("down",), ("gate", "down")]
-
-
 class DeviceBudgets(NamedTuple):
     """The devices a plan is for, in llama.cpp's order, and the peak each may reach."""
 
@@ -200,9 +207,6 @@ class _Search:
         self.n_gpu_layers = n_gpu_layers
         self.parts: Parts = _expert_parts_of(facts)
         self._bases: dict[tuple[int, ...], WeightSplit] = {}
-        # an -ot fill's weights and estimate, by (counts, fill): the fill search asks the
-        # same one again for each block it weighs against the room left
-        self._fills: dict[tuple[tuple[int, ...], _Fill], tuple[WeightSplit, MemoryEstimate]] = {}
 
     def base(self, counts: tuple[int, ...]) -> WeightSplit:
         found = self._bases.get(counts)
@@ -225,15 +229,6 @@ class _Search:
 
     def with_cpu_blocks(self, counts: tuple[int, ...], blocks: Sequence[int]) -> WeightSplit:
         return self.base(counts).move_experts(_block_experts(self.parts, blocks))
-
-    def fill(self, counts: tuple[int, ...], fill: _Fill) -> tuple[WeightSplit, MemoryEstimate]:
-        """The weights and the estimate of an -ot ``fill`` at the split ``counts``."""
-        key = (counts, fill)
-        found = self._fills.get(key)
-        if found is None:
-            weights = _fill_weights(self, counts, fill)
-            found = self._fills[key] = (weights, self.memory(weights, overridden=True))
-        return found
 
     @property
     def total_layers(self) -> int:
@@ -308,152 +303,231 @@ def plan_n_cpu_moe(
     return OffloadPlan(placement, memory, tuple(moved_blocks(facts, n)))
 
 
-class _Fill(NamedTuple):
-    """Where each block's experts are in an ``-ot`` plan: on the CPU (whole, or some parts),
-    or on another device than the block's."""
-
-    cpu_blocks: tuple[int, ...]
-    partial: tuple[tuple[int, tuple[str, ...]], ...]  # (block, parts on the CPU)
-    # (block, device, parts) for experts on another device than the block's (parts () = all)
-    elsewhere: tuple[tuple[int, int, tuple[str, ...]], ...]
+Slot = tuple[int, str]  # one part (gate, up, gate_up, down) of one block's routed experts
+PART_ORDER = ("gate", "up", "gate_up", "down")  # the order a block runs them in
+ROUNDS = 3  # passes over the boundaries of the split (each one scanned whole)
 
 
-def _fill_weights(search: _Search, counts: tuple[int, ...], fill: _Fill) -> WeightSplit:
-    weights = search.with_cpu_blocks(counts, fill.cpu_blocks)
-    for block, parts in fill.partial:
-        weights = weights.move_experts([t for p in parts for t in search.parts[block].get(p, [])])
-    for block, device, parts in fill.elsewhere:
-        tensors = (
-            [t for p in parts for t in search.parts[block].get(p, [])]
-            if parts
-            else (_block_experts(search.parts, [block]))
-        )
-        weights = weights.move_experts(tensors, device)
+class _Slots:
+    """The routed-expert parts an ``-ot`` plan places (NextN blocks are not loaded, dense
+    blocks have none), with their sizes."""
+
+    def __init__(self, search: _Search) -> None:
+        self.blocks = sorted(search.parts)
+        self.parts = {
+            block: tuple(p for p in PART_ORDER if p in search.parts[block]) for block in self.blocks
+        }
+        self.size = {
+            (block, part): _nbytes(search.parts[block][part])
+            for block in self.blocks
+            for part in self.parts[block]
+        }
+
+    def of(self, block: int) -> list[Slot]:
+        return [(block, part) for part in self.parts[block]]
+
+
+Where = dict[Slot, int]  # each slot's home: a device, or CPU
+
+
+class _Packed(NamedTuple):
+    """A checked ``-ot`` packing: the split, each slot's home, the estimate, the crossings."""
+
+    counts: tuple[int, ...]
+    where: tuple[tuple[Slot, int], ...]
+    memory: MemoryEstimate
+    crossings: int
+
+    def key(self) -> tuple[int, int, tuple[int, ...]]:
+        """More expert bytes on the devices first, then fewer device crossings per token,
+        then more layers on the first devices (a tie broken the same way from any start)."""
+        return (self.memory.gpu_expert_bytes, -self.crossings, self.counts)
+
+
+def _placed(search: _Search, counts: tuple[int, ...], where: Where) -> WeightSplit:
+    """The weight split of ``counts`` with every slot at its home in ``where``."""
+    weights = search.base(counts)
+    moved: dict[int, list[TensorFacts]] = defaultdict(list)
+    for (block, part), home in where.items():
+        if home != weights.homes[block]:
+            moved[home].extend(search.parts[block][part])
+    for home in sorted(moved):
+        weights = weights.move_experts(moved[home], home)
     return weights
 
 
-def _keep_on_device(
-    search: _Search, counts: tuple[int, ...], device: int, fill: _Fill, both_orders: bool = True
-) -> _Fill:
-    """Move the fewest of ``device``'s own experts to the CPU for it to fit: its last blocks
-    first (as ``--fit`` moves them) or (``both_orders``) its first blocks first (the compute
-    buffer's peak moves with them), the boundary block split; whichever keeps more on it."""
+def _memory_of(search: _Search, counts: tuple[int, ...], where: Where) -> MemoryEstimate:
+    weights = _placed(search, counts, where)
+    return search.memory(weights, overridden=bool(weights.moves))
+
+
+def crossings(facts: ModelFacts, homes: Sequence[int], where: Where) -> int:
+    """Home changes along one token's pass: each block's other weights, then its expert parts
+    in the order they run (``where``: their homes), then the output layer."""
+    parts: dict[int, list[int]] = defaultdict(list)
+    for (block, _), home in where.items():  # in the order the parts run
+        parts[block].append(home)
+    seq: list[int] = []
+    for block in range(facts.n_layers):
+        if homes[block] == SKIPPED:
+            continue
+        seq.append(homes[block])
+        seq.extend(parts.get(block, ()))
+    seq.append(homes[-1])
+    return sum(a != b for a, b in pairwise(seq))
+
+
+def _greedy(
+    slots: _Slots, homes: Sequence[int], rooms: list[int], where: Where, order: int
+) -> list[list[Slot]]:
+    """Fill each device in turn up to its room (bytes alone): its own blocks' experts whole
+    (front first, or ``order`` -1: back first), then single parts of them, then what other
+    devices left on the CPU (the previous devices' last blocks first, then the model's last
+    blocks), whole then in parts, largest first. Returns what each device took, in order."""
+    taken: list[list[Slot]] = [[] for _ in rooms]
+
+    def take(device: int, group: Sequence[Slot]) -> None:
+        size = sum(slots.size[s] for s in group)
+        if group and size <= rooms[device]:
+            for slot in group:
+                where[slot] = device
+            rooms[device] -= size
+            taken[device].extend(group)
+
+    for device in range(len(rooms)):
+        own = [b for b in slots.blocks if homes[b] == device][::order]
+        others = sorted(
+            (b for b in slots.blocks if homes[b] != device),
+            key=lambda b: (homes[b] > device, abs(homes[b] - device), -b),
+        )
+        for blocks in (own, others):
+            for block in blocks:
+                if all(where[s] == CPU for s in slots.of(block)):
+                    take(device, slots.of(block))
+            for block in blocks:
+                for slot in sorted(slots.of(block), key=lambda s: -slots.size[s]):
+                    if where[slot] == CPU:
+                        take(device, [slot])
+    return taken
+
+
+def _top_up(slots: _Slots, rooms: list[int], where: Where) -> bool:
+    """Any part still on the CPU that fits a device's room, largest first; True if any."""
+    left = sorted((s for s, h in where.items() if h == CPU), key=lambda s: (-slots.size[s], s))
+    moved = False
+    for device, room in enumerate(rooms):
+        left_here = room
+        for slot in left:
+            if where[slot] == CPU and slots.size[slot] <= left_here:
+                where[slot], left_here, moved = device, left_here - slots.size[slot], True
+    return moved
+
+
+def _pack(search: _Search, slots: _Slots, counts: tuple[int, ...], order: int) -> _Packed | None:
+    """The packing of ``counts``: filled by bytes from the estimate with every expert on the
+    CPU, then checked by the estimate itself; a device that ends over gives back what it took
+    last, room left takes more. None when even the floor of this split does not fit."""
     homes = search.base(counts).homes
-    own = [
-        b
-        for b in reversed(range(search.facts.n_layers))
-        if homes[b] == device and search.facts.layers[b].has_experts
-    ]
-    options = [_keep_in_order(search, counts, device, fill, own)]
-    if both_orders:
-        options.append(_keep_in_order(search, counts, device, fill, own[::-1]))
-    return max(options, key=lambda f: search.fill(counts, f)[0].device_bytes[device])
-
-
-def _keep_in_order(
-    search: _Search, counts: tuple[int, ...], device: int, fill: _Fill, order: Sequence[int]
-) -> _Fill:
-    """``_keep_on_device`` moving the blocks of ``order`` to the CPU, in that order."""
-    others = tuple(b for b in fill.cpu_blocks if b not in order)
-
-    def trial(k: int, partial: tuple[tuple[int, tuple[str, ...]], ...] = ()) -> _Fill:
-        return fill._replace(cpu_blocks=(*others, *order[:k]), partial=(*fill.partial, *partial))
-
-    def fits(candidate: _Fill) -> bool:  # this device and those before it
-        return search.target.fits(search.fill(counts, candidate)[1], upto=device + 1)
-
-    n = len(order)
-    k = n - (_largest(0, n, lambda j: fits(trial(n - j))) or 0)
-    if k == 0 or not fits(trial(k)):
-        return trial(k)
-    boundary = order[k - 1]
-    for option in _partial_options(search.parts[boundary]):
-        candidate = trial(k - 1, ((boundary, option),))
-        if fits(candidate):
-            return candidate
-    return trial(k)
-
-
-def _use_room(search: _Search, counts: tuple[int, ...], fill: _Fill) -> _Fill:
-    """Devices with room left take experts from the CPU: whole blocks, last blocks first,
-    then single parts (``down``, ``gate``, ``up``) of what is still there. Only what is no
-    bigger than the room left is tried."""
-    for device in range(search.target.n):
-        for block in sorted(fill.cpu_blocks, reverse=True):
-            nbytes = _nbytes(_block_experts(search.parts, [block]))
-            if nbytes > _room(search, counts, fill, device):
-                continue
-            moved = fill._replace(
-                cpu_blocks=tuple(b for b in fill.cpu_blocks if b != block),
-                elsewhere=(*fill.elsewhere, (block, device, ())),
+    target = search.target
+    floor_where = dict.fromkeys(slots.size, CPU)
+    floor = _memory_of(search, counts, floor_where)
+    if not target.fits(floor):
+        return None
+    rooms = _rooms(target, floor)
+    if sum(slots.size.values()) <= sum(rooms) + floor.gpu_compute_bytes:
+        home_where = {slot: homes[slot[0]] for slot in slots.size}
+        full = _memory_of(search, counts, home_where)  # nothing moved: no rule at all
+        if target.fits(full):
+            return _Packed(
+                counts, tuple(home_where.items()), full, crossings(search.facts, homes, {})
             )
-            if _fits(search, counts, moved):
-                fill = moved
-        taken = {(b, p) for b, _, parts in fill.elsewhere for p in parts}
-        for block in sorted(fill.cpu_blocks, reverse=True):
-            for part in ("down", "gate", "up", "gate_up"):
-                if part not in search.parts[block] or (block, part) in taken:
-                    continue
-                if _nbytes(search.parts[block][part]) > _room(search, counts, fill, device):
-                    continue
-                moved = fill._replace(elsewhere=(*fill.elsewhere, (block, device, (part,))))
-                if _fits(search, counts, moved):
-                    fill = moved
-                    taken.add((block, part))
-    return fill
+    where = dict(floor_where)
+    taken = _greedy(slots, homes, rooms, where, order)
+    memory = _memory_of(search, counts, where)
+    for _ in range(4):
+        over = target.over(memory)
+        if not over:
+            break
+        for device in over:
+            excess = memory.devices[device].total_bytes - target.budgets[device]
+            while excess > 0 and taken[device]:
+                slot = taken[device].pop()
+                where[slot] = CPU
+                excess -= slots.size[slot]
+        memory = _memory_of(search, counts, where)
+    if not target.fits(memory):
+        where, memory = floor_where, floor
+    more = dict(where)
+    if _top_up(slots, _rooms(target, memory), more):
+        trial = _memory_of(search, counts, more)
+        if target.fits(trial):
+            where, memory = more, trial
+    return _Packed(counts, tuple(where.items()), memory, crossings(search.facts, homes, where))
 
 
-def _room(search: _Search, counts: tuple[int, ...], fill: _Fill, device: int) -> int:
-    """What ``device`` has left under its budget with ``fill``."""
-    memory = search.fill(counts, fill)[1]
-    return search.target.budgets[device] - memory.devices[device].total_bytes
+def _rooms(target: DeviceBudgets, memory: MemoryEstimate) -> list[int]:
+    return [b - d.total_bytes for b, d in zip(target.budgets, memory.devices, strict=True)]
 
 
-def _fits(search: _Search, counts: tuple[int, ...], fill: _Fill) -> bool:
-    return search.target.fits(search.fill(counts, fill)[1])
+def _boundary_moves(counts: tuple[int, ...], boundary: int) -> list[tuple[int, ...]]:
+    """Every split that moves layers across ``boundary`` (between its device and the next),
+    nearest to ``counts`` first; the last device keeps at least the output layer."""
+    pair = counts[boundary] + counts[boundary + 1]
+    last = boundary + 1 == len(counts) - 1
+    options = sorted(range(pair - last + 1), key=lambda c: (abs(c - counts[boundary]), c))
+    moves = []
+    for c in options:
+        moved = list(counts)
+        moved[boundary], moved[boundary + 1] = c, pair - c
+        moves.append(tuple(moved))
+    return moves
 
 
-def fill_rules(fill: _Fill) -> tuple[Override, ...]:
-    """The ``-ot`` rules of a fill: experts to other devices first (first match wins), then
-    whole blocks and parts to the CPU."""
+def _best_pack(search: _Search, start: tuple[int, ...]) -> _Packed | None:
+    """The best packing over the splits: from ``start``, each boundary in turn is scanned
+    over every position (the others held) and the best taken, until a pass changes nothing."""
+    slots = _Slots(search)
+    found: dict[tuple[int, ...], _Packed | None] = {}
+
+    def at(counts: tuple[int, ...]) -> _Packed | None:
+        if counts not in found:
+            packs = [p for order in (1, -1) if (p := _pack(search, slots, counts, order))]
+            found[counts] = max(packs, key=_Packed.key, default=None)
+        return found[counts]
+
+    best = at(start)
+    for _ in range(ROUNDS if search.target.n > 1 else 0):
+        before = best
+        for boundary in range(search.target.n - 1):
+            for counts in _boundary_moves(best.counts if best else start, boundary):
+                trial = at(counts)
+                if trial is not None and (best is None or trial.key() > best.key()):
+                    best = trial
+        if best is before:
+            break
+    return best
+
+
+def pack_rules(packed: _Packed, homes: Sequence[int]) -> tuple[Override, ...]:
+    """The ``-ot`` rules of a packing: experts to other devices first (whole blocks in one
+    rule per device, parts per block), then to the CPU (the same way); the first match wins,
+    and each tensor matches one rule."""
+    parts_of: dict[int, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    count: dict[int, int] = defaultdict(int)
+    for (block, part), home in packed.where:
+        count[block] += 1
+        if home != homes[block]:
+            parts_of[block][home].append(part)
     rules: list[Override] = []
-    by_device: dict[int, list[int]] = {}
-    some: dict[tuple[int, int], list[str]] = {}  # (block, device): the parts it takes
-    for block, device, parts in fill.elsewhere:
-        if parts:
-            some.setdefault((block, device), []).extend(parts)
-        else:
-            by_device.setdefault(device, []).append(block)
-    for (block, device), taken in some.items():
-        pattern = f"blk\\.{block}\\.ffn_({'|'.join(taken)})_(ch|)exps"
-        rules.append(Override(pattern, device))
-    for device, blocks in sorted(by_device.items()):
-        rules.append(Override(f"blk\\.{layer_set_regex(blocks)}{EXPS_REGEX}", device))
-    rules.extend(ot_rules(fill.cpu_blocks, None, ()))
-    for block, parts in fill.partial:
-        rules.extend(ot_rules((), block, parts))
+    for target in [*sorted({h for by in parts_of.values() for h in by if h != CPU}), CPU]:
+        moved = {b: len(by.get(target, ())) for b, by in parts_of.items()}
+        whole = [b for b, k in moved.items() if k == count[b]]
+        some = [(b, parts_of[b][target]) for b, k in moved.items() if 0 < k < count[b]]
+        if whole:
+            rules.append(Override(f"blk\\.{layer_set_regex(whole)}{EXPS_REGEX}", target))
+        for block, parts in sorted(some):
+            rules.append(Override(f"blk\\.{block}\\.ffn_({'|'.join(parts)})_(ch|)exps", target))
     return tuple(rules)
-
-
-SHIFTS = (0, 1, -1, 2, -2)  # layers moved between neighbouring devices, tried in turn
-
-
-def _shifted(counts: tuple[int, ...], boundary: int, shift: int) -> tuple[int, ...] | None:
-    """``counts`` with ``shift`` layers moved from device ``boundary`` + 1 to ``boundary``."""
-    moved = list(counts)
-    moved[boundary] += shift
-    moved[boundary + 1] -= shift
-    return tuple(moved) if min(moved) >= 0 and moved[-1] > 0 else None
-
-
-def _fill_at(
-    search: _Search, counts: tuple[int, ...], both_orders: bool
-) -> tuple[_Fill, MemoryEstimate]:
-    fill = _Fill((), (), ())
-    for device in range(search.target.n):
-        fill = _keep_on_device(search, counts, device, fill, both_orders)
-    fill = _use_room(search, counts, fill)
-    return fill, search.fill(counts, fill)[1]
 
 
 def plan_override(
@@ -464,12 +538,13 @@ def plan_override(
     *,
     extras: Extras | None = None,
 ) -> OffloadPlan:
-    """``-ot`` (``-ts`` on several devices): at the split ``counts`` (default: the one the
-    ``--n-cpu-moe`` plan finds) (and at splits a few layers either side
-    of each boundary: a part of an expert block is the grain of what fits, so where the
-    boundaries fall decides what room is left), each device keeps all of its own experts
-    that fit and room left anywhere takes experts from the CPU; the split that keeps the
-    most expert bytes on the devices wins."""
+    """``-ot`` (``-ts`` on several devices): the split and each expert part's home chosen
+    together. At a split, each device in turn is filled to its budget: its own blocks'
+    experts whole, then parts of them, then what the devices before it left on the CPU
+    (``ffn_down`` of the previous device's last block, as ``--fit`` overflows it) and the
+    model's last blocks; the estimate checks each device. Every position of each boundary
+    of the split is tried, from ``counts`` (default: the ``--n-cpu-moe`` plan's split); the
+    most expert bytes on the devices win, then the fewest device crossings per token."""
     search = _Search(facts, target, settings, extras=extras)
     if counts is None:
         counts = (
@@ -477,23 +552,23 @@ def plan_override(
             if target.n == 1
             else _split_of(facts, target, settings, extras=extras)
         )
-    best: tuple[int, tuple[int, ...], _Fill, MemoryEstimate] | None = None
-    candidates = [counts] + [
-        c
-        for b in range(target.n - 1)
-        for s in SHIFTS[1:]
-        if (c := _shifted(counts, b, s)) is not None
-    ]
-    for trial in candidates:
-        fill, memory = _fill_at(search, trial, both_orders=trial == counts)
-        if target.fits(memory) and (best is None or memory.gpu_expert_bytes > best[0]):
-            best = (memory.gpu_expert_bytes, trial, fill, memory)
+    best = _best_pack(search, counts)
     if best is None:
         raise does_not_fit(facts, target, settings, extras=extras)
-    _, counts, fill, memory = best
-    placement = Placement(overrides=fill_rules(fill), tensor_split=counts_split(counts))
-    partial = fill.partial[0] if fill.partial else (None, ())
-    return OffloadPlan(placement, memory, fill.cpu_blocks, partial[0], partial[1])
+    homes = search.base(best.counts).homes
+    where = dict(best.where)
+    slots = _Slots(search)
+    cpu_blocks = tuple(b for b in slots.blocks if all(where[s] == CPU for s in slots.of(b)))
+    partial = next(
+        (
+            (b, tuple(p for p in slots.parts[b] if where[(b, p)] == CPU))
+            for b in slots.blocks
+            if b not in cpu_blocks and any(where[s] == CPU for s in slots.of(b))
+        ),
+        (None, ()),
+    )
+    placement = Placement(overrides=pack_rules(best, homes), tensor_split=counts_split(best.counts))
+    return OffloadPlan(placement, best.memory, cpu_blocks, partial[0], partial[1])
 
 
 def _split_of(

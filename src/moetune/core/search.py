@@ -41,6 +41,9 @@ class Attempt(BaseModel):
     tensor_split: list[float] = []
     device_predicted: list[int] = []
     device_measured: list[int | None] = []
+    # each device's runtime overhead, where its probe sees the process's whole use (NVML):
+    # that use minus llama.cpp's own buffers on the device, after the context was filled
+    device_overhead: list[int | None] = []
     n_ubatch: int | None = None  # run --objective's launches: the -ub tried (None: the run's)
 
     @property

@@ -28,6 +28,7 @@ from moetune.units import Sizes, format_bytes, per_device
 if TYPE_CHECKING:  # plan imports this module without starting anything
     from moetune.hardware.base import GpuInfo, GpuProbe
     from moetune.records.server import Device, ServerInfo
+    from moetune.store.hardware import HardwareProfile
 
 
 class DeviceSet(NamedTuple):
@@ -92,20 +93,32 @@ def cuda_order_is_nvml(gpus: Sequence[GpuInfo]) -> bool:
 
 
 def gpu_specs(gpus: Sequence[GpuInfo], overheads: Sizes | None) -> list[DeviceSpec]:
-    """CUDA0, CUDA1, ... for detected GPUs in the order given."""
+    """CUDA0, CUDA1, ... for detected GPUs in the order given; without --overhead, a card
+    whose hardware profile holds a runtime overhead measured on it counts that."""
+    from moetune.store.hardware import match_detected, scan_hardware_profiles
+
     costs = per_device(overheads, len(gpus), "--overhead")
-    return [
-        DeviceSpec(
-            name=f"CUDA{i}",
-            buft=f"CUDA{i}",
-            kind="cuda",
-            overhead_bytes=_overhead("cuda", costs, i),
-            total_bytes=gpu.vram_total_bytes,
-            free_bytes=gpu.vram_free_bytes,
-            description=gpu.name,
+    profiles = scan_hardware_profiles()[0] if costs is None else []
+    specs = []
+    for i, gpu in enumerate(gpus):
+        cost, why = _overhead("cuda", costs, i), ""
+        if costs is None:
+            found = match_detected(gpu.name, gpu.vram_total_bytes, profiles)
+            if (measured := profile_overhead(found)) is not None:
+                cost, why = measured
+        specs.append(
+            DeviceSpec(
+                name=f"CUDA{i}",
+                buft=f"CUDA{i}",
+                kind="cuda",
+                overhead_bytes=cost,
+                total_bytes=gpu.vram_total_bytes,
+                free_bytes=gpu.vram_free_bytes,
+                description=gpu.name,
+                overhead_source=why,
+            )
         )
-        for i, gpu in enumerate(gpus)
-    ]
+    return specs
 
 
 def described(
@@ -207,24 +220,35 @@ def one_gpu(vram: object, gpu_profile: str | None) -> None:
 
 def _single_gpu(
     vram: int | None, gpu_index: int, gpu_profile: str | None = None
-) -> tuple[int, int | None, str, str]:
-    """(total, free, source, name) of the GPU to plan for: given, a hardware profile, or
-    detected."""
+) -> tuple[int, int | None, str, str, HardwareProfile | None]:
+    """(total, free, source, name, hardware profile) of the GPU to plan for: given, a
+    hardware profile, or detected (with the profile of the card, where one matches)."""
     one_gpu(vram, gpu_profile)
     if vram is not None:
-        return vram, None, "given (--vram)", ""
-    if gpu_profile is not None:
-        from moetune.store.hardware import find_hardware_profile
+        return vram, None, "given (--vram)", "", None
+    from moetune.store.hardware import find_hardware_profile, match_detected, scan_hardware_profiles
 
+    if gpu_profile is not None:
         profile = find_hardware_profile(gpu_profile)
         source = f"{profile.name} (hardware profile {profile.id})"
-        return profile.vram_bytes, None, source, profile.name
+        return profile.vram_bytes, None, source, profile.name, profile
     from moetune.hardware import detect_gpu_probe
 
     probe = detect_gpu_probe()
     gpu = detected_gpus(probe, gpu_index)[0]
     assert gpu.vram_total_bytes is not None  # detected_gpus refuses a GPU without a size
-    return gpu.vram_total_bytes, gpu.vram_free_bytes, f"{gpu.name} ({probe.name})", gpu.name
+    found = match_detected(gpu.name, gpu.vram_total_bytes, scan_hardware_profiles()[0])
+    source = f"{gpu.name} ({probe.name})"
+    return gpu.vram_total_bytes, gpu.vram_free_bytes, source, gpu.name, found
+
+
+def profile_overhead(profile: HardwareProfile | None) -> tuple[int, str] | None:
+    """The runtime overhead a ``moetune run`` measured on this card and recorded in its
+    hardware profile, with where it came from; None where it has none."""
+    if profile is None or profile.runtime_overhead_bytes is None:
+        return None
+    how = profile.runtime_overhead_measured or "no details recorded"
+    return profile.runtime_overhead_bytes, f"measured on this card ({how}; {profile.source})"
 
 
 def plan_devices(
@@ -250,12 +274,20 @@ def plan_devices(
             described(vram, endpoints, overhead), "given (--vram)", _rpc_args(endpoints)
         )
     if vram is not None or gpu_profile is not None or (not endpoints and _one_gpu_here(gpu_index)):
-        total, free, source, name = _single_gpu(
+        total, free, source, name, profile = _single_gpu(
             vram[0] if vram else None, gpu_index or 0, gpu_profile
         )
-        cost = overhead[0] if overhead else default_overhead("cuda")
+        cost, why = overhead[0] if overhead else default_overhead("cuda"), ""
+        if overhead is None and (measured := profile_overhead(profile)) is not None:
+            cost, why = measured
         detected = vram is None and gpu_profile is None
-        spec = DeviceSpec(total_bytes=total, free_bytes=free, overhead_bytes=cost, description=name)
+        spec = DeviceSpec(
+            total_bytes=total,
+            free_bytes=free,
+            overhead_bytes=cost,
+            description=name,
+            overhead_source=why,
+        )
         return DeviceSet(
             (spec,),
             source,

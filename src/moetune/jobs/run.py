@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moetune.core.command import hf_argv
-from moetune.core.devices import default_overhead
+from moetune.core.devices import DeviceSpec, default_overhead
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, estimate
 from moetune.core.placement import Placement
@@ -36,9 +37,9 @@ from moetune.jobs.speed_from import kept_points
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
-from moetune.llamacpp.memprobe import MemoryProbe
+from moetune.llamacpp.memprobe import LogProbe, MemoryProbe
 from moetune.llamacpp.process import RunningServer
-from moetune.records.results import DepthResult, RunResult
+from moetune.records.results import DepthResult, RecordedOverhead, RunResult
 from moetune.store.tuned import (
     Measured,
     ProfileStore,
@@ -88,6 +89,19 @@ def _measure(server: RunningServer, probe: MemoryProbe, overhead: int) -> int | 
     if figure is None or probe.includes_overhead:
         return figure
     return figure + overhead
+
+
+def measured_overhead(
+    server: RunningServer, probe: MemoryProbe, device: DeviceSpec, measured: int | None
+) -> int | None:
+    """The device's runtime overhead, where ``probe`` saw the process's whole use of it
+    (``measured``, NVML): that minus llama.cpp's own buffers there (model, KV, recurrent
+    state, compute: its log's lines for the device). None where the probe sees the buffers
+    alone, or either figure is missing."""
+    if measured is None or not probe.includes_overhead:
+        return None
+    buffers = LogProbe(device.name, device.buft).device_bytes(server)
+    return None if buffers is None or buffers > measured else measured - buffers
 
 
 def _status(
@@ -158,6 +172,12 @@ def run_trial(
                     _measure(server, probe, device.overhead_bytes)
                     for probe, device in zip(setup.probes, setup.devices, strict=True)
                 ]
+                overheads = [
+                    measured_overhead(server, probe, device, figure)
+                    for probe, device, figure in zip(
+                        setup.probes, setup.devices, measured, strict=True
+                    )
+                ]
                 status = _status(measured, guesses, setup.budgets)
                 speed = _speed(client, fill, live) if status == "ok" else None
         except OutOfMemoryError as exc:
@@ -180,6 +200,7 @@ def run_trial(
         tensor_split=split,
         device_predicted=list(guesses),
         device_measured=measured,
+        device_overhead=overheads if any(o is not None for o in overheads) else [],
     )
     if speed is None:
         return attempt
@@ -504,6 +525,90 @@ def save_winner(
     return result.model_copy(update={"profile_name": profile.name, "profile_path": str(path)})
 
 
+def record_overheads(
+    spec: LaunchSpec, setup: DeviceSetup, result: RunResult, on_note: Event
+) -> RunResult:
+    """Each CUDA device's runtime overhead measured at the best attempt (NVML's figure for
+    the server minus llama.cpp's buffers, after the context was filled), recorded in the
+    user's own hardware profile of the card (store/hardware.py keeps the largest), so that
+    the next plan for the card counts it; said in a note. A card without a profile, or a
+    profile that cannot be written, is said and changes nothing."""
+    best = result.best
+    if best is None or not best.device_overhead:
+        return result
+    import datetime
+    from math import ceil
+
+    from moetune.llamacpp.memprobe import ProcessProbe
+    from moetune.store.hardware import (
+        match_detected,
+        record_runtime_overhead,
+        scan_hardware_profiles,
+    )
+    from moetune.store.paths import user_hardware_dir
+
+    profiles, _ = scan_hardware_profiles()
+    recorded: list[RecordedOverhead] = []
+    for i, (device, probe) in enumerate(zip(setup.devices, setup.probes, strict=True)):
+        overhead = best.device_overhead[i]
+        if overhead is None or not isinstance(probe, ProcessProbe):
+            continue
+        gpu = next((g for g in probe.gpus.gpus() if g.index == probe.gpu_index), None)
+        if gpu is None:
+            continue
+        found = RecordedOverhead(device=device.name, gpu=gpu.name, measured_bytes=overhead)
+        mib = ceil(overhead / MIB)
+        used = best.device_measured[i] or 0
+        profile = match_detected(gpu.name, gpu.vram_total_bytes, profiles)
+        if profile is None:
+            on_note(
+                f"{device.name} ({gpu.name}): runtime overhead measured {mib} MiB; no hardware "
+                f"profile of this card to record it in (add one as "
+                f"{user_hardware_dir() / 'ID.toml'}, see profiles/README.md)"
+            )
+            recorded.append(found)
+            continue
+        how = (
+            f"moetune run on {datetime.date.today().isoformat()}: llama-server used "
+            f"{used / MIB:.0f} MiB of {device.name} ({gpu.name}, NVML), its buffers "
+            f"{(used - overhead) / MIB:.0f} MiB, after filling {spec.settings.n_ctx} tokens of "
+            f"{Path(spec.model).name}; llama.cpp {_build(setup)}"
+        )
+        try:
+            path, kept, written = record_runtime_overhead(profile, mib, how)
+        except BadValueError as exc:
+            on_note(f"the measured runtime overhead was not recorded: {exc.message}")
+            recorded.append(found)
+            continue
+        on_note(
+            f"{device.name} ({gpu.name}): runtime overhead measured {mib} MiB"
+            + (
+                f", recorded in {path}: the next plan for this card counts it"
+                if written
+                else f"; {path} keeps the larger {kept} MiB measured before"
+            )
+        )
+        recorded.append(
+            found.model_copy(
+                update={
+                    "profile": profile.id,
+                    "path": str(path),
+                    "kept_mib": kept,
+                    "recorded": written,
+                }
+            )
+        )
+    return result.model_copy(update={"overheads": recorded})
+
+
+def _build(setup: DeviceSetup) -> str:
+    """The llama.cpp build a run used: ``build 11434 (0.6.0-dev)``, or what is known."""
+    info = setup.info
+    if info.build_number:
+        return f"build {info.build_number}" + (f" ({info.version})" if info.version else "")
+    return info.version or "of an unknown build"
+
+
 def tune_with_profiles(
     facts: ModelFacts,
     spec: LaunchSpec,
@@ -546,6 +651,7 @@ def tune_with_profiles(
         result = _tune_for(facts, spec, setup, goal, fill=fill, progress=progress)
     if not save:
         return result
+    result = record_overheads(spec, setup, result, progress.on_note)
     previous = match.profile if result.reused_profile else None
     return save_winner(store, key, result, previous, progress.on_note)
 

@@ -57,6 +57,19 @@ class ObjectiveRun(BaseModel):
     points_added: int = 0  # speed points the extra launches kept
 
 
+class RecordedOverhead(BaseModel):
+    """A device's runtime overhead measured by a run (after the context was filled), and the
+    hardware profile of the card it was recorded in."""
+
+    device: str  # CUDA0
+    gpu: str  # the card's name, as NVML reports it
+    measured_bytes: int  # the server's device memory minus llama.cpp's buffers there
+    profile: str | None = None  # the hardware profile's id (None: no profile for the card)
+    path: str | None = None  # the user's own profile file it is in
+    kept_mib: int | None = None  # what the profile holds now: the largest so far
+    recorded: bool = False  # this figure was written (a larger one was already there: False)
+
+
 class RunResult(BaseModel):
     model: str
     device: str
@@ -75,6 +88,8 @@ class RunResult(BaseModel):
     device_budgets: list[int] = []
     limiting_device: str | None = None
     objective: ObjectiveRun | None = None  # run --objective / --workload
+    # runtime overheads measured at the best attempt and recorded in the cards' profiles
+    overheads: list[RecordedOverhead] = []
 
 
 # --- bench ------------------------------------------------------------------------------------

@@ -69,6 +69,8 @@ def plan_payload(result: PlanResult, frontier: Frontier | None = None) -> dict[s
         "forecast": result.forecast.model_dump(mode="json") if result.forecast else None,
         **extras_payload(mem),
     }
+    if result.overhead_sources:  # device -> the runtime overhead measured on its card, how
+        top["overhead_measured"] = result.overhead_sources
     if frontier is not None:  # the candidates that fit, each with command, memory, forecast
         top["frontier"] = frontier.model_dump(mode="json")
     if result.ctx_note:  # --ctx max stopped at the training context, not at the budget
@@ -130,6 +132,8 @@ def run_payload(result: RunResult) -> dict[str, Any]:
         "limiting_device": result.limiting_device,
         # run --objective: each extra launch (candidate, forecast, measured) and the winner
         "objective": None if result.objective is None else result.objective.model_dump(mode="json"),
+        # each CUDA device's runtime overhead measured at the best attempt, and where it went
+        "overheads": [o.model_dump(mode="json") for o in result.overheads],
     }
 
 

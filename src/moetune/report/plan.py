@@ -152,12 +152,18 @@ def _host_lines(result: PlanResult) -> list[RenderableType]:
 
 
 def _overhead_lines(result: PlanResult) -> list[RenderableType]:
-    """How each device's runtime overhead was chosen: the default (from public figures) or
-    --overhead; none on devices without one (an RPC server)."""
+    """How each device's runtime overhead was chosen: the default (from public figures),
+    measured on the card by a run (its hardware profile), or --overhead; none on devices
+    without one (an RPC server)."""
     from moetune.core.overhead import DEFAULT_CUDA_OVERHEAD_BYTES, default_overhead_why
 
     given = [d for d in result.recommended.memory.devices if d.overhead_bytes]
-    default = [d.name for d in given if d.overhead_bytes == DEFAULT_CUDA_OVERHEAD_BYTES]
+    measured = result.overhead_sources
+    default = [
+        d.name
+        for d in given
+        if d.overhead_bytes == DEFAULT_CUDA_OVERHEAD_BYTES and d.name not in measured
+    ]
     lines: list[RenderableType] = []
     if default:
         lines.append(
@@ -167,7 +173,20 @@ def _overhead_lines(result: PlanResult) -> list[RenderableType]:
                 style="dim",
             )
         )
-    own = [f"{d.name} {format_bytes(d.overhead_bytes)}" for d in given if d.name not in default]
+    for device in given:
+        if device.name in measured:
+            lines.append(
+                Text(
+                    f"runtime overhead {format_bytes(device.overhead_bytes)} on {device.name}, "
+                    f"{measured[device.name]}",
+                    style="dim",
+                )
+            )
+    own = [
+        f"{d.name} {format_bytes(d.overhead_bytes)}"
+        for d in given
+        if d.name not in default and d.name not in measured
+    ]
     if own:
         lines.append(Text(f"runtime overhead given (--overhead): {', '.join(own)}", style="dim"))
     return lines

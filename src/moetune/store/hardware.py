@@ -17,10 +17,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
-from moetune.store.files import read_text
+from moetune.store.files import read_text, update_text
 from moetune.store.paths import user_hardware_dir
 from moetune.store.validate import validated
-from moetune.units import parse_size
+from moetune.units import MIB, parse_size
 
 if sys.version_info >= (3, 11):
     from importlib.resources.abc import Traversable
@@ -63,6 +63,11 @@ class HardwareSpec(BaseModel):
     # sparsity, in TFLOPS; None: no public figure.
     fp16_tflops: float | None = Field(default=None, gt=0, le=100_000)
     notes: str | None = None
+    # written by `moetune run` into the user's own profile of the card (never a shipped one):
+    # the runtime overhead it measured, the server's device memory (NVML) minus llama.cpp's
+    # own buffers after the context was filled, in MiB (the largest so far), and how
+    runtime_overhead_mib: int | None = Field(default=None, ge=0, le=1_048_576)
+    runtime_overhead_measured: str | None = None
 
     @field_validator("vram")
     @classmethod
@@ -104,6 +109,11 @@ class HardwareProfile(HardwareSpec):
     def flops_per_s(self) -> float | None:
         """The FP16 matrix figure in FLOP/s (``fp16_tflops`` x 1e12); None where unknown."""
         return None if self.fp16_tflops is None else self.fp16_tflops * 1e12
+
+    @property
+    def runtime_overhead_bytes(self) -> int | None:
+        """The measured runtime overhead (``runtime_overhead_mib``) in bytes; None: none."""
+        return None if self.runtime_overhead_mib is None else self.runtime_overhead_mib * MIB
 
 
 PROFILES_HINT = "fields: " + ", ".join(HardwareSpec.model_fields) + "; see profiles/README.md"
@@ -235,3 +245,66 @@ def match_detected(
         if vram_bytes is None or abs(profile.vram_bytes - vram_bytes) <= 0.1 * vram_bytes:
             return profile
     return None
+
+
+OVERHEAD_KEYS = ("runtime_overhead_mib", "runtime_overhead_measured")
+OVERHEAD_COMMENT = (
+    "# Measured by `moetune run` on this card (the largest so far): llama-server's device\n"
+    "# memory (NVML) minus llama.cpp's own buffers after the context was filled: the CUDA\n"
+    "# context, cuBLAS and the pools. A plan for this card counts it as its runtime overhead.\n"
+)
+
+
+def _without_overhead(text: str) -> str:
+    """``text`` without the lines ``record_runtime_overhead`` writes."""
+    comment = set(OVERHEAD_COMMENT.splitlines())
+    kept = [
+        line
+        for line in text.splitlines()
+        if line not in comment and line.split("=")[0].strip() not in OVERHEAD_KEYS
+    ]
+    return "\n".join(kept).rstrip("\n") + "\n"
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+
+def record_runtime_overhead(
+    profile: HardwareProfile, mib: int, how: str, user_dir: Path | None = None
+) -> tuple[Path, int, bool]:
+    """Record a measured runtime overhead of ``profile``'s card in the user's own profile
+    (``$MOETUNE_HOME/hardware/ID.toml``; a shipped profile is copied there first, its
+    comments with it, and the copy then replaces it): the largest figure so far is kept.
+    Returns (the file, the figure it holds, whether this one was written)."""
+    user_dir = user_hardware_dir() if user_dir is None else user_dir
+    path = user_dir / f"{profile.id}.toml"
+    written = False
+
+    def merge(old: str | None) -> str:
+        nonlocal written
+        base = old
+        if base is None and profile.shipped:
+            base = shipped_hardware_dir().joinpath(f"{profile.id}.toml").read_text("utf-8")
+        elif base is None:
+            base = read_text(Path(profile.source))
+        current = parse_hardware_profile(base, profile.id, str(path))
+        if current.runtime_overhead_mib is not None and current.runtime_overhead_mib >= mib:
+            return base
+        written = True
+        return (
+            _without_overhead(base)
+            + "\n"
+            + OVERHEAD_COMMENT
+            + f"runtime_overhead_mib = {mib}\n"
+            + f"runtime_overhead_measured = {_toml_string(how)}\n"
+        )
+
+    try:
+        user_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadValueError(f"cannot write {path}: {exc.strerror or exc}") from None
+    update_text(path, merge)
+    kept = parse_hardware_profile(read_text(path), profile.id, str(path)).runtime_overhead_mib
+    assert kept is not None
+    return path, kept, written
