@@ -63,7 +63,9 @@ def reference() -> str:
     """The whole page."""
     import typer.main
 
-    from moetune.cli import app
+    from moetune.cli import app, load_commands
+
+    load_commands()  # every command (moetune's main registers only the one it runs)
 
     root = typer.main.get_command(app)
     found: list[tuple[str, Any]] = []

@@ -152,7 +152,8 @@ def test_concurrent_exports_keep_the_hand_written_text(tuned: Path, tmp_path: Pa
 KILLED = """
 import resource, sys
 from pathlib import Path
-from moetune.cli import app
+from moetune.cli import app, load_commands
+load_commands(["export"])
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))
 app(["export", "preset", "--out", sys.argv[1]])
 """
