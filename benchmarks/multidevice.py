@@ -48,7 +48,6 @@ from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate
 from moetune.core.placement import split_weights
 from moetune.core.plan import PlanRequest, make_plan
-from moetune.core.settings import Settings
 from moetune.core.speed import layout_of
 from moetune.jobs.loader import load_model_facts
 from moetune.units import GIB, MIB
@@ -59,7 +58,7 @@ from support.factory import (
     write_glm45_air_header,
     write_header_only,
 )
-from support.fitrig import fit_choice, free_mib, placement_of, project
+from support.fitrig import dry_run_settings, fit_choice, free_mib, placement_of, project
 from support.llama import rpc_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,19 +122,6 @@ CASES = [
 ]
 
 
-def dry_run_settings(case: Case) -> Settings:
-    """The dry run's semantics: one sequence, logits for the whole batch, no overhead."""
-    return Settings(
-        n_ctx=case.n_ctx,
-        type_k="q8_0",
-        type_v="q8_0",
-        n_seq=1,
-        all_outputs=True,
-        gpu_overhead_bytes=0,
-        device_kind="rpc",
-    )
-
-
 def rpc_devices(endpoints: Sequence[str]) -> tuple[DeviceSpec, ...]:
     return tuple(
         DeviceSpec(
@@ -155,7 +141,7 @@ def moetune_best(
     """moetune's best form for the budgets: its command's arguments and its prediction."""
     request = PlanRequest(
         model_path=str(model),
-        settings=dry_run_settings(case),
+        settings=dry_run_settings(case.n_ctx),
         devices=rpc_devices(endpoints),
         target_vram=tuple(round(b * GIB) for b in case.budgets_gib),
         device_args=("--rpc", ",".join(endpoints)),
@@ -186,7 +172,7 @@ def report(
 ) -> Report:
     devices = rpc_devices(endpoints)
     weights = split_weights(facts, placement_of(args, [d.buft for d in devices]), len(devices))
-    hops = layout_of(facts, weights, dry_run_settings(case), devices).n_hops
+    hops = layout_of(facts, weights, dry_run_settings(case.n_ctx), devices).n_hops
     projected = project(model, args)
     within, agree, cells = [], [], []
     for i, budget in enumerate(case.budgets_gib):

@@ -27,7 +27,7 @@ from moetune.llamacpp.log import parse_buffers, parse_projection, real_load_line
 from moetune.units import MIB
 
 from support.factory import ModelFactory, loadable_copy, write_model
-from support.fitrig import fit_choice, placement_of, project
+from support.fitrig import dry_run_settings, fit_choice, placement_of, project
 from support.helpers import EXAMPLE_QWEN, cli, moetune
 from support.llama import bin_path, free_port, rpc_server, running_server
 
@@ -284,15 +284,7 @@ def test_keeps_at_least_what_fit_keeps(
     bufts = [d.buft for d in specs]
     fit = fit_choice(model, n_ctx, budgets_mib, endpoints)
     fit_experts = split_weights(facts, placement_of(fit, bufts), len(specs)).gpu_expert_bytes
-    settings = Settings(
-        n_ctx=n_ctx,
-        type_k="q8_0",
-        type_v="q8_0",
-        n_seq=1,
-        all_outputs=True,
-        gpu_overhead_bytes=0,
-        device_kind="rpc",
-    )
+    settings = dry_run_settings(n_ctx)
     request = PlanRequest(
         model_path=str(model),
         settings=settings,

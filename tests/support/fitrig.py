@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from moetune.core.placement import CPU, Override, Placement
+from moetune.core.settings import Settings
 from moetune.llamacpp.log import Projection, parse_projection
 
 from support.llama import bin_path
@@ -93,3 +94,17 @@ def project(model: Path, args: Sequence[str]) -> dict[str, Projection]:
         else:
             rest.append(arg)
     return parse_projection(fit_params(model, [*rest, "-fitp", "on"]))
+
+
+def dry_run_settings(n_ctx: int) -> Settings:
+    """llama-fit-params' semantics on the rig: one sequence, logits for the whole batch, q8_0
+    KV, no runtime overhead on RPC devices."""
+    return Settings(
+        n_ctx=n_ctx,
+        type_k="q8_0",
+        type_v="q8_0",
+        n_seq=1,
+        all_outputs=True,
+        gpu_overhead_bytes=0,
+        device_kind="rpc",
+    )
