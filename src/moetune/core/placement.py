@@ -140,11 +140,42 @@ def homes_for(
 
 def tensor_home(tensor: TensorFacts, homes: Sequence[int], placement: Placement) -> int:
     """The device index of ``tensor``, CPU, or SKIPPED (``homes`` from ``homes_for``)."""
+    return _home(tensor, homes, placement.overrides, _rule_targets(placement.overrides))
+
+
+@lru_cache(maxsize=64)
+def _rule_targets(overrides: tuple[Override, ...]) -> dict[str, int | None]:
+    """The target of the first of ``overrides`` that matches each tensor name asked about so
+    far (None: none matches): the planner's many splits of a model search each rule against
+    each name once."""
+    return {}
+
+
+def _rule_target(
+    name: str, overrides: tuple[Override, ...], known: dict[str, int | None]
+) -> int | None:
+    """The target of the first rule of ``overrides`` matching ``name``, if any (``known``:
+    their ``_rule_targets``)."""
+    if not overrides:
+        return None
+    found = known.get(name, SKIPPED)  # SKIPPED: not asked yet (no rule targets it)
+    if found == SKIPPED:
+        found = next((r.target for r in overrides if _compiled(r.pattern).search(name)), None)
+        known[name] = found
+    return found
+
+
+def _home(
+    tensor: TensorFacts,
+    homes: Sequence[int],
+    overrides: tuple[Override, ...],
+    known: dict[str, int | None],
+) -> int:
     if tensor.role is Role.NEXTN:
         return SKIPPED
-    for rule in placement.overrides:
-        if _compiled(rule.pattern).search(tensor.name):
-            return rule.target
+    target = _rule_target(tensor.name, overrides, known)
+    if target is not None:
+        return target
     if tensor.layer is not None:
         return homes[tensor.layer] if homes[tensor.layer] != SKIPPED else CPU
     if tensor.role in (Role.OUTPUT, Role.OUTPUT_NORM):
@@ -268,10 +299,12 @@ def split_weights(
     cpu_expert = cpu_other = 0
     moves: set[tuple[str, int]] = set()
     nextn_moves: set[tuple[str, int]] = set()
+    overrides = placement.overrides
+    known = _rule_targets(overrides)
     for tensor in facts.tensors:
-        home = tensor_home(tensor, homes, placement)
+        home = _home(tensor, homes, overrides, known)
         if home == SKIPPED:
-            loaded = _rule_home(tensor, placement)
+            loaded = _rule_target(tensor.name, overrides, known)
             if loaded is not None and loaded != dict(nextn_homes).get(tensor.layer or -1):
                 nextn_moves.add((tensor.name, loaded))
             continue
@@ -299,14 +332,9 @@ def split_weights(
     )
 
 
-def _rule_home(tensor: TensorFacts, placement: Placement) -> int | None:
-    """The home of the first override matching ``tensor``, if any."""
-    for rule in placement.overrides:
-        if _compiled(rule.pattern).search(tensor.name):
-            return rule.target
-    return None
+_NO_RULES: dict[str, int | None] = {}
 
 
 def _default_home(tensor: TensorFacts, homes: Sequence[int]) -> int:
     """Where ``tensor`` is without overrides."""
-    return tensor_home(tensor, homes, Placement())
+    return _home(tensor, homes, (), _NO_RULES)

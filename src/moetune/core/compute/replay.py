@@ -46,7 +46,7 @@ from moetune.core.compute.sched import (
     new_copy,
     pin,
 )
-from moetune.core.facts import ModelFacts
+from moetune.core.facts import ModelFacts, TensorFacts
 
 UNUSED = 1 << 40  # users of a tensor that remain after this segment (never reached)
 # A tensor that crosses segments: ("res", 0, 0) the residual coming in, ("leaf", i, 0) graph
@@ -200,8 +200,12 @@ class Replay:
         self.leaf_slot: dict[int, Slot] = {id(t): ("leaf", i, 0) for i, t in enumerate(self.leafs)}
         self.ports: dict[Slot, Tensor] = {}  # the one copy tensor of each copy slot
         interned: dict[Hashable, int] = {}
+        by_layer: dict[int | None, list[TensorFacts]] = {}
+        for t in facts.tensors:
+            by_layer.setdefault(t.layer, []).append(t)
         self.block_sigs = {
-            il: interned.setdefault(self._block_sig(il), len(interned)) for il in facts.dims.layers
+            il: interned.setdefault(self._block_sig(il, by_layer.get(il, ())), len(interned))
+            for il in facts.dims.layers
         }
         self._profiles: dict[tuple[Kind, ResShape], _Profile] = {}
         self._finals: dict[Situation, tuple[int, int | None]] = {}
@@ -227,13 +231,10 @@ class Replay:
         """Every block on ``backend`` (a segment only reads its own block's homes)."""
         return LayerHomes((*(backend,) * self.n_blocks, output), moves)
 
-    def _block_sig(self, il: int) -> Hashable:
+    def _block_sig(self, il: int, own: Sequence[TensorFacts]) -> Hashable:
+        """What block ``il`` is (``own``: its tensors, in the file's order)."""
         d = self.facts.dims
-        tensors = tuple(
-            (t.name.split(".", 2)[-1], tuple(t.shape), t.type, t.nbytes)
-            for t in self.facts.tensors
-            if t.layer == il
-        )
+        tensors = tuple((t.name.split(".", 2)[-1], tuple(t.shape), t.type, t.nbytes) for t in own)
         return (tensors, d.swa[il], d.recurrent[il], d.n_head[il], d.n_head_kv[il])
 
     def segments(self, place: LayerHomes) -> tuple[Segment, ...]:
