@@ -278,6 +278,22 @@ def test_the_caches_make_a_second_plan_offline(hub: FakeHub) -> None:
     assert hub.requests() == []  # no refs, no tree, no range
 
 
+def test_a_cached_header_keeps_where_its_vocabulary_ends(hub: FakeHub) -> None:
+    from moetune.hub import cache
+
+    name = ModelName(REPO, "Q8_0")
+    listing = list_repo(name)
+    quant = choose_quant(listing, name.quant)
+    first = remote_model(listing, quant)
+    file = quant.first
+    held = cache.load_header(
+        f"oid:{file.oid}" if file.oid else f"rev:{REPO}@{listing.commit}:{file.path}"
+    )
+    assert held is not None
+    assert held.skips and held.skips == first.shards[0].skips
+    same_model(remote_model(listing, quant), first)  # read again, jumping over them
+
+
 def test_refs_revalidate_by_etag(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
     from moetune.hub import cache
 

@@ -11,7 +11,7 @@ import pytest
 
 from moetune.errors import GGUFFormatError, ModelFileError, UnsupportedModelError
 from moetune.gguf import SkippedArray, read_header, read_model
-from moetune.gguf.reader import read_header_bytes
+from moetune.gguf.reader import read_header_bytes, read_header_prefix
 from moetune.jobs.loader import load_model_facts
 
 from support.rawgguf import ARR, BOOL, STR, U32, U64, RawGGUF, small_model
@@ -189,6 +189,18 @@ def test_large_vocabulary_is_skipped_not_decoded(tmp_path: Path) -> None:
     header = read_header_bytes(raw.build())
     assert header.metadata["tokenizer.ggml.merges"] == SkippedArray("STRING", 50_000)
     assert header.tensors[1].name == "blk.0.ffn_up_exps.weight"
+
+
+def test_a_second_parse_jumps_over_the_arrays_the_first_walked() -> None:
+    tokens = tuple(f"tok{i}" for i in range(5_000))
+    data = small_model().add("tokenizer.ggml.merges", ARR, (STR, tokens)).build()
+    first = read_header_bytes(data)
+    (start, count, end), *_ = [s for s in first.skips if s[1] == 5_000]
+    assert end - start == sum(8 + len(t) for t in tokens)
+    assert read_header_prefix(data, len(data), "<bytes>", first.skips) == first
+    # a skip that does not fit these bytes (another count, past the end) is walked instead
+    for wrong in ((start, count + 1, end), (start, count, len(data) + 1)):
+        assert read_header_prefix(data, len(data), "<bytes>", [wrong]) == first
 
 
 def test_ggml_type_table_matches_gguf_py() -> None:

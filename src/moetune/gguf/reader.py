@@ -20,7 +20,7 @@ import mmap
 import os
 import stat
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple, Union
@@ -55,6 +55,7 @@ MAX_STRING = 1 << 24  # no key, value or tensor name in a real file comes near 1
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _UNPACK_U64 = _U64.unpack_from
+Skip = tuple[int, int, int]  # a walked string array: its first string's offset, count, end
 
 
 class SkippedArray(NamedTuple):
@@ -92,6 +93,10 @@ class GGUFHeader(NamedTuple):
     alignment: int
     data_offset: int  # absolute file offset of the (aligned) data region
     file_bytes: int
+    # the string arrays walked past (the vocabulary, the merges): where each one's strings
+    # begin, how many, where they end; handed back to a later parse of the same bytes (the
+    # hub's cache of headers), it jumps over them instead of walking every string again
+    skips: tuple[Skip, ...] = ()
 
     @property
     def data_end(self) -> int:
@@ -114,13 +119,17 @@ class _Cursor:
     :class:`GGUFFormatError`.
     """
 
-    __slots__ = ("buf", "file_size", "pos", "size")
+    __slots__ = ("buf", "file_size", "jumps", "pos", "size", "walked")
 
-    def __init__(self, buf: bytes | mmap.mmap, file_size: int | None = None) -> None:
+    def __init__(
+        self, buf: bytes | mmap.mmap, file_size: int | None = None, skips: Sequence[Skip] = ()
+    ) -> None:
         self.buf = buf
         self.pos = 0
         self.size = len(buf)
         self.file_size = self.size if file_size is None else max(file_size, self.size)
+        self.jumps = {start: (n, end) for start, n, end in skips}
+        self.walked: list[Skip] = []
 
     def need(self, n_bytes: int, what: str) -> None:
         if n_bytes < 0:
@@ -171,8 +180,14 @@ class _Cursor:
         return n
 
     def skip_strings(self, n: int, what: str) -> None:
-        """Walk past n strings (u64 length + bytes each) without decoding them."""
+        """Walk past n strings (u64 length + bytes each) without decoding them (jump, where
+        an earlier parse of the same bytes walked these)."""
         buf, start, size, unpack = self.buf, self.pos, self.size, _UNPACK_U64
+        jump = self.jumps.get(start)
+        if jump is not None and jump[0] == n and start + 8 * n <= jump[1] <= size:
+            self.pos = jump[1]
+            self.walked.append((start, n, jump[1]))
+            return
         pos, walked = start, 0
         try:
             for walked in range(n):  # noqa: B007 (how far the walk got is used below)
@@ -185,6 +200,7 @@ class _Cursor:
             average = (pos - start) / walked if walked else 16.0
             self.truncated(pos + int((n - walked) * max(average, 8.0)), what)
         self.pos = pos
+        self.walked.append((start, n, pos))
 
 
 def _open_buffer(path: Path) -> tuple[mmap.mmap | bytes, int]:
@@ -233,20 +249,23 @@ def read_header_bytes(data: bytes, name: str = "<bytes>") -> GGUFHeader:
     return _parse(Path(name), data, len(data))
 
 
-def read_header_prefix(data: bytes, file_bytes: int, name: str | os.PathLike[str]) -> GGUFHeader:
+def read_header_prefix(
+    data: bytes, file_bytes: int, name: str | os.PathLike[str], skips: Sequence[Skip] = ()
+) -> GGUFHeader:
     """Parse a header from the first ``len(data)`` bytes of a file of ``file_bytes`` bytes
-    (a remote file read with HTTP ranges; ``name`` becomes the header's ``path``).
+    (a remote file read with HTTP ranges; ``name`` becomes the header's ``path``); ``skips``:
+    the header's own ``skips`` from an earlier parse of the same bytes.
 
     Raises :class:`TruncatedHeaderError` when ``data`` ends before the header does: its
     ``needed_bytes`` is the prefix length to try next (exact, or an estimate from the average
     string length when the buffer ends inside a skipped array). Counts are checked against
     ``file_bytes``, so a prefix of a valid file is never called corrupt for being short.
     """
-    return _parse(Path(name), data, max(file_bytes, len(data)))
+    return _parse(Path(name), data, max(file_bytes, len(data)), skips)
 
 
-def _parse(path: Path, buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
-    cur = _Cursor(buf, size)
+def _parse(path: Path, buf: mmap.mmap | bytes, size: int, skips: Sequence[Skip] = ()) -> GGUFHeader:
+    cur = _Cursor(buf, size, skips)
     if size == 0:
         raise GGUFFormatError(f"{path.name} is empty, not a GGUF file")
     if len(buf) < 4 and size >= 4:
@@ -266,7 +285,9 @@ def _parse(path: Path, buf: mmap.mmap | bytes, size: int) -> GGUFHeader:
     tensors = tuple(_read_tensor_info(cur) for _ in range(n_tensors))
     data_offset = -(-cur.pos // alignment) * alignment
     _check_tensor_offsets(tensors, alignment)
-    header = GGUFHeader(path, version, metadata, tensors, alignment, data_offset, size)
+    header = GGUFHeader(
+        path, version, metadata, tensors, alignment, data_offset, size, tuple(cur.walked)
+    )
     _check_in_file(header)
     return header
 

@@ -13,7 +13,9 @@ moetune's cache (``$MOETUNE_HOME/hub``, else ``<user cache dir>/moetune/hub``):
   revalidated (If-None-Match), and kept when the hub cannot be reached.
 - ``listings/<folder>/<commit>.json``: the tree at that commit (a commit never changes).
 - ``headers/<key>.gguf`` + ``.json``: a file's header bytes (up to its data region) and its
-  full size, keyed by the LFS sha256, else repo+commit+path, else the URL (with its ETag).
+  full size, keyed by the LFS sha256, else repo+commit+path, else the URL (with its ETag);
+  the ``.json`` also keeps where the header's string arrays (the vocabulary) begin and end,
+  so that reading it again jumps over them instead of walking every string.
 Nothing here holds a token or a request header. Writes are atomic and best effort: a cache
 that cannot be written only costs requests.
 """
@@ -27,9 +29,12 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moetune.hub.listing import Quant, RepoFile, RepoListing
+
+if TYPE_CHECKING:
+    from moetune.gguf.reader import Skip
 
 REFS_FRESH_S = 3600.0
 _HEX40 = re.compile(r"[0-9a-fA-F]{40}")
@@ -192,10 +197,14 @@ def save_listing(listing: RepoListing) -> None:
 
 
 class CachedHeader:
-    """A file's header bytes, its full size and the ETag it was fetched under."""
+    """A file's header bytes, its full size and the ETag it was fetched under; ``skips``:
+    the string arrays its parse walked past (``GGUFHeader.skips``), so that the next parse
+    jumps over them."""
 
-    def __init__(self, data: bytes, file_bytes: int, etag: str | None) -> None:
-        self.data, self.file_bytes, self.etag = data, file_bytes, etag
+    def __init__(
+        self, data: bytes, file_bytes: int, etag: str | None, skips: tuple[Skip, ...] = ()
+    ) -> None:
+        self.data, self.file_bytes, self.etag, self.skips = data, file_bytes, etag, skips
 
 
 def _header_path(key: str) -> Path:
@@ -210,13 +219,27 @@ def load_header(key: str) -> CachedHeader | None:
     try:
         data = base.with_suffix(".gguf").read_bytes()
         etag = meta.get("etag")
-        return CachedHeader(data, int(meta["file_bytes"]), etag if isinstance(etag, str) else None)
+        skips = tuple(_skip(item) for item in meta.get("skips", ()))
+        return CachedHeader(
+            data, int(meta["file_bytes"]), etag if isinstance(etag, str) else None, skips
+        )
     except (OSError, KeyError, TypeError, ValueError):
         return None
+
+
+def _skip(item: object) -> Skip:
+    if not isinstance(item, list) or len(item) != 3 or not all(type(v) is int for v in item):
+        raise ValueError(f"not a skipped array: {item!r}")
+    return (item[0], item[1], item[2])
 
 
 def save_header(key: str, header: CachedHeader) -> None:
     base = _header_path(key)
     _write_atomic(base.with_suffix(".gguf"), header.data)
-    meta = {"key": key, "file_bytes": header.file_bytes, "etag": header.etag}
+    meta = {
+        "key": key,
+        "file_bytes": header.file_bytes,
+        "etag": header.etag,
+        "skips": [list(skip) for skip in header.skips],
+    }
     _write_atomic(base.with_suffix(".json"), json.dumps(meta).encode())

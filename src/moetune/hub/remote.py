@@ -177,7 +177,7 @@ def read_remote_header(
                 ) from None
             continue
         held = bytes(buf[: min(len(buf), header.data_offset)])
-        return header, cache.CachedHeader(held, size, etag)
+        return header, cache.CachedHeader(held, size, etag, header.skips)
     raise GGUFFormatError(f"{name}: header not complete after {MAX_ROUNDS} ranged reads")
 
 
@@ -193,7 +193,7 @@ def _from_cache(key: str, name: str) -> GGUFHeader | None:
     if held is None:
         return None
     try:
-        return read_header_prefix(held.data, held.file_bytes, name)
+        return read_header_prefix(held.data, held.file_bytes, name, held.skips)
     except GGUFFormatError:
         return None  # stale or damaged: fetch again
 
