@@ -16,7 +16,7 @@ import pytest
 from moetune.core.compute.alloc import simulate
 from moetune.core.compute.estimate import estimate_compute
 from moetune.core.compute.params import LayerHomes, Options, run_params
-from moetune.core.compute.replay import NotSegmentable, Replay
+from moetune.core.compute.replay import NotSegmentable, Replay, replay_for, structure_of
 from moetune.core.facts import ModelFacts
 from moetune.gguf.roles import Role
 from moetune.jobs.loader import load_model_facts
@@ -181,6 +181,42 @@ def test_segment_replay_equals_the_whole_graph(
     replay = Replay(facts, run, opts)
     for placement in _placements(facts, random.Random(arch)):
         assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
+
+
+@pytest.mark.parametrize("setting", REPLAY_SETTINGS, ids=lambda s: f"{s[4]}-ctx{s[0]}-ub{s[1]}")
+def test_the_quants_of_one_model_share_one_replay(
+    tmp_path_factory: pytest.TempPathFactory, setting: tuple[Any, ...]
+) -> None:
+    """Quants of one model (the same tensors, other types: F16, Q8_0, Q4_K_M's mixed blocks,
+    Q2_K) share one replay; each quant's figures are still simulate()'s on its own tensors,
+    on one device and on two, and a quant's op offload copies its own expert bytes."""
+    root = tmp_path_factory.mktemp("replay-quants")
+    quants = [
+        load_model_facts(
+            write_header_only(root / f"m-{q}.gguf", quant=q, n_layers=8, n_vocab=4096, n_merges=10)
+        )
+        for q in ("F16", "Q8_0", "Q4_K_M", "Q2_K")
+    ]
+    n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
+    run = run_params(n_ctx, ubatch, 2048, n_seq, outputs)
+    one = Options(fa, cache, cache if fa else "f16", (kind == "cuda",), kind == "cuda")
+    two = one._replace(cuda=(kind == "cuda", False))
+    assert len({structure_of(f) for f in quants}) == 1
+    for opts, placements in (
+        (one, _placements(quants[0], random.Random(str(setting)))),
+        (two, _multi_placements(quants[0], 2, random.Random(str(setting)))),
+    ):
+        replay = replay_for(quants[0], run, opts)
+        differ = 0
+        for placement in placements:
+            figures = set()
+            for facts in quants:
+                found = replay.peaks(placement, facts)
+                assert found == simulate(facts, run, placement, opts), (facts.paths, placement)
+                figures.add(tuple(found.items()))
+            differ += len(figures) > 1
+        assert replay.n_sources == len(quants)
+        assert differ or kind != "cuda"  # op offload copies each quant's own host experts
 
 
 def _multi_placements(facts: ModelFacts, n_dev: int, rng: random.Random) -> list[LayerHomes]:

@@ -93,7 +93,7 @@ def estimate_compute(
     options = _options(
         (device_kind,), flash_attn=flash_attn, type_k=type_k, type_v=type_v, op_offload=op_offload
     )
-    peaks = replay_for(facts, run, options).peaks(placement)
+    peaks = replay_for(facts, run, options).peaks(placement, facts)
     return _margin(facts, ComputeEstimate(devices=(peaks[DEV],), host_bytes=peaks[CPU_BACKEND]))
 
 
@@ -125,7 +125,7 @@ def compute_for(
         n_copies=4 if pipeline else 1,
     )
     placement = LayerHomes(homes, moves)
-    peaks = replay_for(facts, run, options).peaks(placement)
+    peaks = replay_for(facts, run, options).peaks(placement, facts)
     return _margin(
         facts,
         ComputeEstimate(

@@ -150,6 +150,8 @@ class Graph:
         """A weight's ggml shape. GGUFFormatError when the model lacks it or it has fewer
         than ``n_dims`` dimensions: llama.cpp refuses such a model as it loads the tensor."""
         found = self._tensors.get(name)
+        if found is not None and len(found.shape) >= n_dims:
+            return found.shape
         file = PurePath(self.file).name
         if found is None:
             raise GGUFFormatError(f"{file}: tensor {name} is missing ({self.d.arch} needs it)")

@@ -80,6 +80,8 @@ class Kind(NamedTuple):
 class Segment(NamedTuple):
     kind: Kind
     il: int = -1  # the block a block segment is built for
+    src: int = 0  # the model (of those sharing the replay) whose tensors it is built with
+    sizes: int = 0  # the interned sizes of its weights that can be copied (``_Source``)
 
 
 class Situation(NamedTuple):
@@ -112,6 +114,47 @@ class _Built(NamedTuple):
     res_out: Tensor | None
     leafs: tuple[Tensor, ...] = ()
     leaf_slots: Mapping[int, Slot] = MappingProxyType({})
+
+
+WeightSize = tuple[int, str]  # a weight's bytes and ggml type (its row padding on CUDA)
+
+
+class _Source:
+    """One of the models that share a replay (the quants of one model: the same tensors
+    and dimensions, other types): its tensors, its segments, and the sizes of the weights a
+    segment can copy. Only a weight in host memory (op offload copies it to the GPU) or one
+    moved off its block's device is ever copied into a compute buffer; every other weight
+    sits in its own buffer, so its bytes do not reach the allocator."""
+
+    def __init__(self, index: int, facts: ModelFacts) -> None:
+        self.index, self.facts = index, facts
+        self.tensors = {t.name: t for t in facts.tensors}
+        self.own: dict[int, list[TensorFacts]] = {}
+        for t in facts.tensors:
+            if t.layer is not None:
+                self.own.setdefault(t.layer, []).append(t)
+        self.global_sizes = tuple(_size(t) for t in facts.tensors if t.layer is None)
+        self.segs: dict[tuple[str, Hashable, int], Segment] = {}
+        self._named: dict[int, dict[str, WeightSize]] = {}
+
+    def block_sizes(
+        self, il: int, on_host: bool, moves: Sequence[tuple[str, int]]
+    ) -> tuple[WeightSize, ...]:
+        """The sizes that matter in block ``il``: every weight's on the host, else those of
+        its moved tensors (``moves``: names without ``blk.N.``)."""
+        own = self.own.get(il, ())
+        if on_host:
+            return tuple(_size(t) for t in own)
+        if not moves:
+            return ()
+        named = self._named.get(il)
+        if named is None:
+            named = self._named[il] = {t.name.split(".", 2)[-1]: _size(t) for t in own}
+        return tuple(named.get(name, (0, "")) for name, _ in moves)
+
+
+def _size(t: TensorFacts) -> WeightSize:
+    return (t.nbytes or 0, t.type)
 
 
 class _Profile:
@@ -190,9 +233,12 @@ class Replay:
 
     def __init__(self, facts: ModelFacts, run: Run, opts: Options) -> None:
         self.facts, self.run, self.opts = facts, run, opts
-        self.tensors = {t.name: t for t in facts.tensors}
         self.n_blocks = facts.n_layers
-        base = self._graph(self._uniform(DEV))
+        self._sources: list[_Source] = []
+        self._source_ids: dict[int, int] = {}
+        self._size_ids: dict[tuple[WeightSize, ...], int] = {}
+        first = self.source(facts)
+        base = self._graph(self._uniform(DEV), first)
         self.inp: Inputs = build_inputs(base)
         self.leafs = base.leafs
         for leaf in self.leafs:
@@ -200,11 +246,8 @@ class Replay:
         self.leaf_slot: dict[int, Slot] = {id(t): ("leaf", i, 0) for i, t in enumerate(self.leafs)}
         self.ports: dict[Slot, Tensor] = {}  # the one copy tensor of each copy slot
         interned: dict[Hashable, int] = {}
-        by_layer: dict[int | None, list[TensorFacts]] = {}
-        for t in facts.tensors:
-            by_layer.setdefault(t.layer, []).append(t)
         self.block_sigs = {
-            il: interned.setdefault(self._block_sig(il, by_layer.get(il, ())), len(interned))
+            il: interned.setdefault(self._block_sig(il, first.own.get(il, ())), len(interned))
             for il in facts.dims.layers
         }
         self._profiles: dict[tuple[Kind, ResShape], _Profile] = {}
@@ -213,17 +256,31 @@ class Replay:
         self._splits: dict[tuple[Situation, SplitEntry, frozenset[Slot], bool], _SplitOut] = {}
         self._emissions: dict[EmissionKey, _Emission] = {}
         self._allocs: dict[Hashable, _AllocOut] = {}
-        self._segs: dict[tuple[str, Hashable, int], Segment] = {}
-        self._results: dict[tuple[Kind, ...], dict[int, int]] = {}
-        self._simulated: OrderedDict[LayerHomes, dict[int, int]] = OrderedDict()
+        self._results: dict[tuple[tuple[Kind, int], ...], dict[int, int]] = {}
+        self._simulated: OrderedDict[tuple[int, LayerHomes], dict[int, int]] = OrderedDict()
         self._snapshots: list[Snapshot] = []
         self._state_ids: dict[Snapshot, int] = {}
         self._steps: dict[Hashable, tuple[int, tuple[tuple[int, int], ...]]] = {}
 
     # --- building segments ----------------------------------------------------------------
 
-    def _graph(self, place: LayerHomes) -> Graph:
-        return Graph(self.facts, self.run, place, self.opts, tensors=self.tensors)
+    def source(self, facts: ModelFacts) -> _Source:
+        """``facts``' place among the models that share this replay (registered the first
+        time: they differ only in what their weights weigh)."""
+        index = self._source_ids.get(id(facts))
+        if index is not None and self._sources[index].facts is facts:
+            return self._sources[index]
+        found = _Source(len(self._sources), facts)
+        self._sources.append(found)
+        self._source_ids[id(facts)] = found.index
+        return found
+
+    @property
+    def n_sources(self) -> int:
+        return len(self._sources)
+
+    def _graph(self, place: LayerHomes, src: _Source) -> Graph:
+        return Graph(src.facts, self.run, place, self.opts, tensors=src.tensors)
 
     def _uniform(
         self, backend: int, moves: frozenset[tuple[str, int]] = frozenset(), output: int = DEV
@@ -232,48 +289,57 @@ class Replay:
         return LayerHomes((*(backend,) * self.n_blocks, output), moves)
 
     def _block_sig(self, il: int, own: Sequence[TensorFacts]) -> Hashable:
-        """What block ``il`` is (``own``: its tensors, in the file's order)."""
+        """What block ``il`` is (``own``: its tensors, in the file's order), whatever its
+        weights weigh (the segments' ``sizes`` hold what matters of that)."""
         d = self.facts.dims
-        tensors = tuple((t.name.split(".", 2)[-1], tuple(t.shape), t.type, t.nbytes) for t in own)
+        tensors = tuple((t.name.split(".", 2)[-1], tuple(t.shape)) for t in own)
         return (tensors, d.swa[il], d.recurrent[il], d.n_head[il], d.n_head_kv[il])
 
-    def segments(self, place: LayerHomes) -> tuple[Segment, ...]:
-        """The graph's segments for ``place`` (the same objects for the same situations)."""
+    def segments(self, place: LayerHomes, src: _Source | None = None) -> tuple[Segment, ...]:
+        """The graph's segments for ``place``, built with ``src``'s tensors (default: the
+        first model's); the same objects for the same situations."""
+        src = src or self._sources[0]
         last = self.facts.dims.layers[-1]
         grouped = place.grouped_moves()
         outside = grouped.get(-1, ())
-        found = [self._segment("head", outside or None, -1)]
+        found = [self._segment(src, "head", outside or None, -1)]
         segment, homes = self._segment, place.homes
         for il in self.facts.dims.layers:
             home = homes[il]
             how = (home if home >= 0 else CPU_BACKEND, grouped.get(il, ()), il == last)
-            found.append(segment("block", how, il))
-        found.append(segment("tail", (place.output, outside), -1))
+            found.append(segment(src, "block", how, il))
+        found.append(segment(src, "tail", (place.output, outside), -1))
         return tuple(found)
 
-    def _segment(self, what: str, how: Hashable, il: int) -> Segment:
+    def _segment(self, src: _Source, what: str, how: Hashable, il: int) -> Segment:
         key = (what, how, il)
-        seg = self._segs.get(key)
+        seg = src.segs.get(key)
         if seg is None:
-            sig = (self.block_sigs[il], *how) if what == "block" and isinstance(how, tuple) else how
-            seg = Segment(Kind(what, sig), il)
-            self._segs[key] = seg
+            if what == "block" and isinstance(how, tuple):
+                sig: Hashable = (self.block_sigs[il], *how)
+                home, moves, _ = how
+                sizes = src.block_sizes(il, home == CPU_BACKEND, moves)
+            else:
+                sig, sizes = how, src.global_sizes
+            size_id = self._size_ids.setdefault(sizes, len(self._size_ids))
+            seg = Segment(Kind(what, sig), il, src.index, size_id)
+            src.segs[key] = seg
         return seg
 
     def _build(self, seg: Segment, res: ResShape, res_backend: int) -> _Built:
         """Fresh nodes for ``seg``, the residual coming in as a stand-in tensor."""
         res_in = None if res is None else Tensor("res", "add", res[0], res[1], backend=res_backend)
-        kind = seg.kind
+        kind, src = seg.kind, self._sources[seg.src]
         res_out: Tensor | None = None
         if kind.what == "head":
             outside = kind.sig if isinstance(kind.sig, tuple) else ()
-            g = self._graph(self._uniform(DEV, frozenset(outside)))
+            g = self._graph(self._uniform(DEV, frozenset(outside)), src)
             res_out = embeddings(g, self.inp)
         elif kind.what == "block" and res_in is not None and isinstance(kind.sig, tuple):
             _, home, moves, last = kind.sig
             il = seg.il
             moved = frozenset((f"blk.{il}.{name}", backend) for name, backend in moves)
-            g = self._graph(self._uniform(home, moved))
+            g = self._graph(self._uniform(home, moved), src)
             res_out = layer(g, self.inp, il, res_in, last)
             if any(leaf.is_input for leaf in g.leafs):
                 raise NotSegmentable("a block with graph inputs of its own")
@@ -281,7 +347,7 @@ class Replay:
                 raise NotSegmentable("a block that uses a tensor of an earlier block")
         elif kind.what == "tail" and res_in is not None and isinstance(kind.sig, tuple):
             out_home, outside = kind.sig
-            g = self._graph(self._uniform(CPU_BACKEND, frozenset(outside), output=out_home))
+            g = self._graph(self._uniform(CPU_BACKEND, frozenset(outside), output=out_home), src)
             output(g, self.inp, res_in)
         else:
             raise NotSegmentable(f"cannot build a {kind.what} segment here")
@@ -313,24 +379,29 @@ class Replay:
 
     # --- one estimate ---------------------------------------------------------------------
 
-    def peaks(self, place: LayerHomes) -> dict[int, int]:
-        """The compute buffer of each backend for ``place`` (as ``simulate`` gives it)."""
+    def peaks(self, place: LayerHomes, facts: ModelFacts | None = None) -> dict[int, int]:
+        """The compute buffer of each backend for ``place`` (as ``simulate`` gives it), for
+        ``facts`` (default: the model the replay was made for; another must share its
+        structure, ``structure_of``)."""
+        src = self.source(facts or self.facts)
         try:
-            return self.segmented_peaks(place)
+            return self.segmented_peaks(place, src.facts)
         except NotSegmentable:
-            found = self._simulated.get(place)
+            key = (src.index, place)
+            found = self._simulated.get(key)
             if found is None:  # the whole graph (pipeline copies, glm-dsa shared layers)
-                found = self._simulated[place] = simulate(self.facts, self.run, place, self.opts)
+                found = simulate(src.facts, self.run, place, self.opts)
+                self._simulated[key] = found
                 while len(self._simulated) > 64:
                     self._simulated.popitem(last=False)
             return dict(found)
 
-    def segmented_peaks(self, place: LayerHomes) -> dict[int, int]:
+    def segmented_peaks(self, place: LayerHomes, facts: ModelFacts | None = None) -> dict[int, int]:
         """``peaks`` by the segment replay alone (NotSegmentable where it does not apply)."""
         if self.opts.n_copies > 1:
             raise NotSegmentable("pipeline parallelism copies every split input")
-        segments = self.segments(place)
-        kinds = tuple(seg.kind for seg in segments)
+        segments = self.segments(place, self.source(facts or self.facts))
+        kinds = tuple((seg.kind, seg.sizes) for seg in segments)
         found = self._results.get(kinds)
         if found is None:
             situations = self._situations(segments)
@@ -531,7 +602,7 @@ class Replay:
             if i in breaks or i == 0:
                 done = frozenset((slot, c <= i, v <= i) for slot, (c, v) in last.items())
             head_leafs = leafs if i == 0 else ()
-            key = (id(plan.out), plan.insertions, state, done, head_leafs)
+            key = (id(plan.out), plan.insertions, seg.sizes, state, done, head_leafs)
             step = self._steps.get(key)
             if step is None:
                 step = self._step(seg, plan, state, last, i, head_leafs=head_leafs)
@@ -570,7 +641,7 @@ class Replay:
         states = tuple(
             _slot_state(slot, emission, ports, last, i, il=seg.il) for slot in emission.slots
         )
-        key = (ekey, blocks_items, states, head_leafs)
+        key = (ekey, seg.sizes, blocks_items, states, head_leafs)
         found = self._allocs.get(key)
         if found is None:
             found = self._allocate(seg, ekey, blocks, states, head_leafs=head_leafs)
@@ -712,19 +783,62 @@ def _port_state(t: Tensor) -> PortState:
     return (hn.allocated, hn.offset, hn.backend)
 
 
-_REPLAYS: OrderedDict[tuple[int, Run, Options], tuple[ModelFacts, Replay]] = OrderedDict()
+_REPLAYS: OrderedDict[tuple[Structure, Run, Options], Replay] = OrderedDict()
 _KEEP = 8
+_MAX_SOURCES = 64  # models one replay serves before a fresh one takes over (bounds its memo)
+
+
+class Structure:
+    """What the reserve graph of a model depends on, but for what its weights weigh: the
+    architecture, its hyperparameters, each tensor's name, shape, block and role. The quants
+    of one model share it, and so share one replay (its hash is computed once)."""
+
+    __slots__ = ("_hash", "key")
+
+    def __init__(self, facts: ModelFacts) -> None:
+        hparams = tuple(
+            sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in facts.hparams.items())
+        )
+        tensors = tuple((t.name, tuple(t.shape), t.layer, t.role) for t in facts.tensors)
+        self.key = (facts.architecture, facts.n_layers, hparams, tensors)
+        self._hash = hash(self.key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Structure) and (
+            self is other or (self._hash == other._hash and self.key == other.key)
+        )
+
+
+_STRUCTURES: OrderedDict[int, tuple[ModelFacts, Structure]] = OrderedDict()
+
+
+def structure_of(facts: ModelFacts) -> Structure:
+    """``facts``' structure (the last few models' are kept)."""
+    found = _STRUCTURES.get(id(facts))
+    if found is not None and found[0] is facts:
+        _STRUCTURES.move_to_end(id(facts))
+        return found[1]
+    structure = Structure(facts)
+    _STRUCTURES[id(facts)] = (facts, structure)
+    while len(_STRUCTURES) > 4 * _KEEP:
+        _STRUCTURES.popitem(last=False)
+    return structure
 
 
 def replay_for(facts: ModelFacts, run: Run, opts: Options) -> Replay:
-    """The replay for this model, run and options (the last few are kept)."""
-    key = (id(facts), run, opts)
+    """The replay for this model's structure, run and options (the last few are kept): the
+    quants of one model share it; give ``facts`` to its ``peaks``."""
+    key = (structure_of(facts), run, opts)
     found = _REPLAYS.get(key)
-    if found is not None and found[0] is facts:
+    if found is not None and found.n_sources < _MAX_SOURCES:
         _REPLAYS.move_to_end(key)
-        return found[1]
+        return found
     replay = Replay(facts, run, opts)
-    _REPLAYS[key] = (facts, replay)
+    _REPLAYS[key] = replay
+    _REPLAYS.move_to_end(key)
     while len(_REPLAYS) > _KEEP:
         _REPLAYS.popitem(last=False)
     return replay
