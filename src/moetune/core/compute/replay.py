@@ -256,7 +256,8 @@ class Replay:
         self._splits: dict[tuple[Situation, SplitEntry, frozenset[Slot], bool], _SplitOut] = {}
         self._emissions: dict[EmissionKey, _Emission] = {}
         self._allocs: dict[Hashable, _AllocOut] = {}
-        self._results: dict[tuple[tuple[Kind, int], ...], dict[int, int]] = {}
+        self._results: dict[tuple[tuple[Kind, ...], tuple[int, ...]], dict[int, int]] = {}
+        self._sweeps: dict[tuple[Kind, ...], tuple[list[_Plan], dict[Slot, tuple[int, int]]]] = {}
         self._simulated: OrderedDict[tuple[int, LayerHomes], dict[int, int]] = OrderedDict()
         self._snapshots: list[Snapshot] = []
         self._state_ids: dict[Snapshot, int] = {}
@@ -401,13 +402,16 @@ class Replay:
         if self.opts.n_copies > 1:
             raise NotSegmentable("pipeline parallelism copies every split input")
         segments = self.segments(place, self.source(facts or self.facts))
-        kinds = tuple((seg.kind, seg.sizes) for seg in segments)
-        found = self._results.get(kinds)
+        kinds = tuple(seg.kind for seg in segments)
+        sized = (kinds, tuple(seg.sizes for seg in segments))
+        found = self._results.get(sized)
         if found is None:
-            situations = self._situations(segments)
-            plans = self._split_sweep(segments, situations)
-            found = self._alloc_sweep(segments, plans, self._last_uses(segments, plans))
-            self._results[kinds] = found
+            sweep = self._sweeps.get(kinds)  # the splits do not depend on what weights weigh
+            if sweep is None:
+                plans = self._split_sweep(segments, self._situations(segments))
+                sweep = self._sweeps[kinds] = (plans, self._last_uses(segments, plans))
+            found = self._alloc_sweep(segments, *sweep)
+            self._results[sized] = found
         return dict(found)
 
     def _situations(self, segments: Sequence[Segment]) -> list[Situation]:
