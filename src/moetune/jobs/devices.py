@@ -21,6 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from moetune.core.backends import kind_of
 from moetune.core.devices import DeviceSpec, default_overhead, rpc_buft
 from moetune.errors import BadValueError, NoGpuError
 from moetune.units import Sizes, format_bytes, per_device
@@ -68,8 +69,7 @@ def specs_from_listed(
             per_server[device.description] = on_server + 1
             kind, buft = "rpc", rpc_buft(device.description, on_server)
         else:
-            kind = "cuda" if device.name.startswith("CUDA") else "cpu-like"
-            buft = device.name
+            kind, buft = kind_of(device.name), device.name
         specs.append(
             DeviceSpec(
                 name=device.name,
