@@ -83,9 +83,7 @@ def placement_of(args: Sequence[str], bufts: Sequence[str]) -> Placement:
     return Placement(ngl, tuple(rules), tensor_split=split)
 
 
-def project(
-    model: Path, args: Sequence[str], tool: Path | None = None
-) -> dict[str, Projection]:
+def project(model: Path, args: Sequence[str], tool: Path | None = None) -> dict[str, Projection]:
     """llama.cpp's dry run of a command's arguments (``-m`` and ``--fit`` taken out) by
     ``tool`` (default: the CPU/RPC build's llama-fit-params)."""
     rest: list[str] = []
