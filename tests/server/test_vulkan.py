@@ -20,9 +20,11 @@ gives. ggml-vulkan's graph_optimize reorders each split's nodes, which the repla
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from moetune.core import backends
@@ -38,6 +40,7 @@ from moetune.units import MIB
 
 from support.factory import ModelFactory, MoeShape, write_header_only
 from support.fitrig import COMMON, dry_run_settings, project
+from support.helpers import moetune
 from support.vulkan import DEVICE, MARKS, VISIBLE, vulkan_tool
 
 pytestmark = MARKS
@@ -197,3 +200,64 @@ def test_without_the_op_offload_copy_the_check_fails(model_factory: ModelFactory
     every expert is on the device."""
     cases = ((4, 16), (4, 32), (4, 512), (2, 32), (0, 512))
     assert _header_check(model_factory, cases) == [True, False, False, False, True]
+
+
+# --- the commands on Vulkan0 ----------------------------------------------------------------
+
+
+def test_plan_command_on_vulkan0_is_checked_by_llama_cpp(model_factory: ModelFactory) -> None:
+    """No NVIDIA GPU here: plan takes its device from llama-server's list (Vulkan0, 2 GiB),
+    and llama.cpp's dry run of the recommended command agrees with it."""
+    server = str(vulkan_tool("llama-server"))
+    result = moetune("plan", str(_header(model_factory)), "--server", server, "--ctx", "4096")
+    assert result.returncode == 0, result.stderr
+    assert "Vulkan0 llvmpipe" in result.stdout
+    assert "llama.cpp projects Vulkan0" in result.stdout
+    result = moetune("plan", str(_header(model_factory)), "--server", server, "--json")
+    data = json.loads(result.stdout)
+    assert data["checked"] == "llama.cpp", data.get("warnings")
+    assert [d["name"] for d in data["devices"]] == [DEVICE]
+
+
+def test_doctor_lists_vulkan0() -> None:
+    result = moetune("doctor", "--server", str(vulkan_tool("llama-server")), "--json")
+    assert result.returncode == 0, result.stderr
+    findings = {f["check"]: f for f in json.loads(result.stdout)["findings"]}
+    assert findings["gpu"]["status"] == "ok" and DEVICE in findings["gpu"]["message"]
+    assert findings["device"]["message"].startswith("Vulkan0 llvmpipe")
+
+
+def test_run_converges_on_vulkan0(model_factory: ModelFactory, tmp_path: Path) -> None:
+    """run launches llama-server on Vulkan0 until the measured peak (its buffer lines) is
+    within the target, and leaves no llama-server behind."""
+    model = model_factory("qwen3moe", n_layers=8)
+    target = 40 * MIB
+    result = moetune(
+        "run",
+        str(model),
+        "--server",
+        str(vulkan_tool("llama-server")),
+        "--target-vram",
+        f"{target // MIB}M",
+        "--ctx",
+        "512",
+        "--overhead",
+        "0",
+        "--fill",
+        "32",
+        "--repeats",
+        "1",
+        "--no-save",
+        "--json",
+        home=tmp_path,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert "Vulkan0" in data["probe"]
+    assert 0 < data["best"]["n_cpu_moe"] < 8
+    assert data["best"]["measured_bytes"] <= data["target_bytes"] == target
+    left = [
+        p for p in psutil.process_iter(["exe"]) if p.info["exe"] == str(vulkan_tool("llama-server"))
+    ]
+    assert not left, left

@@ -355,7 +355,10 @@ def _detected_devices(
             hint="check the --rpc servers, or pass --vram",
         )
     specs = specs_from_listed(listed, overhead, gpus)
-    return DeviceSet(specs, "llama-server --list-devices", _rpc_args(endpoints), here=True)
+    source = "llama-server --list-devices"
+    if len(specs) == 1 and not endpoints:
+        source = f"{specs[0].name} {specs[0].description} ({source})"
+    return DeviceSet(specs, source, _rpc_args(endpoints), here=True)
 
 
 def _is_picked(device: Device, gpus: Sequence[GpuInfo]) -> bool:
