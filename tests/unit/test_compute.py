@@ -200,8 +200,8 @@ def test_the_quants_of_one_model_share_one_replay(
     ]
     n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
     run = run_params(n_ctx, ubatch, 2048, n_seq, outputs)
-    one = Options(fa, cache, cache if fa else "f16", (kind == "cuda",), kind == "cuda")
-    two = one._replace(cuda=(kind == "cuda", False))
+    one = Options(fa, cache, cache if fa else "f16", (kind,), rules(kind).op_offload)
+    two = one._replace(kinds=(kind, "rpc"))
     assert len({structure_of(f) for f in quants}) == 1
     for opts, placements in (
         (one, _placements(quants[0], random.Random(str(setting)))),
