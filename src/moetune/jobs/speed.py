@@ -139,8 +139,9 @@ def depth_points(
     """One configuration at one depth: its prompt processing (the prompt of ``depth`` tokens
     from an empty cache) and its generation after that prompt, by the server's timings."""
     placement, settings = settings_of_args(args)
-    prompt_n = _median_int([s.prompt_n for s in row.samples])
-    predicted_n = _median_int([s.predicted_n for s in row.samples])
+    counted = row.counted  # the samples its figures are over
+    prompt_n = _median_int([s.prompt_n for s in counted])
+    predicted_n = _median_int([s.predicted_n for s in counted])
     common: dict[str, Any] = {
         "model": model,
         "placement": placement,
@@ -156,7 +157,7 @@ def depth_points(
                 n_prompt=prompt_n,
                 n_gen=0,
                 tps=row.prefill_tps.median,
-                samples_tps=[s.prefill_tps for s in row.samples],
+                samples_tps=[s.prefill_tps for s in counted],
                 **common,
             )
         )
@@ -168,7 +169,7 @@ def depth_points(
                 n_prompt=0,
                 n_gen=predicted_n,
                 tps=row.decode_tps.median,
-                samples_tps=[s.decode_tps for s in row.samples],
+                samples_tps=[s.decode_tps for s in counted],
                 **common,
             )
         )
