@@ -27,6 +27,7 @@ from support.llama import running_server, wait_for_servers
 CTX = 1024
 N_PREDICT = 8
 REPEATS = 2
+MAX_REPEATS = 4  # keeps the shared bench short: a depth that does not settle stops at 4
 TARGET_MIB = 30  # on this model: --n-cpu-moe 2 fits, everything on the device does not
 
 
@@ -61,6 +62,8 @@ def bench(model: Path, rpc: str, tmp_path_factory: pytest.TempPathFactory) -> Be
         "0,64,256",
         "--repeats",
         str(REPEATS),
+        "--max-repeats",
+        str(MAX_REPEATS),
         "--n-predict",
         str(N_PREDICT),
         "--target-vram",
@@ -81,7 +84,8 @@ def test_bench_prints_table_and_verdict(bench: Bench) -> None:
     assert bench.done.returncode == 0, bench.done.stderr
     text = bench.done.stdout
     assert "configurations" in text and "measurements: median (min-max)" in text
-    assert "verdict" in text and ("is fastest" in text or "within noise" in text)
+    assert "verdict" in text and ("is fastest" in text or "noisy, no winner" in text)
+    assert f"{REPEATS}-{MAX_REPEATS} repeats until the last {REPEATS} agree within 10.0 %" in text
     for name in ("plan", "fit", "cpu-moe", "layers", "gpu-only"):
         assert name in text
     assert "does not fit" in text  # gpu-only, skipped
@@ -104,7 +108,7 @@ def test_json_holds_every_sample(bench: Bench) -> None:
     assert data["depths"] == [shortest, 64, 256]
     assert len(data["results"]) == 4 * 3
     for row in data["results"]:
-        assert len(row["samples"]) == REPEATS
+        assert REPEATS <= len(row["samples"]) <= MAX_REPEATS
         for sample in row["samples"]:
             assert sample["prompt_n"] == row["depth"]  # exactly the depth asked, template included
             assert sample["predicted_n"] == N_PREDICT
@@ -116,6 +120,49 @@ def test_json_holds_every_sample(bench: Bench) -> None:
     assert {(v["depth"], v["metric"]) for v in data["verdicts"]} == {
         (d, m) for d in data["depths"] for m in ("decode_tps", "prefill_tps")
     }
+
+
+def test_each_depth_repeated_until_the_last_agree(bench: Bench) -> None:
+    """Settled: the figures are over the last --repeats samples, whose spread is within the
+    bound; not settled: over every sample, --max-repeats of them (a 60 s limit is far)."""
+    data = bench.data
+    assert (data["repeats"], data["max_repeats"], data["max_spread"]) == (REPEATS, MAX_REPEATS, 0.1)
+    for row in data["results"]:
+        samples = row["samples"]
+        counted = samples[row["counted_from"] :]
+        if row["settled"]:
+            assert len(counted) == REPEATS and row["counted_from"] == len(samples) - REPEATS
+        else:
+            assert row["counted_from"] == 0 and len(samples) == MAX_REPEATS
+        for key, figure in (("decode_tps", "decode_tps"), ("prefill_tps", "prefill_tps")):
+            values = [s[figure] for s in counted]
+            stat = row[key]
+            assert (stat["min"], stat["max"]) == (min(values), max(values))
+            assert stat["spread"] == pytest.approx((stat["max"] - stat["min"]) / stat["median"])
+            if row["settled"]:
+                assert stat["spread"] <= data["max_spread"]
+
+
+def test_each_configuration_is_warmed_before_it_is_timed(bench: Bench) -> None:
+    """One untimed request of the first depth's shape, kept beside the configuration."""
+    for name in ("plan", "fit", "cpu-moe", "layers"):
+        warmup = bench.config(name)["warmup"]
+        assert warmup["prompt_n"] == bench.data["depths"][0]
+        assert warmup["predicted_n"] == N_PREDICT
+    assert bench.config("gpu-only")["warmup"] is None  # skipped: never launched
+
+
+def test_verdict_names_a_winner_only_without_overlap(bench: Bench) -> None:
+    for verdict in bench.data["verdicts"]:
+        rows = [
+            r
+            for r in bench.data["results"]
+            if r["depth"] == verdict["depth"] and r["config"] != verdict["winner"]
+        ]
+        best = verdict["winner_stat"]
+        reaching = [r["config"] for r in rows if r[verdict["metric"]]["max"] >= best["min"]]
+        assert sorted(verdict["overlapping"]) == sorted(reaching)
+        assert verdict["within_noise"] == bool(reaching)
 
 
 def test_client_ttft_agrees_with_server_prompt_time(bench: Bench) -> None:
@@ -381,3 +428,78 @@ def test_each_configuration_at_each_ubatch(model: Path, rpc: str, tmp_path: Path
         ("plan-ub512", 512),
         ("plan-ub1024", 1024),
     }
+
+
+# --- numbers that hold still: one configuration measured again -------------------------------
+
+SAME = ("--ctx", str(CTX), "--target-vram", f"{TARGET_MIB}M", "--overhead", "0")
+# what run times at each launch that fits (jobs/run.Fill): a 64-token prompt, 64 generated
+RUN_SHAPE = ("--endpoint", "completion", "--depths", "64", "--n-predict", "64")
+
+
+@pytest.fixture(scope="module")
+def again(model: Path, rpc: str, tmp_path_factory: pytest.TempPathFactory) -> Again:
+    """`run` once, then `bench --configs plan` twice at run's shape, in one MOETUNE_HOME."""
+    home = tmp_path_factory.mktemp("again")
+    ran = moetune("run", str(model), *SAME, "--json", "--", "--rpc", rpc, home=home)
+    assert ran.returncode == 0, ran.stderr
+    benches = []
+    for _ in range(2):
+        done = moetune(
+            "bench",
+            str(model),
+            "--configs",
+            "plan",
+            *RUN_SHAPE,
+            *SAME,
+            "--json",
+            "--no-save",
+            "--",
+            "--rpc",
+            rpc,
+            home=home,
+        )
+        assert done.returncode == 0, done.stderr
+        benches.append(json.loads(done.stdout))
+    return Again(json.loads(ran.stdout), benches, home)
+
+
+class Again:
+    def __init__(self, run: dict[str, Any], benches: list[dict[str, Any]], home: Path) -> None:
+        self.run = run
+        self.benches = benches
+        self.home = home
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Each bench's one row: plan at depth 64."""
+        found = []
+        for bench in self.benches:
+            (row,) = bench["results"]
+            assert (row["config"], row["depth"]) == ("plan", 64)
+            found.append(row)
+        return found
+
+
+def _within(value: float, stat: dict[str, Any]) -> bool:
+    return bool(stat["min"] <= value <= stat["max"])
+
+
+def test_bench_twice_gives_medians_within_the_spreads(again: Again) -> None:
+    first, second = again.rows()
+    for key in ("decode_tps", "prefill_tps"):
+        assert _within(second[key]["median"], first[key]), (key, first[key], second[key])
+        assert _within(first[key]["median"], second[key]), (key, first[key], second[key])
+
+
+def test_run_saved_speed_lies_within_bench_spread(again: Again) -> None:
+    """run's saved decode speed (the profile's, the server's timings as bench's) is within
+    the range bench reports for the same --n-cpu-moe, each time."""
+    best = again.run["best"]
+    (saved,) = (again.home / "profiles").glob("*.json")
+    measured = json.loads(saved.read_text())["measured"]
+    assert measured["decode_tps"] == best["decode_tps"]
+    assert measured["repeats"] >= 3
+    for bench, row in zip(again.benches, again.rows(), strict=True):
+        (plan,) = bench["configs"]
+        assert plan["description"] == f"--n-cpu-moe {best['n_cpu_moe']}"
+        assert _within(measured["decode_tps"], row["decode_tps"]), (measured, row["decode_tps"])

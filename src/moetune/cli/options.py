@@ -193,7 +193,8 @@ MaxSpreadOpt = Annotated[
 MaxTimeOpt = Annotated[
     float,
     typer.Option(
-        help="Stop repeating after this many seconds (the spread is then shown as it is).",
+        help="No more repeats after this many seconds at one depth (run: one launch); the "
+        "spread is then shown as it is.",
         parser=parser(parse_seconds),
         metavar="SECONDS",
     ),
