@@ -30,6 +30,7 @@ from moetune.units import MIB
 
 from support.bench import bench_result, row, sample
 from support.factory import ModelFactory, write_model
+from support.fakes import FakeMemoryProbe
 
 # --- statistics and the verdict -------------------------------------------------------------
 
@@ -122,22 +123,19 @@ def test_spread_is_derived_and_read_again() -> None:
     assert res.Stat(median=0.0, min=0.0, max=0.0).spread is None
 
 
-def test_steady_needs_the_last_few_to_agree() -> None:
-    samples = [sample(20.0), sample(40.0), sample(41.0)]
-    assert not res.steady(samples, 3, 0.10)  # 20..41: the first is still cold
-    assert res.steady(samples, 2, 0.10)  # 40, 41: 2.5 %
-    assert not res.steady(samples[:1], 2, 0.10)  # not yet two
+def test_steady_needs_every_sample_to_agree() -> None:
+    assert res.steady([sample(40.0), sample(41.0), sample(42.0)], 3, 0.10)  # 2/41: 4.9 %
+    assert not res.steady([sample(20.0), sample(40.0), sample(41.0)], 3, 0.10)  # a cold one
+    assert not res.steady([sample(40.0), sample(41.0)], 3, 0.10)  # not yet three
     slow_prefill = [sample(40.0, prefill=500.0), sample(40.0, prefill=1000.0)]
     assert not res.steady(slow_prefill, 2, 0.10)  # decode agrees, prefill does not
 
 
-def test_summarize_counts_the_settled_window() -> None:
+def test_summarize_says_whether_it_settled() -> None:
     samples = [sample(20.0), sample(40.0), sample(41.0), sample(42.0)]
-    settled = res.summarize("plan", 64, samples, None, counted_from=1)
-    assert settled.decode_tps == res.Stat(median=41.0, min=40.0, max=42.0)
-    assert len(settled.samples) == 4 and len(settled.counted) == 3 and settled.settled
     loose = res.summarize("plan", 64, samples, None, settled=False)
-    assert loose.decode_tps.min == 20.0 and not loose.settled and loose.counted == samples
+    assert loose.decode_tps == res.Stat(median=40.5, min=20.0, max=42.0) and not loose.settled
+    assert res.summarize("plan", 64, samples, None).settled
 
 
 def test_verdict_per_depth_and_metric() -> None:
@@ -338,6 +336,25 @@ def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
     assert (skipped.status, skipped.message, none) == ("skipped", "too big", [])
 
 
+def test_a_device_without_a_figure_says_why(tmp_path: Path) -> None:
+    """A configuration that ran but left a device unmeasured (--fit placing nothing there, a
+    driver listing nothing) names the device and the probe's reason, in the table's notes."""
+    spec = LaunchSpec(Path("/bin/false"), "x.gguf", Settings(n_ctx=1024), log_dir=tmp_path)
+    probes = (FakeMemoryProbe(lambda s: 5), LogProbe("RPC1", "RPC0[127.0.0.1:2]"))
+    launcher = br.Launcher(
+        spec, probes, Workload(), Prompts("chat"), print, device_names=("RPC0", "RPC1")
+    )
+    assert br._unmeasured(launcher, [5, 7]) is None
+    note = br._unmeasured(launcher, [5, None])
+    assert note == (
+        "RPC1: no memory figure: llama-server's log has no buffer on RPC0[127.0.0.1:2] "
+        "(nothing was placed there)"
+    )
+    ran = bench_result().configs[0].model_copy(update={"name": "fit", "memory_note": note})
+    text = _text(rb.render_bench(bench_result(configs=[ran])))
+    assert "fit: RPC1: no memory figure: llama-server's log has no buffer on" in text
+
+
 # --- saved results and rendering --------------------------------------------------------------
 
 
@@ -468,11 +485,15 @@ def _repeated(asker: _Asker, repeats: Repeats) -> tuple[list[float], bool]:
     return [s.decode_tps for s in samples], settled
 
 
-def test_repeated_until_the_last_ones_agree() -> None:
-    asker = _Asker([20.0, 35.0, 40.0, 41.0, 40.5, 99.0])
+def test_repeated_until_they_agree() -> None:
+    asker = _Asker([40.0, 44.0, 42.0, 99.0])
     decodes, settled = _repeated(asker, Repeats(3, 10, 0.10, 60.0))
-    assert (decodes, settled) == ([20.0, 35.0, 40.0, 41.0, 40.5], True)
-    assert asker.asked == [(n, 10) for n in range(1, 6)]  # the live status: n of at most 10
+    assert (decodes, settled) == ([40.0, 44.0, 42.0], True)  # 4/42: 9.5 %
+    assert asker.asked == [(1, 10), (2, 10), (3, 10)]  # the live status: n of at most 10
+    wide, settled = _repeated(
+        _Asker([40.0, 46.0, 42.0, 43.0, 44.0, 45.0, 41.0] * 2), Repeats(3, 10, 0.10, 60.0)
+    )
+    assert len(wide) == 10 and not settled  # once 40 and 46 are in, they never agree
 
 
 def test_repeated_stops_at_the_most_or_the_time_limit() -> None:
@@ -511,9 +532,7 @@ def test_render_says_how_it_repeated_and_what_never_settled() -> None:
     )
     text = _text(rb.render_bench(result), width=200)
     assert "3 repeats" in text  # the least is the most: no range of counts
-    assert (
-        "cpu-moe at depth 64: not settled after 3 requests (the last 3 never agreed within" in text
-    )
-    assert "decode spread 100.0 %" in text
+    assert "cpu-moe at depth 64: not settled after 3 requests (not within 10.0 %)" in text
+    assert "decode spread 100.0 %, prefill 0.0 %" in text
     wider = result.model_copy(update={"max_repeats": 10})
-    assert "3-10 repeats until the last 3 agree within 10.0 %" in _text(rb.render_bench(wider), 200)
+    assert "3-10 repeats until within 10.0 %" in _text(rb.render_bench(wider), 200)

@@ -174,7 +174,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output."
 RepeatsOpt = Annotated[
     int,
     typer.Option(
-        help="Timed requests at the least; more until the last N agree within --max-spread.",
+        help="Timed requests at the least; more until they agree within --max-spread.",
         metavar="N",
     ),
 ]
@@ -184,8 +184,8 @@ MaxRepeatsOpt = Annotated[
 MaxSpreadOpt = Annotated[
     float,
     typer.Option(
-        help="How far the last --repeats requests may spread, (max-min)/median of decode and "
-        "of prefill tok/s: 10% or 0.1.",
+        help="How far the requests may spread, (max-min)/median of decode and of prefill "
+        "tok/s: 10% or 0.1.",
         parser=parser(parse_share),
         metavar="SHARE",
     ),

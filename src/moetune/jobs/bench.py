@@ -245,6 +245,7 @@ def _ended(
     message: str | None = None,
     device_peaks: Sequence[int | None] = (),
     warmup: Sample | None = None,
+    memory_note: str | None = None,
 ) -> ConfigRun:
     peaks = [r.device_bytes for r in results if r.device_bytes is not None]
     fit = None
@@ -263,6 +264,7 @@ def _ended(
         log_path=str(server.log_path) if server is not None else None,
         device_peaks=list(device_peaks) if len(device_peaks) > 1 else [],
         warmup=warmup,
+        memory_note=memory_note,
     )
 
 
@@ -294,6 +296,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
         read = probe_reader(launcher.probes, _names(launcher), server)
         with server, sampling(read, launcher.live), ServerClient(server.url, timeout) as client:
             load_s = client.wait_ready(timeout, server.check_alive)
+            launcher.live.reading(read())  # loaded: the figures now, not the last sample's
             warmup = measure_depths(
                 client,
                 launcher.workload,
@@ -319,8 +322,19 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
         results=results,
         device_peaks=peaks,
         warmup=warmup,
+        memory_note=_unmeasured(launcher, peaks),
     )
     return ended, results
+
+
+def _unmeasured(launcher: Launcher, peaks: Sequence[int | None]) -> str | None:
+    """Why a device of a configuration that ran has no memory figure (None: each has one)."""
+    why = [
+        f"{name}: no memory figure: {probe.missing}"
+        for name, probe, peak in zip(_names(launcher), launcher.probes, peaks, strict=True)
+        if peak is None
+    ]
+    return "; ".join(why) or None
 
 
 _LOG_HINT = "full log: "  # server.RunningServer.exit_error's hint

@@ -3,9 +3,9 @@ summarised as medians and ranges. What bench measures at each depth, and run at 
 that fits.
 
 One untimed request first (the first request of a server pays for first-call costs), then at
-each depth at least ``repeats`` timed requests, more until the last ``repeats`` agree (their
-spread of decode and of prefill tok/s at most ``max_spread``), at most ``max_repeats`` or
-until ``max_time_s`` has passed (then every sample counts, and the row is not settled).
+each depth at least ``repeats`` timed requests, more until they agree (the spread of their
+decode and of their prefill tok/s at most ``max_spread``: settled), at most ``max_repeats`` or
+until ``max_time_s`` has passed (not settled: the range is reported as it is).
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def sample_of(result: CompletionResult) -> Sample:
 
 @dataclass(frozen=True)
 class Repeats:
-    """How often each depth is asked: at least ``least`` timed requests, more until the last
-    ``least`` agree within ``max_spread``, at most ``most`` or until ``max_time_s`` passed."""
+    """How often each depth is asked: at least ``least`` timed requests, more until they agree
+    within ``max_spread``, at most ``most`` or until ``max_time_s`` has passed."""
 
     least: int = DEFAULT_REPEATS
     most: int = DEFAULT_MAX_REPEATS
@@ -149,8 +149,8 @@ def repeated(
     on_request: Callable[[int, int], None] = lambda done, most: None,
     clock: Clock = time.monotonic,
 ) -> tuple[list[Sample], bool]:
-    """``ask`` until the last ``repeats.least`` samples agree (True) or a limit comes first
-    (False); every sample, in order. ``on_request(n, most)`` before the n-th."""
+    """``ask`` until the samples agree (True) or a limit comes first (False); every sample, in
+    order. ``on_request(n, most)`` before the n-th."""
     samples: list[Sample] = []
     start = clock()
     while True:
@@ -193,8 +193,5 @@ def measure_depths(
         live.phase("measuring", depth=depth)
         text = prompts.text(client, depth)
         samples, settled = repeated(partial(ask, text), workload.repeats, on_request=live.progress)
-        counted_from = len(samples) - workload.repeats.least if settled else 0
-        into.append(
-            summarize(config, depth, samples, probe(), counted_from=counted_from, settled=settled)
-        )
+        into.append(summarize(config, depth, samples, probe(), settled=settled))
     return warmup

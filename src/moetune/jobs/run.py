@@ -210,7 +210,7 @@ def run_trial(
             "decode_tps": decode.median,
             "decode_tps_min": decode.min,
             "decode_tps_max": decode.max,
-            "repeats": len(speed.counted),
+            "repeats": len(speed.samples),
         }
     )
 

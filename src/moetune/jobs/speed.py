@@ -139,9 +139,8 @@ def depth_points(
     """One configuration at one depth: its prompt processing (the prompt of ``depth`` tokens
     from an empty cache) and its generation after that prompt, by the server's timings."""
     placement, settings = settings_of_args(args)
-    counted = row.counted  # the samples its figures are over
-    prompt_n = _median_int([s.prompt_n for s in counted])
-    predicted_n = _median_int([s.predicted_n for s in counted])
+    prompt_n = _median_int([s.prompt_n for s in row.samples])
+    predicted_n = _median_int([s.predicted_n for s in row.samples])
     common: dict[str, Any] = {
         "model": model,
         "placement": placement,
@@ -157,7 +156,7 @@ def depth_points(
                 n_prompt=prompt_n,
                 n_gen=0,
                 tps=row.prefill_tps.median,
-                samples_tps=[s.prefill_tps for s in counted],
+                samples_tps=[s.prefill_tps for s in row.samples],
                 **common,
             )
         )
@@ -169,7 +168,7 @@ def depth_points(
                 n_prompt=0,
                 n_gen=predicted_n,
                 tps=row.decode_tps.median,
-                samples_tps=[s.decode_tps for s in counted],
+                samples_tps=[s.decode_tps for s in row.samples],
                 **common,
             )
         )

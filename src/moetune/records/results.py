@@ -147,12 +147,10 @@ class Sample(_Frozen):
 
 
 class DepthResult(_Frozen):
-    """One configuration at one depth: medians and ranges over the counted repeats, and every
-    sample.
+    """One configuration at one depth: medians and ranges over the repeats, and the samples.
 
-    Requests are repeated until the last few agree (their spread under a bound) or a limit
-    comes first: settled, the figures are over those last ones (``samples[counted_from:]``;
-    the earlier ones came before they agreed); not settled, over every sample.
+    Requests are repeated until they agree (their spread within a bound: ``settled``) or a
+    limit comes first (not settled: the range is wider than the bound).
     """
 
     config: str
@@ -163,13 +161,7 @@ class DepthResult(_Frozen):
     client_decode_tps: Stat | None
     device_bytes: int | None  # device memory after this depth's requests (probe)
     samples: list[Sample]
-    counted_from: int = 0
     settled: bool = True
-
-    @property
-    def counted(self) -> list[Sample]:
-        """The samples the figures are over."""
-        return self.samples[self.counted_from :]
 
 
 class ConfigRun(_Frozen):
@@ -268,13 +260,15 @@ class BenchResult(_Frozen):
     max_time_s: float | None = None  # no further repeat of a depth after this long
 
 
-def steady(samples: Sequence[Sample], window: int, max_spread: float) -> bool:
-    """The last ``window`` samples agree: the spread of their decode and of their prefill
-    tok/s is at most ``max_spread`` (fewer samples than that: not yet)."""
-    if window < 1 or len(samples) < window:
+def steady(samples: Sequence[Sample], least: int, max_spread: float) -> bool:
+    """At least ``least`` samples, and they agree: the spread of their decode and of their
+    prefill tok/s is at most ``max_spread``."""
+    if len(samples) < max(least, 1):
         return False
-    last = samples[-window:]
-    for stat in (Stat.of([s.decode_tps for s in last]), Stat.of([s.prefill_tps for s in last])):
+    for stat in (
+        Stat.of([s.decode_tps for s in samples]),
+        Stat.of([s.prefill_tps for s in samples]),
+    ):
         if stat is None or stat.spread is None or stat.spread > max_spread:
             return False
     return True
@@ -286,26 +280,23 @@ def summarize(
     samples: Sequence[Sample],
     device_bytes: int | None,
     *,
-    counted_from: int = 0,
     settled: bool = True,
 ) -> DepthResult:
-    """Medians and ranges of ``samples[counted_from:]`` (at least one), every sample kept."""
-    counted = samples[counted_from:]
-    if not counted:
+    """Medians and ranges of ``samples`` (at least one)."""
+    if not samples:
         raise ValueError("summarize needs at least one sample")
-    prefill = Stat.of([s.prefill_tps for s in counted])
-    decode = Stat.of([s.decode_tps for s in counted])
+    prefill = Stat.of([s.prefill_tps for s in samples])
+    decode = Stat.of([s.decode_tps for s in samples])
     assert prefill is not None and decode is not None  # every sample has them
     return DepthResult(
         config=config,
         depth=depth,
-        ttft_s=Stat.of([s.ttft_s for s in counted]),
+        ttft_s=Stat.of([s.ttft_s for s in samples]),
         prefill_tps=prefill,
         decode_tps=decode,
-        client_decode_tps=Stat.of([s.client_decode_tps for s in counted]),
+        client_decode_tps=Stat.of([s.client_decode_tps for s in samples]),
         device_bytes=device_bytes,
         samples=list(samples),
-        counted_from=counted_from,
         settled=settled,
     )
 
@@ -348,7 +339,7 @@ def _verdict(
 def verdicts(results: Sequence[DepthResult]) -> list[Verdict]:
     """Per depth, the fastest configuration in decode and in prefill tok/s (higher wins).
 
-    Noisy (no winner) when the winner's slowest counted repeat is no faster than another
+    Noisy (no winner) when the winner's slowest repeat is no faster than another
     configuration's fastest: their ranges overlap.
     """
     found: list[Verdict] = []

@@ -109,15 +109,12 @@ def _header(result: BenchResult) -> Text:
 
 
 def _repeats_text(result: BenchResult) -> str:
-    """``3-10 repeats until the last 3 agree within 10.0 %``; ``3 repeats`` for an older
-    result (or when the least is the most)."""
+    """``3-10 repeats until within 10.0 %``; ``3 repeats`` for an older result (or when the
+    least is the most)."""
     least, most = result.repeats, result.max_repeats
     if most is None or most == least or result.max_spread is None:
         return plural(least, "repeat")
-    return (
-        f"{least}-{most} repeats until the last {least} agree within "
-        f"{format_spread(result.max_spread)}"
-    )
+    return f"{least}-{most} repeats until within {format_spread(result.max_spread)}"
 
 
 def _peak(run: ConfigRun, budget: int | None, budgets: Sequence[int] = ()) -> Text:
@@ -177,17 +174,16 @@ def _config_notes(configs: Sequence[ConfigRun], probe_note: str) -> list[Text]:
 
 
 def _unsettled_notes(result: BenchResult) -> list[Text]:
-    """The rows whose last requests never agreed within the bound (every sample counted)."""
+    """The rows whose requests never agreed within the bound."""
     lines = []
     for row in result.results:
         if row.settled:
             continue
-        last = result.repeats
         lines.append(
             Text(
                 f"  {row.config} at depth {row.depth}: not settled after "
-                f"{plural(len(row.samples), 'request')} (the last {last} never agreed within "
-                f"{format_spread(result.max_spread)}); all counted, decode spread "
+                f"{plural(len(row.samples), 'request')} (not within "
+                f"{format_spread(result.max_spread)}): decode spread "
                 f"{format_spread(row.decode_tps.spread)}, prefill "
                 f"{format_spread(row.prefill_tps.spread)}",
                 style="yellow",
