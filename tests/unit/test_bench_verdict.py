@@ -514,6 +514,10 @@ def test_repeats_that_cannot_be_kept_are_refused() -> None:
     with pytest.raises(BadValueError, match=r"--max-repeats \(2\) must be at least --repeats"):
         Repeats(3, 2, 0.1, 60.0).check()
     assert Repeats(3, 3, 0.0, 1.0).check() == Repeats(3, 3, 0.0, 1.0)
+    assert Repeats.asked(3, None, 0.1, 60.0).most == 10  # the default
+    assert Repeats.asked(50, None, 0.1, 60.0).most == 50  # raised to --repeats
+    with pytest.raises(BadValueError):
+        Repeats.asked(50, 10, 0.1, 60.0)  # an explicit --max-repeats below it: refused
 
 
 def test_render_says_how_it_repeated_and_what_never_settled() -> None:

@@ -38,7 +38,6 @@ from moetune.jobs.names import (
     CONFIG_NAMES,
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
-    DEFAULT_MAX_REPEATS,
     DEFAULT_MAX_SPREAD,
     DEFAULT_MAX_TIME_S,
     DEFAULT_N_PREDICT,
@@ -126,7 +125,7 @@ def bench(
         ),
     ] = None,
     repeats: RepeatsOpt = DEFAULT_REPEATS,
-    max_repeats: MaxRepeatsOpt = DEFAULT_MAX_REPEATS,
+    max_repeats: MaxRepeatsOpt = None,
     max_spread: MaxSpreadOpt = DEFAULT_MAX_SPREAD,
     max_time: MaxTimeOpt = DEFAULT_MAX_TIME_S,
     n_predict: Annotated[
@@ -183,7 +182,7 @@ def bench(
     from moetune.jobs.bench import bench_url, workload_of
     from moetune.jobs.measure import Repeats
 
-    asked = Repeats(repeats, max_repeats, max_spread, max_time)
+    asked = Repeats.asked(repeats, max_repeats, max_spread, max_time)
     workload = workload_of(depths, asked, n_predict, endpoint, image)
     pass_through = add_extras_flags(
         pass_through_of(context),

@@ -179,7 +179,11 @@ RepeatsOpt = Annotated[
     ),
 ]
 MaxRepeatsOpt = Annotated[
-    int, typer.Option(help="Timed requests at the most, while they disagree.", metavar="N")
+    int | None,
+    typer.Option(
+        help="Timed requests at the most, while they disagree (default: 10, or --repeats if more).",
+        metavar="N",
+    ),
 ]
 MaxSpreadOpt = Annotated[
     float,

@@ -37,7 +37,6 @@ from moetune.hub.env import DEFAULT_TIMEOUT_S
 from moetune.jobs.names import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
-    DEFAULT_MAX_REPEATS,
     DEFAULT_MAX_SPREAD,
     DEFAULT_MAX_TIME_S,
     DEFAULT_REPEATS,
@@ -68,7 +67,7 @@ def run(
         ),
     ] = None,
     repeats: RepeatsOpt = DEFAULT_REPEATS,
-    max_repeats: MaxRepeatsOpt = DEFAULT_MAX_REPEATS,
+    max_repeats: MaxRepeatsOpt = None,
     max_spread: MaxSpreadOpt = DEFAULT_MAX_SPREAD,
     max_time: MaxTimeOpt = DEFAULT_MAX_TIME_S,
     port: Annotated[int | None, typer.Option(help="Port for llama-server (default: free).")] = None,
@@ -104,7 +103,7 @@ def run(
     from moetune.report.render import RunView, render
     from moetune.store.tuned import ProfileStore
 
-    asked = Repeats(repeats, max_repeats, max_spread, max_time).check()
+    asked = Repeats.asked(repeats, max_repeats, max_spread, max_time)
     stop_on_signals()
     # absolute: the saved command and the aliases made from it run from any folder
     pass_through = absolute_files(

@@ -80,6 +80,12 @@ class Repeats:
     max_spread: float = DEFAULT_MAX_SPREAD
     max_time_s: float = DEFAULT_MAX_TIME_S
 
+    @classmethod
+    def asked(cls, least: int, most: int | None, max_spread: float, max_time_s: float) -> Repeats:
+        """The options' repeats, checked: ``most`` None is the default, raised to ``least``."""
+        top = max(DEFAULT_MAX_REPEATS, least) if most is None else most
+        return cls(least, top, max_spread, max_time_s).check()
+
     def check(self) -> Repeats:
         """BadValueError for counts or bounds that cannot be kept; itself otherwise."""
         if self.least < 1:
