@@ -189,11 +189,23 @@ def parse_ctx(text: str) -> Ctx:
 NOISY_SPREAD = 0.20
 
 
+def spread(median: float | None, low: float | None, high: float | None) -> float | None:
+    """The range of repeated measurements as a share of their median: ``(max - min) /
+    median`` (None: a figure is missing, or the median is not above 0)."""
+    if median is None or low is None or high is None or median <= 0:
+        return None
+    return (high - low) / median
+
+
+def format_spread(share: float | None) -> str:
+    """``4.2 %``; ``?`` when unknown."""
+    return "?" if share is None else f"{share * 100:.1f} %"
+
+
 def is_noisy(median: float | None, low: float | None, high: float | None) -> bool:
     """A spread (max - min) wider than ``NOISY_SPREAD`` (20 %) of the median."""
-    if median is None or low is None or high is None or median <= 0:
-        return False
-    return (high - low) / median > NOISY_SPREAD
+    share = spread(median, low, high)
+    return share is not None and share > NOISY_SPREAD
 
 
 def format_speed(

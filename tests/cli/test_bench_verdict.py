@@ -50,6 +50,10 @@ def test_report_command(tmp_path: Path) -> None:
         (["--depths", "0,x"], "not a depth"),
         (["--endpoint", "embeddings"], "unknown endpoint"),
         (["--repeats", "0"], "at least 1"),
+        (["--repeats", "5", "--max-repeats", "4"], "--max-repeats (4) must be at least --repeats"),
+        (["--max-spread", "lots"], "is not a share"),
+        (["--max-spread", "-5%"], "a share of 0 or more"),
+        (["--max-time", "0"], "above 0"),
         (["--ctx", "256", "--n-predict", "300"], "no room"),
     ],
 )

@@ -259,3 +259,15 @@ def test_the_help_and_a_misspelt_command_see_every_command() -> None:
         assert f"\n  {name} " in done.stdout, name
     wrong = moetune("insp", str(EXAMPLE_QWEN))
     assert wrong.returncode == 2 and "Did you mean 'inspect'?" in wrong.stderr, wrong.stderr
+
+
+def test_a_share_is_a_percentage_or_a_fraction() -> None:
+    from moetune.cli.options import parse_share
+    from moetune.errors import BadValueError
+
+    assert parse_share("10%") == pytest.approx(0.10)
+    assert parse_share(" 2.5 % ") == pytest.approx(0.025)
+    assert parse_share("0.25") == 0.25 and parse_share("0") == 0.0
+    for bad in ("", "%", "ten", "-1", "nan", "inf%"):
+        with pytest.raises(BadValueError):
+            parse_share(bad)

@@ -221,7 +221,8 @@ def test_unknown_flags_before_the_separator(
 
 
 def test_speeds_carry_their_range(model_factory: ModelFactory, rpc: str) -> None:
-    """The winner's decode speed is the median of 3 timed requests, with min and max."""
+    """The winner's decode speed is the median of the timed requests, with min and max: at
+    least 3, more until they agree within 10 % (at most 10)."""
     result = moetune(
         "run",
         str(model_factory("qwen3moe", n_layers=8)),
@@ -236,8 +237,11 @@ def test_speeds_carry_their_range(model_factory: ModelFactory, rpc: str) -> None
     )
     assert result.returncode == 0, result.stderr
     best = json.loads(result.stdout)["best"]
-    assert best["repeats"] == 3
+    assert 3 <= best["repeats"] <= 10
     assert best["decode_tps_min"] <= best["decode_tps"] <= best["decode_tps_max"]
+    if best["repeats"] < 10:  # stopped early: they agreed
+        spread = (best["decode_tps_max"] - best["decode_tps_min"]) / best["decode_tps"]
+        assert spread <= 0.10
     assert isinstance(best["noisy"], bool)
     # every launch's speeds are kept as points: the fill's prompt, the timed generation
     launches = json.loads(result.stdout)["attempts"]
@@ -250,7 +254,7 @@ def test_speeds_carry_their_range(model_factory: ModelFactory, rpc: str) -> None
     timed = [p for points in kept for p in points if p["kind"] == "generation"]
     assert {p["placement"]["n_cpu_moe"] for p in timed} == fitted
     assert all(p["n_gen"] == 64 and p["source"]["tool"] == "moetune run" for p in timed)
-    assert all(len(p["samples_tps"]) == 3 for p in timed)
+    assert all(3 <= len(p["samples_tps"]) <= 10 for p in timed)
     fills = [p for points in kept for p in points if p["kind"] == "prompt"]
     assert len(fills) == len(kept) and all(p["n_prompt"] > 64 for p in fills)
     text = moetune(
@@ -265,7 +269,7 @@ def test_speeds_carry_their_range(model_factory: ModelFactory, rpc: str) -> None
         rpc,
     )
     assert re.search(
-        r"best: --n-cpu-moe \d+, decode [\d.]+ tok/s \([\d.]+-[\d.]+ over 3", text.stdout
+        r"best: --n-cpu-moe \d+, decode [\d.]+ tok/s \([\d.]+-[\d.]+ over \d+", text.stdout
     ), text.stdout
 
 

@@ -165,6 +165,7 @@ class FakeMemoryProbe:
     measure: Callable[[RunningServer], int | None]
     name: str = "fake"
     includes_overhead: bool = True
+    missing: str = "the fake measured nothing"
 
     def device_bytes(self, server: RunningServer) -> int | None:
         return self.measure(server)

@@ -15,7 +15,7 @@ from moetune.errors import BadValueError, ModelFileError
 from moetune.jobs import bench as br
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.loader import load_model_facts
-from moetune.jobs.measure import Prompts, Workload
+from moetune.jobs.measure import Prompts, Repeats, Workload, repeated
 from moetune.jobs.names import CONFIG_NAMES
 from moetune.llamacpp import log
 from moetune.llamacpp.memprobe import LogProbe
@@ -30,6 +30,7 @@ from moetune.units import MIB
 
 from support.bench import bench_result, row, sample
 from support.factory import ModelFactory, write_model
+from support.fakes import FakeMemoryProbe
 
 # --- statistics and the verdict -------------------------------------------------------------
 
@@ -63,15 +64,78 @@ def test_verdict_clear_winner() -> None:
     assert text == "depth 0, decode: plan is fastest, 1.95x cpu-moe (41.0 tok/s vs 21.0)"
 
 
-def test_verdict_within_noise_when_spreads_overlap() -> None:
+def test_verdict_noisy_when_spreads_overlap() -> None:
     results = [row("plan", 64, [30.0, 40.0, 50.0]), row("fit", 64, [35.0, 38.0, 45.0])]
     decode = res.verdicts(results)[0]
     assert decode.winner == "plan" and decode.within_noise
-    assert "within noise" in rb.verdict_text(decode)
+    assert decode.overlapping == ["fit"] and decode.winner_stat == results[0].decode_tps
+    assert rb.verdict_text(decode) == (
+        "depth 64, decode: noisy, no winner: plan 40.0 (30.0-50.0, spread 50.0 %) "
+        "overlaps fit 38.0 (35.0-45.0, spread 26.3 %)"
+    )
     touching = [row("plan", 64, [40.0, 50.0]), row("fit", 64, [30.0, 40.0])]
     assert res.verdicts(touching)[0].within_noise  # min of the winner == max of the other
     apart = [row("plan", 64, [40.1, 50.0]), row("fit", 64, [30.0, 40.0])]
     assert not res.verdicts(apart)[0].within_noise
+
+
+def test_verdict_names_every_configuration_that_reaches_the_fastest() -> None:
+    """Not only the runner-up: a slower median whose range still reaches the winner's slowest
+    repeat makes the verdict noisy too."""
+    results = [
+        row("plan", 0, [40.0, 41.0, 42.0]),
+        row("cpu-moe", 0, [38.0, 38.5, 39.0]),
+        row("layers", 0, [20.0, 30.0, 40.5]),
+    ]
+    decode = next(v for v in res.verdicts(results) if v.metric == "decode_tps")
+    assert decode.runner_up == "cpu-moe" and decode.within_noise
+    assert decode.overlapping == ["layers"]
+    text = rb.verdict_text(decode)
+    assert text.startswith("depth 0, decode: noisy, no winner: plan 41.0 (40.0-42.0")
+    assert text.endswith("overlaps layers 30.0 (20.0-40.5, spread 68.3 %)")
+    assert "is fastest" not in text
+
+
+def test_an_older_verdict_without_ranges_is_still_told() -> None:
+    old = res.Verdict(
+        depth=0,
+        metric="decode_tps",
+        winner="plan",
+        runner_up="fit",
+        winner_median=40.0,
+        runner_up_median=39.0,
+        ratio=40 / 39,
+        within_noise=True,
+    )
+    assert rb.verdict_text(old) == (
+        "depth 0, decode: noisy, no winner: plan and fit overlap (40.0 tok/s vs 39.0)"
+    )
+
+
+def test_spread_is_derived_and_read_again() -> None:
+    stat = res.Stat.of([40.0, 42.0, 44.0])
+    assert stat is not None and stat.spread == pytest.approx(4 / 42)
+    dumped = stat.model_dump(mode="json")
+    assert dumped["spread"] == pytest.approx(4 / 42)
+    assert res.Stat.model_validate(dumped) == stat
+    forged = {**dumped, "spread": 0.0}  # derived: a saved value is not believed
+    assert res.Stat.model_validate(forged).spread == pytest.approx(4 / 42)
+    assert res.Stat(median=0.0, min=0.0, max=0.0).spread is None
+
+
+def test_steady_needs_every_sample_to_agree() -> None:
+    assert res.steady([sample(40.0), sample(41.0), sample(42.0)], 3, 0.10)  # 2/41: 4.9 %
+    assert not res.steady([sample(20.0), sample(40.0), sample(41.0)], 3, 0.10)  # a cold one
+    assert not res.steady([sample(40.0), sample(41.0)], 3, 0.10)  # not yet three
+    slow_prefill = [sample(40.0, prefill=500.0), sample(40.0, prefill=1000.0)]
+    assert not res.steady(slow_prefill, 2, 0.10)  # decode agrees, prefill does not
+
+
+def test_summarize_says_whether_it_settled() -> None:
+    samples = [sample(20.0), sample(40.0), sample(41.0), sample(42.0)]
+    loose = res.summarize("plan", 64, samples, None, settled=False)
+    assert loose.decode_tps == res.Stat(median=40.5, min=20.0, max=42.0) and not loose.settled
+    assert res.summarize("plan", 64, samples, None).settled
 
 
 def test_verdict_per_depth_and_metric() -> None:
@@ -272,6 +336,25 @@ def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
     assert (skipped.status, skipped.message, none) == ("skipped", "too big", [])
 
 
+def test_a_device_without_a_figure_says_why(tmp_path: Path) -> None:
+    """A configuration that ran but left a device unmeasured (--fit placing nothing there, a
+    driver listing nothing) names the device and the probe's reason, in the table's notes."""
+    spec = LaunchSpec(Path("/bin/false"), "x.gguf", Settings(n_ctx=1024), log_dir=tmp_path)
+    probes = (FakeMemoryProbe(lambda s: 5), LogProbe("RPC1", "RPC0[127.0.0.1:2]"))
+    launcher = br.Launcher(
+        spec, probes, Workload(), Prompts("chat"), print, device_names=("RPC0", "RPC1")
+    )
+    assert br._unmeasured(launcher, [5, 7]) is None
+    note = br._unmeasured(launcher, [5, None])
+    assert note == (
+        "RPC1: no memory figure: llama-server's log has no buffer on RPC0[127.0.0.1:2] "
+        "(nothing was placed there)"
+    )
+    ran = bench_result().configs[0].model_copy(update={"name": "fit", "memory_note": note})
+    text = _text(rb.render_bench(bench_result(configs=[ran])))
+    assert "fit: RPC1: no memory figure: llama-server's log has no buffer on" in text
+
+
 # --- saved results and rendering --------------------------------------------------------------
 
 
@@ -288,7 +371,9 @@ def test_render_table_verdict_and_chart() -> None:
     assert "0.51x" in text  # cpu-moe's decode against the best at depth 64
     assert "does not fit" in text and "skipped" in text
     assert "depth 64, decode: plan is fastest, 1.95x cpu-moe" in text
-    assert "depth 256, decode: plan and cpu-moe are within noise" in text
+    assert "depth 256, decode: noisy, no winner: plan 30.5 (30.0-31.0, spread 3.3 %)" in text
+    assert "overlaps cpu-moe 29.8 (29.0-30.5, spread 5.0 %)" in text
+    assert "2 repeats" in text and "not settled" not in text
     assert "the chat template alone" in text and "buffers only" in text
     chart = _text(rb.render_chart(bench_result(), width=40))
     bars = {line.split()[0]: line.count("█") for line in chart.splitlines() if "█" in line}
@@ -368,3 +453,90 @@ def test_dense_model_has_no_expert_configurations(tmp_path: Path) -> None:
     }
     assert specs["plan"].skip == specs["cpu-moe"].skip == "a dense model has no experts"
     assert specs["layers"].skip is None and specs["gpu-only"].skip == "same command as layers"
+
+
+# --- repeating until the last requests agree --------------------------------------------------
+
+
+class _Asker:
+    """Hands out the samples of ``decodes`` in turn, one clock tick (``tick_s``) each."""
+
+    def __init__(self, decodes: list[float], tick_s: float = 1.0) -> None:
+        self.decodes = list(decodes)
+        self.now = 0.0
+        self.tick_s = tick_s
+        self.asked: list[tuple[int, int]] = []
+
+    def ask(self) -> res.Sample:
+        self.now += self.tick_s
+        return sample(self.decodes.pop(0))
+
+    def clock(self) -> float:
+        return self.now
+
+
+def _repeated(asker: _Asker, repeats: Repeats) -> tuple[list[float], bool]:
+    samples, settled = repeated(
+        asker.ask,
+        repeats,
+        on_request=lambda n, most: asker.asked.append((n, most)),
+        clock=asker.clock,
+    )
+    return [s.decode_tps for s in samples], settled
+
+
+def test_repeated_until_they_agree() -> None:
+    asker = _Asker([40.0, 44.0, 42.0, 99.0])
+    decodes, settled = _repeated(asker, Repeats(3, 10, 0.10, 60.0))
+    assert (decodes, settled) == ([40.0, 44.0, 42.0], True)  # 4/42: 9.5 %
+    assert asker.asked == [(1, 10), (2, 10), (3, 10)]  # the live status: n of at most 10
+    wide, settled = _repeated(
+        _Asker([40.0, 46.0, 42.0, 43.0, 44.0, 45.0, 41.0] * 2), Repeats(3, 10, 0.10, 60.0)
+    )
+    assert len(wide) == 10 and not settled  # once 40 and 46 are in, they never agree
+
+
+def test_repeated_stops_at_the_most_or_the_time_limit() -> None:
+    noisy = [40.0, 20.0] * 10
+    decodes, settled = _repeated(_Asker(noisy), Repeats(3, 6, 0.10, 60.0))
+    assert len(decodes) == 6 and not settled
+    timed, settled = _repeated(_Asker(noisy, tick_s=25.0), Repeats(2, 10, 0.10, 60.0))
+    assert len(timed) == 3 and not settled  # 75 s after the start: no fourth
+    least, settled = _repeated(_Asker(noisy, tick_s=100.0), Repeats(3, 10, 0.10, 60.0))
+    assert len(least) == 3 and not settled  # the time limit never cuts below --repeats
+    once, settled = _repeated(_Asker([5.0, 50.0]), Repeats(1, 1, 0.0, 60.0))
+    assert (once, settled) == ([5.0], True)  # one request agrees with itself
+
+
+def test_repeats_that_cannot_be_kept_are_refused() -> None:
+    with pytest.raises(BadValueError, match="--repeats must be at least 1"):
+        Repeats(0, 10, 0.1, 60.0).check()
+    with pytest.raises(BadValueError, match=r"--max-repeats \(2\) must be at least --repeats"):
+        Repeats(3, 2, 0.1, 60.0).check()
+    assert Repeats(3, 3, 0.0, 1.0).check() == Repeats(3, 3, 0.0, 1.0)
+    assert Repeats.asked(3, None, 0.1, 60.0).most == 10  # the default
+    assert Repeats.asked(50, None, 0.1, 60.0).most == 50  # raised to --repeats
+    with pytest.raises(BadValueError):
+        Repeats.asked(50, 10, 0.1, 60.0)  # an explicit --max-repeats below it: refused
+
+
+def test_render_says_how_it_repeated_and_what_never_settled() -> None:
+    cold = res.summarize(
+        "cpu-moe", 64, [sample(d) for d in (10.0, 30.0, 20.0)], None, settled=False
+    )
+    rows = [row("plan", 64, [40.0, 41.0, 40.5]), cold]
+    result = bench_result(
+        results=rows,
+        verdicts=res.verdicts(rows),
+        depths=[64],
+        repeats=3,
+        max_repeats=3,
+        max_spread=0.10,
+        max_time_s=60.0,
+    )
+    text = _text(rb.render_bench(result), width=200)
+    assert "3 repeats" in text  # the least is the most: no range of counts
+    assert "cpu-moe at depth 64: not settled after 3 requests (not within 10.0 %)" in text
+    assert "decode spread 100.0 %, prefill 0.0 %" in text
+    wider = result.model_copy(update={"max_repeats": 10})
+    assert "3-10 repeats until within 10.0 %" in _text(rb.render_bench(wider), 200)

@@ -195,6 +195,7 @@ def test_a_failing_probe_gives_no_figure() -> None:
     class Broken:
         name = "broken"
         includes_overhead = False
+        missing = "it is broken"
 
         def device_bytes(self, server: RunningServer) -> int | None:
             raise RuntimeError("NVML lost the GPU")

@@ -16,9 +16,13 @@ from moetune.cli.options import (
     ForceOpt,
     HeadroomOpt,
     JsonOpt,
+    MaxRepeatsOpt,
+    MaxSpreadOpt,
+    MaxTimeOpt,
     MmprojOpt,
     OverheadOpt,
     PassThroughCommand,
+    RepeatsOpt,
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
@@ -34,6 +38,8 @@ from moetune.jobs.names import (
     CONFIG_NAMES,
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
+    DEFAULT_MAX_SPREAD,
+    DEFAULT_MAX_TIME_S,
     DEFAULT_N_PREDICT,
     DEFAULT_REPEATS,
 )
@@ -118,7 +124,10 @@ def bench(
             metavar="N,...",
         ),
     ] = None,
-    repeats: Annotated[int, typer.Option(help="Requests per depth.")] = DEFAULT_REPEATS,
+    repeats: RepeatsOpt = DEFAULT_REPEATS,
+    max_repeats: MaxRepeatsOpt = None,
+    max_spread: MaxSpreadOpt = DEFAULT_MAX_SPREAD,
+    max_time: MaxTimeOpt = DEFAULT_MAX_TIME_S,
     n_predict: Annotated[
         int,
         typer.Option(
@@ -165,12 +174,16 @@ def bench(
 ) -> None:
     """Measure TTFT, prefill and decode speed of each configuration at several depths.
 
+    Each configuration gets one untimed request first; each depth is repeated until the
+    requests agree within --max-spread (or --max-repeats or --max-time comes first).
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     from moetune.core.extras import add_extras_flags, parse_extras_flags
     from moetune.jobs.bench import bench_url, workload_of
+    from moetune.jobs.measure import Repeats
 
-    workload = workload_of(depths, repeats, n_predict, endpoint, image)
+    asked = Repeats.asked(repeats, max_repeats, max_spread, max_time)
+    workload = workload_of(depths, asked, n_predict, endpoint, image)
     pass_through = add_extras_flags(
         pass_through_of(context),
         mmproj=str(mmproj) if mmproj else None,

@@ -132,6 +132,19 @@ def parse_seconds(text: str) -> float:
     return seconds
 
 
+def parse_share(text: str) -> float:
+    """A share of 0 or more: ``10%`` or ``0.1``."""
+    body = text.strip()
+    percent = body.endswith("%")
+    try:
+        value = float(body.removesuffix("%").strip())
+    except ValueError:
+        raise BadValueError(f"{text!r} is not a share", hint="e.g. 10% or 0.1") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise BadValueError(f"need a share of 0 or more, got {text!r}")
+    return value / 100 if percent else value
+
+
 def _network_timeout(context: typer.Context, seconds: float) -> float:
     """--timeout holds for the command's network steps, and for nothing after it."""
     from moetune.hub.env import network_timeout
@@ -157,6 +170,39 @@ ModelArg = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+# how often a timed request is repeated (bench at each depth, run at each launch that fits)
+RepeatsOpt = Annotated[
+    int,
+    typer.Option(
+        help="Timed requests at the least; more until they agree within --max-spread.",
+        metavar="N",
+    ),
+]
+MaxRepeatsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Timed requests at the most, while they disagree (default: 10, or --repeats if more).",
+        metavar="N",
+    ),
+]
+MaxSpreadOpt = Annotated[
+    float,
+    typer.Option(
+        help="How far the requests may spread, (max-min)/median of decode and of prefill "
+        "tok/s: 10% or 0.1.",
+        parser=parser(parse_share),
+        metavar="SHARE",
+    ),
+]
+MaxTimeOpt = Annotated[
+    float,
+    typer.Option(
+        help="No more repeats after this many seconds at one depth (run: one launch); the "
+        "spread is then shown as it is.",
+        parser=parser(parse_seconds),
+        metavar="SECONDS",
+    ),
+]
 CacheTypeOpt = Annotated[
     str, typer.Option(help="K and V cache type.", parser=parser(parse_cache), metavar="TYPE")
 ]

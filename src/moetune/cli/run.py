@@ -15,11 +15,15 @@ from moetune.cli.options import (
     ForceOpt,
     HeadroomOpt,
     JsonOpt,
+    MaxRepeatsOpt,
+    MaxSpreadOpt,
+    MaxTimeOpt,
     MmprojOpt,
     ModelArg,
     ObjectiveOpt,
     OverheadOpt,
     PassThroughCommand,
+    RepeatsOpt,
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
@@ -30,7 +34,13 @@ from moetune.cli.options import (
     pass_through_of,
 )
 from moetune.hub.env import DEFAULT_TIMEOUT_S
-from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
+from moetune.jobs.names import (
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_HEADROOM,
+    DEFAULT_MAX_SPREAD,
+    DEFAULT_MAX_TIME_S,
+    DEFAULT_REPEATS,
+)
 
 
 @app.command(cls=PassThroughCommand)
@@ -56,10 +66,10 @@ def run(
             metavar="N",
         ),
     ] = None,
-    repeats: Annotated[
-        int,
-        typer.Option(help="Timed requests of each launch that fits (median, min-max).", min=1),
-    ] = 3,
+    repeats: RepeatsOpt = DEFAULT_REPEATS,
+    max_repeats: MaxRepeatsOpt = None,
+    max_spread: MaxSpreadOpt = DEFAULT_MAX_SPREAD,
+    max_time: MaxTimeOpt = DEFAULT_MAX_TIME_S,
     port: Annotated[int | None, typer.Option(help="Port for llama-server (default: free).")] = None,
     keep: Annotated[bool, typer.Option(help="Leave the best server running until Ctrl-C.")] = False,
     retune: Annotated[
@@ -80,16 +90,20 @@ def run(
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     With --objective or --workload, the forecast's best other placements (N, -ub) are
     measured too (at most 4 more launches) and the fastest measured is kept.
+    Each launch that fits times requests of a 64-token prompt generating 64 tokens, as
+    `bench --endpoint completion --depths 64 --n-predict 64` does (median, min-max).
     """
     from moetune.core.extras import absolute_files, add_extras_flags
     from moetune.core.goal import goal_of
     from moetune.jobs.launch import prepare_launch
+    from moetune.jobs.measure import Repeats
     from moetune.jobs.models import launch_spec
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
     from moetune.jobs.speed import keeper
     from moetune.report.render import RunView, render
     from moetune.store.tuned import ProfileStore
 
+    asked = Repeats.asked(repeats, max_repeats, max_spread, max_time)
     stop_on_signals()
     # absolute: the saved command and the aliases made from it run from any folder
     pass_through = absolute_files(
@@ -126,7 +140,7 @@ def run(
             store=ProfileStore(),
             retune=retune,
             save=save,
-            fill=Fill(tokens=fill, repeats=repeats),
+            fill=Fill(tokens=fill, repeats=asked),
             progress=progress,
             goal=goal_of(objective, workload) if objective or workload else None,
         )

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 from moetune import __version__
 from moetune.core.facts import ModelFacts
@@ -33,7 +33,7 @@ from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import fixed_split, floor_plan, plan_layers, plan_n_cpu_moe
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
-from moetune.jobs.measure import Prompts, Workload, measure_depths
+from moetune.jobs.measure import Prompts, Repeats, Workload, measure_depths
 from moetune.jobs.names import CONFIG_NAMES, ENDPOINTS
 from moetune.jobs.speed import machine_of
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
@@ -41,7 +41,7 @@ from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
-from moetune.records.results import BenchResult, ConfigRun, DepthResult, verdicts
+from moetune.records.results import BenchResult, ConfigRun, DepthResult, Sample, verdicts
 from moetune.units import format_bytes, parse_tokens
 
 Event = Callable[[str], None]
@@ -244,6 +244,8 @@ def _ended(
     results: Sequence[DepthResult],
     message: str | None = None,
     device_peaks: Sequence[int | None] = (),
+    warmup: Sample | None = None,
+    memory_note: str | None = None,
 ) -> ConfigRun:
     peaks = [r.device_bytes for r in results if r.device_bytes is not None]
     fit = None
@@ -261,6 +263,8 @@ def _ended(
         message=message,
         log_path=str(server.log_path) if server is not None else None,
         device_peaks=list(device_peaks) if len(device_peaks) > 1 else [],
+        warmup=warmup,
+        memory_note=memory_note,
     )
 
 
@@ -283,6 +287,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
     load_s: float | None = None
     events = launcher.on_event
     peaks: list[int | None] = [None] * len(launcher.probes)
+    warmup: Sample | None = None
     try:
         events(f"{spec.label}: starting llama-server ({spec.description})")
         server = launcher.spec.start(list(spec.args))
@@ -291,7 +296,8 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
         read = probe_reader(launcher.probes, _names(launcher), server)
         with server, sampling(read, launcher.live), ServerClient(server.url, timeout) as client:
             load_s = client.wait_ready(timeout, server.check_alive)
-            measure_depths(
+            launcher.live.reading(read())  # loaded: the figures now, not the last sample's
+            warmup = measure_depths(
                 client,
                 launcher.workload,
                 launcher.prompts,
@@ -308,9 +314,27 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
         if failed.log_path is None and exc.hint and exc.hint.startswith(_LOG_HINT):
             failed = failed.model_copy(update={"log_path": exc.hint.removeprefix(_LOG_HINT)})
         return failed, results
-    return _ended(
-        spec, "ok", server=server, load_s=load_s, results=results, device_peaks=peaks
-    ), results
+    ended = _ended(
+        spec,
+        "ok",
+        server=server,
+        load_s=load_s,
+        results=results,
+        device_peaks=peaks,
+        warmup=warmup,
+        memory_note=_unmeasured(launcher, peaks),
+    )
+    return ended, results
+
+
+def _unmeasured(launcher: Launcher, peaks: Sequence[int | None]) -> str | None:
+    """Why a device of a configuration that ran has no memory figure (None: each has one)."""
+    why = [
+        f"{name}: no memory figure: {probe.missing}"
+        for name, probe, peak in zip(_names(launcher), launcher.probes, peaks, strict=True)
+        if peak is None
+    ]
+    return "; ".join(why) or None
 
 
 _LOG_HINT = "full log: "  # server.RunningServer.exit_error's hint
@@ -361,6 +385,23 @@ def _depths(results: Sequence[DepthResult], workload: Workload) -> list[int]:
     return sorted({r.depth for r in results}) or list(workload.depths)
 
 
+class _RepeatFields(TypedDict):
+    repeats: int
+    max_repeats: int
+    max_spread: float
+    max_time_s: float
+
+
+def _repeats_of(repeats: Repeats) -> _RepeatFields:
+    """The result's fields that say how each depth was repeated."""
+    return _RepeatFields(
+        repeats=repeats.least,
+        max_repeats=repeats.most,
+        max_spread=repeats.max_spread,
+        max_time_s=repeats.max_time_s,
+    )
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -393,7 +434,7 @@ def bench_model(
         image=workload.image_name,
         n_ctx=spec.settings.n_ctx,
         n_predict=workload.n_predict,
-        repeats=workload.repeats,
+        **_repeats_of(workload.repeats),
         depths=_depths(results, workload),
         device=", ".join(d.name for d in setup.devices) if multi else setup.device.name,
         device_total_bytes=sum(d.total_bytes or 0 for d in setup.devices),
@@ -434,7 +475,7 @@ def bench_url(
             load_s = client.wait_ready(ready_timeout_s, client.reachable)
             props = client.props()
             n_ctx = int(props["default_generation_settings"]["n_ctx"])
-            measure_depths(
+            warmup = measure_depths(
                 client, workload, prompts, config=name, probe=lambda: None, into=results, live=live
             )
     run = ConfigRun(
@@ -445,6 +486,7 @@ def bench_url(
         predicted_bytes=None,
         peak_device_bytes=None,
         load_s=load_s,
+        warmup=warmup,
     )
     return BenchResult(
         created=_now(),
@@ -455,7 +497,7 @@ def bench_url(
         image=workload.image_name,
         n_ctx=n_ctx,
         n_predict=workload.n_predict,
-        repeats=workload.repeats,
+        **_repeats_of(workload.repeats),
         depths=_depths(results, workload),
         device=None,
         device_total_bytes=None,
@@ -470,16 +512,20 @@ def bench_url(
 
 
 def workload_of(
-    depths: str, repeats: int, n_predict: int, endpoint: str, image: Path | None = None
+    depths: str,
+    repeats: Repeats,
+    n_predict: int,
+    endpoint: str,
+    image: Path | None = None,
 ) -> Workload:
-    """What each configuration is measured with: ``--depths``, ``--repeats``, ``--n-predict``,
-    ``--endpoint`` and the ``--image`` sent with every chat request (read here)."""
+    """What each configuration is measured with: ``--depths``, how often (``--repeats``,
+    ``--max-repeats``, ``--max-spread``, ``--max-time``), ``--n-predict``, ``--endpoint`` and
+    the ``--image`` sent with every chat request (read here)."""
     from moetune.jobs.measure import image_data_uri
 
     if endpoint not in ENDPOINTS:
         raise BadValueError(f"unknown endpoint {endpoint!r}", hint=f"one of {', '.join(ENDPOINTS)}")
-    if repeats < 1:
-        raise BadValueError(f"--repeats must be at least 1, got {repeats}")
+    repeats.check()
     if image is not None and endpoint != "chat":
         raise BadValueError("--image is sent with chat requests: use --endpoint chat")
     uri = image_data_uri(image) if image is not None else None

@@ -1,21 +1,33 @@
 """Timed requests against a running llama-server: exact-length prompts, streamed and uncached,
-summarised as medians and ranges. What bench measures at each depth, and run on its best
-configuration."""
+summarised as medians and ranges. What bench measures at each depth, and run at each launch
+that fits.
+
+One untimed request first (the first request of a server pays for first-call costs), then at
+each depth at least ``repeats`` timed requests, more until they agree (the spread of their
+decode and of their prefill tok/s at most ``max_spread``: settled), at most ``max_repeats`` or
+until ``max_time_s`` has passed (not settled: the range is reported as it is).
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from moetune.errors import BadValueError
-from moetune.jobs.names import DEFAULT_DEPTHS, DEFAULT_N_PREDICT, DEFAULT_REPEATS
+from moetune.jobs.names import (
+    DEFAULT_DEPTHS,
+    DEFAULT_MAX_REPEATS,
+    DEFAULT_MAX_SPREAD,
+    DEFAULT_MAX_TIME_S,
+    DEFAULT_N_PREDICT,
+    DEFAULT_REPEATS,
+)
 from moetune.jobs.status import NO_STATUS, StatusSink
 from moetune.llamacpp.client import CompletionResult, ServerClient
-from moetune.records.results import DepthResult, Sample, capped_depths, summarize
-
-WARM_UP_TOKENS = 4
-
+from moetune.records.results import DepthResult, Sample, capped_depths, steady, summarize
 
 _IMAGE_TYPES = {
     b"\x89PNG\r\n\x1a\n": "image/png",
@@ -59,11 +71,40 @@ def sample_of(result: CompletionResult) -> Sample:
 
 
 @dataclass(frozen=True)
+class Repeats:
+    """How often each depth is asked: at least ``least`` timed requests, more until they agree
+    within ``max_spread``, at most ``most`` or until ``max_time_s`` has passed."""
+
+    least: int = DEFAULT_REPEATS
+    most: int = DEFAULT_MAX_REPEATS
+    max_spread: float = DEFAULT_MAX_SPREAD
+    max_time_s: float = DEFAULT_MAX_TIME_S
+
+    @classmethod
+    def asked(cls, least: int, most: int | None, max_spread: float, max_time_s: float) -> Repeats:
+        """The options' repeats, checked: ``most`` None is the default, raised to ``least``."""
+        top = max(DEFAULT_MAX_REPEATS, least) if most is None else most
+        return cls(least, top, max_spread, max_time_s).check()
+
+    def check(self) -> Repeats:
+        """BadValueError for counts or bounds that cannot be kept; itself otherwise."""
+        if self.least < 1:
+            raise BadValueError(f"--repeats must be at least 1, got {self.least}")
+        if self.most < self.least:
+            raise BadValueError(
+                f"--max-repeats ({self.most}) must be at least --repeats ({self.least})"
+            )
+        if not self.max_spread >= 0:
+            raise BadValueError(f"--max-spread must be 0 or more, got {self.max_spread}")
+        return self
+
+
+@dataclass(frozen=True)
 class Workload:
     """What is asked of every configuration."""
 
     depths: tuple[int, ...] = DEFAULT_DEPTHS
-    repeats: int = DEFAULT_REPEATS
+    repeats: Repeats = field(default_factory=Repeats)
     n_predict: int = DEFAULT_N_PREDICT
     endpoint: str = "chat"
     image: str | None = None  # a data: URI sent with every chat request (bench --image)
@@ -104,6 +145,30 @@ def request(
     return client.complete(text, n_predict, stream=True)
 
 
+Clock = Callable[[], float]
+
+
+def repeated(
+    ask: Callable[[], Sample],
+    repeats: Repeats,
+    *,
+    on_request: Callable[[int, int], None] = lambda done, most: None,
+    clock: Clock = time.monotonic,
+) -> tuple[list[Sample], bool]:
+    """``ask`` until the samples agree (True) or a limit comes first (False); every sample, in
+    order. ``on_request(n, most)`` before the n-th."""
+    samples: list[Sample] = []
+    start = clock()
+    while True:
+        on_request(len(samples) + 1, repeats.most)
+        samples.append(ask())
+        if steady(samples, repeats.least, repeats.max_spread):
+            return samples, True
+        enough = len(samples) >= repeats.least
+        if len(samples) >= repeats.most or (enough and clock() - start >= repeats.max_time_s):
+            return samples, False
+
+
 def measure_depths(
     client: ServerClient,
     workload: Workload,
@@ -113,28 +178,26 @@ def measure_depths(
     probe: Callable[[], int | None],
     into: list[DepthResult],
     live: StatusSink = NO_STATUS,
-) -> None:
-    """A warm-up, then ``repeats`` requests per depth; a DepthResult per depth into ``into``;
-    each phase and request told to ``live``.
+) -> Sample:
+    """An untimed request of the first depth's shape, then each depth repeated (``repeated``);
+    a DepthResult per depth into ``into``, each phase and request told to ``live``; the
+    untimed request's sample.
 
     Depths are capped by the server's context and raised to the shortest prompt (the chat
     template's own tokens), so each prompt is exactly its depth.
     """
     shortest = prompts.minimum(client)
     depths = capped_depths(workload.depths, client.n_ctx(), workload.n_predict, shortest)
+
+    def ask(text: str) -> Sample:
+        answer = request(client, workload.endpoint, text, workload.n_predict, workload.image)
+        return sample_of(answer)
+
     live.phase("warming up")
-    request(
-        client, workload.endpoint, prompts.text(client, shortest), WARM_UP_TOKENS, workload.image
-    )
+    warmup = ask(prompts.text(client, depths[0]))
     for depth in depths:
-        samples: list[Sample] = []
         live.phase("measuring", depth=depth)
         text = prompts.text(client, depth)
-        for index in range(workload.repeats):
-            live.progress(index + 1, workload.repeats)
-            samples.append(
-                sample_of(
-                    request(client, workload.endpoint, text, workload.n_predict, workload.image)
-                )
-            )
-        into.append(summarize(config, depth, samples, probe()))
+        samples, settled = repeated(partial(ask, text), workload.repeats, on_request=live.progress)
+        into.append(summarize(config, depth, samples, probe(), settled=settled))
+    return warmup

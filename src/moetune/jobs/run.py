@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ from moetune.errors import (
     ServerFailedError,
 )
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
-from moetune.jobs.measure import Prompts, Workload, measure_depths
+from moetune.jobs.measure import Prompts, Repeats, Workload, measure_depths
 from moetune.jobs.objective import merged, tune_for_goal, with_ubatch
 from moetune.jobs.speed import PointSink, launch_points, model_of
 from moetune.jobs.speed_from import kept_points
@@ -68,7 +68,7 @@ class Fill:
 
     tokens: int | None = None  # default: the whole context
     n_predict: int = 32
-    repeats: int = 3
+    repeats: Repeats = field(default_factory=Repeats)  # the timed requests, as bench's
     speed_tokens: int = 64
     speed_depth: int = 64  # prompt tokens of the timed requests
 
@@ -195,7 +195,7 @@ def run_trial(
         status=status,
         ttft_s=done.ttft_s,
         prompt_tps=done.prompt_per_second,
-        decode_tps=done.client_decode_tps or done.predicted_per_second,
+        decode_tps=done.predicted_per_second,  # the server's timings, as bench's figures
         log_path=str(server.log_path),
         tensor_split=split,
         device_predicted=list(guesses),
@@ -204,7 +204,7 @@ def run_trial(
     )
     if speed is None:
         return attempt
-    decode = speed.client_decode_tps or speed.decode_tps
+    decode = speed.decode_tps  # the server's timings: bench's decode tok/s
     return attempt.model_copy(
         update={
             "decode_tps": decode.median,
@@ -216,7 +216,8 @@ def run_trial(
 
 
 def _speed(client: ServerClient, fill: Fill, live: StatusSink) -> DepthResult:
-    """Decode speed of the configuration: ``fill.repeats`` timed requests (median, range)."""
+    """Decode speed of the configuration: timed requests repeated as bench repeats them
+    (median, range)."""
     workload = Workload((fill.speed_depth,), fill.repeats, fill.speed_tokens, "completion")
     results: list[DepthResult] = []
     measure_depths(

@@ -36,6 +36,11 @@ class MemoryProbe(Protocol):
         """True when the figure already holds the CUDA context and pools."""
         ...
 
+    @property
+    def missing(self) -> str:
+        """Why ``device_bytes`` can give no figure for a server that loaded."""
+        ...
+
     def device_bytes(self, server: RunningServer) -> int | None: ...
 
 
@@ -53,6 +58,10 @@ class ProcessProbe:
     @property
     def includes_overhead(self) -> bool:
         return True
+
+    @property
+    def missing(self) -> str:
+        return f"{self.gpus.name} listed no memory of llama-server on GPU {self.gpu_index}"
 
     def device_bytes(self, server: RunningServer) -> int | None:
         return self.gpus.process_used_bytes(server.pid).get(self.gpu_index)
@@ -74,6 +83,10 @@ class LogProbe:
     @property
     def includes_overhead(self) -> bool:
         return False
+
+    @property
+    def missing(self) -> str:
+        return f"llama-server's log has no buffer on {self.buft} (nothing was placed there)"
 
     def device_bytes(self, server: RunningServer) -> int | None:
         lines = [b for b in server.buffers() if b.device == self.buft]

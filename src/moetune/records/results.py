@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from moetune.core.search import Attempt
 from moetune.core.settings import Settings
@@ -17,6 +17,7 @@ from moetune.core.speed import ForecastCalibration
 from moetune.errors import BadValueError
 from moetune.records.fit import FitChoice
 from moetune.records.speed import SpeedMachine
+from moetune.units import spread
 
 RESULT_KIND = "moetune.bench"
 
@@ -100,11 +101,25 @@ class _Frozen(BaseModel):
 
 
 class Stat(_Frozen):
-    """Median and range of the repeats of one figure."""
+    """Median and range of the repeats of one figure, and that range as a share of the
+    median (``spread``, derived: a saved one is read again from the range)."""
 
     median: float
     min: float
     max: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "spread" in data:
+            return {key: value for key, value in data.items() if key != "spread"}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def spread(self) -> float | None:
+        """``(max - min) / median`` (None: the median is not above 0)."""
+        return spread(self.median, self.min, self.max)
 
     @classmethod
     def of(cls, values: Sequence[float | None]) -> Stat | None:
@@ -132,7 +147,11 @@ class Sample(_Frozen):
 
 
 class DepthResult(_Frozen):
-    """One configuration at one depth: medians and ranges over the repeats, and the samples."""
+    """One configuration at one depth: medians and ranges over the repeats, and the samples.
+
+    Requests are repeated until they agree (their spread within a bound: ``settled``) or a
+    limit comes first (not settled: the range is wider than the bound).
+    """
 
     config: str
     depth: int
@@ -142,6 +161,7 @@ class DepthResult(_Frozen):
     client_decode_tps: Stat | None
     device_bytes: int | None  # device memory after this depth's requests (probe)
     samples: list[Sample]
+    settled: bool = True
 
 
 class ConfigRun(_Frozen):
@@ -158,10 +178,13 @@ class ConfigRun(_Frozen):
     message: str | None = None
     log_path: str | None = None
     device_peaks: list[int | None] = []  # several devices: each one's peak
+    warmup: Sample | None = None  # the untimed request before the timed ones
+    memory_note: str | None = None  # why the device memory is not known
 
 
 class Verdict(_Frozen):
-    """The fastest configuration at one depth by one figure, and by how much."""
+    """The fastest configuration at one depth by one figure, and by how much; noisy (no
+    winner) when another configuration's range reaches the fastest one's."""
 
     depth: int
     metric: Literal["decode_tps", "prefill_tps"]
@@ -170,7 +193,11 @@ class Verdict(_Frozen):
     winner_median: float
     runner_up_median: float | None
     ratio: float | None  # winner's median / runner-up's
-    within_noise: bool  # the min-max spreads of winner and runner-up overlap
+    within_noise: bool  # the min-max range of another configuration reaches the winner's
+    winner_stat: Stat | None = None  # the winner's median and range
+    # the configurations whose range reaches the winner's, fastest first, with theirs
+    overlapping: list[str] = []
+    overlapping_stats: list[Stat] = []
 
 
 class RowForecast(_Frozen):
@@ -207,7 +234,7 @@ class BenchResult(_Frozen):
     endpoint: str
     n_ctx: int
     n_predict: int
-    repeats: int
+    repeats: int  # timed requests per depth at the least, and how many of the last must agree
     depths: list[int]
     device: str | None
     device_total_bytes: int | None
@@ -227,10 +254,33 @@ class BenchResult(_Frozen):
     llama_cpp_build: int | None = None
     llama_cpp_commit: str | None = None
     forecast: BenchForecast | None = None  # None: not forecast (jobs/bench_forecast.py)
+    # how long each depth was repeated (None: exactly ``repeats``, a result of an older moetune)
+    max_repeats: int | None = None
+    max_spread: float | None = None  # the bound on the last ``repeats`` requests' spread
+    max_time_s: float | None = None  # no further repeat of a depth after this long
+
+
+def steady(samples: Sequence[Sample], least: int, max_spread: float) -> bool:
+    """At least ``least`` samples, and they agree: the spread of their decode and of their
+    prefill tok/s is at most ``max_spread``."""
+    if len(samples) < max(least, 1):
+        return False
+    for stat in (
+        Stat.of([s.decode_tps for s in samples]),
+        Stat.of([s.prefill_tps for s in samples]),
+    ):
+        if stat is None or stat.spread is None or stat.spread > max_spread:
+            return False
+    return True
 
 
 def summarize(
-    config: str, depth: int, samples: Sequence[Sample], device_bytes: int | None
+    config: str,
+    depth: int,
+    samples: Sequence[Sample],
+    device_bytes: int | None,
+    *,
+    settled: bool = True,
 ) -> DepthResult:
     """Medians and ranges of ``samples`` (at least one)."""
     if not samples:
@@ -247,6 +297,7 @@ def summarize(
         client_decode_tps=Stat.of([s.client_decode_tps for s in samples]),
         device_bytes=device_bytes,
         samples=list(samples),
+        settled=settled,
     )
 
 
@@ -265,9 +316,11 @@ def _verdict(
             runner_up_median=None,
             ratio=None,
             within_noise=False,
+            winner_stat=best,
         )
     second: Stat = getattr(ranked[1], metric)
     ratio = best.median / second.median if second.median > 0 else None
+    reaching = [r for r in ranked[1:] if getattr(r, metric).max >= best.min]
     return Verdict(
         depth=depth,
         metric=metric,
@@ -276,14 +329,18 @@ def _verdict(
         winner_median=best.median,
         runner_up_median=second.median,
         ratio=ratio,
-        within_noise=best.min <= second.max,
+        within_noise=bool(reaching),
+        winner_stat=best,
+        overlapping=[r.config for r in reaching],
+        overlapping_stats=[getattr(r, metric) for r in reaching],
     )
 
 
 def verdicts(results: Sequence[DepthResult]) -> list[Verdict]:
     """Per depth, the fastest configuration in decode and in prefill tok/s (higher wins).
 
-    "Within noise" when the winner's slowest repeat is no faster than the runner-up's fastest.
+    Noisy (no winner) when the winner's slowest repeat is no faster than another
+    configuration's fastest: their ranges overlap.
     """
     found: list[Verdict] = []
     for depth in sorted({r.depth for r in results}):

@@ -22,7 +22,7 @@ from moetune.records.results import (
     Verdict,
 )
 from moetune.report.common import fitted, new_table, plural, short_path
-from moetune.units import format_bytes
+from moetune.units import format_bytes, format_spread
 
 BAR_WIDTH = 40
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -56,19 +56,33 @@ def format_stat(stat: Stat | None, fmt: Callable[[float], str] = _num) -> str:
     return f"{fmt(stat.median)} ({fmt(stat.min)}-{fmt(stat.max)})"
 
 
+def _ranged(name: str, stat: Stat) -> str:
+    """``plan 41.2 (40.1-42.0, spread 4.6 %)``."""
+    return f"{name} {_num(stat.median)} ({_num(stat.min)}-{_num(stat.max)}, spread " + (
+        f"{format_spread(stat.spread)})"
+    )
+
+
 def verdict_text(verdict: Verdict) -> str:
-    """One line: who is fastest at this depth, and by how much (or that it is noise)."""
+    """One line: who is fastest at this depth, and by how much; noisy, naming no winner, when
+    another configuration's range reaches the fastest one's (each with its range and spread)."""
     word = _METRIC_WORD[verdict.metric]
     head = f"depth {verdict.depth}, {word}:"
     best = f"{_num(verdict.winner_median)} tok/s"
     if verdict.runner_up is None or verdict.runner_up_median is None:
         return f"{head} only {verdict.winner} measured ({best})"
     pair = f"{best} vs {_num(verdict.runner_up_median)}"
-    if verdict.within_noise:
+    if verdict.within_noise and verdict.winner_stat is not None and verdict.overlapping:
+        others = [
+            _ranged(n, s)
+            for n, s in zip(verdict.overlapping, verdict.overlapping_stats, strict=True)
+        ]
         return (
-            f"{head} {verdict.winner} and {verdict.runner_up} are within noise "
-            f"({pair}; their min-max spreads overlap)"
+            f"{head} noisy, no winner: {_ranged(verdict.winner, verdict.winner_stat)} "
+            f"overlaps {' and '.join(others)}"
         )
+    if verdict.within_noise:  # a result saved before the ranges were kept with the verdict
+        return f"{head} noisy, no winner: {verdict.winner} and {verdict.runner_up} overlap ({pair})"
     ratio = f"{verdict.ratio:.2f}x" if verdict.ratio is not None else "faster than"
     return f"{head} {verdict.winner} is fastest, {ratio} {verdict.runner_up} ({pair})"
 
@@ -87,11 +101,20 @@ def _header(result: BenchResult) -> Text:
         f"{result.endpoint} endpoint",
         f"ctx {result.n_ctx}",
         f"{result.n_predict} generated tokens",
-        plural(result.repeats, "repeat"),
+        _repeats_text(result),
     ]
     if result.image:
         workload.insert(1, f"image {result.image} with every request")
     return Text(f"{where}\n{' | '.join(workload)}")
+
+
+def _repeats_text(result: BenchResult) -> str:
+    """``3-10 repeats until within 10.0 %``; ``3 repeats`` for an older result (or when the
+    least is the most)."""
+    least, most = result.repeats, result.max_repeats
+    if most is None or most == least or result.max_spread is None:
+        return plural(least, "repeat")
+    return f"{least}-{most} repeats until within {format_spread(result.max_spread)}"
 
 
 def _peak(run: ConfigRun, budget: int | None, budgets: Sequence[int] = ()) -> Text:
@@ -136,6 +159,8 @@ def _config_notes(configs: Sequence[ConfigRun], probe_note: str) -> list[Text]:
     lines = []
     for run in configs:
         note = run.message or ""
+        if run.memory_note:
+            note = run.memory_note + (f"; {note}" if note else "")
         if run.fit is not None:
             note = describe_fit(run.fit) + (f"; {note}" if note else "")
         if run.status == "failed" and run.log_path:
@@ -145,6 +170,25 @@ def _config_notes(configs: Sequence[ConfigRun], probe_note: str) -> list[Text]:
             lines.append(Text(f"  {run.name}: {note}", style=style))
     if probe_note:
         lines.append(Text(probe_note, style="dim"))
+    return lines
+
+
+def _unsettled_notes(result: BenchResult) -> list[Text]:
+    """The rows whose requests never agreed within the bound."""
+    lines = []
+    for row in result.results:
+        if row.settled:
+            continue
+        lines.append(
+            Text(
+                f"  {row.config} at depth {row.depth}: not settled after "
+                f"{plural(len(row.samples), 'request')} (not within "
+                f"{format_spread(result.max_spread)}): decode spread "
+                f"{format_spread(row.decode_tps.spread)}, prefill "
+                f"{format_spread(row.prefill_tps.spread)}",
+                style="yellow",
+            )
+        )
     return lines
 
 
@@ -288,6 +332,7 @@ def render_bench(result: BenchResult) -> RenderableType:
     parts += _config_notes(result.configs, _probe_note(result))
     if result.results:
         parts.append(fitted(_results_table(result), _results_table(result, stacked=True)))
+        parts += _unsettled_notes(result)
     if result.results and result.forecast is not None:
         if result.forecast.rows:
             parts.append(_forecast_table(result))
