@@ -784,7 +784,7 @@ def _port_state(t: Tensor) -> PortState:
 
 _REPLAYS: OrderedDict[tuple[Structure, Run, Options], Replay] = OrderedDict()
 _KEEP = 8
-_MAX_SOURCES = 64  # models one replay serves before a fresh one takes over (bounds its memo)
+_MAX_SOURCES = 32  # models one replay serves before a fresh one takes over (bounds its memo)
 
 
 class Structure:
