@@ -1,6 +1,6 @@
 """Calibrate moetune.core.compute against the compute buffers llama.cpp itself reports.
 
-Three sources, each compared with ``estimate_compute`` for the same settings:
+Four sources, each compared with ``estimate_compute`` for the same settings:
 
 1. llama-server (``-lv 4``) on tiny fixtures of every test architecture, in three sizes, with
    ggml-rpc-server as the device: ubatch x context x flash attention x placement (all on the
@@ -13,16 +13,22 @@ Three sources, each compared with ``estimate_compute`` for the same settings:
 3. The public CUDA data point of tools/fit-params/README.md (build 6895, RTX 4090):
    Qwen3-30B-A3B F16, ctx 4096, experts of blocks 14-47 and the output layer on the CPU:
    CUDA0 compute 898 MiB, Host 12 MiB.
+4. llama-server of the Vulkan build (scripts/build-llama-vulkan.sh) on Mesa's lavapipe as
+   Vulkan0, a backend that offloads ops on CPU weights as CUDA does: tiny fixtures of every
+   test architecture, ubatch x context x flash attention x placement; the
+   ``Vulkan0/CPU compute buffer size`` lines. Skipped (and said) where that build is absent.
 
 Prints every case and the max/mean absolute and relative error per device kind.
 
     python benchmarks/compute_calibration.py [--quick] [--skip-server] [--skip-fit-params]
+        [--skip-vulkan]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import subprocess
 import sys
@@ -41,6 +47,7 @@ from moetune.units import MIB
 
 from support.factory import ARCHS, write_header_only, write_model
 from support.llama import bin_path, rpc_server, running_server
+from support.vulkan import DEVICE, VISIBLE, have_vulkan, vulkan_tool
 
 SIZES: dict[str, dict[str, int]] = {
     "small": {},
@@ -93,15 +100,20 @@ def _placements(n_layers: int) -> list[tuple[str, list[str], dict[str, Any]]]:
     ]
 
 
-def _server_measure(model: Path, endpoint: str, args: list[str]) -> dict[str, float]:
-    with running_server(model, "--rpc", endpoint, *args) as server:
+def _measure(model: Path, args: list[str], device: str, binary: Path | None) -> dict[str, float]:
+    """The compute buffers llama-server prints: ``device``'s (a prefix) and the host's."""
+    with running_server(model, *args, binary=binary) as server:
         lines = parse_buffers(server.log_text())
     out: dict[str, float] = {}
     for line in lines:
         if line.kind == "compute":
-            out["device" if line.device.startswith("RPC") else "host"] = line.mib
+            out["device" if line.device.startswith(device) else "host"] = line.mib
     out.setdefault("device", 0.0)
     return out
+
+
+def _server_measure(model: Path, endpoint: str, args: list[str]) -> dict[str, float]:
+    return _measure(model, ["--rpc", endpoint, *args], "RPC", None)
 
 
 def server_cases(root: Path, endpoint: str, quick: bool) -> Iterator[Case]:
@@ -139,6 +151,31 @@ def _server_grid(
         )
         case.predicted = {"device": estimate.device_bytes, "host": estimate.host_bytes}
         yield case
+
+
+def vulkan_cases(root: Path, quick: bool) -> Iterator[Case]:
+    """Source 4: llama-server of the Vulkan build on lavapipe (Vulkan0), the smallest fixture
+    of each architecture: op offload's copies of the CPU experts land in Vulkan0's buffer."""
+    if not have_vulkan():
+        print("vulkan: no Vulkan build of llama.cpp (scripts/build-llama-vulkan.sh); skipped")
+        return
+    os.environ.update(VISIBLE)
+    ubs, ctxs = ((32, 2048), (4096,)) if quick else ((16, 32, *UBATCHES), CONTEXTS)
+    for arch in ARCHS:
+        path = write_model(root / f"{arch}-vk.gguf", arch)
+        facts = load_model_facts(path)
+        placements = _placements(facts.n_layers - 1)[:2]
+        for (label, flags, kw), ub, ctx, fa in itertools.product(
+            placements, ubs, ctxs, (True, False)
+        ):
+            case = Case("vulkan", f"{arch} {label} ub={ub} ctx={ctx} fa={int(fa)}", {})
+            args = _server_args(ub, ctx, fa, flags)
+            case.measured = _measure(path, args, DEVICE, vulkan_tool("llama-server"))
+            estimate = estimate_compute(
+                facts, n_ctx=ctx, n_ubatch=ub, flash_attn=fa, device_kind="vulkan", **kw
+            )
+            case.predicted = {"device": estimate.device_bytes, "host": estimate.host_bytes}
+            yield case
 
 
 def _fit_params(path: Path, endpoint: str, args: list[str]) -> dict[str, float]:
@@ -232,6 +269,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smaller grid (4 min on 2 cores)")
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--skip-fit-params", action="store_true")
+    parser.add_argument("--skip-vulkan", action="store_true")
     args = parser.parse_args()
     cases: list[Case] = []
     with tempfile.TemporaryDirectory() as tmp, rpc_server() as endpoint:
@@ -241,6 +279,8 @@ def main() -> None:
             sources.append(server_cases(root, endpoint, args.quick))
         if not args.skip_fit_params:
             sources.append(fit_params_cases(root, endpoint, args.quick))
+        if not args.skip_vulkan:
+            sources.append(vulkan_cases(root, args.quick))
         for case in itertools.chain(*sources):
             _print_case(case)
             cases.append(case)

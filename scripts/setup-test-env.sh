@@ -15,6 +15,8 @@ BUILD_TIME="12 minutes measured on 2 cores, at least 2 on 8"
 BUILD_LOG=".venv/llama-cpp-build.log"
 STAMP=".venv/.moetune-setup"  # what the editable install was made from
 QUIET_S="${SETUP_QUIET_S:-25}"  # the longest the build goes without a line (under 30 s)
+BUILD_NAME="llama.cpp"  # how show_build names the build in its lines
+OWN_PERCENT=""  # a pattern of lines whose percentage is a sub-build's, not the build's
 begin=$SECONDS
 
 clock() {
@@ -26,7 +28,7 @@ say() {
     printf 'setup [%s] %s\n' "$(clock)" "$*" >&2
 }
 
-# pip -v's output of the build on stdin, told in a few lines: each stage once, cmake's
+# pip -v's (or cmake's) output of the build on stdin, told in a few lines: each stage once, cmake's
 # percentage as it rises, and "still working" after QUIET_S seconds without either (the read
 # waits only for what is left of them); every line goes to $BUILD_LOG.
 show_build() {
@@ -50,12 +52,13 @@ show_build() {
             esac
             if [ -n "$stage" ] && [[ "$said" != *"|$stage|"* ]]; then
                 said="$said$stage|"
-                say "llama.cpp: $stage"
+                say "$BUILD_NAME: $stage"
                 last=$SECONDS
             fi
-            if [[ "$line" =~ ^\ *\[\ *([0-9]+)%\]\  ]] && [ "${BASH_REMATCH[1]}" -gt "$top" ]; then
+            if [[ "$line" =~ ^\ *\[\ *([0-9]+)%\]\  ]] && [ "${BASH_REMATCH[1]}" -gt "$top" ] \
+                && { [ -z "$OWN_PERCENT" ] || [[ "$line" != *$OWN_PERCENT* ]]; }; then
                 top=${BASH_REMATCH[1]}
-                say "llama.cpp: compiling ${top}% (for $(clock "$started"))"
+                say "$BUILD_NAME: compiling ${top}% (for $(clock "$started"))"
                 last=$SECONDS
             fi
             [ $((SECONDS - last)) -lt "$QUIET_S" ] && continue
@@ -63,7 +66,7 @@ show_build() {
             status=$?
             [ "$status" -gt 128 ] || break  # end of the output
         fi
-        say "llama.cpp: still working ($([ "$top" -lt 0 ] || echo "${top}%, ")for $(clock "$started"))"
+        say "$BUILD_NAME: still working ($([ "$top" -lt 0 ] || echo "${top}%, ")for $(clock "$started"))"
         last=$SECONDS
     done
 }
@@ -137,6 +140,9 @@ main() {
     setup_venv
     setup_moetune
     setup_llama
+    if [ "${MOETUNE_SETUP_VULKAN:-1}" != 0 ]; then
+        bash scripts/build-llama-vulkan.sh
+    fi
     say "done"
 }
 

@@ -24,9 +24,10 @@ from support.llama import bin_path
 COMMON = ("-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0")  # the cache both sides plan for
 
 
-def fit_params(model: Path, args: Sequence[str]) -> str:
-    """llama-fit-params' stdout for ``model`` and ``args``; SystemExit with its stderr."""
-    argv = [str(bin_path("llama-fit-params")), "-m", str(model), *args]
+def fit_params(model: Path, args: Sequence[str], tool: Path | None = None) -> str:
+    """llama-fit-params' stdout for ``model`` and ``args`` (``tool``: another build's, the
+    Vulkan one of support/vulkan.py); SystemExit with its stderr."""
+    argv = [str(tool or bin_path("llama-fit-params")), "-m", str(model), *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
         raise SystemExit(f"llama-fit-params failed: {done.stderr[-800:]}")
@@ -82,8 +83,9 @@ def placement_of(args: Sequence[str], bufts: Sequence[str]) -> Placement:
     return Placement(ngl, tuple(rules), tensor_split=split)
 
 
-def project(model: Path, args: Sequence[str]) -> dict[str, Projection]:
-    """llama.cpp's dry run of a command's arguments (``-m`` and ``--fit`` taken out)."""
+def project(model: Path, args: Sequence[str], tool: Path | None = None) -> dict[str, Projection]:
+    """llama.cpp's dry run of a command's arguments (``-m`` and ``--fit`` taken out) by
+    ``tool`` (default: the CPU/RPC build's llama-fit-params)."""
     rest: list[str] = []
     skip = False
     for arg in args:
@@ -93,7 +95,7 @@ def project(model: Path, args: Sequence[str]) -> dict[str, Projection]:
             skip = True
         else:
             rest.append(arg)
-    return parse_projection(fit_params(model, [*rest, "-fitp", "on"]))
+    return parse_projection(fit_params(model, [*rest, "-fitp", "on"], tool))
 
 
 def dry_run_settings(n_ctx: int) -> Settings:

@@ -127,15 +127,20 @@ CPU_PLAIN = ("--no-repack",)
 
 @contextlib.contextmanager
 def running_server(
-    model: Path | None, *extra_args: str, timeout: float = 120, verbose: bool = True
+    model: Path | None,
+    *extra_args: str,
+    timeout: float = 120,
+    verbose: bool = True,
+    binary: Path | None = None,
 ) -> Iterator[Server]:
     """Start llama-server on ``model`` (plus ``extra_args``), yield it once ``/health`` is 200;
-    ``model`` None: the router (``--models-preset`` in ``extra_args``)."""
+    ``model`` None: the router (``--models-preset`` in ``extra_args``); ``binary``: another
+    build's llama-server (support/vulkan.py's)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="llama-server-") as tmp:
         log_path = Path(tmp) / "server.log"
         argv = [
-            str(bin_path("llama-server")),
+            str(binary or bin_path("llama-server")),
             *(["-m", str(model)] if model else []),
             "--host",
             HOST,

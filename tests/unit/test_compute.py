@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from moetune.core.backends import rules
 from moetune.core.compute.alloc import simulate
 from moetune.core.compute.estimate import estimate_compute
 from moetune.core.compute.params import LayerHomes, Options, run_params
@@ -177,7 +178,7 @@ def test_segment_replay_equals_the_whole_graph(
         facts = load_model_facts(write_model(root / f"{arch}.gguf", arch, n_layers=6))
     n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
     run = run_params(n_ctx, ubatch, 2048, n_seq, outputs)
-    opts = Options(fa, cache, cache if fa else "f16", (kind == "cuda",), kind == "cuda")
+    opts = Options(fa, cache, cache if fa else "f16", (kind,), rules(kind).op_offload)
     replay = Replay(facts, run, opts)
     for placement in _placements(facts, random.Random(arch)):
         assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
@@ -199,8 +200,8 @@ def test_the_quants_of_one_model_share_one_replay(
     ]
     n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
     run = run_params(n_ctx, ubatch, 2048, n_seq, outputs)
-    one = Options(fa, cache, cache if fa else "f16", (kind == "cuda",), kind == "cuda")
-    two = one._replace(cuda=(kind == "cuda", False))
+    one = Options(fa, cache, cache if fa else "f16", (kind,), rules(kind).op_offload)
+    two = one._replace(kinds=(kind, "rpc"))
     assert len({structure_of(f) for f in quants}) == 1
     for opts, placements in (
         (one, _placements(quants[0], random.Random(str(setting)))),
@@ -236,16 +237,18 @@ def _multi_placements(facts: ModelFacts, n_dev: int, rng: random.Random) -> list
 
 
 @pytest.mark.parametrize("arch", ["qwen3moe", "gpt-oss", "deepseek2", "qwen35moe"])
-@pytest.mark.parametrize("kinds", [("rpc", "rpc"), ("cuda", "cuda", "rpc"), ("rpc", "cuda")])
+@pytest.mark.parametrize(
+    "kinds", [("rpc", "rpc"), ("cuda", "cuda", "rpc"), ("rpc", "cuda"), ("rpc", "vulkan")]
+)
 def test_segment_replay_on_several_devices(
     tmp_path_factory: pytest.TempPathFactory, arch: str, kinds: tuple[str, ...]
 ) -> None:
-    """Several devices (CUDA and RPC mixed): the segment replay still equals simulate()."""
+    """Several devices (CUDA, Vulkan and RPC mixed): the segment replay still equals
+    simulate()."""
     root = tmp_path_factory.mktemp("replay-multi")
     facts = load_model_facts(write_model(root / f"{arch}.gguf", arch, n_layers=6))
     run = run_params(4096, 512, 2048, 4, 4)
-    cuda = tuple(kind == "cuda" for kind in kinds)
-    opts = Options(True, "q8_0", "q8_0", cuda, any(cuda))
+    opts = Options(True, "q8_0", "q8_0", kinds, any(rules(kind).op_offload for kind in kinds))
     replay = Replay(facts, run, opts)
     for placement in _multi_placements(facts, len(kinds), random.Random(arch + str(kinds))):
         assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
@@ -263,11 +266,11 @@ def test_sparse_attention_blocks_are_replayed_segment_by_segment(
     facts = load_model_facts(write_mla(tmp_path / "ds32.gguf", shape))
     n_ctx, ubatch, fa, cache, kind, n_seq, outputs = setting
     run = run_params(n_ctx, ubatch, 2048, n_seq, outputs)
-    opts = Options(fa, cache, cache if fa else "f16", (kind == "cuda",), kind == "cuda")
+    opts = Options(fa, cache, cache if fa else "f16", (kind,), rules(kind).op_offload)
     replay = Replay(facts, run, opts)
     for placement in _placements(facts, random.Random(str(setting))):
         assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement
-    two = opts._replace(cuda=(kind == "cuda", False))
+    two = opts._replace(kinds=(kind, "rpc"))
     replay = Replay(facts, run, two)
     for placement in _multi_placements(facts, 2, random.Random(str(setting))):
         assert replay.segmented_peaks(placement) == simulate(facts, run, placement, two), placement
@@ -284,7 +287,7 @@ def test_pipeline_parallelism_is_replayed_whole(tmp_path: Path) -> None:
     facts = load_model_facts(write_model(tmp_path / "q.gguf", "qwen3moe", n_layers=6))
     run = run_params(1024, 512, 2048, 4, 4)
     homes = (0, 0, 0, 1, 1, 1, 1)
-    one = Options(True, "q8_0", "q8_0", (False, False), False)
+    one = Options(True, "q8_0", "q8_0", ("rpc", "rpc"), False)
     four = one._replace(n_copies=4)
     with pytest.raises(NotSegmentable):
         Replay(facts, run, four).segmented_peaks(LayerHomes(homes))

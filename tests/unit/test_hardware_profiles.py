@@ -104,12 +104,19 @@ NOMINAL_GIB = {
     "h200": 141,
     "arc-b580": 12,
     "radeon-ai-pro-r9700": 32,
+    "radeon-rx7900xt": 20,
+    "radeon-rx7900xtx": 24,
+    "radeon-rx9070xt": 16,
 }
 
 # The cards that are not NVIDIA's, by the name llama.cpp's device list prints for them.
 NOT_NVIDIA = {
+    "arc-a770-16g": "Intel(R) Arc(TM) A770 Graphics",
     "arc-b580": "Intel(R) Arc(TM) B580 Graphics",
     "radeon-ai-pro-r9700": "AMD Radeon AI PRO R9700",
+    "radeon-rx7900xt": "AMD Radeon RX 7900 XT",
+    "radeon-rx7900xtx": "AMD Radeon RX 7900 XTX",
+    "radeon-rx9070xt": "AMD Radeon RX 9070 XT",
 }
 
 

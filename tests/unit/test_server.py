@@ -14,7 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from moetune.core.backends import kind_of
+from moetune.core.devices import default_overhead
+from moetune.core.overhead import DEFAULT_CUDA_OVERHEAD_BYTES
 from moetune.errors import BadValueError, ExitCode, PortInUseError, ServerNotFoundError
+from moetune.jobs.devices import specs_from_listed
 from moetune.llamacpp import info as srv_info
 from moetune.llamacpp import log as llog
 from moetune.llamacpp import process as srv
@@ -69,6 +73,12 @@ DEVICES_TEXT = """\
 Available devices:
   CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23500 MiB free)
   RPC0: 127.0.0.1:50052 (24105 MiB, 24000 MiB free)
+"""
+# llama.cpp's Vulkan build on Mesa's lavapipe (GGML_VK_VISIBLE_DEVICES=0), printed here
+VULKAN_DEVICES_TEXT = """\
+Available devices:
+  RPC0: 127.0.0.1:50052 (23811 MiB, 23811 MiB free)
+  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free)
 """
 
 # A stand-in for llama-server: binds --host/--port, starts a child in its group, sleeps.
@@ -182,6 +192,28 @@ def test_parse_devices() -> None:
     assert (cuda.total_bytes, cuda.free_bytes) == (24080 * MIB, 23500 * MIB)
     assert (rpc.name, rpc.description) == ("RPC0", "127.0.0.1:50052")
     assert srv_info.parse_devices("Available devices:\n  (none)\n") == ()
+
+
+def test_parse_devices_of_any_backend() -> None:
+    """A Vulkan device (its description has parentheses of its own) beside an RPC one; each
+    gets its backend's rules and buffer type."""
+    rpc, vulkan = srv_info.parse_devices(VULKAN_DEVICES_TEXT)
+    assert (vulkan.name, vulkan.description) == ("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)")
+    assert (vulkan.total_bytes, vulkan.free_bytes) == (2048 * MIB, 2048 * MIB)
+    specs = specs_from_listed([rpc, vulkan], None)
+    assert [(s.name, s.buft, s.kind, s.overhead_bytes) for s in specs] == [
+        ("RPC0", "RPC0[127.0.0.1:50052]", "rpc", 0),
+        ("Vulkan0", "Vulkan0", "vulkan", 0),
+    ]
+    assert [kind_of(n) for n in ("CUDA1", "ROCm0", "MUSA0", "Vulkan2", "RPC3", "Metal")] == [
+        "cuda",
+        "cuda",
+        "cuda",
+        "vulkan",
+        "rpc",
+        "cpu-like",
+    ]
+    assert default_overhead(kind_of("ROCm0")) == DEFAULT_CUDA_OVERHEAD_BYTES
 
 
 def test_real_load_lines_drop_fit_dry_run() -> None:

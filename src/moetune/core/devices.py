@@ -6,9 +6,10 @@ Order (src/llama.cpp, build 11434): RPC devices first, in ``--rpc`` order, then 
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID``); ``-dev`` replaces the list, in its order. A device's name
 (``CUDA1``, ``RPC0``) is what ``-dev`` takes; its buffer type (``CUDA1``,
 ``RPC0[10.0.0.2:50052]``, the index being the device's on that server) is what ``-ot`` takes.
-The backend decides the runtime overhead: CUDA's context, cuBLAS and pools (``--overhead``,
-512 MiB by default) are not in llama.cpp's buffers; an RPC device reports only its buffers
-and its server's own process lives outside them (0 by default).
+The backend decides the runtime overhead and the compute rules (core/backends.py): CUDA's
+context, cuBLAS and pools (``--overhead``, 512 MiB by default) are not in llama.cpp's buffers;
+an RPC device reports only its buffers and its server's own process lives outside them (0 by
+default); Vulkan devices (``Vulkan0``) have no public figure (0 unless ``--overhead``).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from moetune.core.backends import rules
 from moetune.core.settings import DEFAULT_GPU_OVERHEAD_BYTES, Settings
-
-KINDS = ("cuda", "rpc", "cpu-like")
 
 
 def default_overhead(kind: str) -> int:
-    """The runtime overhead counted on a device of ``kind`` when none is given."""
-    return DEFAULT_GPU_OVERHEAD_BYTES if kind == "cuda" else 0
+    """The runtime overhead counted on a device of ``kind`` when none is given
+    (core/backends.py)."""
+    return rules(kind).overhead_bytes
 
 
 class DeviceSpec(BaseModel):
@@ -34,7 +35,7 @@ class DeviceSpec(BaseModel):
 
     name: str = "CUDA0"  # llama.cpp's device name (-dev)
     buft: str = "CUDA0"  # its buffer type (-ot targets)
-    kind: str = "cuda"  # the compute rules: cuda, rpc
+    kind: str = "cuda"  # the backend's rules (core/backends.py): cuda, vulkan, rpc, cpu-like
     overhead_bytes: int = DEFAULT_GPU_OVERHEAD_BYTES
     total_bytes: int | None = None
     free_bytes: int | None = None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, computed_field, model_serializer
 
+from moetune.core.backends import KINDS
 from moetune.core.compute.estimate import compute_for
 from moetune.core.devices import DeviceSpec, bufts, single_device
 from moetune.core.extras import Draft, Extras, Projector
@@ -417,7 +418,7 @@ def projector_home(projector: Projector, specs: Sequence[DeviceSpec]) -> int:
             f"-mmdev {projector.device}: not one of the devices",
             hint="the devices: " + ", ".join(names),
         )
-    for kind in ("cuda", "rpc", "cpu-like"):
+    for kind in KINDS:
         for index, spec in enumerate(specs):
             if spec.kind == kind:
                 return index

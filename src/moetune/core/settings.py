@@ -35,7 +35,7 @@ class Settings(BaseModel):
     gpu_overhead_bytes: int = DEFAULT_GPU_OVERHEAD_BYTES
     # one device: what llama.cpp's own dry run found beyond the prediction (core/devices.py)
     device_correction_bytes: int = 0
-    device_kind: str = "cuda"  # "cuda", or "rpc" for a ggml-rpc-server device (tests)
+    device_kind: str = "cuda"  # core/backends.py: "cuda", "vulkan", "rpc", "cpu-like"
     # llama-server reserves logits for n_seq rows; llama-fit-params and llama-bench for all.
     all_outputs: bool = False
     # the tokens speculation drafts per step (--spec-type, --spec-draft-n-max: core/extras.py);

@@ -51,6 +51,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from moetune.core.backends import rules
 from moetune.core.compute.params import OP_OFFLOAD_MIN_BATCH, run_params
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts, TensorFacts
@@ -246,7 +247,7 @@ def layout_of(
         if home != SKIPPED:
             _add_cache(homes[home], facts, settings, il)
     cache = cache_for(facts, settings)
-    cuda = [i for i, device in enumerate(devices) if device.kind == "cuda"]
+    offloading = [i for i, device in enumerate(devices) if rules(device.kind).op_offload]
     run = run_params(settings.n_ctx, settings.n_ubatch, settings.n_batch, 1, None)
     return SpeedLayout(
         devices=tuple(HomeLoad(**homes[i]) for i in range(len(devices))),
@@ -257,7 +258,7 @@ def layout_of(
         n_swa=facts.dims.n_swa,
         n_cells=cache.n_ctx_seq,
         n_ubatch=run.n_ubatch,
-        offload_to=cuda[0] if op_offload and cuda else None,
+        offload_to=offloading[0] if op_offload and offloading else None,
         n_hops=hops,
         n_blocks=facts.n_layers,
     )

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from moetune.core.backends import kind_of
 from moetune.core.calibrate import SpeedFit, fit_of, point_forecast, relative_error
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts
@@ -42,11 +43,17 @@ def devices_of(result: BenchResult) -> tuple[DeviceSpec, ...]:
         DeviceSpec(
             name=name,
             buft=name,
-            kind="rpc" if name.startswith("RPC") else "cuda",
+            kind=_kind(name),
             description=description,
         )
         for name, description in zip(names, described, strict=True)
     )
+
+
+def _kind(name: str) -> str:
+    """The backend of a device a bench names (a name of no known backend: a GPU, CUDA's)."""
+    kind = kind_of(name)
+    return "cuda" if kind == "cpu-like" else kind
 
 
 def _same(a: SpeedLayout, b: SpeedLayout) -> bool:

@@ -21,6 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from moetune.core.backends import kind_of
 from moetune.core.devices import DeviceSpec, default_overhead, rpc_buft
 from moetune.errors import BadValueError, NoGpuError
 from moetune.units import Sizes, format_bytes, per_device
@@ -68,8 +69,7 @@ def specs_from_listed(
             per_server[device.description] = on_server + 1
             kind, buft = "rpc", rpc_buft(device.description, on_server)
         else:
-            kind = "cuda" if device.name.startswith("CUDA") else "cpu-like"
-            buft = device.name
+            kind, buft = kind_of(device.name), device.name
         specs.append(
             DeviceSpec(
                 name=device.name,
@@ -273,7 +273,11 @@ def plan_devices(
         return DeviceSet(
             described(vram, endpoints, overhead), "given (--vram)", _rpc_args(endpoints)
         )
-    if vram is not None or gpu_profile is not None or (not endpoints and _one_gpu_here(gpu_index)):
+    if (
+        vram is not None
+        or gpu_profile is not None
+        or (not endpoints and _one_gpu_here(gpu_index, server))
+    ):
         total, free, source, name, profile = _single_gpu(
             vram[0] if vram else None, gpu_index or 0, gpu_profile
         )
@@ -301,26 +305,40 @@ def _rpc_args(endpoints: tuple[str, ...]) -> tuple[str, ...]:
     return ("--rpc", ",".join(endpoints)) if endpoints else ()
 
 
-def _one_gpu_here(gpu_index: int | None) -> bool:
-    """Plan for one GPU: one is picked, or at most one is detected."""
+def _one_gpu_here(gpu_index: int | None, server: str | None) -> bool:
+    """Plan for one NVIDIA GPU: one is picked or detected, or none is and there is no
+    llama-server here to list the devices of its other backends (Vulkan, ROCm, ...)."""
     if gpu_index is not None:
         return True
     from moetune.hardware import detect_gpu_probe
 
-    return len(detect_gpu_probe().gpus()) <= 1
+    found = len(detect_gpu_probe().gpus())
+    return found == 1 or (found == 0 and not _server_here(server))
+
+
+def _server_here(server: str | None) -> bool:
+    from moetune.errors import MoetuneError
+    from moetune.llamacpp.process import find_server
+
+    try:
+        find_server(server)
+    except MoetuneError:
+        return False
+    return True
 
 
 def _detected_devices(
     endpoints: tuple[str, ...], gpu_index: int | None, overhead: Sizes | None, server: str | None
 ) -> DeviceSet:
     """RPC servers (their memory from llama-server) and the detected GPUs, in llama.cpp's
-    order; llama-server's list decides the GPUs' order where CUDA's may differ from NVML's."""
+    order; llama-server's list decides the GPUs' order where CUDA's may differ from NVML's,
+    and lists the devices NVML does not see (Vulkan, ROCm, ...) where it sees none."""
     from moetune.hardware import detect_gpu_probe
     from moetune.llamacpp.process import find_server, server_info
 
     probe = detect_gpu_probe()
-    gpus = detected_gpus(probe, gpu_index) if probe.gpus() or not endpoints else []
-    if not endpoints and cuda_order_is_nvml(gpus):
+    gpus = detected_gpus(probe, gpu_index) if probe.gpus() else []
+    if not endpoints and gpus and cuda_order_is_nvml(gpus):
         specs = tuple(gpu_specs(gpus, overhead))
         return DeviceSet(specs, f"{len(specs)} GPUs ({probe.name})", here=True)
     info = server_info(find_server(server), rpc=endpoints)
@@ -329,13 +347,18 @@ def _detected_devices(
         for d in info.devices
         if d.name.startswith("RPC") or gpu_index is None or _is_picked(d, gpus)
     ]
+    if not listed and not endpoints and not gpus:
+        detected_gpus(probe, gpu_index)  # NoGpuError: no GPU, and llama-server lists none
     if not listed:
         raise NoGpuError(
             "llama-server lists no device to plan for",
             hint="check the --rpc servers, or pass --vram",
         )
     specs = specs_from_listed(listed, overhead, gpus)
-    return DeviceSet(specs, "llama-server --list-devices", _rpc_args(endpoints), here=True)
+    source = "llama-server --list-devices"
+    if len(specs) == 1 and not endpoints:
+        source = f"{specs[0].name} {specs[0].description} ({source})"
+    return DeviceSet(specs, source, _rpc_args(endpoints), here=True)
 
 
 def _is_picked(device: Device, gpus: Sequence[GpuInfo]) -> bool:

@@ -29,6 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from moetune.core.backends import kind_of
 from moetune.core.devices import DeviceSpec, single_device
 from moetune.core.facts import ModelFacts
 from moetune.core.memory import MemoryEstimate, Settings, default_n_ctx, estimate
@@ -212,10 +213,21 @@ def gpu_findings(
     why: str | None,
     described: str | None = None,
     rpc: Sequence[str] = (),
+    others: Sequence[str] = (),
 ) -> list[Finding]:
     """One finding per GPU; without one, a failure, or a warning when ``described`` (the
     ``--vram``/``--gpu`` the model checks use instead) stands in for it; none is needed when
-    ``rpc`` servers are the offload devices (they are checked on their own)."""
+    ``rpc`` servers or ``others`` (devices of other backends llama-server lists: Vulkan0,
+    ROCm0) are the offload devices (they are checked on their own)."""
+    if not gpus and others and described is None:
+        return [
+            Finding(
+                check="gpu",
+                status="ok",
+                message="no NVIDIA GPU here; llama-server offloads to "
+                f"{', '.join(others)} (its memory from llama.cpp's own list), checked below",
+            )
+        ]
     if not gpus and rpc:
         return [
             Finding(
@@ -911,7 +923,14 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
         described = f"--gpu {inputs.gpu_profile.id}"
     elif inputs.vram_bytes is not None:
         described = f"--vram {format_bytes(inputs.vram_bytes)}"
-    findings = gpu_findings(gpus, inputs.gpus.why, described, inputs.rpc_endpoints)
+    server, info = server_finding(inputs.server)
+    # devices NVML does not see: another backend's (Vulkan0, ROCm0), not RPC's or CUDA's
+    others = [
+        d.name
+        for d in (info.devices if info else ())
+        if kind_of(d.name) != "rpc" and not d.name.startswith("CUDA")
+    ]
+    findings = gpu_findings(gpus, inputs.gpus.why, described, inputs.rpc_endpoints, others)
     links = [pcie_link(gpu) for gpu in gpus]
     for gpu, link in zip(gpus, links, strict=True):
         profile = match_detected(gpu.name, gpu.vram_total_bytes, hardware)
@@ -926,7 +945,6 @@ def diagnose(inputs: DoctorInputs, facts: ModelFacts | None = None) -> DoctorRep
         wsl_finding(host),
     ]
     findings += [f for f in optional if f is not None]
-    server, info = server_finding(inputs.server)
     findings.append(server)
     findings += device_findings(info)
     findings += rpc_findings(inputs.rpc_endpoints, info, inputs.rpc_reachable)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from moetune.llamacpp.client import CompletionResult
 
 PointSink = Callable[[list[SpeedPoint]], None]
-_BACKENDS = {"cuda": "CUDA", "rpc": "RPC"}
+_BACKENDS = {"cuda": "CUDA", "vulkan": "Vulkan", "rpc": "RPC"}
 
 
 def machine_of(setup: DeviceSetup) -> SpeedMachine:

@@ -72,8 +72,9 @@ class DynAlloc:
 
 
 def alignment(backend: int, opts: Options) -> int:
-    """Buffer alignment: 128 bytes on CUDA devices, 32 on the CPU and RPC."""
-    return 128 if opts.is_cuda(backend) else 32
+    """Buffer alignment: the backend's (core/backends.py: 128 bytes on CUDA, 32 on the CPU
+    and RPC)."""
+    return opts.alignment(backend)
 
 
 class GAlloc:

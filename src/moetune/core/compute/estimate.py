@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from moetune.core.backends import rules
 from moetune.core.compute.params import (
     CPU_BACKEND,
     DEV,
@@ -44,13 +45,12 @@ def _options(
     for kind in settings_kinds:
         if kind not in DEVICE_KINDS:
             raise ValueError(f"device_kind must be one of {DEVICE_KINDS}, got {kind!r}")
-    cuda = tuple(kind == "cuda" for kind in settings_kinds)
     return Options(
         flash_attn=flash_attn,
         type_k=type_k.lower(),
         type_v=type_v.lower(),
-        cuda=cuda,
-        op_offload=op_offload and any(cuda),
+        kinds=tuple(settings_kinds),
+        op_offload=op_offload and any(rules(kind).op_offload for kind in settings_kinds),
         n_copies=n_copies,
     )
 
@@ -80,7 +80,8 @@ def estimate_compute(
     ``cpu_expert_layers``: ``--n-cpu-moe N`` (routed experts of blocks 0..N-1 on the CPU), or
     give the exact blocks in ``cpu_expert_blocks`` (e.g. ``--fit``'s last blocks).
     ``device_kind``: "cuda" (op offload of CPU weights for batches >= 32, 128-byte alignment,
-    CUDA fusions) or "rpc"/"cpu-like" (no op offload).  ``n_seq``: parallel sequences
+    CUDA fusions), "vulkan" (the same op offload) or "rpc"/"cpu-like" (no op offload:
+    core/backends.py).  ``n_seq``: parallel sequences
     (llama-server: 4; llama-fit-params, llama-bench: 1).  ``n_outputs``: the most logits rows
     per ubatch (llama-server: n_seq; None = every token, as llama-fit-params and llama-bench).
     """

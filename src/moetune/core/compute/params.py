@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import NamedTuple
 
+from moetune.core.backends import KINDS, rules
 from moetune.core.facts import TensorFacts
 from moetune.core.kvcache import pad
 from moetune.gguf.roles import Role
@@ -15,10 +16,10 @@ DEV = 0  # backend id of the first device (devices are 0, 1, ... in llama.cpp's 
 # the CPU is core/placement.py's CPU (-1); here -1 means "not yet assigned", as in ggml's
 # scheduler, so the replay numbers the CPU after every device (backend_of maps one to the other).
 CPU_BACKEND = 64
-DEVICE_KINDS = ("cuda", "rpc", "cpu-like")
+DEVICE_KINDS = KINDS
 F32, F16, I32, I64 = 4, 2, 4, 8
 KQ_MASK_TYPES = {True: F16, False: F32}  # flash attention needs an F16 mask
-OP_OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu: GGML_OP_OFFLOAD_MIN_BATCH default
+OP_OFFLOAD_MIN_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH's default (ggml-cuda.cu, ggml-vulkan.cpp)
 CUDA_ROW_PADDING = 512  # ggml-cuda MATRIX_ROW_PADDING, added to quantized tensors' alloc size
 MOE_REDUCTION_MAX_EXPERTS = 15  # ggml-cuda.cu MOE_WEIGHTED_REDUCTION_MAX_EXPERTS
 _QUANT_BYTES = {
@@ -136,31 +137,37 @@ def _by_block(moves: frozenset[tuple[str, int]]) -> dict[int, tuple[tuple[str, i
 
 
 class Options(NamedTuple):
-    """Context settings that change the graph or the allocator; ``cuda``: which devices are
-    CUDA (op offload, 128-byte alignment, row padding, fusions); ``n_copies``: 4 with
-    pipeline parallelism (several devices, every layer offloaded, no tensor overrides)."""
+    """Context settings that change the graph or the allocator; ``kinds``: each device's
+    kind (core/backends.py: op offload, alignment, CUDA's row padding and fusions);
+    ``n_copies``: 4 with pipeline parallelism (several devices, every layer offloaded, no
+    tensor overrides)."""
 
     flash_attn: bool
     type_k: str
     type_v: str
-    cuda: tuple[bool, ...]
+    kinds: tuple[str, ...]
     op_offload: bool
     n_copies: int = 1
 
     @property
     def backends(self) -> tuple[int, ...]:
-        return (*range(len(self.cuda)), CPU_BACKEND)
+        return (*range(len(self.kinds)), CPU_BACKEND)
 
     def is_cuda(self, backend: int) -> bool:
-        return 0 <= backend < len(self.cuda) and self.cuda[backend]
+        """Whether ggml-cuda's buffers (row padding, FA copies, fusion deps) apply."""
+        return 0 <= backend < len(self.kinds) and rules(self.kinds[backend]).cuda_buffers
+
+    def alignment(self, backend: int) -> int:
+        """The buffer alignment of a backend (the CPU's: 32 bytes)."""
+        return rules(self.kinds[backend]).alignment if 0 <= backend < len(self.kinds) else 32
 
     @property
     def offload_to(self) -> int | None:
-        """The device that runs ops on host weights for big batches (the first that offloads:
-        CUDA's offload_op; RPC has none)."""
+        """The device that runs ops on host weights for big batches (the first whose backend
+        has ``offload_op``: CUDA, Vulkan; RPC has none)."""
         if not self.op_offload:
             return None
-        return next((i for i, cuda in enumerate(self.cuda) if cuda), None)
+        return next((i for i, kind in enumerate(self.kinds) if rules(kind).op_offload), None)
 
     def kv_bytes(self, kind: str) -> float:
         return _QUANT_BYTES.get(self.type_k if kind == "k" else self.type_v, 2.0)

@@ -47,7 +47,7 @@ def replay_clip(
         flash_attn=flash_attn,
         type_k="f16",
         type_v="f16",
-        cuda=(kind == "cuda",) if on_device else (),
+        kinds=(kind,) if on_device else (),
         op_offload=False,
     )
     for leaf in leafs:
