@@ -174,13 +174,7 @@ def _home(
     if tensor.role is Role.NEXTN:
         return SKIPPED
     target = _rule_target(tensor.name, overrides, known)
-    if target is not None:
-        return target
-    if tensor.layer is not None:
-        return homes[tensor.layer] if homes[tensor.layer] != SKIPPED else CPU
-    if tensor.role in (Role.OUTPUT, Role.OUTPUT_NORM):
-        return homes[-1]
-    return CPU  # input layer (token_embd) and unknown global tensors
+    return _default_home(tensor, homes) if target is None else target
 
 
 def tensor_device(tensor: TensorFacts, n_layer_all: int, placement: Placement) -> Device:
@@ -250,8 +244,11 @@ class WeightSplit(NamedTuple):
 
     def tensor_homes(self, tensors: Sequence[TensorFacts]) -> list[int]:
         """Each tensor's home under this split: a device index, CPU or SKIPPED."""
-        moved = dict(self.moves)
-        return [moved.get(t.name, _default_home(t, self.homes)) for t in tensors]
+        moved, homes = dict(self.moves), self.homes
+        return [
+            _default_home(t, homes) if (found := moved.get(t.name)) is None else found
+            for t in tensors
+        ]
 
     def move_experts(self, tensors: Sequence[TensorFacts], target: int = CPU) -> WeightSplit:
         """This split with the routed-expert ``tensors`` moved to ``target``: the planner's
@@ -290,7 +287,25 @@ def split_weights(
     facts: ModelFacts, placement: Placement, n_devices: int = 1, free: Sequence[int] = ()
 ) -> WeightSplit:
     """Bytes per home for ``placement`` over ``n_devices`` devices (``free``: their free
-    memory, llama.cpp's split when no ``-ts`` is given)."""
+    memory, llama.cpp's split when no ``-ts`` is given); the last few splits are kept (a
+    plan's forecast and the frontier's ubatches ask for the same ones again)."""
+    key = (id(facts), placement, n_devices, tuple(free))
+    found = _SPLITS.get(key)
+    if found is not None and found[0] is facts:
+        return found[1]
+    split = _split_weights(facts, placement, n_devices, free)
+    _SPLITS[key] = (facts, split)
+    while len(_SPLITS) > 64:
+        _SPLITS.pop(next(iter(_SPLITS)))
+    return split
+
+
+_SPLITS: dict[tuple[int, Placement, int, tuple[int, ...]], tuple[ModelFacts, WeightSplit]] = {}
+
+
+def _split_weights(
+    facts: ModelFacts, placement: Placement, n_devices: int, free: Sequence[int]
+) -> WeightSplit:
     homes = homes_for(facts.n_layers, placement, n_devices, free)
     skipped = {layer.index for layer in facts.layers if layer.is_nextn}
     nextn_homes = tuple((i, homes[i]) for i in sorted(skipped))
@@ -332,9 +347,11 @@ def split_weights(
     )
 
 
-_NO_RULES: dict[str, int | None] = {}
-
-
 def _default_home(tensor: TensorFacts, homes: Sequence[int]) -> int:
-    """Where ``tensor`` is without overrides."""
-    return _home(tensor, homes, (), _NO_RULES)
+    """Where ``tensor`` is without overrides (``_home`` without rules)."""
+    if tensor.role is Role.NEXTN:
+        return SKIPPED
+    if tensor.layer is not None:
+        return homes[tensor.layer] if homes[tensor.layer] != SKIPPED else CPU
+    # the output layer's tensors; the input layer (token_embd) and unknown globals: the CPU
+    return homes[-1] if tensor.role in (Role.OUTPUT, Role.OUTPUT_NORM) else CPU

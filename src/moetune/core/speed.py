@@ -205,6 +205,31 @@ def _hops(facts: ModelFacts, weights: WeightSplit) -> int:
     return sum(a != b for a, b in pairwise(order))
 
 
+Weighed = dict[int, dict[str, int]]  # each home's tensor parts (HomeLoad's fields)
+
+
+def _weighed(facts: ModelFacts, weights: WeightSplit, n_devices: int) -> tuple[Weighed, int]:
+    """Each home's tensor parts under ``weights``, and the hops along a forward pass; the
+    last few are kept (the frontier forecasts one split at every ubatch)."""
+    key = (id(facts), weights, n_devices)
+    found = _WEIGHED.get(key)
+    if found is not None and found[0] is facts:
+        return found[1], found[2]
+    names = HomeLoad._fields
+    homes: Weighed = {i: dict.fromkeys(names, 0) for i in (*range(n_devices), CPU)}
+    for tensor, home in zip(facts.tensors, weights.tensor_homes(facts.tensors), strict=True):
+        if home != SKIPPED:
+            _add_tensor(homes[home], tensor)
+    hops = _hops(facts, weights)
+    _WEIGHED[key] = (facts, homes, hops)
+    while len(_WEIGHED) > 64:
+        _WEIGHED.pop(next(iter(_WEIGHED)))
+    return homes, hops
+
+
+_WEIGHED: dict[tuple[int, WeightSplit, int], tuple[ModelFacts, Weighed, int]] = {}
+
+
 def layout_of(
     facts: ModelFacts,
     weights: WeightSplit,
@@ -215,13 +240,8 @@ def layout_of(
 ) -> SpeedLayout:
     """The speed model's view of ``weights`` (a split over ``devices``) at ``settings``;
     ``op_offload=False`` is ``--no-op-offload``."""
-    names = HomeLoad._fields
-    homes: dict[int, dict[str, int]] = {
-        i: dict.fromkeys(names, 0) for i in (*range(len(devices)), CPU)
-    }
-    for tensor, home in zip(facts.tensors, weights.tensor_homes(facts.tensors), strict=True):
-        if home != SKIPPED:
-            _add_tensor(homes[home], tensor)
+    weighed, hops = _weighed(facts, weights, len(devices))
+    homes = {home: dict(parts) for home, parts in weighed.items()}
     for il in range(facts.n_layers):
         home = weights.homes[il]
         if home != SKIPPED:
@@ -239,7 +259,7 @@ def layout_of(
         n_cells=cache.n_ctx_seq,
         n_ubatch=run.n_ubatch,
         offload_to=offloading[0] if op_offload and offloading else None,
-        n_hops=_hops(facts, weights),
+        n_hops=hops,
         n_blocks=facts.n_layers,
     )
 

@@ -135,7 +135,6 @@ class _Source:
                 self.own.setdefault(t.layer, []).append(t)
         self.global_sizes = tuple(_size(t) for t in facts.tensors if t.layer is None)
         self.segs: dict[tuple[str, Hashable, int], Segment] = {}
-        self._named: dict[int, dict[str, WeightSize]] = {}
 
     def block_sizes(
         self, il: int, on_host: bool, moves: Sequence[tuple[str, int]]
@@ -145,12 +144,8 @@ class _Source:
         own = self.own.get(il, ())
         if on_host:
             return tuple(_size(t) for t in own)
-        if not moves:
-            return ()
-        named = self._named.get(il)
-        if named is None:
-            named = self._named[il] = {t.name.split(".", 2)[-1]: _size(t) for t in own}
-        return tuple(named.get(name, (0, "")) for name, _ in moves)
+        found = (self.tensors.get(f"blk.{il}.{name}") for name, _ in moves)
+        return tuple((0, "") if t is None else _size(t) for t in found)
 
 
 def _size(t: TensorFacts) -> WeightSize:
@@ -789,7 +784,7 @@ def _port_state(t: Tensor) -> PortState:
 
 _REPLAYS: OrderedDict[tuple[Structure, Run, Options], Replay] = OrderedDict()
 _KEEP = 8
-_MAX_SOURCES = 64  # models one replay serves before a fresh one takes over (bounds its memo)
+_MAX_SOURCES = 32  # models one replay serves before a fresh one takes over (bounds its memo)
 
 
 class Structure:
