@@ -11,6 +11,8 @@ import pytest
 from moetune.errors import BadValueError
 from moetune.jobs.alias import SHELLS, Shell, alias_text, check_name, shell_from_path
 from moetune.jobs.quoting import fish_quote
+from moetune.store.tuned import DeviceIdentity, TunedProfile
+from moetune.units import GIB
 
 from support.helpers import have
 from support.profiles import TUNE_COMMAND, make_profile
@@ -115,6 +117,40 @@ def test_comments_say_what_was_tuned() -> None:
         " ".join([*TUNE_COMMAND[:11], "--retune", *TUNE_COMMAND[11:]])
         + ", then moetune alias qwen again"
     )
+
+
+def two_server_profile() -> TunedProfile:
+    """A profile tuned on two RPC servers (the first is also its ``gpu``)."""
+    servers = [
+        DeviceIdentity(name=f"127.0.0.1:{port}", device=f"RPC{i}", vram_total_bytes=23 * GIB)
+        for i, port in enumerate((50052, 50053))
+    ]
+    profile = make_profile(["llama-server", "-m", "/m.gguf"])
+    return profile.model_copy(update={"gpu": servers[0], "devices": servers})
+
+
+def test_comments_and_profiles_name_every_device_of_the_set() -> None:
+    from rich.console import Console
+
+    from moetune.jobs.export import ServeEntry
+    from moetune.report.profiles import render_tuned, tuned_list, tuned_table
+
+    profile = two_server_profile()
+    header = alias_text("qwen", profile, "bash").splitlines()[0]
+    assert "127.0.0.1:50052" in header and "127.0.0.1:50053" in header, header
+    from moetune.jobs.export import _tuned
+
+    entry: ServeEntry = _tuned(profile)
+    assert "127.0.0.1:50053" in entry.note
+    for view in (
+        tuned_table([profile], "/p"),
+        tuned_list([profile], "/p"),
+        render_tuned(profile, "/p/x.json"),
+    ):
+        console = Console(width=200, record=True)
+        console.print(view)
+        shown = console.export_text()
+        assert "127.0.0.1:50052" in shown and "127.0.0.1:50053" in shown, shown
 
 
 def test_newlines_in_names_cannot_escape_the_comment() -> None:

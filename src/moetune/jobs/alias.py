@@ -113,8 +113,7 @@ def _comments(name: str, profile: TunedProfile) -> list[str]:
             m.decode_tps, m.decode_tps_min, m.decode_tps_max, m.repeats
         )
     return [
-        f"# moetune: {profile.model.file_name} on {profile.gpu.name} "
-        f"({format_bytes(profile.gpu.vram_total_bytes)}), llama.cpp "
+        f"# moetune: {profile.model.file_name} on {profile.describe_devices()}, llama.cpp "
         f"{profile.llama_cpp.describe()}",
         f"# tuned {profile.tuned_at}: {placement}, ctx {s.n_ctx} {s.type_k}/{s.type_v}, "
         f"peak {format_bytes(m.vram_bytes)}{speed}",

@@ -22,7 +22,6 @@ data (report/doctor.py renders it).
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone

@@ -613,7 +613,7 @@ def _tuned(profile: TunedProfile) -> ServeEntry:
     m = profile.measured
     speed = f", decode {m.decode_tps:.1f} tok/s" if m.decode_tps is not None else ""
     note = (
-        f"{profile.model.file_name} on {profile.gpu.name}, {profile.tuned_at[:10]}, "
+        f"{profile.model.file_name} on {profile.describe_devices()}, {profile.tuned_at[:10]}, "
         f"ctx {profile.settings.n_ctx}, peak {format_bytes(m.vram_bytes)}{speed}"
     )
     args = list(profile.command[1:])

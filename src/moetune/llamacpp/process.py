@@ -46,8 +46,8 @@ from moetune.llamacpp.info import (
     ENV_SERVER,
     INSTALL_HINT,
     SERVER_NAME,
-    parse_devices,
     package_build,
+    parse_devices,
     parse_version,
 )
 from moetune.llamacpp.log import (

@@ -195,6 +195,21 @@ class TunedProfile(BaseModel):
     devices: list[DeviceIdentity] = []  # several devices, in llama.cpp's order
 
     @property
+    def device_set(self) -> list[DeviceIdentity]:
+        """Every device it was tuned on, in llama.cpp's order (one: the GPU)."""
+        return list(self.devices) or [self.gpu]
+
+    def describe_devices(self) -> str:
+        """The whole device set in one phrase: ``NVIDIA GeForce RTX 4090 (23.99 GiB)``, or
+        ``RPC0 127.0.0.1:50052 (23.50 GiB) + RPC1 127.0.0.1:50053 (23.50 GiB)``."""
+        found = self.device_set
+        if len(found) == 1:
+            return f"{found[0].name} ({format_bytes(found[0].vram_total_bytes)})"
+        return " + ".join(
+            f"{d.device} {d.name} ({format_bytes(d.vram_total_bytes)})" for d in found
+        )
+
+    @property
     def key(self) -> TuneKey:
         return TuneKey(
             model=self.model,
