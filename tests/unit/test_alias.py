@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.errors import BadValueError
+from moetune.errors import BadValueError, ProfileNotFoundError
 from moetune.jobs.alias import SHELLS, Shell, alias_text, check_name, shell_from_path
 from moetune.jobs.quoting import fish_quote
 from moetune.store.tuned import DeviceIdentity, TunedProfile
@@ -200,3 +200,31 @@ def test_example_dotfiles_parse(shell: str, suffix: str) -> None:
         [shell, "-n", str(path)], capture_output=True, text=True, timeout=30, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_several_tuned_profiles_are_chosen_by_selectors_never_guessed(tmp_path: Path) -> None:
+    from moetune.store.tuned import ProfileStore, Selectors, model_profile
+
+    store = ProfileStore(tmp_path)
+    first = make_profile(["llama-server", "-m", "/m.gguf"])
+    settings = first.settings.model_copy(update={"target_bytes": 20 * GIB})
+    second = first.model_copy(update={"name": first.name + "-b", "settings": settings})
+    store.save(first)
+    store.save(second)
+    identity = first.model
+
+    def pick(select: Selectors | None = None) -> str:
+        return model_profile(store, identity, warn=lambda _: None, select=select).name
+
+    with pytest.raises(BadValueError) as refused:
+        pick()
+    said = refused.value.message
+    assert first.name in said and second.name in said, said
+    assert "--target-vram 22G" in said and "--target-vram 20G" in said, said
+    assert "--profile" in (refused.value.hint or "")
+    assert pick(Selectors(targets=(20 * GIB,))) == second.name
+    assert pick(Selectors(targets=(22 * GIB,))) == first.name
+    assert pick(Selectors(name=first.name)) == first.name  # exact, though a prefix of both
+    assert pick(Selectors(name=second.name)) == second.name
+    with pytest.raises(ProfileNotFoundError):
+        pick(Selectors(rpc=("10.0.0.9:1",)))  # tuned on no RPC server: nothing matches

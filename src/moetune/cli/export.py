@@ -13,8 +13,12 @@ from moetune.cli.options import (
     CtxOpt,
     GpuProfileOpt,
     PickCacheTypeOpt,
+    PickRpcOpt,
+    PickTargetOpt,
+    ProfileOpt,
     TimeoutOpt,
     VramOpt,
+    selectors,
 )
 from moetune.errors import BadValueError
 from moetune.hub.env import DEFAULT_TIMEOUT_S
@@ -39,6 +43,9 @@ def export(
     ] = None,
     ctx: CtxOpt = None,
     cache_type: PickCacheTypeOpt = None,
+    profile: ProfileOpt = None,
+    target_vram: PickTargetOpt = None,
+    rpc: PickRpcOpt = None,
     gpu: GpuProfileOpt = None,
     vram: VramOpt = None,
     require_tuned: Annotated[
@@ -71,6 +78,7 @@ def export(
         cache_type,
         (gpu, vram),
         require_tuned,
+        select=selectors(profile, target_vram, rpc),
         warn=lambda line: err().print(f"warning: {line}", style="yellow", highlight=False),
     )
 

@@ -18,6 +18,7 @@ from moetune.errors import BadValueError
 from moetune.jobs.quoting import fish_quote, sh_quote, visible
 from moetune.store.tuned import (
     ProfileStore,
+    Selectors,
     TunedProfile,
     model_identity,
     model_profile,
@@ -178,6 +179,7 @@ def alias_for_model(
     hardware: tuple[str | None, Sizes | None],
     require_tuned: bool,
     warn: Callable[[str], None],
+    select: Selectors | None = None,
 ) -> str:
     """The alias ``name`` of ``model``: its profile tuned at ``ctx``/``cache_type`` with the
     ``mmproj``/``draft`` files beside it, else (unless ``require_tuned``) moetune's plan for
@@ -206,7 +208,13 @@ def alias_for_model(
         try:
             tokens = ctx.tokens if ctx is not None else None
             profile = model_profile(
-                ProfileStore(), model_identity(named.path), tokens, cache_type, beside, warn=warn
+                ProfileStore(),
+                model_identity(named.path),
+                tokens,
+                cache_type,
+                beside,
+                warn=warn,
+                select=select,
             )
             return alias_text(name, profile, shell)
         except ProfileNotFoundError as exc:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from moetune.errors import ProfileNotFoundError
     from moetune.jobs.models import Model
-    from moetune.store.tuned import ProfileStore, TunedProfile
+    from moetune.store.tuned import ProfileStore, Selectors, TunedProfile
     from moetune.units import Ctx, Sizes
 
 from moetune.core.flags import Pair, pairs, words
@@ -523,6 +523,7 @@ def export_entries(
     require_tuned: bool,
     *,
     warn: Callable[[str], None],
+    select: Selectors | None = None,
 ) -> tuple[list[ServeEntry], str]:
     """Each model's entry (tuned, else planned: ``warn`` says so) and the llama-server the
     commands run; no ``models``: every tuned profile's (the newest of each model file)."""
@@ -530,7 +531,8 @@ def export_entries(
 
     store = ProfileStore()
     if not models:
-        profiles = _newest_per_model(store.good(warn))
+        chosen = [p for p in store.good(warn) if select is None or select.admits(p)]
+        profiles = _newest_per_model(chosen)
         if not profiles:
             raise BadValueError(
                 "no tuned profiles to export",
@@ -548,6 +550,7 @@ def export_entries(
             hardware=hardware,
             require_tuned=require_tuned,
             warn=warn,
+            select=select,
         )
         entries.append(entry)
         binary = binary or tuned_binary
@@ -565,6 +568,7 @@ def _entry(
     hardware: tuple[str | None, Sizes | None],
     require_tuned: bool,
     warn: Callable[[str], None],
+    select: Selectors | None = None,
 ) -> tuple[ServeEntry, str | None]:
     """One model's entry: its tuned profile, else its plan; and the binary it was tuned with."""
     from moetune.errors import ProfileNotFoundError
@@ -581,6 +585,7 @@ def _entry(
                 ctx.tokens if ctx else None,
                 cache_type,
                 warn=warn,
+                select=select,
             )
             return _tuned(profile), profile.command[0]
         except ProfileNotFoundError as exc:
