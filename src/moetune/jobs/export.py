@@ -524,9 +524,14 @@ def export_entries(
     *,
     warn: Callable[[str], None],
     select: Selectors | None = None,
+    ram: int | None = None,
+    left_out: list[str] | None = None,
 ) -> tuple[list[ServeEntry], str]:
-    """Each model's entry (tuned, else planned: ``warn`` says so) and the llama-server the
-    commands run; no ``models``: every tuned profile's (the newest of each model file)."""
+    """Each model's entry (tuned, else planned for ``hardware`` and ``ram``: ``warn`` says
+    so) and the llama-server the commands run; no ``models``: every tuned profile's (the
+    newest of each model file). A model whose plan does not fit is said through ``warn``,
+    left out and named in ``left_out``; when every model is left out, DoesNotFitError."""
+    from moetune.errors import DoesNotFitError
     from moetune.store.tuned import ProfileStore
 
     store = ProfileStore()
@@ -541,19 +546,32 @@ def export_entries(
         return [_tuned(p) for p in profiles], profiles[0].command[0]
     entries: list[ServeEntry] = []
     binary: str | None = None
+    dropped: list[str] = []
     for text in models:
-        entry, tuned_binary = _entry(
-            store,
-            text,
-            ctx=ctx,
-            cache_type=cache_type,
-            hardware=hardware,
-            require_tuned=require_tuned,
-            warn=warn,
-            select=select,
-        )
+        try:
+            entry, tuned_binary = _entry(
+                store,
+                text,
+                ctx=ctx,
+                cache_type=cache_type,
+                hardware=hardware,
+                require_tuned=require_tuned,
+                warn=warn,
+                select=select,
+                ram=ram,
+            )
+        except DoesNotFitError as exc:
+            if len(models) == 1:
+                raise
+            warn(f"left out of the export: {exc.message}")
+            dropped.append(text)
+            continue
         entries.append(entry)
         binary = binary or tuned_binary
+    if left_out is not None:
+        left_out += dropped
+    if not entries:
+        raise DoesNotFitError(f"no model fits: {', '.join(dropped)} (each said above)")
     from moetune.llamacpp.process import server_for_commands
 
     return entries, binary or server_for_commands()
@@ -569,6 +587,7 @@ def _entry(
     require_tuned: bool,
     warn: Callable[[str], None],
     select: Selectors | None = None,
+    ram: int | None = None,
 ) -> tuple[ServeEntry, str | None]:
     """One model's entry: its tuned profile, else its plan; and the binary it was tuned with."""
     from moetune.errors import ProfileNotFoundError
@@ -594,7 +613,7 @@ def _entry(
             missing = exc
     elif require_tuned:
         require_weights(named)
-    return _planned(named, ctx, cache_type, hardware, missing, warn=warn), None
+    return _planned(named, ctx, cache_type, hardware, missing, warn=warn, ram=ram), None
 
 
 def _newest_per_model(profiles: list[TunedProfile]) -> list[TunedProfile]:
@@ -633,6 +652,7 @@ def _planned(
     missing: ProfileNotFoundError | None,
     *,
     warn: Callable[[str], None],
+    ram: int | None = None,
 ) -> ServeEntry:
     from moetune.errors import DoesNotFitError
     from moetune.jobs.names import DEFAULT_CACHE_TYPE
@@ -647,6 +667,7 @@ def _planned(
         ctx=ctx,
         cache_type=cache_type or DEFAULT_CACHE_TYPE,
         missing=missing,
+        ram=ram,
     )
     if not plan.fits:
         raise DoesNotFitError(f"{named.facts.paths[0]} does not fit: {plan.reason}")
