@@ -10,7 +10,7 @@ from moetune.errors import ExitCode
 from moetune.store.tuned import ProfileStore
 
 from support.factory import write_model
-from support.helpers import assert_one_line_error, moetune
+from support.helpers import EXAMPLE_GPT_OSS, EXAMPLE_QWEN, assert_one_line_error, moetune
 from support.llama_swap import load_swap
 from support.preset_ini import load_preset
 from support.profiles import make_profile
@@ -24,6 +24,23 @@ def test_a_model_without_a_profile_is_exported_from_its_plan(tmp_path: Path) -> 
     assert "predicted, not measured" in done.stderr
     refused = moetune("export", "preset", str(model), "--vram", "4G", "--require-tuned")
     assert refused.returncode == ExitCode.FILE_NOT_FOUND
+
+
+def test_a_model_that_does_not_fit_the_ram_is_left_out_and_the_rest_exported(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "models.ini"
+    args = ("export", "preset", str(EXAMPLE_QWEN), str(EXAMPLE_GPT_OSS), "--vram", "24G")
+    done = moetune(*args, "--ram", "32G", "--out", str(out))
+    # gpt-oss-120b's CPU side needs 38.55 GiB: left out, said, and the exit code says so
+    assert done.returncode == ExitCode.DOES_NOT_FIT, done.stderr
+    assert "left out of the export" in done.stderr and EXAMPLE_GPT_OSS.name in done.stderr
+    assert f"[{EXAMPLE_QWEN.name.removesuffix('.gguf')}]" in out.read_text()
+    assert EXAMPLE_GPT_OSS.name not in out.read_text()
+    assert "wrote 1 model(s)" in done.stderr
+    both = moetune(*args, "--ram", "128G")
+    assert both.returncode == 0, both.stderr
+    assert EXAMPLE_GPT_OSS.name in both.stdout and EXAMPLE_QWEN.name in both.stdout
 
 
 # --- hostile names through tuned profiles ------------------------------------------------------

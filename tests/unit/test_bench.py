@@ -72,3 +72,13 @@ def test_chat_stream_failures(response: bytes, message: str) -> None:
         pytest.raises(ServerFailedError, match=message),
     ):
         client.chat("hello", 4)
+
+
+def test_the_fit_configuration_gives_its_margins_a_unit() -> None:
+    from moetune.jobs.bench import fit_description
+
+    assert fit_description(None) == "--fit on"
+    assert fit_description((24075,)) == "--fit on -fitt 24075 (MiB kept free)"
+    assert "MiB" in fit_description((1024, 2048)) and "-fitt 1024,2048" in fit_description(
+        (1024, 2048)
+    )

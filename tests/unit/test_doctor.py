@@ -182,6 +182,20 @@ def test_no_gpu_with_a_described_one_is_a_warning() -> None:
     assert [f.status for f in gpu_findings([], "no NVIDIA driver found")] == ["fail"]
 
 
+def test_no_driver_says_install_the_driver_once() -> None:
+    from moetune.hardware.base import VRAM_HINT
+
+    for why in (  # what NVML's init failure and a missing nvidia-smi say (hardware/)
+        "no NVIDIA driver found (libnvidia-ml.so.1 could not be loaded): install the NVIDIA "
+        f"driver, or {VRAM_HINT}",
+        f"nvidia-smi is not on PATH: install the NVIDIA driver, or {VRAM_HINT}",
+    ):
+        for described in (None, "--vram 24.00 GiB"):
+            (found,) = gpu_findings([], why, described)
+            said = f"{found.message} {found.fix}"
+            assert said.count("install the NVIDIA driver") == 1, said
+
+
 # --- the RAM read bandwidth and the links ---------------------------------------------------
 
 

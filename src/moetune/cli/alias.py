@@ -15,8 +15,12 @@ from moetune.cli.options import (
     MmprojOpt,
     ModelArg,
     PickCacheTypeOpt,
+    PickRpcOpt,
+    PickTargetOpt,
+    ProfileOpt,
     TimeoutOpt,
     VramOpt,
+    selectors,
 )
 from moetune.hub.env import DEFAULT_TIMEOUT_S
 
@@ -31,6 +35,9 @@ def alias(
     ] = None,
     ctx: CtxOpt = None,
     cache_type: PickCacheTypeOpt = None,
+    profile: ProfileOpt = None,
+    target_vram: PickTargetOpt = None,
+    rpc: PickRpcOpt = None,
     mmproj: MmprojOpt = None,
     draft: DraftOpt = None,
     gpu: GpuProfileOpt = None,
@@ -68,6 +75,7 @@ def alias(
         draft=draft,
         hardware=(gpu, vram),
         require_tuned=require_tuned,
+        select=selectors(profile, target_vram, rpc),
         warn=lambda line: err().print(f"warning: {line}", style="yellow", highlight=False),
     )
     render(TextView(text))

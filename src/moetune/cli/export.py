@@ -13,8 +13,13 @@ from moetune.cli.options import (
     CtxOpt,
     GpuProfileOpt,
     PickCacheTypeOpt,
+    PickRpcOpt,
+    PickTargetOpt,
+    ProfileOpt,
+    RamOpt,
     TimeoutOpt,
     VramOpt,
+    selectors,
 )
 from moetune.errors import BadValueError
 from moetune.hub.env import DEFAULT_TIMEOUT_S
@@ -39,8 +44,12 @@ def export(
     ] = None,
     ctx: CtxOpt = None,
     cache_type: PickCacheTypeOpt = None,
+    profile: ProfileOpt = None,
+    target_vram: PickTargetOpt = None,
+    rpc: PickRpcOpt = None,
     gpu: GpuProfileOpt = None,
     vram: VramOpt = None,
+    ram: RamOpt = None,
     require_tuned: Annotated[
         bool,
         typer.Option("--require-tuned", help="Refuse a model with no tuned profile (no plan)."),
@@ -50,7 +59,8 @@ def export(
     """Serve what was tuned: llama-server's router preset, or a llama-swap config.
 
     Each model gets its tuned placement and context; one without a tuned profile gets its
-    plan for the detected GPU (or --gpu/--vram), marked as predicted. Flags every model shares
+    plan for the detected GPU (or --gpu/--vram, and --ram), marked as predicted; a model whose
+    plan does not fit is left out, the others exported (exit 6). Flags every model shares
     go into [*] (a llama-swap macro). With --out, moetune's own entries are updated and
     everything written by hand is kept.
     """
@@ -65,12 +75,16 @@ def export(
         from moetune.store.files import check_writable
 
         check_writable(out)
+    left_out: list[str] = []
     entries, binary = export_entries(
         models or [],
         ctx,
         cache_type,
         (gpu, vram),
         require_tuned,
+        select=selectors(profile, target_vram, rpc),
+        ram=ram,
+        left_out=left_out,
         warn=lambda line: err().print(f"warning: {line}", style="yellow", highlight=False),
     )
 
@@ -81,8 +95,15 @@ def export(
 
     if out is None:
         render(TextView(merged(None)))
-        return
-    from moetune.store.files import update_text
+    else:
+        from moetune.store.files import update_text
 
-    update_text(out, merged)
-    err().print(f"wrote {len(entries)} model(s) to {out}", highlight=False)
+        update_text(out, merged)
+        err().print(f"wrote {len(entries)} model(s) to {out}", highlight=False)
+    if left_out:  # the others are written: the exit code says one was left out
+        from moetune.errors import DoesNotFitError
+
+        raise DoesNotFitError(
+            f"left out {len(left_out)} model(s) that do not fit: {', '.join(left_out)}",
+            hint="give --ram/--vram/--gpu for the machine that serves them",
+        )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from typer.core import TyperCommand
@@ -36,6 +36,9 @@ from moetune.units import (
     parse_tokens,
     parse_workload,
 )
+
+if TYPE_CHECKING:
+    from moetune.store.tuned import Selectors
 
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
 PASS_THROUGH = "pass_through"  # ctx.meta key: the arguments after --
@@ -297,6 +300,41 @@ TargetVramOpt = Annotated[
         metavar=SIZES,
     ),
 ]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        help="Pick the tuned profile of this name (or its start; `moetune profiles list`).",
+        metavar="NAME",
+    ),
+]
+PickTargetOpt = Annotated[
+    Sizes | None,
+    typer.Option(
+        "--target-vram",
+        help="Pick the profile tuned for this peak, one size or one per device.",
+        parser=parser(parse_positive_sizes),
+        metavar=SIZES,
+    ),
+]
+PickRpcOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rpc",
+        help="Pick the profile tuned on these RPC servers, HOST:PORT[,HOST:PORT].",
+        metavar="HOST:PORT[,...]",
+    ),
+]
+
+
+def selectors(profile: str | None, target: Sizes | None, rpc: str | None) -> Selectors:
+    """What alias and export choose a tuned profile by (as run does)."""
+    from moetune.store.tuned import Selectors
+
+    servers = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else None
+    return Selectors(name=profile, targets=target.values if target else None, rpc=servers)
+
+
 ForceOpt = Annotated[
     bool,
     typer.Option(

@@ -3,6 +3,7 @@ pass-through arguments after ``--``: which ones moetune owns, and the values it 
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -195,3 +196,28 @@ def rpc_endpoints(pass_through: Sequence[str]) -> list[str]:
         if pair.is_("--rpc") and pair.value is not None
         for endpoint in pair.value.split(",")
     ]
+
+
+_RPC_BUFT = re.compile(r"=RPC(\d+)\[([^\]]+)\]")
+
+
+def buft_notes(argv: Sequence[str]) -> list[str]:
+    """What a ``-ot`` rule's RPC buffer type means where its name is not the device's: the
+    buffer type is ``RPC<index on that server>[host:port]`` (``RPC0[...]`` for every
+    single-device server), the device is RPC<its place in --rpc> (RPC0, RPC1...)."""
+    endpoints = rpc_endpoints(argv)
+    notes: list[str] = []
+    for pair in pairs(argv):
+        if not pair.is_("-ot") or pair.value is None:
+            continue
+        for found in _RPC_BUFT.finditer(pair.value):
+            buft, endpoint = found[0].removeprefix("="), found[2]
+            if endpoint not in endpoints:
+                continue
+            device = f"RPC{endpoints.index(endpoint)}"
+            if buft.startswith(device + "["):
+                continue  # the same name: nothing to say
+            note = f"-ot's {buft} is llama.cpp's buffer-type name of {device} ({endpoint})"
+            if note not in notes:
+                notes.append(note)
+    return notes

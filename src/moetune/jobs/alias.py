@@ -18,6 +18,7 @@ from moetune.errors import BadValueError
 from moetune.jobs.quoting import fish_quote, sh_quote, visible
 from moetune.store.tuned import (
     ProfileStore,
+    Selectors,
     TunedProfile,
     model_identity,
     model_profile,
@@ -113,8 +114,7 @@ def _comments(name: str, profile: TunedProfile) -> list[str]:
             m.decode_tps, m.decode_tps_min, m.decode_tps_max, m.repeats
         )
     return [
-        f"# moetune: {profile.model.file_name} on {profile.gpu.name} "
-        f"({format_bytes(profile.gpu.vram_total_bytes)}), llama.cpp "
+        f"# moetune: {profile.model.file_name} on {profile.describe_devices()}, llama.cpp "
         f"{profile.llama_cpp.describe()}",
         f"# tuned {profile.tuned_at}: {placement}, ctx {s.n_ctx} {s.type_k}/{s.type_v}, "
         f"peak {format_bytes(m.vram_bytes)}{speed}",
@@ -179,6 +179,7 @@ def alias_for_model(
     hardware: tuple[str | None, Sizes | None],
     require_tuned: bool,
     warn: Callable[[str], None],
+    select: Selectors | None = None,
 ) -> str:
     """The alias ``name`` of ``model``: its profile tuned at ``ctx``/``cache_type`` with the
     ``mmproj``/``draft`` files beside it, else (unless ``require_tuned``) moetune's plan for
@@ -207,7 +208,13 @@ def alias_for_model(
         try:
             tokens = ctx.tokens if ctx is not None else None
             profile = model_profile(
-                ProfileStore(), model_identity(named.path), tokens, cache_type, beside, warn=warn
+                ProfileStore(),
+                model_identity(named.path),
+                tokens,
+                cache_type,
+                beside,
+                warn=warn,
+                select=select,
             )
             return alias_text(name, profile, shell)
         except ProfileNotFoundError as exc:

@@ -111,9 +111,17 @@ def _plan_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> Confi
     return ConfigSpec("plan", about, tuple(spec.args(plan.placement)), plan.memory.gpu_bytes)
 
 
+def fit_description(margins: Sequence[int] | None) -> str:
+    """The fit configuration as the results describe it: ``-fitt``'s margins with their
+    unit (``--fit on -fitt 1024,2048 (MiB kept free)``), which llama.cpp's syntax leaves out."""
+    if not margins:
+        return "--fit on"
+    return f"--fit on -fitt {','.join(map(str, margins))} (MiB kept free)"
+
+
 def _fit_spec(facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup) -> ConfigSpec:
     margins = setup.fit_targets_mib  # None: llama.cpp's default margin
-    about = "--fit on" + (" -fitt " + ",".join(map(str, margins)) if margins else "")
+    about = fit_description(margins)
     first = margins[0] if margins and len(margins) == 1 else None
     return ConfigSpec("fit", about, tuple(spec.fit_args(margins)), fit_target_mib=first)
 

@@ -21,6 +21,7 @@ data (report/doctor.py renders it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -242,6 +243,8 @@ def gpu_findings(
             (why or "none found").removesuffix(f", or {VRAM_HINT}").removesuffix(f": {VRAM_HINT}")
         )
         fix = "install the NVIDIA driver (nvidia-smi must list the GPU)"
+        # the fix says it once: the probe's own advice of the same words is left out
+        reason = re.sub(r"[:,;]? (or )?install the NVIDIA driver$", "", reason)
         if described is not None:
             return [
                 Finding(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from moetune.errors import ProfileNotFoundError
     from moetune.jobs.models import Model
-    from moetune.store.tuned import ProfileStore, TunedProfile
+    from moetune.store.tuned import ProfileStore, Selectors, TunedProfile
     from moetune.units import Ctx, Sizes
 
 from moetune.core.flags import Pair, pairs, words
@@ -523,14 +523,21 @@ def export_entries(
     require_tuned: bool,
     *,
     warn: Callable[[str], None],
+    select: Selectors | None = None,
+    ram: int | None = None,
+    left_out: list[str] | None = None,
 ) -> tuple[list[ServeEntry], str]:
-    """Each model's entry (tuned, else planned: ``warn`` says so) and the llama-server the
-    commands run; no ``models``: every tuned profile's (the newest of each model file)."""
+    """Each model's entry (tuned, else planned for ``hardware`` and ``ram``: ``warn`` says
+    so) and the llama-server the commands run; no ``models``: every tuned profile's (the
+    newest of each model file). A model whose plan does not fit is said through ``warn``,
+    left out and named in ``left_out``; when every model is left out, DoesNotFitError."""
+    from moetune.errors import DoesNotFitError
     from moetune.store.tuned import ProfileStore
 
     store = ProfileStore()
     if not models:
-        profiles = _newest_per_model(store.good(warn))
+        chosen = [p for p in store.good(warn) if select is None or select.admits(p)]
+        profiles = _newest_per_model(chosen)
         if not profiles:
             raise BadValueError(
                 "no tuned profiles to export",
@@ -539,18 +546,32 @@ def export_entries(
         return [_tuned(p) for p in profiles], profiles[0].command[0]
     entries: list[ServeEntry] = []
     binary: str | None = None
+    dropped: list[str] = []
     for text in models:
-        entry, tuned_binary = _entry(
-            store,
-            text,
-            ctx=ctx,
-            cache_type=cache_type,
-            hardware=hardware,
-            require_tuned=require_tuned,
-            warn=warn,
-        )
+        try:
+            entry, tuned_binary = _entry(
+                store,
+                text,
+                ctx=ctx,
+                cache_type=cache_type,
+                hardware=hardware,
+                require_tuned=require_tuned,
+                warn=warn,
+                select=select,
+                ram=ram,
+            )
+        except DoesNotFitError as exc:
+            if len(models) == 1:
+                raise
+            warn(f"left out of the export: {exc.message}")
+            dropped.append(text)
+            continue
         entries.append(entry)
         binary = binary or tuned_binary
+    if left_out is not None:
+        left_out += dropped
+    if not entries:
+        raise DoesNotFitError(f"no model fits: {', '.join(dropped)} (each said above)")
     from moetune.llamacpp.process import server_for_commands
 
     return entries, binary or server_for_commands()
@@ -565,6 +586,8 @@ def _entry(
     hardware: tuple[str | None, Sizes | None],
     require_tuned: bool,
     warn: Callable[[str], None],
+    select: Selectors | None = None,
+    ram: int | None = None,
 ) -> tuple[ServeEntry, str | None]:
     """One model's entry: its tuned profile, else its plan; and the binary it was tuned with."""
     from moetune.errors import ProfileNotFoundError
@@ -581,6 +604,7 @@ def _entry(
                 ctx.tokens if ctx else None,
                 cache_type,
                 warn=warn,
+                select=select,
             )
             return _tuned(profile), profile.command[0]
         except ProfileNotFoundError as exc:
@@ -589,7 +613,7 @@ def _entry(
             missing = exc
     elif require_tuned:
         require_weights(named)
-    return _planned(named, ctx, cache_type, hardware, missing, warn=warn), None
+    return _planned(named, ctx, cache_type, hardware, missing, warn=warn, ram=ram), None
 
 
 def _newest_per_model(profiles: list[TunedProfile]) -> list[TunedProfile]:
@@ -613,7 +637,7 @@ def _tuned(profile: TunedProfile) -> ServeEntry:
     m = profile.measured
     speed = f", decode {m.decode_tps:.1f} tok/s" if m.decode_tps is not None else ""
     note = (
-        f"{profile.model.file_name} on {profile.gpu.name}, {profile.tuned_at[:10]}, "
+        f"{profile.model.file_name} on {profile.describe_devices()}, {profile.tuned_at[:10]}, "
         f"ctx {profile.settings.n_ctx}, peak {format_bytes(m.vram_bytes)}{speed}"
     )
     args = list(profile.command[1:])
@@ -628,6 +652,7 @@ def _planned(
     missing: ProfileNotFoundError | None,
     *,
     warn: Callable[[str], None],
+    ram: int | None = None,
 ) -> ServeEntry:
     from moetune.errors import DoesNotFitError
     from moetune.jobs.names import DEFAULT_CACHE_TYPE
@@ -642,6 +667,7 @@ def _planned(
         ctx=ctx,
         cache_type=cache_type or DEFAULT_CACHE_TYPE,
         missing=missing,
+        ram=ram,
     )
     if not plan.fits:
         raise DoesNotFitError(f"{named.facts.paths[0]} does not fit: {plan.reason}")

@@ -37,9 +37,11 @@ def predicted_plan(
     cache_type: str,
     pass_through: tuple[str, ...] = (),
     missing: MoetuneError | None = None,
+    ram: int | None = None,
 ) -> tuple[PlanResult, str]:
     """The plan `moetune plan MODEL` makes with these options and the defaults (for a command
-    that falls back to it when nothing is tuned: alias, export), and which GPU it is for.
+    that falls back to it when nothing is tuned: alias, export), and which GPU it is for;
+    ``ram``: the host RAM it plans for (``--ram``; default: this machine's).
     ``missing``: why nothing was tuned, said in the NO_GPU error when there is no GPU to plan
     for either."""
     from moetune.core.plan import make_plan
@@ -67,7 +69,7 @@ def predicted_plan(
         n_cpu_moe=None,
         targets=(),
         headrooms=headrooms,
-        ram=host_ram(None),
+        ram=host_ram(ram),
     )
     return make_plan(chosen.facts, plan_request(chosen, inputs)), found.source
 

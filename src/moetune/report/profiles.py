@@ -23,6 +23,11 @@ def _placement(profile: TunedProfile) -> str:
     return f"--n-cpu-moe {profile.placement.n_cpu_moe or 0}"
 
 
+def _devices(profile: TunedProfile) -> str:
+    """Every device it was tuned on (the table's GPU column): one, or ``A + B``."""
+    return " + ".join(d.name for d in profile.device_set)
+
+
 def _tflops(profile: HardwareProfile) -> str:
     return "-" if profile.fp16_tflops is None else f"{profile.fp16_tflops:g}"
 
@@ -64,7 +69,7 @@ def tuned_table(entries: Tuned, root: str) -> Table:
             continue
         table.add_row(
             entry.name,
-            entry.gpu.name,
+            _devices(entry),
             _placement(entry),
             format_bytes(entry.measured.vram_bytes),
             fmt(entry.measured.decode_tps, ".1f"),
@@ -83,7 +88,7 @@ def tuned_list(entries: Tuned, root: str) -> RenderableType:
         m = entry.measured
         lines.append(Text(entry.name, style="bold"))
         about = Text(
-            f"{entry.gpu.name}, {_placement(entry)}, {format_bytes(m.vram_bytes)}, "
+            f"{_devices(entry)}, {_placement(entry)}, {format_bytes(m.vram_bytes)}, "
             f"{fmt(m.decode_tps, '.1f')} tok/s, {_last_run(entry)}"
         )
         lines.append(Padding(about, (0, 0, 0, 4)))
@@ -127,10 +132,12 @@ def render_tuned(profile: TunedProfile, path: str) -> RenderableType:
             f"header sha256 {profile.model.header_sha256[:16]}...",
         ),
         ("model path", profile.model.path),
-        (
-            "GPU",
-            f"{profile.gpu.name} ({profile.gpu.device}, "
-            f"{format_bytes(profile.gpu.vram_total_bytes)})",
+        *(
+            (
+                "GPU" if len(profile.device_set) == 1 else f"device {i}",
+                f"{d.name} ({d.device}, {format_bytes(d.vram_total_bytes)})",
+            )
+            for i, d in enumerate(profile.device_set)
         ),
         ("llama.cpp", profile.llama_cpp.describe()),
         ("context", f"{s.n_ctx}, cache {s.type_k}/{s.type_v}"),

@@ -195,6 +195,21 @@ class TunedProfile(BaseModel):
     devices: list[DeviceIdentity] = []  # several devices, in llama.cpp's order
 
     @property
+    def device_set(self) -> list[DeviceIdentity]:
+        """Every device it was tuned on, in llama.cpp's order (one: the GPU)."""
+        return list(self.devices) or [self.gpu]
+
+    def describe_devices(self) -> str:
+        """The whole device set in one phrase: ``NVIDIA GeForce RTX 4090 (23.99 GiB)``, or
+        ``RPC0 127.0.0.1:50052 (23.50 GiB) + RPC1 127.0.0.1:50053 (23.50 GiB)``."""
+        found = self.device_set
+        if len(found) == 1:
+            return f"{found[0].name} ({format_bytes(found[0].vram_total_bytes)})"
+        return " + ".join(
+            f"{d.device} {d.name} ({format_bytes(d.vram_total_bytes)})" for d in found
+        )
+
+    @property
     def key(self) -> TuneKey:
         return TuneKey(
             model=self.model,
@@ -419,6 +434,54 @@ def new_profile(
     )
 
 
+class Selectors(BaseModel):
+    """What ``alias`` and ``export`` choose a tuned profile by, beside the context and cache
+    type (as ``run`` does): its name (``--profile``, or the start of it), its targets
+    (``--target-vram``, one or one per device) and its RPC servers (``--rpc``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str | None = None
+    targets: tuple[int, ...] | None = None
+    rpc: tuple[str, ...] | None = None
+
+    def admits(self, profile: TunedProfile) -> bool:
+        if self.name is not None and not profile.name.startswith(self.name):
+            return False
+        if self.targets is not None:
+            mine = _targets(profile)
+            wanted = self.targets * len(mine) if len(self.targets) == 1 else self.targets
+            if tuple(mine) != tuple(wanted):
+                return False
+        return self.rpc is None or _servers(profile) == self.rpc
+
+
+def _targets(profile: TunedProfile) -> list[int]:
+    s = profile.settings
+    return s.device_targets or [s.target_bytes]
+
+
+def _servers(profile: TunedProfile) -> tuple[str, ...]:
+    """The RPC servers it was tuned on, in order (their device names are RPC0, RPC1...)."""
+    return tuple(d.name for d in profile.device_set if d.device.startswith("RPC"))
+
+
+def _telling(profile: TunedProfile, among: Sequence[TunedProfile]) -> str:
+    """The selectors that tell ``profile`` apart from the others ``among``."""
+    said: dict[str, Callable[[TunedProfile], str]] = {
+        "--ctx": lambda p: tokens_arg(p.settings.n_ctx),
+        "--cache-type": lambda p: p.settings.type_k,
+        "--target-vram": lambda p: ",".join(size_arg(t) for t in _targets(p)),
+        "--rpc": lambda p: ",".join(_servers(p)) or "none",
+    }
+    parts = [
+        f"{flag} {value(profile)}"
+        for flag, value in said.items()
+        if len({value(p) for p in among}) > 1
+    ]
+    return ", ".join(parts) or f"--profile {profile.name}"
+
+
 def model_profile(
     store: ProfileStore,
     identity: ModelIdentity,
@@ -427,6 +490,7 @@ def model_profile(
     beside: Sequence[tuple[str, str]] = (),
     *,
     warn: Callable[[str], None],
+    select: Selectors | None = None,
 ) -> TunedProfile:
     """The newest tuned profile for this model file (at ``n_ctx``/``cache_type`` if given,
     tuned with the files ``beside`` it among its arguments: ``("--mmproj", FILE)``,
@@ -438,13 +502,23 @@ def model_profile(
         broken.append(line)
         warn(line)
 
+    chosen = select or Selectors()
     found = [
         p
         for p in store.for_model(identity, skipped)
         if (n_ctx is None or p.settings.n_ctx == n_ctx)
         and (cache_type is None or cache_type in (p.settings.type_k, p.settings.type_v))
         and all(file in p.settings.extra_args for _, file in beside)
+        and chosen.admits(p)
     ]
+    exact = [p for p in found if p.name == chosen.name]
+    found = exact or found
+    if len(found) > 1:
+        raise BadValueError(
+            f"{len(found)} tuned profiles of {identity.file_name} match: "
+            + "; ".join(f"{p.name} ({_telling(p, found)})" for p in found),
+            hint="choose one with --profile NAME, or with the option shown beside it",
+        )
     if not found:
         with_files = f" with {', '.join(Path(f).name for _, f in beside)}" if beside else ""
         raise ProfileNotFoundError(
