@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,3 +119,34 @@ def test_report_with_the_forecast(tmp_path: Path) -> None:
     narrow = run_at(WIDTH, "report", str(path))
     assert "forecast beside measured" in narrow and "measured o, forecast x" in narrow
     check(narrow, run_at(200, "report", str(path)))
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+@pytest.mark.parametrize("group", [(), ("profiles",)])
+def test_help_lists_each_command_with_its_whole_description(
+    columns: int, group: tuple[str, ...]
+) -> None:
+    """A group's --help lists each command with its help's whole first paragraph (click cut
+    it with "..."), wrapped between words only (never at a hyphen: ``llama-`` / ``swap``),
+    within the width and without trailing spaces."""
+    import typer.main
+
+    from moetune.cli import load_commands
+    from moetune.cli.app import app
+    from moetune.cli.helpfmt import whole_short_help
+
+    text = run_at(columns, *group, "--help")
+    for line in text.splitlines():
+        assert len(line) <= columns, line
+        assert line == line.rstrip(), repr(line)
+    section = text.split("Commands:\n", 1)[1]
+    assert "..." not in section
+    load_commands(None)
+    command: Any = typer.main.get_command(app)
+    for name in group:
+        command = command.commands[name]
+    joined = " ".join(section.split())
+    for name, sub in command.commands.items():
+        assert f"{name} {whole_short_help(sub)}" in joined, name
+    for line in section.splitlines():
+        assert not re.search(r"\w-$", line), line

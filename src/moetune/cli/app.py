@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from moetune import __version__
 from moetune.cli.coercion import plain_coercion
+from moetune.cli.helpfmt import whole_short_help, write_commands
 from moetune.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -32,6 +33,12 @@ class Group(TyperGroup):
 
     def get_params(self, ctx: Any) -> list[Any]:
         return plain_coercion(super().get_params(ctx))
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return whole_short_help(self)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        write_commands(self, ctx, formatter)
 
 
 app = typer.Typer(

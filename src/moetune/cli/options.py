@@ -24,6 +24,7 @@ import typer
 from typer.core import TyperCommand
 
 from moetune.cli.coercion import plain_coercion
+from moetune.cli.helpfmt import whole_short_help
 from moetune.errors import BadValueError, ExitCode
 from moetune.units import (
     Ctx,
@@ -410,6 +411,9 @@ class Command(TyperCommand):
     it is an error, with a did-you-mean), and help that names each value (SIZE, N|max)."""
 
     takes_pass_through = False
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return whole_short_help(self)
 
     def get_params(self, ctx: Any) -> list[Any]:
         return plain_coercion(super().get_params(ctx))

@@ -6,13 +6,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from moetune.cli.app import app, err, handle_errors
+from moetune.cli.app import Group, app, err, handle_errors
 from moetune.cli.options import Command, JsonOpt
 
 if TYPE_CHECKING:
     from moetune.store.hardware import HardwareProfile
 
 profiles_app = typer.Typer(
+    cls=Group,
     help="Hardware profiles (for plan --gpu) and tuned profiles (saved by run).",
     no_args_is_help=True,
 )
