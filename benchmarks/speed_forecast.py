@@ -154,7 +154,7 @@ RIG_UB = (32, 64, 128)
 # what `calibrate --measure` runs on a device whose smallest N is 2: N and further_n(N) = 4,
 # at the smallest and the largest ubatch
 RIG_CALIBRATE = ((2, 32), (2, 128), (4, 32), (4, 128))
-RIG_ROUNDS = 3  # the sweep runs this many times; each configuration's speed is the median
+RIG_ROUNDS = 9  # the sweep runs this many times; each configuration's speed is the median
 
 
 @contextlib.contextmanager
