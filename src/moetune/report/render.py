@@ -18,6 +18,7 @@ from moetune.report import to_json
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+    from rich.segment import Segment
 
     from moetune.core.facts import ModelFacts
     from moetune.core.frontier import Frontier
@@ -283,6 +284,7 @@ def print_report(report: RenderableType, console: Console | None = None) -> None
     """Print a report (on stdout): prose and tables fitted to the terminal, each ShellLine
     whole on its line (a command to copy, never broken by rich)."""
     from rich.console import Group
+    from rich.segment import Segment, Segments
 
     from moetune.report.common import ShellLine
 
@@ -293,4 +295,24 @@ def print_report(report: RenderableType, console: Console | None = None) -> None
 
     console = console or stdout()
     for item in items(report):
-        console.print(item, soft_wrap=isinstance(item, ShellLine))
+        if isinstance(item, ShellLine):
+            console.print(item, soft_wrap=True)
+            continue
+        lines = console.render_lines(item, console.options, pad=False)
+        console.print(
+            Segments([s for line in lines for s in (*_rstripped(line), Segment.line())]), end=""
+        )
+
+
+def _rstripped(line: list[Segment]) -> list[Segment]:
+    """A rendered line without the spaces rich leaves at its end (a wrapped phrase's, a
+    table cell's padding): the segments' text stripped from the right, styles kept."""
+    from rich.segment import Segment
+
+    kept = list(line)
+    while kept and not kept[-1].control and not kept[-1].text.rstrip():
+        kept.pop()
+    if kept and not kept[-1].control:
+        last = kept[-1]
+        kept[-1] = Segment(last.text.rstrip(), last.style, last.control)
+    return kept
