@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 # say, clock and show_build (the build's progress, a line at least every QUIET_S seconds)
 source scripts/setup-test-env.sh
 
-VULKAN_TIME="22 minutes measured on 2 busy cores"
+VULKAN_TIME="10 minutes measured on 2 idle cores, 22 on busy ones"
 TOP=".venv/llama-vulkan"
 BIN="$TOP/bin"
 SRC="$TOP/src"
