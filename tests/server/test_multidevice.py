@@ -354,7 +354,8 @@ def test_run_on_two_devices(tmp_path: Path, trio: list[str]) -> None:
     swapped = ",".join(trio[1::-1])  # the same servers in the other order: another device set
     other = moetune(*[swapped if a == ",".join(trio[:2]) else a for a in args])
     assert json.loads(other.stdout)["profile"]["reused"] is False, other.stderr
-    code, out, _ = cli("alias", "q", str(model), "--shell", "bash")
+    # the two device orders are two tuned profiles: alias picks one by its --rpc
+    code, out, _ = cli("alias", "q", str(model), "--shell", "bash", "--rpc", ",".join(trio[:2]))
     assert code == 0 and "-ts" in out and "--rpc" in out
 
 

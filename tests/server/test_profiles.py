@@ -65,7 +65,10 @@ def test_run_saves_then_reuses(tmp_path: Path, rpc: str, _moetune_home: Path) ->
     third = moetune(*args)
     assert json.loads(third.stdout)["profile"]["reused"] is True, third.stderr
 
-    code, out, _ = cli("alias", "tiny", str(model), "--shell", "bash")
+    # two tuned profiles of the model now: alias refuses to guess, and a selector picks one
+    code, _, err = cli("alias", "tiny", str(model), "--shell", "bash")
+    assert code == 5 and "--target-vram" in err, err
+    code, out, _ = cli("alias", "tiny", str(model), "--shell", "bash", "--target-vram", "40M")
     assert code == 0
     subprocess.run(["bash", "-n"], input=out, text=True, check=True)
     assert "--retune -- --rpc" in out  # the whole re-tune command, the part after -- included
