@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from moetune.core.memory import Settings, estimate
+from moetune.core.memory import estimate
 from moetune.core.placement import Placement
 from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_projection
@@ -18,6 +18,7 @@ from moetune.units import MIB
 
 from support.examples import CTX, V3, write_v32_header
 from support.factory import ModelFactory, loadable_copy
+from support.fitrig import dry_run_settings
 from support.llama import bin_path
 
 
@@ -58,15 +59,7 @@ def test_matches_llama_fit_params(
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     projected = parse_projection(done.stdout)["RPC0"]
-    settings = Settings(
-        n_ctx=CTX,
-        type_k="q8_0",
-        type_v="q8_0",
-        n_seq=1,
-        all_outputs=True,
-        gpu_overhead_bytes=0,
-        device_kind="rpc",
-    )
+    settings = dry_run_settings(CTX)
     predicted = estimate(load_model_facts(model), Placement.with_n_cpu_moe(n_cpu_moe), settings)
     shown = (
         predicted.gpu_weights_bytes / MIB,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from moetune.core.memory import Settings, estimate
+from moetune.core.memory import estimate
 from moetune.core.placement import Placement
 from moetune.jobs.loader import load_model_facts
 from moetune.llamacpp.log import parse_projection
@@ -15,6 +15,7 @@ from moetune.units import MIB
 
 from support.examples import CTX, SCOUT
 from support.factory import loadable_copy
+from support.fitrig import dry_run_settings
 from support.llama import bin_path
 
 
@@ -44,15 +45,7 @@ def test_scout_kv_matches_llama_fit_params(tmp_path: Path, rpc: str) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     projected = parse_projection(done.stdout)["RPC0"]
-    settings = Settings(
-        n_ctx=CTX,
-        type_k="q8_0",
-        type_v="q8_0",
-        n_seq=1,
-        all_outputs=True,
-        gpu_overhead_bytes=0,
-        device_kind="rpc",
-    )
+    settings = dry_run_settings(CTX)
     predicted = estimate(load_model_facts(model), Placement(n_gpu_layers=99), settings)
     kv_mib = predicted.gpu_kv_bytes / MIB
     print(f"\nScout at 32k q8_0: moetune KV {kv_mib} MiB, llama-fit-params {projected}")
