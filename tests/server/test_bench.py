@@ -455,11 +455,16 @@ def again(model: Path, rpc: str, tmp_path_factory: pytest.TempPathFactory) -> Ag
 
     The shared cores' load can change between one launch and the next (a build starting on
     the other core halves every speed for a minute), which no number of requests within a
-    launch sees: where the three disagree, all three are measured once more, in a new
-    MOETUNE_HOME, and the tests judge that second measurement (as a user would bench again).
-    Two disagreeing measurements in a row still fail them."""
+    launch sees: where the three disagree, all three are measured again, in a new
+    MOETUNE_HOME, up to three times in all, and the tests judge the last measurement (as a
+    user would bench again). Three disagreeing measurements in a row still fail them: CI once
+    saw two in a row (run 453-600 tok/s, bench 183-347, on 2 cores shared with other jobs)."""
     found = _measure_again(model, rpc, tmp_path_factory)
-    return found if found.agrees() else _measure_again(model, rpc, tmp_path_factory)
+    for _ in range(2):
+        if found.agrees():
+            break
+        found = _measure_again(model, rpc, tmp_path_factory)
+    return found
 
 
 def _measure_again(model: Path, rpc: str, tmp_path_factory: pytest.TempPathFactory) -> Again:
