@@ -281,17 +281,33 @@ def test_sparse_attention_blocks_are_replayed_segment_by_segment(
     assert Replay(shared, run, opts).peaks(place) == simulate(shared, run, place, opts)
 
 
-def test_pipeline_parallelism_is_replayed_whole(tmp_path: Path) -> None:
-    """4 copies of every split input: not segmentable, so the whole graph is replayed, and
-    every device (not the CPU, whose inputs are copied anyway) needs more than without."""
+def test_pipeline_parallelism_is_replayed_segment_by_segment(tmp_path: Path) -> None:
+    """4 copies of every split input, allocated before the first node and never freed: the
+    head allocates them, and the figures are simulate()'s; every device (not the CPU, whose
+    inputs are copied anyway) needs more than without."""
     facts = load_model_facts(write_model(tmp_path / "q.gguf", "qwen3moe", n_layers=6))
     run = run_params(1024, 512, 2048, 4, 4)
     homes = (0, 0, 0, 1, 1, 1, 1)
     one = Options(True, "q8_0", "q8_0", ("rpc", "rpc"), False)
     four = one._replace(n_copies=4)
-    with pytest.raises(NotSegmentable):
-        Replay(facts, run, four).segmented_peaks(LayerHomes(homes))
     plain = Replay(facts, run, one).peaks(LayerHomes(homes))
-    copies = Replay(facts, run, four).peaks(LayerHomes(homes))
+    copies = Replay(facts, run, four).segmented_peaks(LayerHomes(homes))
     assert copies == simulate(facts, run, LayerHomes(homes), four)
     assert copies[0] > plain[0] and copies[1] > plain[1]
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "gpt-oss", "deepseek2", "qwen35moe"])
+@pytest.mark.parametrize("kinds", [("cuda", "cuda"), ("cuda", "rpc", "cuda"), ("rpc", "vulkan")])
+def test_pipeline_replay_on_several_devices(
+    tmp_path_factory: pytest.TempPathFactory, arch: str, kinds: tuple[str, ...]
+) -> None:
+    """Pipeline parallelism over several devices, with and without experts moved (llama.cpp
+    turns it on only without overrides; the replay is exact either way): simulate()'s
+    figures, one replay serving every placement."""
+    root = tmp_path_factory.mktemp("replay-pipeline")
+    facts = load_model_facts(write_model(root / f"{arch}.gguf", arch, n_layers=6))
+    run = run_params(4096, 512, 2048, 4, 4)
+    opts = Options(True, "q8_0", "q8_0", kinds, any(rules(k).op_offload for k in kinds), 4)
+    replay = Replay(facts, run, opts)
+    for placement in _multi_placements(facts, len(kinds), random.Random(arch + str(kinds))):
+        assert replay.segmented_peaks(placement) == simulate(facts, run, placement, opts), placement

@@ -222,15 +222,16 @@ def pipeline_copies(
     leafs: list[Tensor] = []
     for leaf in inputs:
         leaf.is_output = True
-        leafs += [leaf] + [_clone(leaf, leaf.backend) for _ in range(n_copies - 1)]
+        leafs += [leaf] + [copy_of(leaf, leaf.backend) for _ in range(n_copies - 1)]
     for split in splits:
         for _, copy in split.inputs:
             copy.is_output = True
-            leafs += [copy] + [_clone(copy, split.backend) for _ in range(n_copies - 1)]
+            leafs += [copy] + [copy_of(copy, split.backend) for _ in range(n_copies - 1)]
     return leafs
 
 
-def _clone(t: Tensor, backend: int) -> Tensor:
+def copy_of(t: Tensor, backend: int) -> Tensor:
+    """One more pipeline copy of ``t`` on ``backend`` (marked output: never freed)."""
     clone = Tensor(
         f"{t.name}#copy",
         "none",

@@ -29,7 +29,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
-from moetune.core.compute.alloc import FreeBlocks, GAlloc, count_uses, simulate
+from moetune.core.compute.alloc import FreeBlocks, GAlloc, copy_of, count_uses, simulate
 from moetune.core.compute.graph import embeddings, layer, output
 from moetune.core.compute.inputs import Inputs, build_inputs
 from moetune.core.compute.ir import Graph, State, Tensor
@@ -59,6 +59,9 @@ PortState = tuple[bool, int, int]  # allocated, offset, backend
 SlotState = tuple[bool, int, int, bool, bool]  # + no later user, no later view
 ResShape = tuple[tuple[int, ...], float] | None  # the residual's ne and element size
 BlockLeaf = tuple[Slot, tuple[int, ...], float, int]  # a block's own leaf: ne, esize, backend
+# a split input's copy as pipeline parallelism allocates it first: its slot (None: a copy
+# that does not cross segments, a weight's), ne, esize, row padding, fixed bytes, backend
+PipelineCopy = tuple[Slot | None, tuple[int, ...], float, int, int | None, int]
 Carries = tuple[int, ...]
 SplitEntry = tuple[int, bool]  # the current split: backend, has inputs
 # The allocator's whole state between two segments: free blocks, crossing tensors.
@@ -215,6 +218,15 @@ class _Emission(NamedTuple):
     created: frozenset[Slot]  # those allocated here (copies emitted by this segment)
 
 
+class _Emitted(NamedTuple):
+    """A segment's fresh nodes in allocation order, and the copies its splits take in."""
+
+    built: _Built
+    order: list[Tensor]
+    emission: _Emission
+    copies: list[Tensor]  # each split input's copy, in the order ggml lists them
+
+
 class _AllocOut(NamedTuple):
     blocks: dict[int, FreeBlocks]
     peaks: dict[int, int]
@@ -236,8 +248,12 @@ class Replay:
         base = self._graph(self._uniform(DEV), first)
         self.inp: Inputs = build_inputs(base)
         self.leafs = base.leafs
+        # pipeline parallelism: every graph input and split input has n_copies copies,
+        # allocated by the head before any node and never freed (alloc.pipeline_copies)
+        self.pipeline = opts.n_copies > 1
         for leaf in self.leafs:
             leaf.backend = CPU_BACKEND
+            leaf.is_output = self.pipeline
         self.leaf_slot: dict[int, Slot] = {id(t): ("leaf", i, 0) for i, t in enumerate(self.leafs)}
         self.ports: dict[Slot, Tensor] = {}  # the one copy tensor of each copy slot
         interned: dict[Hashable, int] = {}
@@ -257,6 +273,7 @@ class Replay:
         self._snapshots: list[Snapshot] = []
         self._state_ids: dict[Snapshot, int] = {}
         self._steps: dict[Hashable, tuple[int, tuple[tuple[int, int], ...]]] = {}
+        self._copies: dict[tuple[EmissionKey, int, int], tuple[PipelineCopy, ...]] = {}
 
     # --- building segments ----------------------------------------------------------------
 
@@ -394,8 +411,6 @@ class Replay:
 
     def segmented_peaks(self, place: LayerHomes, facts: ModelFacts | None = None) -> dict[int, int]:
         """``peaks`` by the segment replay alone (NotSegmentable where it does not apply)."""
-        if self.opts.n_copies > 1:
-            raise NotSegmentable("pipeline parallelism copies every split input")
         segments = self.segments(place, self.source(facts or self.facts))
         kinds = tuple(seg.kind for seg in segments)
         sized = (kinds, tuple(seg.sizes for seg in segments))
@@ -461,6 +476,7 @@ class Replay:
         if found is None:
             found = new_copy(src, slot[2])
             found.port = slot
+            found.is_output = self.pipeline
             self.ports[slot] = found
         return found
 
@@ -597,14 +613,25 @@ class Replay:
             for seg, plan in zip(segments, plans, strict=True)
             for slot, ne, esize, backend in self._leaf_homes[plan.situation]
         )
+        copies: tuple[PipelineCopy, ...] = ()
+        if self.pipeline:
+            if leafs:
+                raise NotSegmentable("pipeline copies of blocks' own leafs")
+            copies = tuple(
+                c
+                for seg, plan in zip(segments, plans, strict=True)
+                for c in self._copies_of(seg, plan)
+            )
         for i, (seg, plan) in enumerate(zip(segments, plans, strict=True)):
             if i in breaks or i == 0:
                 done = frozenset((slot, c <= i, v <= i) for slot, (c, v) in last.items())
-            head_leafs = leafs if i == 0 else ()
-            key = (id(plan.out), plan.insertions, seg.sizes, state, done, head_leafs)
+            head_leafs, head_copies = (leafs, copies) if i == 0 else ((), ())
+            key = (id(plan.out), plan.insertions, seg.sizes, state, done, head_leafs, head_copies)
             step = self._steps.get(key)
             if step is None:
-                step = self._step(seg, plan, state, last, i, head_leafs=head_leafs)
+                step = self._step(
+                    seg, plan, state, last, i, head_leafs=head_leafs, head_copies=head_copies
+                )
                 self._steps[key] = step
             state = step[0]
             for backend, peak in step[1]:
@@ -630,20 +657,25 @@ class Replay:
         i: int,
         *,
         head_leafs: tuple[BlockLeaf, ...] = (),
+        head_copies: tuple[PipelineCopy, ...] = (),
     ) -> tuple[int, tuple[tuple[int, int], ...]]:
         """One segment's allocation from an interned state: (the next state, its peaks);
-        the head also allocates ``head_leafs``, the blocks' own leafs."""
+        the head also allocates ``head_leafs``, the blocks' own leafs, and ``head_copies``,
+        every split input's pipeline copies."""
         blocks_items, port_items = self._snapshots[state]
         blocks, ports = dict(blocks_items), dict(port_items)
         ekey = plan.key()
         emission = self._emission_of(seg, ekey)
         states = tuple(
-            _slot_state(slot, emission, ports, last, i, il=seg.il) for slot in emission.slots
+            _slot_state(slot, emission, ports, last, i, il=seg.il, pipeline=self.pipeline)
+            for slot in emission.slots
         )
-        key = (ekey, seg.sizes, blocks_items, states, head_leafs)
+        key = (ekey, seg.sizes, blocks_items, states, head_leafs, head_copies)
         found = self._allocs.get(key)
         if found is None:
-            found = self._allocate(seg, ekey, blocks, states, head_leafs=head_leafs)
+            found = self._allocate(
+                seg, ekey, blocks, states, head_leafs=head_leafs, head_copies=head_copies
+            )
             self._allocs[key] = found
         ports.update(found.block_leafs)
         ports.update(
@@ -656,11 +688,24 @@ class Replay:
     def _emission_of(self, seg: Segment, ekey: EmissionKey) -> _Emission:
         found = self._emissions.get(ekey)
         if found is None:
-            found = self._emit(seg, ekey)[2]
+            found = self._emit(seg, ekey).emission
             self._emissions[ekey] = found
         return found
 
-    def _emit(self, seg: Segment, ekey: EmissionKey) -> tuple[_Built, list[Tensor], _Emission]:
+    def _copies_of(self, seg: Segment, plan: _Plan) -> tuple[PipelineCopy, ...]:
+        """The copies the segment's splits take in, as the head allocates them first."""
+        ekey = plan.key()
+        key = (ekey, seg.src, seg.sizes)
+        found = self._copies.get(key)
+        if found is None:
+            found = tuple(
+                (t.port, t.ne, t.esize, t.quant_pad, t.fixed_bytes, t.backend)
+                for t in self._emit(seg, ekey).copies
+            )
+            self._copies[key] = found
+        return found
+
+    def _emit(self, seg: Segment, ekey: EmissionKey) -> _Emitted:
         """The segment's allocation order (its own splits' inputs, copies attributed to it by
         later segments, its nodes), and the crossing tensors it touches, in order."""
         built = self._assigned(seg, ekey.situation)
@@ -671,6 +716,7 @@ class Replay:
             assert src is not None
             target.inputs.append((src, self.ports[slot]))
         order = emit(splitter.splits, built.deps, self.opts)
+        copies = [c for split in splitter.splits if not split.carried for _, c in split.inputs]
         seen: dict[Slot, None] = {}
         if seg.kind.what == "head":
             seen.update({self.leaf_slot[id(t)]: None for t in self.leafs})
@@ -682,7 +728,7 @@ class Replay:
                     seen.setdefault(found, None)
                     if t is node:
                         created.add(found)
-        return built, order, _Emission(tuple(seen), frozenset(created))
+        return _Emitted(built, order, _Emission(tuple(seen), frozenset(created)), copies)
 
     def _allocate(
         self,
@@ -692,11 +738,13 @@ class Replay:
         states: tuple[SlotState, ...],
         *,
         head_leafs: tuple[BlockLeaf, ...] = (),
+        head_copies: tuple[PipelineCopy, ...] = (),
     ) -> _AllocOut:
         """Run ggml-alloc over one segment from the given free blocks and crossing tensors
         (the head: the graph inputs first, then ``head_leafs``, as ggml-alloc allocates every
-        leaf before the first node)."""
-        built, order, emission = self._emit(seg, ekey)
+        leaf before the first node; with pipeline parallelism each graph input and each of
+        ``head_copies`` n_copies times before them)."""
+        built, order, emission, copies = self._emit(seg, ekey)
         tensors = [self._tensor(slot, built) for slot in emission.slots]
         for t, (allocated, offset, backend, _, _) in zip(tensors, states, strict=True):
             t.alloc = State(
@@ -707,7 +755,20 @@ class Replay:
             )
         galloc = GAlloc(self.opts, blocks)
         own: list[tuple[Slot, Tensor]] = []
+        if self.pipeline:
+            for copy in copies:  # allocated by the head, never freed
+                if copy.port is None:
+                    copy.alloc = State(allocated=True, visited=True, backend=copy.backend)
+                    copy.is_output = True
         if seg.kind.what == "head":
+            if self.pipeline:
+                own += self._allocate_copies(galloc, head_copies)
+                placed = {slot: stand.alloc for slot, stand in own}
+                for t, slot in zip(tensors, emission.slots, strict=True):
+                    if (at := placed.get(slot)) is not None:  # the head's own crossing copies
+                        t.alloc = State(
+                            allocated=True, visited=True, offset=at.offset, backend=at.backend
+                        )
             for leaf in self.leafs:
                 galloc.allocate(leaf, leaf.backend)
             for slot, ne, esize, backend in head_leafs:
@@ -727,6 +788,30 @@ class Replay:
             res_out=None if out is None else _port_state(out),
             block_leafs=tuple((slot, _port_state(t)) for slot, t in own),
         )
+
+    def _allocate_copies(
+        self, galloc: GAlloc, head_copies: tuple[PipelineCopy, ...]
+    ) -> list[tuple[Slot, Tensor]]:
+        """alloc.pipeline_copies in the head: each graph input, then each split input, with
+        its n_copies - 1 more; the crossing copies' places (never freed: any later segment
+        finds them allocated)."""
+        n_more = self.opts.n_copies - 1
+        for leaf in self.leafs:
+            galloc.allocate(leaf, leaf.backend)
+            for _ in range(n_more):
+                galloc.allocate(copy_of(leaf, leaf.backend), leaf.backend)
+        placed: list[tuple[Slot, Tensor]] = []
+        for slot, ne, esize, quant_pad, fixed_bytes, backend in head_copies:
+            proto = Tensor("copy", "none", ne, esize, backend=backend, quant_pad=quant_pad)
+            proto.fixed_bytes = fixed_bytes
+            for copy in (
+                copy_of(proto, backend),
+                *(copy_of(proto, backend) for _ in range(n_more)),
+            ):
+                galloc.allocate(copy, backend)
+            if slot is not None:
+                placed.append((slot, copy))
+        return placed
 
     def _tensor(self, slot: Slot, built: _Built) -> Tensor:
         if slot == RES:
@@ -765,12 +850,14 @@ def _slot_state(
     i: int,
     *,
     il: int,
+    pipeline: bool = False,
 ) -> SlotState:
     """A crossing tensor's place before segment ``i`` (of block ``il``), and whether segment
     ``i`` is its last user. The residual and its copies have one consumer segment; a tensor
-    emitted here is allocated here."""
+    emitted here is allocated here (with pipeline parallelism a copy is the head's)."""
     at = _absolute(slot, il)
-    state = (False, 0, -1) if slot in emission.created else ports.get(at, (False, 0, -1))
+    fresh = slot in emission.created and not (pipeline and slot[0] in ("copy", "rescopy"))
+    state = (False, 0, -1) if fresh else ports.get(at, (False, 0, -1))
     if slot[0] in ("res", "rescopy"):
         return (*state, True, True)
     children, views = last.get(at, (-1, -1))
