@@ -688,22 +688,29 @@ class Replay:
     def _emission_of(self, seg: Segment, ekey: EmissionKey) -> _Emission:
         found = self._emissions.get(ekey)
         if found is None:
-            found = self._emit(seg, ekey).emission
-            self._emissions[ekey] = found
+            found = self._remember(seg, ekey).emission
         return found
 
     def _copies_of(self, seg: Segment, plan: _Plan) -> tuple[PipelineCopy, ...]:
         """The copies the segment's splits take in, as the head allocates them first."""
         ekey = plan.key()
-        key = (ekey, seg.src, seg.sizes)
-        found = self._copies.get(key)
+        found = self._copies.get((ekey, seg.src, seg.sizes))
         if found is None:
-            found = tuple(
-                (t.port, t.ne, t.esize, t.quant_pad, t.fixed_bytes, t.backend)
-                for t in self._emit(seg, ekey).copies
-            )
-            self._copies[key] = found
+            self._remember(seg, ekey)
+            found = self._copies[(ekey, seg.src, seg.sizes)]
         return found
+
+    def _remember(self, seg: Segment, ekey: EmissionKey) -> _Emitted:
+        """One emission of the segment, kept: its crossing tensors, and its copies (with
+        pipeline parallelism: their sizes depend on the weights, ``seg.sizes``)."""
+        emitted = self._emit(seg, ekey)
+        self._emissions[ekey] = emitted.emission
+        if self.pipeline:
+            self._copies[(ekey, seg.src, seg.sizes)] = tuple(
+                (t.port, t.ne, t.esize, t.quant_pad, t.fixed_bytes, t.backend)
+                for t in emitted.copies
+            )
+        return emitted
 
     def _emit(self, seg: Segment, ekey: EmissionKey) -> _Emitted:
         """The segment's allocation order (its own splits' inputs, copies attributed to it by
