@@ -26,7 +26,7 @@ from moetune.records.server import Device, ServerInfo
 from moetune.store.files import parse_json, read_text, save_text
 from moetune.store.paths import tuned_dir
 from moetune.store.validate import validated
-from moetune.units import format_bytes, size_arg, tokens_arg
+from moetune.units import GIB, KIB, MIB, TIB, format_bytes, size_arg, tokens_arg
 
 # --- tuned profiles: identities ----------------------------------------------------------------
 
@@ -224,10 +224,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "model"
 
 
-def profile_name(key: TuneKey) -> str:
-    """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0-22G-1f0c2a``: the model file's stem, context, cache
-    types, target and a short tag of the devices: one profile per thing a result depends on
-    (a second target or device set gets its own file)."""
+def profile_name(key: TuneKey, *, legacy: bool = False) -> str:
+    """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0-22.5G-1f0c2a``: the model file's stem, context, cache
+    types, target (as typed: units.size_arg) and a short tag of the devices: one profile per
+    thing a result depends on (a second target or device set gets its own file).
+    ``legacy``: the name moetune gave the same profile before, its targets in whole units
+    (``23040M``): a profile saved then keeps it (ProfileStore.match finds it by it)."""
     s = key.settings
     split = SPLIT_NAME_RE.match(key.model.file_name)
     stem = split["prefix"] if split else key.model.file_name.removesuffix(".gguf")
@@ -236,9 +238,19 @@ def profile_name(key: TuneKey) -> str:
         f"{d.device}|{d.name}|{d.vram_total_bytes}" for d in (key.devices or (key.gpu,))
     ).encode()
     tag = hashlib.sha256(devices).hexdigest()[:6]
-    targets = "_".join(size_arg(t) for t in (s.device_targets or [s.target_bytes]))
+    spell = _whole_units if legacy else size_arg
+    targets = "_".join(spell(t) for t in (s.device_targets or [s.target_bytes]))
     goal = f"-{_slug(s.objective)}" if s.objective else ""
     return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}{goal}"
+
+
+def _whole_units(n_bytes: int) -> str:
+    """A size in the largest unit that divides it (``23040M``): how profile names gave their
+    targets before they were written as typed."""
+    for unit, scale in (("T", TIB), ("G", GIB), ("M", MIB), ("K", KIB)):
+        if n_bytes and n_bytes % scale == 0:
+            return f"{n_bytes // scale}{unit}"
+    return f"{n_bytes}B" if n_bytes else "0"
 
 
 def retune_command(profile: TunedProfile) -> list[str]:
@@ -372,8 +384,12 @@ class ProfileStore:
         return path
 
     def match(self, key: TuneKey) -> Match:
-        """The saved profile for this model, context and cache types, if it still applies."""
+        """The saved profile for this model, context and cache types, if it still applies;
+        one saved under its legacy name (profile_name) is found by it and keeps it."""
         name = profile_name(key)
+        legacy = profile_name(key, legacy=True)
+        if not os.path.lexists(self.path_for(name)) and os.path.lexists(self.path_for(legacy)):
+            name = legacy
         try:
             saved = self.load(name)
         except ProfileNotFoundError:
@@ -413,12 +429,14 @@ def new_profile(
     *,
     tensor_split: list[float] | None = None,
     n_ubatch: int | None = None,
+    name: str | None = None,
 ) -> TunedProfile:
-    """The profile to save for a run's winner (``previous``: the one it confirmed)."""
+    """The profile to save for a run's winner (``previous``: the one it confirmed; ``name``:
+    the name it is saved under, default profile_name's)."""
     s = key.settings
     stamp = now()
     return TunedProfile(
-        name=profile_name(key),
+        name=name or profile_name(key),
         tuned_at=previous.tuned_at if previous else stamp,
         confirmed_at=stamp if previous else None,
         model=key.model,
