@@ -36,8 +36,7 @@ def table_lines(text: str) -> list[str]:
 def check(narrow: str, wide: str) -> None:
     """Tables within the width; prose too, but for the commands to copy (ShellLines, one
     whole line each, however long); no line of either rendering ends in spaces."""
-    rows = table_lines(narrow) or narrow.splitlines()  # doctor's table has no header
-    rows += [line for line in narrow.splitlines() if not _is_command(line)]
+    rows = [line for line in narrow.splitlines() if not _is_command(line)]
     too_wide = [line for line in rows if len(line.rstrip()) > WIDTH]
     assert not too_wide, "\n".join(too_wide)
     trailing = [line for line in narrow.splitlines() + wide.splitlines() if line != line.rstrip()]

@@ -92,6 +92,16 @@ def new_table(
     return grid
 
 
+def label_grid() -> Table:
+    """Two columns without a frame: a bold label that never breaks, and its value, broken
+    between phrases where it must (``model  Qwen3-30B-A3B-Q4_K_M.gguf (17.28 GiB)``)."""
+    grid = _Table(box=None, padding=(0, 2), show_header=False, show_edge=False, pad_edge=False)
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.folded = frozenset({1})
+    return grid
+
+
 class _Table(Table):
     """A table whose folding columns (``folded``: their indexes) break between phrases."""
 
