@@ -168,16 +168,20 @@ def test_cli_picks_the_profile_by_the_gpu_it_was_tuned_on(tiny: Path) -> None:
 @pytest.mark.usefixtures("no_gpu")
 def test_cli_without_a_profile_plans_for_the_target_and_the_rpc_servers(tiny: Path) -> None:
     """Nothing tuned: the plan alias falls back to is made for --target-vram and --rpc, as
-    `moetune plan` makes it (it planned for the whole card and no server), and a target
-    above the device is refused as plan refuses it."""
+    `moetune plan` makes it (it planned for the whole card and no server), its comment gives
+    each device's peak and the run that tunes what these options pick, and a target above
+    the device is refused as plan refuses it."""
     runner = CliRunner()
     budget = runner.invoke(app, ["alias", "tiny", str(tiny), "--vram", "8G", "--target-vram", "3G"])
     assert budget.exit_code == 0, budget.output
     assert "of a 3.00 GiB budget" in budget.stdout, budget.stdout
+    assert f"# measure it: moetune run {tiny} --target-vram 3G," in budget.stdout
     servers = ["--rpc", "10.0.0.2:50052", "--vram", "8G,8G"]
     rpc = runner.invoke(app, ["alias", "tiny", str(tiny), *servers])
     assert rpc.exit_code == 0, rpc.output
     assert "--rpc 10.0.0.2:50052 " in rpc.stdout, rpc.stdout
+    assert "predicted peaks RPC0 " in rpc.stdout and "devices given (--vram)" in rpc.stdout
+    assert f"moetune run {tiny} --rpc 10.0.0.2:50052, then" in rpc.stdout
     above = runner.invoke(app, ["alias", "tiny", str(tiny), "--vram", "8G", "--target-vram", "9G"])
     assert above.exit_code == ExitCode.BAD_VALUE, above.output
     assert "more than" in above.stderr

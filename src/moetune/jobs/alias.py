@@ -116,18 +116,34 @@ def _comments(name: str, profile: TunedProfile) -> list[str]:
     ]
 
 
-def predicted_comments(name: str, plan: PlanResult, gpu_source: str) -> list[str]:
-    """The comments above an alias made from a plan: predicted, not measured."""
+def predicted_comments(
+    name: str, plan: PlanResult, gpu_source: str, run_args: Sequence[str] = ()
+) -> list[str]:
+    """The comments above an alias made from a plan: predicted, not measured; each device's
+    peak and budget where there are several; the run (with ``run_args``: the options it was
+    picked by) that tunes it."""
     rec = plan.recommended
     placement = (
         f"--n-cpu-moe {rec.n_cpu_moe}" if rec.n_cpu_moe is not None else f"-ngl {rec.n_gpu_layers}"
     )
     s = plan.settings
+    if plan.device_names:
+        peaks = zip(rec.memory.devices, plan.device_budgets, strict=True)
+        memory = "predicted peaks " + ", ".join(
+            f"{d.name} {format_bytes(d.total_bytes)} of {format_bytes(b)}" for d, b in peaks
+        )
+        devices = f"devices {gpu_source}"
+    else:
+        memory = (
+            f"predicted peak {format_bytes(rec.memory.gpu_bytes)} of a "
+            f"{format_bytes(plan.budget_bytes)} budget"
+        )
+        devices = f"GPU {gpu_source}"
+    run = shlex.join(["moetune", "run", rec.command[2], *run_args])
     return [
         f"# moetune: PREDICTED (no tuned profile): {placement}, ctx {s.n_ctx} "
-        f"{s.type_k}/{s.type_v}, predicted peak {format_bytes(rec.memory.gpu_bytes)} of a "
-        f"{format_bytes(plan.budget_bytes)} budget, GPU {gpu_source}",
-        f"# measure it: moetune run {shlex.quote(rec.command[2])}, then moetune alias {name} again",
+        f"{s.type_k}/{s.type_v}, {memory}, {devices}",
+        f"# measure it: {run}, then moetune alias {name} again",
     ]
 
 
@@ -177,7 +193,7 @@ def alias_for_model(
     from moetune.core.extras import add_extras_flags
     from moetune.errors import DoesNotFitError, UnsupportedModelError
     from moetune.jobs.models import open_model
-    from moetune.jobs.pick import fallback_plan, tuned_profile
+    from moetune.jobs.pick import fallback_plan, run_args, tuned_profile
     from moetune.llamacpp.process import server_for_commands
 
     beside = [
@@ -209,4 +225,5 @@ def alias_for_model(
         f"{found.message}: the alias runs moetune's plan (predicted, not measured); "
         "`moetune run` tunes it"
     )
-    return render_function(name, argv, shell, predicted_comments(name, plan, source))
+    comments = predicted_comments(name, plan, source, run_args(pick))
+    return render_function(name, argv, shell, comments)

@@ -92,3 +92,20 @@ def fallback_plan(
         missing=missing,
         ram=pick.ram,
     )
+
+
+def run_args(pick: Pick) -> list[str]:
+    """The options of ``moetune run`` that tune the profile ``pick`` would choose: its
+    context, cache type, target and RPC servers, where given (run finds the GPUs itself)."""
+    from moetune.units import tokens_arg
+
+    args: list[str] = []
+    if pick.ctx is not None and pick.ctx.tokens is not None:
+        args += ["--ctx", tokens_arg(pick.ctx.tokens)]
+    if pick.cache_type is not None:
+        args += ["--cache-type", pick.cache_type]
+    if pick.targets is not None:
+        args += ["--target-vram", pick.targets.arg]
+    if pick.rpc is not None:
+        args += ["--rpc", pick.rpc]
+    return args
