@@ -1,6 +1,7 @@
 """Wrapping prose between phrases: a size and its unit (``216.00 MiB``), a flag and its value
 (``-ctk q8_0``, ``--n-cpu-moe 12``), a label and its figure (``ctx 32768``, ``KV q8_0/q8_0``)
-and a path are never broken over two lines.
+are never broken over two lines, nor is a path where a line holds it (one wider than the line
+is cut, never lost).
 
 Rich breaks at any space, a non-breaking one too, so the text is cut here, at the width rich
 asks for, and each line handed back fits it: :class:`Phrases` is a Text whose wrapping is
@@ -26,7 +27,7 @@ _UNIT_RE = re.compile(
 _FLAG_RE = re.compile(r"^[(\[`]?--?[a-zA-Z][a-zA-Z0-9-]*$")
 # the words that read as a flag's value: a figure or size, a cache type, a path, a switch
 _VALUE_RE = re.compile(r"^(?!-[a-zA-Z])(\S*[0-9/._]\S*|(on|off|auto|max|none)[,;:.)]*)$")
-# a label and what follows it: ctx 32768, KV q8_0/q8_0, depth 0, block 33, N=12
+# a label and what follows it: ctx 32768, KV q8_0/q8_0, depth 0, block 33
 _LABELS = frozenset({"ctx", "KV", "depth", "block"})
 _WORD_RE = re.compile(r"\S+")
 
