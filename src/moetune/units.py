@@ -109,10 +109,16 @@ def per_device(values: Sizes | None, n_devices: int, what: str) -> tuple[int, ..
 
 
 def size_arg(n_bytes: int) -> str:
-    """The exact size as an argument moetune parses back: ``24G``, ``1536M``, ``512B``."""
+    """The size as an argument moetune parses back to the same bytes, in the largest unit it
+    is written in with two decimals at most, as a person types it: ``24G``, ``22.5G`` (not
+    ``23040M``), ``23000M``, ``512B``."""
     for unit, scale in (("T", TIB), ("G", GIB), ("M", MIB), ("K", KIB)):
-        if n_bytes and n_bytes % scale == 0:
-            return f"{n_bytes // scale}{unit}"
+        if n_bytes < scale:
+            continue
+        for places in range(3):
+            number = f"{n_bytes / scale:.{places}f}"
+            if round(float(number) * scale) == n_bytes:
+                return number + unit
     return f"{n_bytes}B" if n_bytes else "0"
 
 

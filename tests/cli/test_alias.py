@@ -14,6 +14,7 @@ from moetune.cli import app
 from moetune.errors import ExitCode
 from moetune.jobs.alias import SHELLS, Shell
 from moetune.store.tuned import ProfileStore, TunedProfile, model_identity, profile_name
+from moetune.units import GIB, MIB
 
 from support.factory import write_model
 from support.fakes import FakeGpuProbe
@@ -126,3 +127,61 @@ def test_cli_picks_the_profile_tuned_with_the_projector(tiny: Path, tmp_path: Pa
     result = CliRunner().invoke(app, ["alias", "tiny", str(tiny), "--mmproj", str(other)])
     assert result.exit_code == ExitCode.NO_GPU  # none tuned with it, and no GPU to plan for
     assert "with other-mmproj.gguf" in result.output and "--mmproj" in result.output
+
+
+# --- choosing among tuned profiles, and the plan without one -----------------------------------
+
+
+def save_on(model: Path, gpu: str, vram: int, target: int, n: int) -> TunedProfile:
+    """A profile of ``model`` tuned on one GPU ``gpu`` of ``vram`` for ``target``, N=``n``."""
+    profile = save_for(model)
+    ProfileStore().remove(profile.name)
+    device = profile.gpu.model_copy(update={"name": gpu, "vram_total_bytes": vram})
+    settings = profile.settings.model_copy(update={"target_bytes": target})
+    command = ["/usr/bin/llama-server", "-m", str(model), "--n-cpu-moe", str(n)]
+    profile = profile.model_copy(update={"gpu": device, "settings": settings, "command": command})
+    profile = profile.model_copy(update={"name": profile_name(profile.key)})
+    ProfileStore().save(profile)
+    return profile
+
+
+def test_cli_picks_the_profile_by_the_gpu_it_was_tuned_on(tiny: Path) -> None:
+    """Two profiles of one model, tuned on an RTX 4090 and on an RTX 3060: alias refuses to
+    guess (naming --vram, which tells them apart), and the device set picks one: --gpu ID (a
+    hardware profile) or --vram (each device's memory, within 10 %). The device-set selector
+    knew RPC servers only."""
+    big = save_on(tiny, "NVIDIA GeForce RTX 4090", 24564 * MIB, 22 * GIB, 3)
+    small = save_on(tiny, "NVIDIA GeForce RTX 3060", 12288 * MIB, 10 * GIB, 7)
+    runner = CliRunner()
+    guessed = runner.invoke(app, ["alias", "tiny", str(tiny)])
+    assert guessed.exit_code == ExitCode.BAD_VALUE, guessed.output
+    assert big.name in guessed.stderr and small.name in guessed.stderr
+    assert "--vram 24564M" in guessed.stderr and "--vram 12G" in guessed.stderr
+    for args, n in ((["--gpu", "rtx4090"], 3), (["--vram", "24G"], 3), (["--vram", "12G"], 7)):
+        picked = runner.invoke(app, ["alias", "tiny", str(tiny), *args])
+        assert picked.exit_code == 0, (args, picked.output)
+        assert f"--n-cpu-moe {n} " in picked.stdout, (args, picked.stdout)
+    on_3060 = runner.invoke(app, ["alias", "tiny", str(tiny), "--gpu", "rtx3060-12g"])
+    assert "NVIDIA GeForce RTX 3060 (12.00 GiB)" in on_3060.stdout, on_3060.output
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_cli_without_a_profile_plans_for_the_target_and_the_rpc_servers(tiny: Path) -> None:
+    """Nothing tuned: the plan alias falls back to is made for --target-vram and --rpc, as
+    `moetune plan` makes it (it planned for the whole card and no server), its comment gives
+    each device's peak and the run that tunes what these options pick, and a target above
+    the device is refused as plan refuses it."""
+    runner = CliRunner()
+    budget = runner.invoke(app, ["alias", "tiny", str(tiny), "--vram", "8G", "--target-vram", "3G"])
+    assert budget.exit_code == 0, budget.output
+    assert "of a 3.00 GiB budget" in budget.stdout, budget.stdout
+    assert f"# measure it: moetune run {tiny} --target-vram 3G," in budget.stdout
+    servers = ["--rpc", "10.0.0.2:50052", "--vram", "8G,8G"]
+    rpc = runner.invoke(app, ["alias", "tiny", str(tiny), *servers])
+    assert rpc.exit_code == 0, rpc.output
+    assert "--rpc 10.0.0.2:50052 " in rpc.stdout, rpc.stdout
+    assert "predicted peaks RPC0 " in rpc.stdout and "devices given (--vram)" in rpc.stdout
+    assert f"moetune run {tiny} --rpc 10.0.0.2:50052, then" in rpc.stdout
+    above = runner.invoke(app, ["alias", "tiny", str(tiny), "--vram", "8G", "--target-vram", "9G"])
+    assert above.exit_code == ExitCode.BAD_VALUE, above.output
+    assert "more than" in above.stderr

@@ -8,6 +8,7 @@ import pytest
 
 from moetune.errors import ExitCode
 from moetune.store.tuned import ProfileStore
+from moetune.units import GIB
 
 from support.factory import write_model
 from support.helpers import EXAMPLE_GPT_OSS, EXAMPLE_QWEN, assert_one_line_error, moetune
@@ -122,3 +123,31 @@ def test_a_hand_written_section_of_an_exported_name_is_refused(tmp_path: Path) -
         line = assert_one_line_error(moetune("export", fmt, "--out", str(out)), ExitCode.BAD_VALUE)
         assert "written by hand" in line
         assert out.read_text() == hand
+
+
+def test_every_tuned_model_is_exported_by_the_selectors_never_guessed() -> None:
+    """export with no model named: a model with two tuned profiles that match is refused,
+    both listed with what tells them apart, as alias refuses it (it took the newest); a
+    selector (--target-vram, --profile) picks one."""
+    first = make_profile([SERVER, "-m", "/models/m.gguf", "--n-cpu-moe", "3"])
+    settings = first.settings.model_copy(update={"target_bytes": 20 * GIB})
+    second = first.model_copy(
+        update={
+            "name": first.name.replace("-22G-", "-20G-"),
+            "settings": settings,
+            "tuned_at": "2025-02-01T00:00:00+00:00",
+            "command": [SERVER, "-m", "/models/m.gguf", "--n-cpu-moe", "5"],
+        }
+    )
+    ProfileStore().save(first)
+    ProfileStore().save(second)
+    guessed = moetune("export", "preset")
+    assert guessed.returncode == ExitCode.BAD_VALUE, guessed.stderr
+    assert first.name in guessed.stderr and second.name in guessed.stderr
+    assert "--target-vram 22G" in guessed.stderr and "--target-vram 20G" in guessed.stderr
+    older = moetune("export", "preset", "--target-vram", "22G")
+    assert older.returncode == 0, older.stderr
+    assert "n-cpu-moe = 3" in older.stdout and "n-cpu-moe = 5" not in older.stdout
+    named = moetune("export", "llama-swap", "--profile", second.name)
+    assert named.returncode == 0, named.stderr
+    assert "--n-cpu-moe 5" in named.stdout

@@ -111,6 +111,12 @@ def test_tuned_profiles_with_long_names(tiny_models: dict[str, Path], tmp_path: 
     assert all(len(line.rstrip()) <= WIDTH for line in narrow.splitlines()), narrow
     wide = run_at(200, "profiles", "list", home=home)
     assert "--n-cpu-moe 12" in wide
+    check(narrow, wide)
+    name = next(n for n in store.names() if "-22G-" in n)
+    check(
+        run_at(WIDTH, "profiles", "show", name, home=home),
+        run_at(200, "profiles", "show", name, home=home),
+    )
 
 
 def test_report_with_the_forecast(tmp_path: Path) -> None:

@@ -21,8 +21,15 @@ from moetune.store.hardware import (
     parse_hardware_profile,
 )
 from moetune.store.paths import tuned_dir
-from moetune.store.tuned import BuildIdentity, ProfileStore, model_identity, profile_name
-from moetune.units import GIB, MIB
+from moetune.store.tuned import (
+    BuildIdentity,
+    Measured,
+    ProfileStore,
+    model_identity,
+    new_profile,
+    profile_name,
+)
+from moetune.units import GIB, MIB, parse_size
 
 from support.factory import write_model
 from support.helpers import ROOT
@@ -247,6 +254,46 @@ def test_two_targets_keep_two_profiles(tiny: Path) -> None:
     first, second = store.match(key).profile, store.match(lower).profile
     assert first is not None and first.placement.n_cpu_moe == 5
     assert second is not None and second.placement.n_cpu_moe == 7
+
+
+@pytest.mark.parametrize(
+    ("typed", "shown"),
+    [("22G", "22G"), ("22.5G", "22.5G"), ("22.50GiB", "22.5G"), ("23000M", "23000M")],
+)
+def test_the_name_gives_the_target_as_typed(tiny: Path, typed: str, shown: str) -> None:
+    """``run --target-vram 22.5G`` names its profile ``...-22.5G-...`` (it said ``23040M``),
+    ``23000M`` stays in MiB, and the name parses back to the same target."""
+    key = a_key(tiny)
+    target = parse_size(typed)
+    settings = key.settings.model_copy(update={"target_bytes": target})
+    name = profile_name(key.model_copy(update={"settings": settings}))
+    assert re.fullmatch(rf"Tiny-Q8-4k-q8_0-{re.escape(shown)}-[0-9a-f]{{6}}", name), name
+    assert parse_size(shown) == target
+    both = settings.model_copy(update={"device_targets": [target, 12 * GIB]})
+    assert f"-{shown}_12G-" in profile_name(key.model_copy(update={"settings": both}))
+
+
+def test_a_profile_saved_under_its_old_name_is_still_found(tiny: Path) -> None:
+    """A profile saved before the names gave targets as typed (``23040M`` for 22.5G) is
+    matched by run under that name, and a new save keeps it (no second file)."""
+    key = a_key(tiny)
+    key = key.model_copy(
+        update={"settings": key.settings.model_copy(update={"target_bytes": 23040 * MIB})}
+    )
+    old = profile_name(key, legacy=True)
+    assert "-23040M-" in old and "-22.5G-" in profile_name(key)
+    measured = Measured(vram_bytes=21 * GIB, decode_tps=50.0)
+    store = ProfileStore()
+    store.save(new_profile(key, 6, measured, ["/usr/bin/llama-server"], name=old))
+    match = store.match(key)
+    assert match.name == old and match.profile is not None
+    assert match.profile.placement.n_cpu_moe == 6
+    store.save(
+        new_profile(key, 7, measured, ["/usr/bin/llama-server"], match.profile, name=match.name)
+    )
+    assert store.names() == [old]
+    fresh = key.model_copy(update={"settings": key.settings.model_copy(update={"n_ctx": 8192})})
+    assert store.match(fresh).name == profile_name(fresh)  # nothing saved: the new name
 
 
 def test_home_is_xdg_or_moetune_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -70,6 +70,24 @@ def test_size_arg_parses_back(n: int) -> None:
 
 
 @pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (22 * GIB, "22G"),
+        (23040 * MIB, "22.5G"),
+        (23000 * MIB, "23000M"),
+        (1536 * MIB, "1.5G"),
+        (parse_size("22.04G"), "22.04G"),
+        (700 * MIB, "700M"),
+        (GIB + 1, "1073741825B"),
+    ],
+)
+def test_size_arg_is_written_as_typed(n: int, text: str) -> None:
+    """The largest unit the size is written in with two decimals at most (``22.5G``, not
+    ``23040M``, as profile names and the retune command gave it)."""
+    assert size_arg(n) == text
+
+
+@pytest.mark.parametrize(
     ("text", "tokens"), [("32768", 32768), ("32k", 32768), ("128K", 131072), ("1_024", 1024)]
 )
 def test_parse_tokens(text: str, tokens: int) -> None:

@@ -12,7 +12,7 @@ from moetune.core.settings import Settings
 from moetune.records import results as res
 from moetune.report import bench as rb
 from moetune.report.common import short_path
-from moetune.report.render import print_report
+from moetune.report.render import RunView, print_report, text
 from moetune.report.run import render_run
 from moetune.units import GIB, MIB
 
@@ -76,6 +76,18 @@ def test_run_attempts_at_80_columns() -> None:
     )
     narrow = _render(render_run(result), WIDTH)
     check(narrow, _render(render_run(result), 200))
+    saved = result.model_copy(
+        update={
+            "profile_name": "Qwen3-Coder-480B-A35B-Instruct-UD-Q4_K_XL-32k-q8_0-22.5G-1f0c2a",
+            "profile_path": "/home/someone/.config/moetune/profiles/Qwen3-Coder-480B-A35B-"
+            "Instruct-UD-Q4_K_XL-32k-q8_0-22.5G-1f0c2a.json",
+        }
+    )
+    view = text(RunView(saved, "/models/Qwen3-Coder-480B-A35B-Instruct-UD-Q4_K_XL.gguf"))
+    narrow = _render(view, WIDTH)
+    check(narrow, _render(view, 200))
+    # the folder, whole on its line (the whole path was cut in two at 80 columns)
+    assert "saved (in /home/someone/.config/moetune/profiles)\n" in narrow, narrow
     assert "2 launches" in narrow and "31.0-43.0" in narrow and "noisy" in narrow
     assert "decode 41.5 tok/s (31.0-43.0 over 3, noisy)" in narrow
 

@@ -11,16 +11,16 @@ from moetune.cli.options import (
     Command,
     CtxOpt,
     DraftOpt,
-    GpuProfileOpt,
     MmprojOpt,
     ModelArg,
     PickCacheTypeOpt,
+    PickGpuOpt,
     PickRpcOpt,
     PickTargetOpt,
+    PickVramOpt,
     ProfileOpt,
     TimeoutOpt,
-    VramOpt,
-    selectors,
+    pick,
 )
 from moetune.hub.env import DEFAULT_TIMEOUT_S
 
@@ -40,8 +40,8 @@ def alias(
     rpc: PickRpcOpt = None,
     mmproj: MmprojOpt = None,
     draft: DraftOpt = None,
-    gpu: GpuProfileOpt = None,
-    vram: VramOpt = None,
+    gpu: PickGpuOpt = None,
+    vram: PickVramOpt = None,
     require_tuned: Annotated[
         bool,
         typer.Option("--require-tuned", help="Refuse when no tuned profile matches (no plan)."),
@@ -52,30 +52,35 @@ def alias(
 
     Add it with e.g. `moetune alias qwen MODEL >> ~/.bashrc`; `qwen --port 8081` passes
     extra arguments to llama-server. With --mmproj/--draft: the profile tuned with them.
-    Without a tuned profile: moetune's plan for the detected GPU (or --gpu/--vram), marked
-    as predicted (--require-tuned refuses instead).
+    The device set (--gpu, --vram, --rpc) and --target-vram pick a profile as run tunes one.
+    Without a tuned profile: moetune's plan for the same options (default: the detected
+    GPU), marked as predicted (--require-tuned refuses instead).
     """
     import os
 
-    from moetune.errors import BadValueError
     from moetune.jobs.alias import alias_for_model, check_name, parse_shell, shell_from_path
     from moetune.report.render import TextView, render
 
     check_name(name)
     target_shell = parse_shell(shell) if shell else shell_from_path(os.environ.get("SHELL"))
-    if ctx is not None and ctx.is_max:
-        raise BadValueError("alias picks the profile tuned at one context: give --ctx N")
+    chosen = pick(
+        "alias",
+        ctx=ctx,
+        cache_type=cache_type,
+        profile=profile,
+        target=target_vram,
+        rpc=rpc,
+        gpu=gpu,
+        vram=vram,
+    )
     text = alias_for_model(
         name,
         model,
         target_shell,
-        ctx=ctx,
-        cache_type=cache_type,
+        chosen,
         mmproj=mmproj,
         draft=draft,
-        hardware=(gpu, vram),
         require_tuned=require_tuned,
-        select=selectors(profile, target_vram, rpc),
         warn=lambda line: err().print(f"warning: {line}", style="yellow", highlight=False),
     )
     render(TextView(text))

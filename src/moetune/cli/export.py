@@ -11,15 +11,15 @@ from moetune.cli.app import app, err, handle_errors
 from moetune.cli.options import (
     Command,
     CtxOpt,
-    GpuProfileOpt,
     PickCacheTypeOpt,
+    PickGpuOpt,
     PickRpcOpt,
     PickTargetOpt,
+    PickVramOpt,
     ProfileOpt,
     RamOpt,
     TimeoutOpt,
-    VramOpt,
-    selectors,
+    pick,
 )
 from moetune.errors import BadValueError
 from moetune.hub.env import DEFAULT_TIMEOUT_S
@@ -47,8 +47,8 @@ def export(
     profile: ProfileOpt = None,
     target_vram: PickTargetOpt = None,
     rpc: PickRpcOpt = None,
-    gpu: GpuProfileOpt = None,
-    vram: VramOpt = None,
+    gpu: PickGpuOpt = None,
+    vram: PickVramOpt = None,
     ram: RamOpt = None,
     require_tuned: Annotated[
         bool,
@@ -58,19 +58,29 @@ def export(
 ) -> None:
     """Serve what was tuned: llama-server's router preset, or a llama-swap config.
 
-    Each model gets its tuned placement and context; one without a tuned profile gets its
-    plan for the detected GPU (or --gpu/--vram, and --ram), marked as predicted; a model whose
-    plan does not fit is left out, the others exported (exit 6). Flags every model shares
-    go into [*] (a llama-swap macro). With --out, moetune's own entries are updated and
-    everything written by hand is kept.
+    Each model gets the tuned profile its options pick (context, cache type, --target-vram,
+    the device set: --gpu, --vram, --rpc; several that match are refused); one without a
+    tuned profile gets its plan for the same options (default: the detected GPU, this
+    machine's RAM), marked as predicted; a model whose plan does not fit is left out, the
+    others exported (exit 6). Flags every model shares go into [*] (a llama-swap macro).
+    With --out, moetune's own entries are updated and everything written by hand is kept.
     """
     from moetune.jobs.export import FORMATS, export_entries, llama_swap_text, preset_text
     from moetune.report.render import TextView, render
 
     if fmt not in FORMATS:
         raise BadValueError(f"unknown format {fmt!r}", hint=f"use {' or '.join(FORMATS)}")
-    if ctx is not None and ctx.is_max:
-        raise BadValueError("export uses the profile tuned at one context: give --ctx N")
+    chosen = pick(
+        "export",
+        ctx=ctx,
+        cache_type=cache_type,
+        profile=profile,
+        target=target_vram,
+        rpc=rpc,
+        gpu=gpu,
+        vram=vram,
+        ram=ram,
+    )
     if out is not None:  # before the plans: a bad --out is said at once
         from moetune.store.files import check_writable
 
@@ -78,12 +88,8 @@ def export(
     left_out: list[str] = []
     entries, binary = export_entries(
         models or [],
-        ctx,
-        cache_type,
-        (gpu, vram),
+        chosen,
         require_tuned,
-        select=selectors(profile, target_vram, rpc),
-        ram=ram,
         left_out=left_out,
         warn=lambda line: err().print(f"warning: {line}", style="yellow", highlight=False),
     )

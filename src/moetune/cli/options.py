@@ -39,7 +39,7 @@ from moetune.units import (
 )
 
 if TYPE_CHECKING:
-    from moetune.store.tuned import Selectors
+    from moetune.jobs.pick import Pick
 
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
 PASS_THROUGH = "pass_through"  # ctx.meta key: the arguments after --
@@ -313,7 +313,8 @@ PickTargetOpt = Annotated[
     Sizes | None,
     typer.Option(
         "--target-vram",
-        help="Pick the profile tuned for this peak, one size or one per device.",
+        help="Pick the profile tuned for this peak, one size or one per device; without one, "
+        "plan for it.",
         parser=parser(parse_positive_sizes),
         metavar=SIZES,
     ),
@@ -322,18 +323,67 @@ PickRpcOpt = Annotated[
     str | None,
     typer.Option(
         "--rpc",
-        help="Pick the profile tuned on these RPC servers, HOST:PORT[,HOST:PORT].",
+        help="Pick the profile tuned on these RPC servers, HOST:PORT[,HOST:PORT]; without "
+        "one, plan for them.",
         metavar="HOST:PORT[,...]",
     ),
 ]
 
+PickGpuOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu",
+        help="Pick the profile tuned on this GPU (a hardware profile, e.g. rtx4090); without "
+        "one, plan for it.",
+        metavar="ID",
+    ),
+]
+PickVramOpt = Annotated[
+    Sizes | None,
+    typer.Option(
+        "--vram",
+        help="Pick the profile tuned on devices of this memory (within 10 %), one size or one "
+        "per device; without one, plan for it (default: detect).",
+        parser=parser(parse_positive_sizes),
+        metavar=SIZES,
+    ),
+]
 
-def selectors(profile: str | None, target: Sizes | None, rpc: str | None) -> Selectors:
-    """What alias and export choose a tuned profile by (as run does)."""
+
+def pick(
+    command: str,
+    *,
+    ctx: Ctx | None,
+    cache_type: str | None,
+    profile: str | None,
+    target: Sizes | None,
+    rpc: str | None,
+    gpu: str | None,
+    vram: Sizes | None,
+    ram: int | None = None,
+) -> Pick:
+    """What alias and export choose a tuned profile by (as run tunes one: context, cache
+    type, target, device set, name) and plan for when none is tuned."""
+    from moetune.jobs.pick import Pick
     from moetune.store.tuned import Selectors
 
+    if ctx is not None and ctx.is_max:
+        raise BadValueError(f"{command} picks the profile tuned at one context: give --ctx N")
+    gpu_name, sizes = None, vram.values if vram else None
+    if gpu is not None:
+        from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
+
+        card = find_hardware_profile(gpu, load_hardware_profiles())
+        gpu_name, sizes = card.name, sizes or (card.vram_bytes,)
     servers = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else None
-    return Selectors(name=profile, targets=target.values if target else None, rpc=servers)
+    select = Selectors(
+        name=profile,
+        targets=target.values if target else None,
+        rpc=servers,
+        vram=sizes,
+        gpu_name=gpu_name,
+    )
+    return Pick(ctx, cache_type, select, gpu, vram, target, rpc, ram)
 
 
 ForceOpt = Annotated[

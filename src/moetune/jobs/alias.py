@@ -16,19 +16,12 @@ from typing import TYPE_CHECKING, Literal
 
 from moetune.errors import BadValueError
 from moetune.jobs.quoting import fish_quote, sh_quote, visible
-from moetune.store.tuned import (
-    ProfileStore,
-    Selectors,
-    TunedProfile,
-    model_identity,
-    model_profile,
-    retune_command,
-)
+from moetune.store.tuned import ProfileStore, TunedProfile, retune_command
 from moetune.units import format_bytes, format_speed
 
 if TYPE_CHECKING:
     from moetune.core.plan import PlanResult
-    from moetune.units import Ctx, Sizes
+    from moetune.jobs.pick import Pick
 
 Shell = Literal["bash", "zsh", "fish"]
 SHELLS: tuple[Shell, ...] = ("bash", "zsh", "fish")
@@ -123,18 +116,34 @@ def _comments(name: str, profile: TunedProfile) -> list[str]:
     ]
 
 
-def predicted_comments(name: str, plan: PlanResult, gpu_source: str) -> list[str]:
-    """The comments above an alias made from a plan: predicted, not measured."""
+def predicted_comments(
+    name: str, plan: PlanResult, gpu_source: str, run_args: Sequence[str] = ()
+) -> list[str]:
+    """The comments above an alias made from a plan: predicted, not measured; each device's
+    peak and budget where there are several; the run (with ``run_args``: the options it was
+    picked by) that tunes it."""
     rec = plan.recommended
     placement = (
         f"--n-cpu-moe {rec.n_cpu_moe}" if rec.n_cpu_moe is not None else f"-ngl {rec.n_gpu_layers}"
     )
     s = plan.settings
+    if plan.device_names:
+        peaks = zip(rec.memory.devices, plan.device_budgets, strict=True)
+        memory = "predicted peaks " + ", ".join(
+            f"{d.name} {format_bytes(d.total_bytes)} of {format_bytes(b)}" for d, b in peaks
+        )
+        devices = f"devices {gpu_source}"
+    else:
+        memory = (
+            f"predicted peak {format_bytes(rec.memory.gpu_bytes)} of a "
+            f"{format_bytes(plan.budget_bytes)} budget"
+        )
+        devices = f"GPU {gpu_source}"
+    run = shlex.join(["moetune", "run", rec.command[2], *run_args])
     return [
         f"# moetune: PREDICTED (no tuned profile): {placement}, ctx {s.n_ctx} "
-        f"{s.type_k}/{s.type_v}, predicted peak {format_bytes(rec.memory.gpu_bytes)} of a "
-        f"{format_bytes(plan.budget_bytes)} budget, GPU {gpu_source}",
-        f"# measure it: moetune run {shlex.quote(rec.command[2])}, then moetune alias {name} again",
+        f"{s.type_k}/{s.type_v}, {memory}, {devices}",
+        f"# measure it: {run}, then moetune alias {name} again",
     ]
 
 
@@ -171,24 +180,20 @@ def alias_for_model(
     name: str,
     model: str,
     shell: Shell,
+    pick: Pick,
     *,
-    ctx: Ctx | None,
-    cache_type: str | None,
     mmproj: Path | None,
     draft: Path | None,
-    hardware: tuple[str | None, Sizes | None],
     require_tuned: bool,
     warn: Callable[[str], None],
-    select: Selectors | None = None,
 ) -> str:
-    """The alias ``name`` of ``model``: its profile tuned at ``ctx``/``cache_type`` with the
+    """The alias ``name`` of ``model``: the profile ``pick`` chooses, tuned with the
     ``mmproj``/``draft`` files beside it, else (unless ``require_tuned``) moetune's plan for
-    the GPU of ``hardware`` (``--gpu``, ``--vram``; default: detected)."""
+    the devices of ``pick`` (default: detected)."""
     from moetune.core.extras import add_extras_flags
-    from moetune.errors import DoesNotFitError, ProfileNotFoundError, UnsupportedModelError
-    from moetune.jobs.models import open_model, require_weights
-    from moetune.jobs.names import DEFAULT_CACHE_TYPE
-    from moetune.jobs.plan import predicted_plan
+    from moetune.errors import DoesNotFitError, UnsupportedModelError
+    from moetune.jobs.models import open_model
+    from moetune.jobs.pick import fallback_plan, run_args, tuned_profile
     from moetune.llamacpp.process import server_for_commands
 
     beside = [
@@ -203,43 +208,22 @@ def alias_for_model(
             "an alias of it would not start llama-server",
             hint="alias the whole model; `moetune plan` works on the header alone",
         )
-    missing: ProfileNotFoundError | None = None
-    if named.path is not None:
-        try:
-            tokens = ctx.tokens if ctx is not None else None
-            profile = model_profile(
-                ProfileStore(),
-                model_identity(named.path),
-                tokens,
-                cache_type,
-                beside,
-                warn=warn,
-                select=select,
-            )
-            return alias_text(name, profile, shell)
-        except ProfileNotFoundError as exc:
-            if require_tuned:
-                raise
-            missing = exc
-    elif require_tuned:
-        require_weights(named)  # a tuned profile is of a file on disk: says how to get it
+    found = tuned_profile(
+        ProfileStore(), named, pick, beside, require_tuned=require_tuned, warn=warn
+    )
+    if isinstance(found, TunedProfile):
+        return alias_text(name, found, shell)
     named = named.absolute()  # the printed command runs from any folder
     pass_through = add_extras_flags(
         (), mmproj=str(mmproj) if mmproj else None, draft=str(draft) if draft else None
     )
-    gpu, vram = hardware
-    plan, source = predicted_plan(
-        named,
-        vram=vram,
-        gpu=gpu,
-        ctx=ctx,
-        cache_type=cache_type or DEFAULT_CACHE_TYPE,
-        pass_through=pass_through,
-        missing=missing,
-    )
+    plan, source = fallback_plan(named, pick, found, pass_through)
     if not plan.fits:
         raise DoesNotFitError(f"does not fit: {plan.reason}")
     argv = [server_for_commands(), *plan.recommended.command[1:]]
-    why = missing.message if missing is not None else f"no tuned profile for {named.facts.paths[0]}"
-    warn(f"{why}: the alias runs moetune's plan (predicted, not measured); `moetune run` tunes it")
-    return render_function(name, argv, shell, predicted_comments(name, plan, source))
+    warn(
+        f"{found.message}: the alias runs moetune's plan (predicted, not measured); "
+        "`moetune run` tunes it"
+    )
+    comments = predicted_comments(name, plan, source, run_args(pick))
+    return render_function(name, argv, shell, comments)

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from moetune.errors import ProfileNotFoundError
     from moetune.jobs.models import Model
-    from moetune.store.tuned import ProfileStore, Selectors, TunedProfile
-    from moetune.units import Ctx, Sizes
+    from moetune.jobs.pick import Pick
+    from moetune.store.tuned import ProfileStore, TunedProfile
 
 from moetune.core.flags import Pair, pairs, words
 from moetune.errors import BadValueError
@@ -517,27 +517,27 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
 
 def export_entries(
     models: list[str],
-    ctx: Ctx | None,
-    cache_type: str | None,
-    hardware: tuple[str | None, Sizes | None],
+    pick: Pick,
     require_tuned: bool,
     *,
     warn: Callable[[str], None],
-    select: Selectors | None = None,
-    ram: int | None = None,
     left_out: list[str] | None = None,
 ) -> tuple[list[ServeEntry], str]:
-    """Each model's entry (tuned, else planned for ``hardware`` and ``ram``: ``warn`` says
-    so) and the llama-server the commands run; no ``models``: every tuned profile's (the
-    newest of each model file). A model whose plan does not fit is said through ``warn``,
-    left out and named in ``left_out``; when every model is left out, DoesNotFitError."""
+    """Each model's entry (the tuned profile ``pick`` chooses, else its plan for the devices
+    and RAM of ``pick``: ``warn`` says so) and the llama-server the commands run; no
+    ``models``: the tuned profile ``pick`` chooses of every model that has one (a model with
+    several that match is refused, as a named one is). A model whose plan does not fit is
+    said through ``warn``, left out and named in ``left_out``; when every model is left out,
+    DoesNotFitError."""
     from moetune.errors import DoesNotFitError
-    from moetune.store.tuned import ProfileStore
+    from moetune.store.tuned import ProfileStore, every_model_profile
 
     store = ProfileStore()
     if not models:
-        chosen = [p for p in store.good(warn) if select is None or select.admits(p)]
-        profiles = _newest_per_model(chosen)
+        tokens = pick.ctx.tokens if pick.ctx is not None else None
+        profiles = every_model_profile(
+            store, tokens, pick.cache_type, warn=warn, select=pick.select
+        )
         if not profiles:
             raise BadValueError(
                 "no tuned profiles to export",
@@ -549,17 +549,7 @@ def export_entries(
     dropped: list[str] = []
     for text in models:
         try:
-            entry, tuned_binary = _entry(
-                store,
-                text,
-                ctx=ctx,
-                cache_type=cache_type,
-                hardware=hardware,
-                require_tuned=require_tuned,
-                warn=warn,
-                select=select,
-                ram=ram,
-            )
+            entry, tuned_binary = _entry(store, text, pick, require_tuned, warn=warn)
         except DoesNotFitError as exc:
             if len(models) == 1:
                 raise
@@ -580,48 +570,21 @@ def export_entries(
 def _entry(
     store: ProfileStore,
     text: str,
-    *,
-    ctx: Ctx | None,
-    cache_type: str | None,
-    hardware: tuple[str | None, Sizes | None],
+    pick: Pick,
     require_tuned: bool,
+    *,
     warn: Callable[[str], None],
-    select: Selectors | None = None,
-    ram: int | None = None,
 ) -> tuple[ServeEntry, str | None]:
     """One model's entry: its tuned profile, else its plan; and the binary it was tuned with."""
-    from moetune.errors import ProfileNotFoundError
-    from moetune.jobs.models import open_model, require_weights
-    from moetune.store.tuned import model_identity, model_profile
+    from moetune.jobs.models import open_model
+    from moetune.jobs.pick import tuned_profile
+    from moetune.store.tuned import TunedProfile
 
     named = open_model(text).absolute()
-    missing: ProfileNotFoundError | None = None
-    if named.path is not None:
-        try:
-            profile = model_profile(
-                store,
-                model_identity(named.path),
-                ctx.tokens if ctx else None,
-                cache_type,
-                warn=warn,
-                select=select,
-            )
-            return _tuned(profile), profile.command[0]
-        except ProfileNotFoundError as exc:
-            if require_tuned:
-                raise
-            missing = exc
-    elif require_tuned:
-        require_weights(named)
-    return _planned(named, ctx, cache_type, hardware, missing, warn=warn, ram=ram), None
-
-
-def _newest_per_model(profiles: list[TunedProfile]) -> list[TunedProfile]:
-    """One profile per model file: the newest."""
-    newest: dict[str, TunedProfile] = {}
-    for profile in sorted(profiles, key=lambda p: p.tuned_at, reverse=True):
-        newest.setdefault(profile.model.path, profile)
-    return list(newest.values())
+    found = tuned_profile(store, named, pick, require_tuned=require_tuned, warn=warn)
+    if isinstance(found, TunedProfile):
+        return _tuned(found), found.command[0]
+    return _planned(named, pick, found, warn=warn), None
 
 
 def _name(args: list[str], fallback: str) -> str:
@@ -646,34 +609,20 @@ def _tuned(profile: TunedProfile) -> ServeEntry:
 
 def _planned(
     named: Model,
-    ctx: Ctx | None,
-    cache_type: str | None,
-    hardware: tuple[str | None, Sizes | None],
-    missing: ProfileNotFoundError | None,
+    pick: Pick,
+    missing: ProfileNotFoundError,
     *,
     warn: Callable[[str], None],
-    ram: int | None = None,
 ) -> ServeEntry:
     from moetune.errors import DoesNotFitError
-    from moetune.jobs.names import DEFAULT_CACHE_TYPE
-    from moetune.jobs.plan import predicted_plan
+    from moetune.jobs.pick import fallback_plan
     from moetune.units import format_bytes
 
-    gpu, vram = hardware
-    plan, source = predicted_plan(
-        named,
-        vram=vram,
-        gpu=gpu,
-        ctx=ctx,
-        cache_type=cache_type or DEFAULT_CACHE_TYPE,
-        missing=missing,
-        ram=ram,
-    )
+    plan, source = fallback_plan(named, pick, missing)
     if not plan.fits:
         raise DoesNotFitError(f"{named.facts.paths[0]} does not fit: {plan.reason}")
     rec = plan.recommended
-    why = missing.message if missing is not None else f"no tuned profile for {named.facts.paths[0]}"
-    warn(f"{why}: exporting moetune's plan (predicted, not measured)")
+    warn(f"{missing.message}: exporting moetune's plan (predicted, not measured)")
     note = (
         f"no tuned profile; plan for GPU {source}, ctx {plan.settings.n_ctx}, predicted "
         f"peak {format_bytes(rec.memory.gpu_bytes)}"

@@ -33,6 +33,8 @@ def predicted_plan(
     *,
     vram: Sizes | None = None,
     gpu: str | None = None,
+    rpc: str | None = None,
+    targets: Sizes | None = None,
     ctx: Ctx | None = None,
     cache_type: str,
     pass_through: tuple[str, ...] = (),
@@ -40,17 +42,19 @@ def predicted_plan(
     ram: int | None = None,
 ) -> tuple[PlanResult, str]:
     """The plan `moetune plan MODEL` makes with these options and the defaults (for a command
-    that falls back to it when nothing is tuned: alias, export), and which GPU it is for;
-    ``ram``: the host RAM it plans for (``--ram``; default: this machine's).
-    ``missing``: why nothing was tuned, said in the NO_GPU error when there is no GPU to plan
-    for either."""
-    from moetune.core.plan import make_plan
+    that falls back to it when nothing is tuned: alias, export), and which devices it is for;
+    ``rpc``: RPC servers among them (``--rpc``), ``targets``: ``--target-vram`` (checked
+    against each device), ``ram``: the host RAM it plans for (``--ram``; default: this
+    machine's). ``missing``: why nothing was tuned, said in the NO_GPU error when there is no
+    GPU to plan for either."""
+    from moetune.core.plan import check_targets, make_plan
     from moetune.core.planner import DEFAULT_HEADROOM_BYTES
     from moetune.jobs.devices import host_ram, plan_devices
+    from moetune.units import per_device
 
     try:
         found = plan_devices(
-            vram=vram, rpc=None, gpu_index=None, gpu_profile=gpu, overhead=None, server=None
+            vram=vram, rpc=rpc, gpu_index=None, gpu_profile=gpu, overhead=None, server=None
         )
     except NoGpuError as exc:
         if missing is None:
@@ -59,6 +63,8 @@ def predicted_plan(
         # what stops it is the GPU: nothing to plan for (the missing profile is why it plans)
         raise NoGpuError(f"{missing.message}, and no GPU here to plan for", hint=hint) from exc
     headrooms = (DEFAULT_HEADROOM_BYTES,) * len(found.devices)  # plan's default --headroom
+    per_target = tuple(per_device(targets, len(found.devices), "--target-vram") or ())
+    check_targets(found.devices, per_target)
     inputs = PlanInputs(
         found=found,
         pass_through=pass_through,
@@ -67,7 +73,7 @@ def predicted_plan(
         ubatch=DEFAULT_UBATCH,
         parallel=None,
         n_cpu_moe=None,
-        targets=(),
+        targets=per_target,
         headrooms=headrooms,
         ram=host_ram(ram),
     )

@@ -492,10 +492,13 @@ def save_winner(
     result: RunResult,
     previous: TunedProfile | None,
     on_note: Callable[[str], None],
+    *,
+    name: str | None = None,
 ) -> RunResult:
-    """Save the best attempt as a tuned profile; the result, naming it. A profile that cannot
-    be written (its name taken by a folder, a full disk) is said in a note, and the result
-    is reported all the same: the launches are not lost with it."""
+    """Save the best attempt as a tuned profile (under ``name``: the one the store matched,
+    default profile_name's); the result, naming it. A profile that cannot be written (its
+    name taken by a folder, a full disk) is said in a note, and the result is reported all
+    the same: the launches are not lost with it."""
     best = result.best
     if best is None:
         return result
@@ -517,6 +520,7 @@ def save_winner(
         previous,
         tensor_split=best.tensor_split,
         n_ubatch=best.n_ubatch,
+        name=name,
     )
     try:
         path = store.save(profile)
@@ -654,7 +658,7 @@ def tune_with_profiles(
         return result
     result = record_overheads(spec, setup, result, progress.on_note)
     previous = match.profile if result.reused_profile else None
-    return save_winner(store, key, result, previous, progress.on_note)
+    return save_winner(store, key, result, previous, progress.on_note, name=match.name)
 
 
 def _tune_for(

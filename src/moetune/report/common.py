@@ -7,11 +7,13 @@ from collections.abc import Collection, Sequence
 from rich import box
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.measure import Measurement
+from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
 from moetune.core.command import shell_join
 from moetune.errors import ExitCode
+from moetune.report.wrap import Phrases, phrased
 
 
 class ShellLine(Text):
@@ -71,9 +73,9 @@ def new_table(
     fold: Collection[str] = (),
 ) -> Table:
     """A table that reads at 80 columns: a light frame, no cell cut short with ``…``. Columns
-    in ``fold`` break where they must (words, then characters); the others never break, so
-    names, flags and numbers stay whole."""
-    grid = Table(
+    in ``fold`` break where they must (between phrases, then characters: report.wrap); the
+    others never break, so names, flags and numbers stay whole."""
+    grid = _Table(
         title=title,
         title_justify="left",
         box=box.SIMPLE_HEAD,
@@ -86,7 +88,44 @@ def new_table(
         grid.add_column(
             name, justify="right" if name in right else "left", no_wrap=not wraps, overflow="fold"
         )
+    grid.folded = frozenset(i for i, name in enumerate(columns) if name in fold)
     return grid
+
+
+def label_grid() -> Table:
+    """Two columns without a frame: a bold label that never breaks, and its value, broken
+    between phrases where it must (``model  Qwen3-30B-A3B-Q4_K_M.gguf (17.28 GiB)``)."""
+    grid = _Table(box=None, padding=(0, 2), show_header=False, show_edge=False, pad_edge=False)
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.folded = frozenset({1})
+    return grid
+
+
+class _Table(Table):
+    """A table whose folding columns (``folded``: their indexes) break between phrases."""
+
+    folded: frozenset[int] = frozenset()
+
+    def add_row(
+        self,
+        *renderables: RenderableType | None,
+        style: StyleType | None = None,
+        end_section: bool = False,
+    ) -> None:
+        cells = [
+            _phrases(cell) if index in self.folded else cell
+            for index, cell in enumerate(renderables)
+        ]
+        super().add_row(*cells, style=style, end_section=end_section)
+
+
+def _phrases(cell: RenderableType | None) -> RenderableType | None:
+    if isinstance(cell, str):
+        return Phrases(cell)
+    if isinstance(cell, Text) and not isinstance(cell, Phrases):
+        return phrased(cell)
+    return cell
 
 
 class _Fitted:

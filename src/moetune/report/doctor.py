@@ -9,12 +9,14 @@ from rich.text import Text
 
 from moetune.jobs.doctor import DoctorReport, Finding
 from moetune.report.common import plural, short_path
+from moetune.report.wrap import Phrases
 
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 
 def _finding_cell(finding: Finding) -> Text:
-    text = Text(finding.message)
+    """The finding and its fix, broken between phrases (a size stays with its unit)."""
+    text = Phrases(finding.message)
     if finding.fix and finding.status != "ok":
         text.append(f"\nfix: {finding.fix}", style="dim")
     return text

@@ -9,7 +9,7 @@ from rich.text import Text
 from moetune.core.archs import arch_of
 from moetune.core.facts import LayerFacts, ModelFacts
 from moetune.gguf.roles import Role
-from moetune.report.common import new_table, short_path
+from moetune.report.common import label_grid, new_table, short_path
 from moetune.units import format_bytes
 
 # Column order for per-layer tables; roles absent from a model are left out.
@@ -75,9 +75,7 @@ def _verified(arch: str) -> Text:
 
 
 def _summary(facts: ModelFacts) -> Table:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
+    grid = label_grid()
     files = Text(short_path(str(facts.paths[0])))
     if len(facts.paths) > 1:
         files.append(f" (+{len(facts.paths) - 1} shards)")

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from moetune.core.command import shell_join
 from moetune.errors import ProfileError
-from moetune.report.common import fitted, fmt, new_table, shell_line, short_path
+from moetune.report.common import fitted, fmt, label_grid, new_table, shell_line, short_path
 from moetune.store.hardware import HardwareProfile
 from moetune.store.tuned import TunedProfile, retune_command
 from moetune.units import format_bytes, format_speed
@@ -112,9 +112,7 @@ def render_profiles_list(
 
 
 def _grid(rows: list[tuple[str, str]]) -> Table:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
+    grid = label_grid()
     for label, value in rows:
         grid.add_row(label, Text(value))
     return grid

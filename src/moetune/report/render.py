@@ -281,12 +281,15 @@ def text(view: View) -> RenderableType:
 
 
 def print_report(report: RenderableType, console: Console | None = None) -> None:
-    """Print a report (on stdout): prose and tables fitted to the terminal, each ShellLine
-    whole on its line (a command to copy, never broken by rich)."""
+    """Print a report (on stdout): prose and tables fitted to the terminal, prose broken
+    between phrases only (report.wrap), each ShellLine whole on its line (a command to copy,
+    never broken by rich)."""
     from rich.console import Group
     from rich.segment import Segment, Segments
+    from rich.text import Text
 
     from moetune.report.common import ShellLine
+    from moetune.report.wrap import phrased
 
     def items(part: RenderableType) -> list[RenderableType]:
         if isinstance(part, Group):
@@ -298,7 +301,8 @@ def print_report(report: RenderableType, console: Console | None = None) -> None
         if isinstance(item, ShellLine):
             console.print(item, soft_wrap=True)
             continue
-        lines = console.render_lines(item, console.options, pad=False)
+        shown = phrased(item) if isinstance(item, Text) else item
+        lines = console.render_lines(shown, console.options, pad=False)
         console.print(
             Segments([s for line in lines for s in (*_rstripped(line), Segment.line())]), end=""
         )

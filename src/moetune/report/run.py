@@ -187,8 +187,11 @@ def render_run_profile(result: RunResult, model: str) -> RenderableType | None:
     if result.profile_name is None:
         return None
     how = "confirmed" if result.reused_profile else "saved"
+    path = result.profile_path or ""
+    folder, _, file = path.rpartition("/")
+    where = f"in {folder}" if folder and file == f"{result.profile_name}.json" else path
     return Group(
-        Text(f"tuned profile {result.profile_name} {how} ({result.profile_path})", style="green"),
+        Text(f"tuned profile {result.profile_name} {how} ({where})", style="green"),
         Text("daily use (prints a shell function for your dotfiles):", style="dim"),
         shell_line(["moetune", "alias", "NAME", model], style="dim"),
     )

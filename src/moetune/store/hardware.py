@@ -193,14 +193,15 @@ def load_hardware_profiles(user_dir: Path | None = None) -> list[HardwareProfile
     return profiles
 
 
-def _norm(text: str) -> str:
-    """``NVIDIA GeForce RTX 4090`` -> ``rtx4090``; ``rtx-4090`` -> ``rtx4090``."""
+def gpu_key(text: str) -> str:
+    """A GPU's name as names are compared: ``NVIDIA GeForce RTX 4090`` -> ``rtx4090``;
+    ``rtx-4090`` -> ``rtx4090``."""
     text = re.sub(r"\b(nvidia|geforce)\b", "", text.lower())
     return re.sub(r"[^a-z0-9]", "", text)
 
 
 def _names(profile: HardwareProfile) -> set[str]:
-    return {_norm(n) for n in (profile.id, profile.name, *profile.aliases)}
+    return {gpu_key(n) for n in (profile.id, profile.name, *profile.aliases)}
 
 
 def find_hardware_profile(
@@ -217,7 +218,7 @@ def find_hardware_profile(
     broken: list[ProfileError] = []
     if profiles is None:
         profiles, broken = scan_hardware_profiles()
-    wanted = _norm(query)
+    wanted = gpu_key(query)
     exact = [p for p in profiles if wanted in _names(p)]
     if len(exact) == 1:
         return exact[0]
@@ -226,7 +227,7 @@ def find_hardware_profile(
         which = ", ".join(p.id for p in exact)
         raise BadValueError(f"GPU profile {query!r} is ambiguous ({which})")
     for error in broken:
-        if error.path is not None and _norm(Path(error.path).stem) == wanted:
+        if error.path is not None and gpu_key(Path(error.path).stem) == wanted:
             raise error
     raise BadValueError(
         f"no hardware profile {query!r}",
@@ -238,13 +239,19 @@ def match_detected(
     gpu_name: str, vram_bytes: int | None, profiles: list[HardwareProfile]
 ) -> HardwareProfile | None:
     """The profile for a detected GPU: same name, and memory within 10 % when known."""
-    wanted = _norm(gpu_name)
+    wanted = gpu_key(gpu_name)
     for profile in profiles:
-        if _norm(profile.name) != wanted:
+        if gpu_key(profile.name) != wanted:
             continue
-        if vram_bytes is None or abs(profile.vram_bytes - vram_bytes) <= 0.1 * vram_bytes:
+        if vram_bytes is None or same_memory(profile.vram_bytes, vram_bytes):
             return profile
     return None
+
+
+def same_memory(one: int, other: int) -> bool:
+    """Whether two figures of a card's memory are the same card's: within 10 % of ``other``
+    (a card sold as 24G reports 23.99 GiB; a profile's size is the sold one)."""
+    return abs(one - other) <= 0.1 * other
 
 
 OVERHEAD_KEYS = ("runtime_overhead_mib", "runtime_overhead_measured")

@@ -24,9 +24,10 @@ from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
 from moetune.gguf.split import SPLIT_NAME_RE, read_model
 from moetune.records.server import Device, ServerInfo
 from moetune.store.files import parse_json, read_text, save_text
+from moetune.store.hardware import gpu_key, same_memory
 from moetune.store.paths import tuned_dir
 from moetune.store.validate import validated
-from moetune.units import format_bytes, size_arg, tokens_arg
+from moetune.units import GIB, KIB, MIB, TIB, format_bytes, size_arg, tokens_arg
 
 # --- tuned profiles: identities ----------------------------------------------------------------
 
@@ -224,10 +225,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "model"
 
 
-def profile_name(key: TuneKey) -> str:
-    """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0-22G-1f0c2a``: the model file's stem, context, cache
-    types, target and a short tag of the devices: one profile per thing a result depends on
-    (a second target or device set gets its own file)."""
+def profile_name(key: TuneKey, *, legacy: bool = False) -> str:
+    """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0-22.5G-1f0c2a``: the model file's stem, context, cache
+    types, target (as typed: units.size_arg) and a short tag of the devices: one profile per
+    thing a result depends on (a second target or device set gets its own file).
+    ``legacy``: the name moetune gave the same profile before, its targets in whole units
+    (``23040M``): a profile saved then keeps it (ProfileStore.match finds it by it)."""
     s = key.settings
     split = SPLIT_NAME_RE.match(key.model.file_name)
     stem = split["prefix"] if split else key.model.file_name.removesuffix(".gguf")
@@ -236,9 +239,19 @@ def profile_name(key: TuneKey) -> str:
         f"{d.device}|{d.name}|{d.vram_total_bytes}" for d in (key.devices or (key.gpu,))
     ).encode()
     tag = hashlib.sha256(devices).hexdigest()[:6]
-    targets = "_".join(size_arg(t) for t in (s.device_targets or [s.target_bytes]))
+    spell = _whole_units if legacy else size_arg
+    targets = "_".join(spell(t) for t in (s.device_targets or [s.target_bytes]))
     goal = f"-{_slug(s.objective)}" if s.objective else ""
     return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}{goal}"
+
+
+def _whole_units(n_bytes: int) -> str:
+    """A size in the largest unit that divides it (``23040M``): how profile names gave their
+    targets before they were written as typed."""
+    for unit, scale in (("T", TIB), ("G", GIB), ("M", MIB), ("K", KIB)):
+        if n_bytes and n_bytes % scale == 0:
+            return f"{n_bytes // scale}{unit}"
+    return f"{n_bytes}B" if n_bytes else "0"
 
 
 def retune_command(profile: TunedProfile) -> list[str]:
@@ -372,8 +385,12 @@ class ProfileStore:
         return path
 
     def match(self, key: TuneKey) -> Match:
-        """The saved profile for this model, context and cache types, if it still applies."""
+        """The saved profile for this model, context and cache types, if it still applies;
+        one saved under its legacy name (profile_name) is found by it and keeps it."""
         name = profile_name(key)
+        legacy = profile_name(key, legacy=True)
+        if not os.path.lexists(self.path_for(name)) and os.path.lexists(self.path_for(legacy)):
+            name = legacy
         try:
             saved = self.load(name)
         except ProfileNotFoundError:
@@ -388,8 +405,7 @@ class ProfileStore:
     def for_model(self, identity: ModelIdentity, warn: Callable[[str], None]) -> list[TunedProfile]:
         """Profiles of this model file name, newest first (they may be out of date); ``warn``
         names each broken profile file."""
-        same = [p for p in self.good(warn) if p.model.file_name == identity.file_name]
-        return sorted(same, key=lambda p: p.confirmed_at or p.tuned_at, reverse=True)
+        return _newest([p for p in self.good(warn) if p.model.file_name == identity.file_name])
 
 
 def parse_tuned_profile(text: str, source: str) -> TunedProfile:
@@ -413,12 +429,14 @@ def new_profile(
     *,
     tensor_split: list[float] | None = None,
     n_ubatch: int | None = None,
+    name: str | None = None,
 ) -> TunedProfile:
-    """The profile to save for a run's winner (``previous``: the one it confirmed)."""
+    """The profile to save for a run's winner (``previous``: the one it confirmed; ``name``:
+    the name it is saved under, default profile_name's)."""
     s = key.settings
     stamp = now()
     return TunedProfile(
-        name=profile_name(key),
+        name=name or profile_name(key),
         tuned_at=previous.tuned_at if previous else stamp,
         confirmed_at=stamp if previous else None,
         model=key.model,
@@ -437,23 +455,45 @@ def new_profile(
 class Selectors(BaseModel):
     """What ``alias`` and ``export`` choose a tuned profile by, beside the context and cache
     type (as ``run`` does): its name (``--profile``, or the start of it), its targets
-    (``--target-vram``, one or one per device) and its RPC servers (``--rpc``)."""
+    (``--target-vram``, one or one per device) and its device set: its RPC servers
+    (``--rpc``), each device's memory (``--vram``, one size or one per device, within 10 %
+    of what was detected, as a hardware profile matches a card) and the GPU's name (``--gpu``:
+    one GPU of that hardware profile)."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str | None = None
     targets: tuple[int, ...] | None = None
     rpc: tuple[str, ...] | None = None
+    vram: tuple[int, ...] | None = None
+    gpu_name: str | None = None
 
     def admits(self, profile: TunedProfile) -> bool:
         if self.name is not None and not profile.name.startswith(self.name):
             return False
-        if self.targets is not None:
-            mine = _targets(profile)
-            wanted = self.targets * len(mine) if len(self.targets) == 1 else self.targets
-            if tuple(mine) != tuple(wanted):
+        if self.targets is not None and not _each(_targets(profile), self.targets, _same):
+            return False
+        devices = profile.device_set
+        if self.vram is not None:
+            totals = [d.vram_total_bytes for d in devices]
+            if not _each(totals, self.vram, same_memory):
                 return False
+        if self.gpu_name is not None and (
+            len(devices) != 1 or gpu_key(devices[0].name) != gpu_key(self.gpu_name)
+        ):
+            return False
         return self.rpc is None or _servers(profile) == self.rpc
+
+
+def _same(mine: int, wanted: int) -> bool:
+    return mine == wanted
+
+
+def _each(mine: Sequence[int], wanted: tuple[int, ...], same: Callable[[int, int], bool]) -> bool:
+    """Whether ``mine`` (one figure per device) is ``wanted``: one figure for every device, or
+    one per device."""
+    per_device = wanted * len(mine) if len(wanted) == 1 else wanted
+    return len(per_device) == len(mine) and all(map(same, mine, per_device))
 
 
 def _targets(profile: TunedProfile) -> list[int]:
@@ -473,6 +513,7 @@ def _telling(profile: TunedProfile, among: Sequence[TunedProfile]) -> str:
         "--cache-type": lambda p: p.settings.type_k,
         "--target-vram": lambda p: ",".join(size_arg(t) for t in _targets(p)),
         "--rpc": lambda p: ",".join(_servers(p)) or "none",
+        "--vram": lambda p: ",".join(size_arg(d.vram_total_bytes) for d in p.device_set),
     }
     parts = [
         f"{flag} {value(profile)}"
@@ -492,33 +533,18 @@ def model_profile(
     warn: Callable[[str], None],
     select: Selectors | None = None,
 ) -> TunedProfile:
-    """The newest tuned profile for this model file (at ``n_ctx``/``cache_type`` if given,
-    tuned with the files ``beside`` it among its arguments: ``("--mmproj", FILE)``,
-    ``("--draft", FILE)``); ``warn`` names each broken profile file, and when none is found
-    the error says how many were skipped."""
+    """The tuned profile for this model file (at ``n_ctx``/``cache_type`` if given, tuned
+    with the files ``beside`` it among its arguments: ``("--mmproj", FILE)``, ``("--draft",
+    FILE)``, and as ``select`` says); several that match are refused (listed, with what tells
+    them apart); ``warn`` names each broken profile file, and when none is found the error
+    says how many were skipped."""
     broken: list[str] = []
 
     def skipped(line: str) -> None:
         broken.append(line)
         warn(line)
 
-    chosen = select or Selectors()
-    found = [
-        p
-        for p in store.for_model(identity, skipped)
-        if (n_ctx is None or p.settings.n_ctx == n_ctx)
-        and (cache_type is None or cache_type in (p.settings.type_k, p.settings.type_v))
-        and all(file in p.settings.extra_args for _, file in beside)
-        and chosen.admits(p)
-    ]
-    exact = [p for p in found if p.name == chosen.name]
-    found = exact or found
-    if len(found) > 1:
-        raise BadValueError(
-            f"{len(found)} tuned profiles of {identity.file_name} match: "
-            + "; ".join(f"{p.name} ({_telling(p, found)})" for p in found),
-            hint="choose one with --profile NAME, or with the option shown beside it",
-        )
+    found = _chosen(store.for_model(identity, skipped), n_ctx, cache_type, beside, select)
     if not found:
         with_files = f" with {', '.join(Path(f).name for _, f in beside)}" if beside else ""
         raise ProfileNotFoundError(
@@ -537,3 +563,59 @@ def model_profile(
             hint="tune again: " + shlex.join(retune_command(profile)),
         )
     return profile
+
+
+def every_model_profile(
+    store: ProfileStore,
+    n_ctx: int | None = None,
+    cache_type: str | None = None,
+    *,
+    warn: Callable[[str], None],
+    select: Selectors | None = None,
+) -> list[TunedProfile]:
+    """The tuned profile of each model file that has one (at ``n_ctx``/``cache_type`` if
+    given, and as ``select`` says), newest first; a model with several that match is refused
+    as model_profile refuses it."""
+    by_model: dict[str, list[TunedProfile]] = {}
+    for profile in store.good(warn):
+        by_model.setdefault(profile.model.path, []).append(profile)
+    found = [
+        chosen[0]
+        for profiles in by_model.values()
+        if (chosen := _chosen(_newest(profiles), n_ctx, cache_type, (), select))
+    ]
+    return _newest(found)
+
+
+def _newest(profiles: list[TunedProfile]) -> list[TunedProfile]:
+    return sorted(profiles, key=lambda p: p.confirmed_at or p.tuned_at, reverse=True)
+
+
+def _chosen(
+    profiles: list[TunedProfile],
+    n_ctx: int | None,
+    cache_type: str | None,
+    beside: Sequence[tuple[str, str]],
+    select: Selectors | None,
+) -> list[TunedProfile]:
+    """The ``profiles`` of one model that match (at most one: a profile named exactly by
+    ``--profile`` is the one; several others are refused, each listed with what tells it
+    apart from the rest)."""
+    chosen = select or Selectors()
+    found = [
+        p
+        for p in profiles
+        if (n_ctx is None or p.settings.n_ctx == n_ctx)
+        and (cache_type is None or cache_type in (p.settings.type_k, p.settings.type_v))
+        and all(file in p.settings.extra_args for _, file in beside)
+        and chosen.admits(p)
+    ]
+    exact = [p for p in found if p.name == chosen.name]
+    found = exact or found
+    if len(found) > 1:
+        raise BadValueError(
+            f"{len(found)} tuned profiles of {found[0].model.file_name} match: "
+            + "; ".join(f"{p.name} ({_telling(p, found)})" for p in found),
+            hint="choose one with --profile NAME, or with the option shown beside it",
+        )
+    return found
