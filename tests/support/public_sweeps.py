@@ -2,7 +2,8 @@
 them: each row a ``Measured`` on the header-only example of its model, and each machine's
 public figures (a hardware profile's GPU memory bandwidth, PCIe link and FLOP/s; the RAM's
 peak where the source states its type, rate and channels). benchmarks/speed_forecast.py
-forecasts them, scripts/speed-prior.py fits core/prior.py's typical factors on them."""
+forecasts them, scripts/speed-prior.py fits core/prior.py's typical factors on them, and
+core/routing.py's routing exponents on the copy-all / copy-used pairs among them."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from moetune.core.calibrate import Measured, fit_pooled
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts, facts_from_gguf
 from moetune.core.placement import Placement
 from moetune.core.prior import SpeedPrior
+from moetune.core.routing import touched_share
 from moetune.core.settings import Settings
 from moetune.core.speed import DeviceFigures, Efficiency, MachineFigures, forecast, placement_layout
 from moetune.gguf.split import read_model
@@ -263,3 +265,104 @@ def fit_prior(without: str | None = None) -> SpeedPrior:
         points=len(samples),
         machines=len(machines),
     )
+
+
+# --- the routing exponent (core/routing.py) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A copy-all / copy-used pair: one llama-bench prompt sweep over ubatch, every expert on
+    the CPU, run by a build that copies all of a block's experts per ubatch and by one that
+    copies only those the ubatch uses."""
+
+    file: str
+    copy_all: str  # the rows' ``build`` of each
+    copy_used: str
+    model: str | None = None  # examples/models/ header giving n_expert, n_used (None: the file)
+
+
+PAIRS = (
+    Pair(
+        "llamacpp-pr15346-gptoss20b-cpuexps-ubatch.json",
+        "master",
+        "sl/sched-used-experts",
+        "gpt-oss-20b-MXFP4.header.gguf",
+    ),
+    Pair(
+        "ik_llama-pr698-gptoss20b-4080-7950x-cpuexps-ubatch.json",
+        "main",
+        "PR 698",
+        "gpt-oss-20b-MXFP4.header.gguf",
+    ),
+    Pair(
+        "ik_llama-pr698-gptoss120b-4080-5975wx-cpuexps-ubatch.json",
+        "main",
+        "PR 698",
+        "gpt-oss-120b-MXFP4.header.gguf",
+    ),
+    Pair("ik_llama-pr698-deepseeklite-4080-7950x-cpuexps-ubatch.json", "main", "PR 698"),
+)
+
+
+class Touched(NamedTuple):
+    """One ubatch size of a pair: the share of experts it touched, as the pair shows it."""
+
+    architecture: str
+    n_used: int
+    n_expert: int
+    n_ubatch: int
+    share: float
+
+
+def touched_of(pair: Pair) -> list[Touched]:
+    """Per ubatch ``U``: copy all takes ``L + c U`` per ubatch (``L`` the whole copy, ``c U``
+    the rest, a least-squares line over the sweep), copy used ``s L + c U``: ``s = 1 -
+    (T_all - T_used) / L``."""
+    data = _data(pair.file)
+    if pair.model is not None:
+        facts = _facts(pair.model)
+        arch, n_used, n_expert = facts.architecture, facts.n_experts_used, facts.n_experts
+    else:
+        model = data["model"]
+        arch, n_used, n_expert = model["arch"], model["n_expert_used"], model["n_expert"]
+    per_ubatch: dict[str, dict[int, float]] = {pair.copy_all: {}, pair.copy_used: {}}
+    for row in data["rows"]:
+        if row["build"] in per_ubatch:
+            per_ubatch[row["build"]][row["n_ubatch"]] = row["n_ubatch"] / row["ts"]
+    every, used = per_ubatch[pair.copy_all], per_ubatch[pair.copy_used]
+    sizes = sorted(every)
+    mean_u = sum(sizes) / len(sizes)
+    mean_t = sum(every[u] for u in sizes) / len(sizes)
+    slope = sum((u - mean_u) * (every[u] - mean_t) for u in sizes) / sum(
+        (u - mean_u) ** 2 for u in sizes
+    )
+    whole = mean_t - slope * mean_u
+    return [Touched(arch, n_used, n_expert, u, 1 - (every[u] - used[u]) / whole) for u in sizes]
+
+
+def _routing_error(points: list[Touched], exponent: float) -> float:
+    return sum(
+        (touched_share(p.n_used, p.n_expert, p.n_ubatch, exponent) - p.share) ** 2 for p in points
+    )
+
+
+def fit_routing() -> dict[str, float]:
+    """core/routing.py's exponent of each architecture with pairs: the least squares of the
+    touched share over its pairs' points, ``0 < a <= 1`` (3 significant digits)."""
+    by_arch: dict[str, list[Touched]] = {}
+    for pair in PAIRS:
+        for point in touched_of(pair):
+            by_arch.setdefault(point.architecture, []).append(point)
+    fitted = {}
+    for arch, points in sorted(by_arch.items()):
+        low, high = 1e-3, 1.0  # the error is unimodal in a: a golden-section search
+        ratio = (5**0.5 - 1) / 2
+        for _ in range(80):
+            a, b = high - ratio * (high - low), low + ratio * (high - low)
+            if _routing_error(points, a) <= _routing_error(points, b):
+                high = b
+            else:
+                low = a
+        fitted[arch] = _sig((low + high) / 2)
+    return fitted

@@ -11,7 +11,11 @@ The expected values are derived from the tensor list by name alone, not by the m
   full where its block is; ``output.*`` is read where the output layer is (the last device),
   in a ubatch with logits; ``token_embd`` (one row per token) is left out;
 - a token reads ``k/n`` of the routed experts (k used of n); a ubatch of U tokens the share
-  ``1 - (1 - k/n)^U`` (uniform routing);
+  ``1 - (1 - k/n)^(U^a)``, ``a`` the router's exponent (core/routing.py's docstring, fitted on
+  public copy-all / copy-used pairs): Qwen3-30B-A3B (qwen3moe) 1, uniform routing; gpt-oss
+  0.398; DeepSeek-V3 (deepseek2) 0.952. At U = 512: Qwen3 1 - (120/128)^512 = 1 - 4.4e-15;
+  gpt-oss-120b 512^0.398 = 11.98 picks, 1 - (124/128)^11.98 = 0.316; DeepSeek-V3 512^0.952
+  = 379.5 picks, 1 - (248/256)^379.5 = 1 - 5.9e-6;
 - KV bytes per cell and layer at f16 (2 bytes): GQA ``2 * head_count_kv * (key_length +
   value_length)``: Qwen3-30B-A3B 2 * 4 * 256 = 2048, gpt-oss-120b 2 * 8 * 128 = 2048;
   DeepSeek-V3 (MLA, no V) ``2 * (kv_lora_rank + rope.dimension_count)`` = 2 * 576 = 1152. A
@@ -75,17 +79,20 @@ class Example(NamedTuple):
     blocks: int
     used: int
     experts: int
+    routing: float  # the router's exponent a (the module docstring)
     kv_cell_layer: int  # KV bytes per cell per layer (the module docstring's derivation)
     swa: frozenset[int]  # sliding-window blocks
     window: int
 
 
 MODELS = {
-    "qwen3": Example("Qwen3-30B-A3B-Q4_K_M", 48, 8, 128, 2 * 4 * (128 + 128), frozenset(), 0),
+    "qwen3": Example("Qwen3-30B-A3B-Q4_K_M", 48, 8, 128, 1.0, 2 * 4 * (128 + 128), frozenset(), 0),
     "gpt-oss": Example(
-        "gpt-oss-120b-MXFP4", 36, 4, 128, 2 * 8 * (64 + 64), frozenset(range(0, 36, 2)), 128
+        "gpt-oss-120b-MXFP4", 36, 4, 128, 0.398, 2 * 8 * (64 + 64), frozenset(range(0, 36, 2)), 128
     ),
-    "deepseek": Example("DeepSeek-V3-0324-Q4_K_M", 61, 8, 256, 2 * (512 + 64), frozenset(), 0),
+    "deepseek": Example(
+        "DeepSeek-V3-0324-Q4_K_M", 61, 8, 256, 0.952, 2 * (512 + 64), frozenset(), 0
+    ),
 }
 
 
@@ -210,7 +217,7 @@ def test_bytes_per_prompt_ubatch(key: str, which: str, two: bool) -> None:
     example = MODELS[key]
     sums = _sums(example.file)
     n_cpu = _n_cpu(example, which)
-    touched = 1 - (1 - example.used / example.experts) ** 512
+    touched = 1 - (1 - example.used / example.experts) ** (512**example.routing)
     n_devices = 2 if two else 1
     weights = [0.0] * n_devices
     link = 0.0
@@ -275,16 +282,17 @@ def test_op_offload_starts_at_32_tokens() -> None:
 
 def test_expert_biases_follow_their_own_batch() -> None:
     """gpt-oss's expert biases are ADD_ID ops of ``4 * U`` rows: at U = 16 the matrices stay
-    on the CPU (16 < 32) while the biases (64 rows) are copied whole; at U = 4 both stay."""
+    on the CPU (16 < 32) while the biases (64 rows) are copied whole; at U = 4 both stay. The
+    CPU reads the touched share: 16^0.398 = 3.01 picks' worth, 4^0.398 = 1.74."""
     layout = _layout("gpt-oss", "cpu", False)
     mats, biases = 60_914_073_600, 159_252_480
     sixteen = ubatch_traffic(layout, 16)
-    touched = 1 - (124 / 128) ** 16
+    touched = 1 - (124 / 128) ** (16**0.398)
     assert sixteen.link_bytes[0] == pytest.approx(biases, rel=1e-12)
     assert sixteen.ram_weight_bytes == pytest.approx(touched * mats, rel=1e-12)
     four = ubatch_traffic(layout, 4)
     assert four.link_bytes == (0.0,)
-    touched = 1 - (124 / 128) ** 4
+    touched = 1 - (124 / 128) ** (4**0.398)
     assert four.ram_weight_bytes == pytest.approx(touched * (mats + biases), rel=1e-12)
 
 
@@ -449,6 +457,17 @@ def test_uniform_routing() -> None:
     assert HAND.touched(2) == pytest.approx(1 - (120 / 128) ** 2)
     assert math.isclose(HAND.touched(4096), 1.0)
     assert HAND._replace(n_expert=0).touched(512) == 0
+
+
+def test_a_concentrated_router_touches_fewer() -> None:
+    """gpt-oss's router (a = 0.398, the module docstring): a 512-token ubatch of gpt-oss-120b
+    touches 1 - (124/128)^(512^0.398) = 0.316 of a block's experts, Qwen3-30B-A3B's all but
+    4.4e-15; one token k/n either way."""
+    oss, qwen = _layout("gpt-oss", "cpu", False), _layout("qwen3", "cpu", False)
+    assert oss.routing_exponent == 0.398 and qwen.routing_exponent == 1.0
+    assert oss.touched(512) == pytest.approx(0.31628, abs=1e-5)
+    assert oss.touched(1) == 4 / 128
+    assert 1 - qwen.touched(512) == pytest.approx(4.46e-15, rel=1e-2)
 
 
 def test_traffic_adds_up() -> None:

@@ -34,7 +34,7 @@ class SpeedPrior(BaseModel):
 # scripts/speed-prior.py prints this from benchmarks/data/public_sweeps/
 PUBLIC_PRIOR = SpeedPrior(
     efficiency=Efficiency(
-        device_memory=0.447, ram=0.679, link=0.84, device_compute=0.202, cpu_compute=1.0, points=32
+        device_memory=0.45, ram=0.677, link=0.525, device_compute=0.248, cpu_compute=1.0, points=32
     ),
     block_token_s=0.0,
     points=32,
