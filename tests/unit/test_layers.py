@@ -477,11 +477,13 @@ NOT_FOR_INSPECT = (
     "psutil",
     "moetune.store",
 )
-# a plan without --mmproj or --frontier: no projector (clip's replay), no frontier.
+# a plan without --mmproj or --frontier: no projector (clip's replay), no frontier; the host
+# read from procfs and sysfs, without psutil (hardware/host.py).
 NOT_FOR_A_PLAIN_PLAN = (
     "moetune.core.projector",
     "moetune.core.compute.clip",
     "moetune.core.frontier",
+    "psutil",
 )
 
 
