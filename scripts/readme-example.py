@@ -32,15 +32,13 @@ PHYSICAL_CORES = 8
 
 
 def _child() -> None:
-    """moetune ARGS with psutil reporting PHYSICAL_CORES physical cores."""
-    import psutil
+    """moetune ARGS with the host probe reporting PHYSICAL_CORES physical cores."""
+    from moetune.hardware import host
 
-    real = psutil.cpu_count
+    def physical_cores(cpu_sysfs: Path = host.CPU_SYSFS) -> int | None:
+        return PHYSICAL_CORES
 
-    def cpu_count(logical: bool = True) -> int | None:
-        return real(logical=True) if logical else PHYSICAL_CORES
-
-    psutil.cpu_count = cpu_count
+    host.physical_cores = physical_cores
     from moetune.cli import main
 
     sys.argv = ["moetune", *ARGS]

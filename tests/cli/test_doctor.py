@@ -45,7 +45,7 @@ def fake_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = gpu_4090(pcie_gen_max=3, pcie_gen_current=3)
     # The command imports these when it runs: patch them where it finds them.
     monkeypatch.setattr(hardware, "detect_gpu_probe", lambda: FakeGpuProbe([gpu]))
-    monkeypatch.setattr(hardware_host, "PsutilHostProbe", lambda: FakeHostProbe(host(is_wsl=True)))
+    monkeypatch.setattr(hardware_host, "LiveHostProbe", lambda: FakeHostProbe(host(is_wsl=True)))
     monkeypatch.setattr(membw, "StreamingReadProbe", FakeRamBandwidthProbe.typical)
     monkeypatch.setattr(process, "find_server", lambda explicit: Path("/x/llama-server"))
     monkeypatch.setattr(process, "server_info", lambda path: cuda_server())

@@ -1,5 +1,6 @@
 """Hardware probes, all without a GPU: NVML through a fake module, nvidia-smi through a fake
-executable on PATH, psutil for real, and the fakes through the same Protocols."""
+executable on PATH, the host for real (psutil its oracle) and from files written here, and the
+fakes through the same Protocols."""
 
 from __future__ import annotations
 
@@ -21,15 +22,21 @@ from moetune.hardware import (
     GpuQueryError,
     HostInfo,
     HostProbe,
+    LiveHostProbe,
     NoGpuError,
     NoGpuProbe,
     NvmlProbe,
-    PsutilHostProbe,
     SmiProbe,
     detect_gpu_probe,
     require_gpus,
 )
-from moetune.hardware.host import cgroup_ram_limit, process_tree
+from moetune.hardware.host import (
+    MemoryFigures,
+    cgroup_ram_limit,
+    memory_figures,
+    physical_cores,
+    process_tree,
+)
 from moetune.units import GIB
 
 from support.fake_pynvml import (
@@ -413,16 +420,77 @@ def test_smi_process_usage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 # --- host ---------------------------------------------------------------------------------
 
 
-def test_psutil_host_is_sane() -> None:
-    host = PsutilHostProbe().host()
-    assert host.ram_total_bytes > 0
+def test_the_live_host_is_what_psutil_says() -> None:
+    import psutil
+
+    host = LiveHostProbe().host()
+    assert host.ram_total_bytes == psutil.virtual_memory().total
     assert 0 < host.ram_available_bytes <= host.ram_total_bytes
+    assert abs(host.ram_available_bytes - psutil.virtual_memory().available) < 1 << 30
+    assert host.swap_total_bytes == psutil.swap_memory().total
     assert 0 <= host.swap_used_bytes <= host.swap_total_bytes
     meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
     assert host.swap_total_bytes == int(meminfo["SwapTotal"].split()[0]) * 1024
-    assert host.logical_cores >= 1
+    assert host.logical_cores == psutil.cpu_count(logical=True)
+    assert host.physical_cores == psutil.cpu_count(logical=False)
     assert host.physical_cores is None or 1 <= host.physical_cores <= host.logical_cores
     assert host.ram_limit_bytes is None or 0 < host.ram_limit_bytes < host.ram_total_bytes
+
+
+MEMINFO = """MemTotal:       65536000 kB
+MemFree:         1000000 kB
+MemAvailable:   40000000 kB
+Buffers:          123456 kB
+SwapTotal:       8388608 kB
+SwapFree:        6291456 kB
+HugePages_Total:       0
+"""
+
+
+def test_memory_figures_from_meminfo(tmp_path: Path) -> None:
+    path = tmp_path / "meminfo"
+    path.write_text(MEMINFO)
+    assert memory_figures(path) == MemoryFigures(
+        ram_total=65536000 * 1024,
+        ram_available=40000000 * 1024,
+        swap_total=8 * GIB,
+        swap_used=2 * GIB,
+    )
+
+
+@pytest.mark.parametrize("meminfo", [None, MEMINFO.replace("MemAvailable", "MemAvail")])
+def test_memory_figures_from_psutil_without_meminfo(tmp_path: Path, meminfo: str | None) -> None:
+    """No such file (another system), or one without a figure: psutil's figures."""
+    import psutil
+
+    path = tmp_path / "meminfo"
+    if meminfo is not None:
+        path.write_text(meminfo)
+    figures = memory_figures(path)
+    assert figures.ram_total == psutil.virtual_memory().total
+    assert figures.swap_total == psutil.swap_memory().total
+
+
+def _topology(root: Path, name: str, lists: list[str]) -> Path:
+    for cpu, cores in enumerate(lists):
+        folder = root / f"cpu{cpu}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / name).write_text(cores + "\n")
+    (root / "cpufreq").mkdir()  # not a CPU
+    return root
+
+
+@pytest.mark.parametrize("name", ["core_cpus_list", "thread_siblings_list"])
+def test_physical_cores_from_the_topology(tmp_path: Path, name: str) -> None:
+    """Eight CPUs, two threads on each of the first two cores: six cores."""
+    lists = ["0,4", "1,5", "2", "3", "0,4", "1,5", "6", "7"]
+    assert physical_cores(_topology(tmp_path, name, lists)) == 6
+
+
+def test_physical_cores_from_psutil_without_the_topology(tmp_path: Path) -> None:
+    import psutil
+
+    assert physical_cores(tmp_path) == psutil.cpu_count(logical=False)
 
 
 @pytest.mark.parametrize(
@@ -441,7 +509,7 @@ def test_wsl_detection(
     path = tmp_path / "version"
     if proc_version is not None:
         path.write_text(proc_version + "\n")
-    assert PsutilHostProbe(proc_version=path, environ=environ).is_wsl() is wsl
+    assert LiveHostProbe(proc_version=path, environ=environ).is_wsl() is wsl
 
 
 @pytest.mark.parametrize(
@@ -486,7 +554,7 @@ def test_every_probe_implements_its_protocol(
         assert (probe.why is None) == bool(gpus) or isinstance(probe, FakeGpuProbe)
         used = probe.process_used_bytes(os.getpid())
         assert all(isinstance(k, int) and isinstance(v, int) for k, v in used.items())
-    host_probes: list[HostProbe] = [PsutilHostProbe(), FakeHostProbe.typical()]
+    host_probes: list[HostProbe] = [LiveHostProbe(), FakeHostProbe.typical()]
     assert all(isinstance(probe.host(), HostInfo) for probe in host_probes)
 
 

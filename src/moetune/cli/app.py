@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-import traceback
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
@@ -105,6 +104,8 @@ def fail(exc: BaseException, document: bool) -> typer.Exit:
         code, message = ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
         hint = None if _State.debug else "rerun with --debug for the traceback"
     if _State.debug:
+        import traceback
+
         err().print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
     if document:
         error_document(code, message, hint)

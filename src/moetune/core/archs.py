@@ -22,8 +22,7 @@ is also its module in compute/ and its entry in compute/graph.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 # How a layer is found to be recurrent (core/dims.py ``_recurrent_layers``):
 # - "ssm_conv": the blocks that hold an ``ssm_conv1d`` tensor (the default);
@@ -49,9 +48,9 @@ Indexer = Literal["", "all", "types"]
 OutIdsLate = Literal["", "l_out", "norm"]
 
 
-@dataclass(frozen=True)
-class Arch:
-    """What moetune knows of one architecture."""
+class Arch(NamedTuple):
+    """What moetune knows of one architecture (a NamedTuple: as a frozen dataclass of this many
+    fields it was a few ms of every start)."""
 
     name: str
     known: bool = True  # moetune has read its cache and graph rules (False: untaught)

@@ -1,7 +1,7 @@
-"""Hardware probes: NVIDIA GPUs (NVML, else nvidia-smi), the host (psutil) and its RAM read
-bandwidth (numpy).
+"""Hardware probes: NVIDIA GPUs (NVML, else nvidia-smi), the host (procfs and sysfs, else
+psutil) and its RAM read bandwidth (numpy).
 
-Use ``detect_gpu_probe()``, ``PsutilHostProbe()`` and ``StreamingReadProbe()``. They implement
+Use ``detect_gpu_probe()``, ``LiveHostProbe()`` and ``StreamingReadProbe()``. They implement
 the ``GpuProbe`` / ``HostProbe`` / ``RamBandwidthProbe`` Protocols of ``hardware.base``; the
 tests' fakes (tests/support/fakes.py) implement the same Protocols. ``--vram`` and ``--gpu``
 plans use no probe where ``nvidia_driver_here()`` says there is no driver (the check by
@@ -28,13 +28,13 @@ from moetune.hardware.base import (
 )
 
 if TYPE_CHECKING:
-    from moetune.hardware.host import PsutilHostProbe
+    from moetune.hardware.host import LiveHostProbe
     from moetune.hardware.membw import StreamingReadProbe
     from moetune.hardware.nvml import NvmlProbe
     from moetune.hardware.smi import SmiProbe
 
 _LAZY = {
-    "PsutilHostProbe": "host",
+    "LiveHostProbe": "host",
     "NvmlProbe": "nvml",
     "SmiProbe": "smi",
     "StreamingReadProbe": "membw",
@@ -72,10 +72,10 @@ __all__ = [
     "GpuQueryError",
     "HostInfo",
     "HostProbe",
+    "LiveHostProbe",
     "NoGpuError",
     "NoGpuProbe",
     "NvmlProbe",
-    "PsutilHostProbe",
     "RamBandwidth",
     "RamBandwidthProbe",
     "SmiProbe",

@@ -166,7 +166,7 @@ def figures_here(devices: Sequence[DeviceSpec]) -> MachineFigures:
     """What this machine's figures say: a device's memory bandwidth, PCIe link and FP16 FLOP/s
     from the hardware profile of its name, the RAM read bandwidth `moetune doctor` saved; else
     None."""
-    from moetune.hardware.host import PsutilHostProbe
+    from moetune.hardware.host import LiveHostProbe
     from moetune.store.hardware import match_detected, scan_hardware_profiles
     from moetune.store.machine import MachineIdentity, saved_ram_bandwidth
 
@@ -183,7 +183,7 @@ def figures_here(devices: Sequence[DeviceSpec]) -> MachineFigures:
             if profile is not None
             else DeviceFigures()
         )
-    host = PsutilHostProbe().host()
+    host = LiveHostProbe().host()
     try:
         machine = MachineIdentity(
             cpu_model=host.cpu_model or "unknown CPU", ram_total_bytes=host.ram_total_bytes

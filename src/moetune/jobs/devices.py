@@ -196,9 +196,9 @@ def detected_gpus(probe: GpuProbe, gpu_index: int | None) -> list[GpuInfo]:
 
 def host_ram(ram: int | None) -> tuple[int | None, int | None, int | None]:
     """(total, available, physical cores): ``--ram`` is both total and available."""
-    from moetune.hardware.host import PsutilHostProbe
+    from moetune.hardware.host import LiveHostProbe
 
-    host = PsutilHostProbe().host()
+    host = LiveHostProbe().host()
     if ram is not None:
         return ram, ram, host.physical_cores
     return host.ram_total_bytes, host.ram_available_bytes, host.physical_cores

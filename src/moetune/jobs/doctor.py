@@ -989,7 +989,7 @@ def doctor_report(
     llama-server), what the options describe instead (``--vram``, ``--gpu``, ``--ram``...),
     and ``model`` on it. ``measure=False`` (``--no-measure``): the saved RAM figure."""
     from moetune.hardware import detect_gpu_probe
-    from moetune.hardware.host import PsutilHostProbe
+    from moetune.hardware.host import LiveHostProbe
     from moetune.hardware.membw import StreamingReadProbe
     from moetune.jobs.devices import plan_devices, split_endpoints
     from moetune.jobs.loader import load_model_facts
@@ -1018,7 +1018,7 @@ def doctor_report(
     headrooms = per_device(headroom, n, "--headroom") or headroom.values
     inputs = DoctorInputs(
         gpus=detect_gpu_probe(),
-        host=PsutilHostProbe(),
+        host=LiveHostProbe(),
         server=lookup,
         hardware=hardware,
         gpu_profile=find_hardware_profile(gpu) if gpu else None,

@@ -2,17 +2,17 @@
 as its ``--json`` document (report.payloads), dispatching on the view's type.
 
 A view is a job's result with what its text needs beside it (where the devices came from, a
-table asked for). The result types are named for type checking only, and the rich renderers
-are imported when text is printed: ``--json`` loads neither rich nor the modules of results
-it does not print.
+table asked for); a NamedTuple, made at import many times faster than a frozen dataclass (a
+dozen of those were a few ms of every command's start). The result types are named for type
+checking only, and the rich renderers are imported when text is printed: ``--json`` loads
+neither rich nor the modules of results it does not print.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from moetune.report import to_json
 
@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from moetune.store.tuned import TunedProfile
 
 
-@dataclass(frozen=True)
-class InspectView:
+class InspectView(NamedTuple):
     """``inspect``: the model's facts; ``layers``: the per-block table, ``tensors``: every
     tensor in the JSON."""
 
@@ -42,8 +41,7 @@ class InspectView:
     tensors: bool = False
 
 
-@dataclass(frozen=True)
-class PlanView:
+class PlanView(NamedTuple):
     """``plan MODEL``: the plan, the model, and where the devices came from."""
 
     result: PlanResult
@@ -52,39 +50,34 @@ class PlanView:
     frontier: Frontier | None = None  # --frontier, --objective, --workload
 
 
-@dataclass(frozen=True)
-class QuantsView:
+class QuantsView(NamedTuple):
     """``plan user/model``: every quant planned, and where the devices came from."""
 
     result: QuantsResult
     source: str
 
 
-@dataclass(frozen=True)
-class RunView:
+class RunView(NamedTuple):
     """``run``: the attempts and the best, and what became of the tuned profile of ``model``."""
 
     result: RunResult
     model: str
 
 
-@dataclass(frozen=True)
-class BenchView:
+class BenchView(NamedTuple):
     """``bench`` (``chart`` off) and ``report`` (with the bar chart of decode speeds)."""
 
     result: BenchResult
     chart: bool = False
 
 
-@dataclass(frozen=True)
-class CalibrateView:
+class CalibrateView(NamedTuple):
     """``calibrate``: the files imported, their points and where they are kept."""
 
     result: CalibrateResult
 
 
-@dataclass(frozen=True)
-class ProfilesView:
+class ProfilesView(NamedTuple):
     """``profiles list``: the hardware profiles (and the files of them that do not load),
     and the tuned ones (those that do not load as errors) in the folder ``root``."""
 
@@ -94,37 +87,32 @@ class ProfilesView:
     hardware_broken: list[ProfileError]
 
 
-@dataclass(frozen=True)
-class TunedView:
+class TunedView(NamedTuple):
     """``profiles show`` of a tuned profile, and the file it is kept in."""
 
     profile: TunedProfile
     path: str
 
 
-@dataclass(frozen=True)
-class HardwareView:
+class HardwareView(NamedTuple):
     """``profiles show`` of a hardware profile."""
 
     profile: HardwareProfile
 
 
-@dataclass(frozen=True)
-class DoctorView:
+class DoctorView(NamedTuple):
     """``doctor``: every finding."""
 
     report: DoctorReport
 
 
-@dataclass(frozen=True)
-class TextView:
+class TextView(NamedTuple):
     """Text printed as it is (``alias``'s shell function, ``export``'s config)."""
 
     text: str
 
 
-@dataclass(frozen=True)
-class ErrorView:
+class ErrorView(NamedTuple):
     """A command that failed before its document: the code, the message and the hint of the
     one line on stderr (as text: that line)."""
 
