@@ -6,7 +6,8 @@ example, the same plan with ``--frontier`` (its candidates counted, its cost ove
 printed), ``plan --vram 24G`` and ``--ctx max`` of a generated header-only Qwen3-235B-A22B
 (94 blocks, 128 experts, 151,936-token vocabulary), where most of the time is the planner's
 search, and ``plan --vram 24G`` of a DeepSeek-V3.2-shaped header (61 blocks, the sparse
-attention's indexer).
+attention's indexer), and the example over two devices (``--vram 12G,12G``: pipeline
+parallelism, no target), with and without ``--frontier``.
 
 Targets (issue 22, on the development machine): inspect and plan of the example at most
 0.20 s, the 94-block plan at most 0.40 s and at ``--ctx max`` 0.50 s, the DeepSeek-V3.2 plan
@@ -66,6 +67,7 @@ def main() -> None:
         big = write_header_only(Path(tmp) / "Qwen3-235B-A22B-Q4_K_M.gguf", shape=QWEN3_235B_A22B)
         v32 = write_v32_header(Path(tmp) / "DeepSeek-V3.2-Q4_K_M.header.gguf")
         plan_example = [*MOETUNE, "plan", str(EXAMPLE), "--vram", "24G", "--json"]
+        two_devices = [*MOETUNE, "plan", str(EXAMPLE), "--vram", "12G,12G", "--json"]
         cases = [
             ("python -c pass", [sys.executable, "-c", "pass"], None),
             ("moetune --version", [*MOETUNE, "--version"], None),
@@ -87,6 +89,8 @@ def main() -> None:
                 [*MOETUNE, "plan", str(v32), "--vram", "24G", "--json"],
                 1.0,
             ),
+            ("plan EXAMPLE --vram 12G,12G --json", two_devices, None),
+            ("plan EXAMPLE --vram 12G,12G --json --frontier", [*two_devices, "--frontier"], None),
         ]
         results = []
         for label, argv, target in cases:
@@ -102,7 +106,7 @@ def main() -> None:
             if target is None
             else f"  target <= {target:.2f} s: " + ("met" if median <= target else "MISSED")
         )
-        if label.endswith("--frontier"):
+        if label == "plan EXAMPLE --vram 24G --json --frontier":
             frontier = json.loads(out).get("frontier") or {}
             over = median - medians["plan EXAMPLE --vram 24G --json"]
             verdict = (
