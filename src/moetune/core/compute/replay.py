@@ -809,15 +809,13 @@ class Replay:
                 galloc.allocate(copy_of(leaf, leaf.backend), leaf.backend)
         placed: list[tuple[Slot, Tensor]] = []
         for slot, ne, esize, quant_pad, fixed_bytes, backend in head_copies:
-            proto = Tensor("copy", "none", ne, esize, backend=backend, quant_pad=quant_pad)
-            proto.fixed_bytes = fixed_bytes
-            for copy in (
-                copy_of(proto, backend),
-                *(copy_of(proto, backend) for _ in range(n_more)),
-            ):
+            proto = Tensor("copy", "none", ne, esize, quant_pad=quant_pad, fixed_bytes=fixed_bytes)
+            # the split's own copy first (the one its nodes use), then the others
+            copies = [copy_of(proto, backend) for _ in range(self.opts.n_copies)]
+            for copy in copies:
                 galloc.allocate(copy, backend)
             if slot is not None:
-                placed.append((slot, copy))
+                placed.append((slot, copies[0]))
         return placed
 
     def _tensor(self, slot: Slot, built: _Built) -> Tensor:
