@@ -84,20 +84,30 @@ class MemoryFigures(NamedTuple):
     swap_used: int
 
 
+def _proc_fields(path: Path) -> list[tuple[str, str]]:
+    """The ``key: value`` lines of a procfs file (``/proc/meminfo``, ``/proc/cpuinfo``), in
+    order, the key stripped; none where the file cannot be read."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            found.append((key.strip(), value))
+    return found
+
+
 def memory_figures(proc_meminfo: Path = PROC_MEMINFO) -> MemoryFigures:
     """RAM total and available, swap total and used (total less free), from
     ``/proc/meminfo`` as psutil reads them on Linux; psutil's own where that file cannot be
     read or lacks one of them."""
-    try:
-        text = proc_meminfo.read_text(errors="replace")
-    except OSError:
-        text = ""
     kib: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
+    for key, value in _proc_fields(proc_meminfo):
         fields = value.split()
         if fields and fields[0].isdigit():
-            kib[key.strip()] = int(fields[0])
+            kib[key] = int(fields[0])
     try:
         total, available = kib["MemTotal"] * 1024, kib["MemAvailable"] * 1024
         swap_total, swap_free = kib["SwapTotal"] * 1024, kib["SwapFree"] * 1024
@@ -128,15 +138,10 @@ def physical_cores(cpu_sysfs: Path = CPU_SYSFS) -> int | None:
 def cpu_model(proc_cpuinfo: Path = PROC_CPUINFO) -> str | None:
     """The CPU's name from ``/proc/cpuinfo``, else ``platform.processor()``; ``None`` if
     neither says."""
-    try:
-        text = proc_cpuinfo.read_text(errors="replace")
-    except OSError:
-        text = ""
     fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and value.strip():
-            fields.setdefault(key.strip(), " ".join(value.split()))
+    for key, value in _proc_fields(proc_cpuinfo):
+        if value.strip():
+            fields.setdefault(key, " ".join(value.split()))
     for key in CPUINFO_KEYS:
         if key in fields:
             return fields[key]
