@@ -205,6 +205,15 @@ def completion(url: str, prompt: str, n_predict: int, timeout: float = 60) -> di
     return cast(dict[str, Any], response.json())
 
 
+def _name(proc: psutil.Process) -> str:
+    """The process's name, or "" once it has exited (a child can go between listing and
+    reading its name)."""
+    try:
+        return proc.name()
+    except psutil.Error:
+        return ""
+
+
 def wait_for_servers(
     pid: int, timeout: float = 60, name: str = "llama-server"
 ) -> list[psutil.Process]:
@@ -213,7 +222,7 @@ def wait_for_servers(
     parent = psutil.Process(pid)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        servers = [c for c in parent.children(recursive=True) if name in c.name()]
+        servers = [c for c in parent.children(recursive=True) if name in _name(c)]
         if servers:
             return servers
         time.sleep(0.05)
