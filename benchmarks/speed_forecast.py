@@ -10,10 +10,13 @@
    type, rate and channels: otherwise the figure is printed as missing, never guessed), with
    core/prior.py's typical factors fitted again WITHOUT this machine's points (leave one
    machine out), so the figure is what a new machine would see.
-2. The test rig: the real llama-bench (``scripts/llama-bin-dir.sh``) on a tiny model
-   (examples/models/make_tiny.py's) with a ``ggml-rpc-server`` device on 127.0.0.1, a sweep
-   of ``--n-cpu-moe`` x ``-ub`` (-p 64 -n 16), run three times (each configuration's speed
-   the median), calibrated on 2 x 2 configurations.
+2. The test rig: the real llama-bench (``scripts/llama-bin-dir.sh``) on a small qwen3moe
+   model (tests/support/factory.py's, 8 blocks of 384 MiB of F16 experts in all) with a
+   ``ggml-rpc-server`` device on 127.0.0.1, a sweep of ``--n-cpu-moe`` x ``-ub`` (-p 64
+   -n 16), run RIG_ROUNDS times with -r RIG_REPETITIONS (each test's speed the median of
+   its samples), calibrated on 2 x 2 configurations. A token of a tinier model takes a few
+   milliseconds, most of them this VM's scheduling jitter; here most of a token's time is
+   bytes read, as on a real offload.
    Uncalibrated, the RPC device's memory and the CPU's are this host's RAM, measured here
    (hardware/membw.py), with core/prior.py's typical factors as shipped.
 
@@ -154,7 +157,11 @@ RIG_UB = (32, 64, 128)
 # what `calibrate --measure` runs on a device whose smallest N is 2: N and further_n(N) = 4,
 # at the smallest and the largest ubatch
 RIG_CALIBRATE = ((2, 32), (2, 128), (4, 32), (4, 128))
-RIG_ROUNDS = 9  # the sweep runs this many times; each configuration's speed is the median
+RIG_ROUNDS = 3  # the sweep runs this many times,
+RIG_REPETITIONS = 3  # each test this many times in a row (-r): its speed the median of all
+# expert FFN width (= n_embd) of the rig's model: 48 MiB of experts per block, so a token's
+# time is mostly bytes read (as on a real offload), not this VM's scheduling jitter
+RIG_EMBD = 1024
 
 
 @contextlib.contextmanager
@@ -163,19 +170,20 @@ def _rig() -> Iterator[tuple[Path, str]]:
     from support.llama import rpc_server
 
     with tempfile.TemporaryDirectory(prefix="moetune-speed-") as tmp:
-        model = write_model(Path(tmp) / "tiny-moe.gguf", "qwen3moe", n_layers=8)
+        model = write_model(Path(tmp) / "rig-moe.gguf", "qwen3moe", n_layers=8, n_embd=RIG_EMBD)
         with rpc_server() as endpoint:
             yield model, endpoint
 
 
 def _medians(rounds: Sequence[Sequence[SpeedPoint]]) -> list[SpeedPoint]:
-    """The first round's points, each with the median speed of its test over the rounds:
-    a shared machine's load changes over seconds, so one configuration's samples agree with
-    each other and not with the next configuration's; rounds spread it over all of them."""
+    """The first round's points, each with the median of all its test's samples over the
+    rounds: a shared machine's load changes over seconds, so one configuration's samples
+    agree with each other and not with the next configuration's; rounds spread it over all
+    of them."""
     speeds: dict[tuple[object, ...], list[float]] = {}
     for points in rounds:
         for p in points:
-            speeds.setdefault(_test_key(p), []).append(p.tps)
+            speeds.setdefault(_test_key(p), []).extend(p.samples_tps or [p.tps])
     return [
         p.model_copy(update={"tps": statistics.median(speeds[_test_key(p)])}) for p in rounds[0]
     ]
@@ -195,7 +203,8 @@ def rig(rounds: int = RIG_ROUNDS) -> list[str]:
     except LlamaBinaryError as exc:  # no llama.cpp here: say so, print the rest
         return [f"test rig: skipped ({exc})"]
     with _rig() as (model, endpoint):
-        argv = [str(bench), "-m", str(model), "-rpc", endpoint, "-t", "1", "-r", "1"]
+        argv = [str(bench), "-m", str(model), "-rpc", endpoint, "-t", "1"]
+        argv += ["-r", str(RIG_REPETITIONS)]
         argv += ["-ncmoe", ",".join(map(str, RIG_N)), "-ub", ",".join(map(str, RIG_UB))]
         argv += ["-p", "64", "-n", "16", "-o", "jsonl"]
         runs = []
@@ -211,8 +220,9 @@ def rig(rounds: int = RIG_ROUNDS) -> list[str]:
     ram = measure_read_bandwidth(256 * 2**20, 1).bytes_per_s  # one thread, as -t 1
     machine = MachineFigures(devices=(DeviceFigures(memory_bytes_per_s=ram),), ram_bytes_per_s=ram)
     name = (
-        f"test rig (tiny qwen3moe, RPC device on 127.0.0.1, RAM {ram / 1e9:.1f} GB/s, "
-        f"median of {rounds} rounds)"
+        f"test rig (qwen3moe, 8 blocks of width {RIG_EMBD}, RPC device on 127.0.0.1, "
+        f"RAM {ram / 1e9:.1f} GB/s, "
+        f"median of {rounds} rounds x {RIG_REPETITIONS})"
     )
     return evaluate(name, measured, keys, RIG_CALIBRATE, machine, prior=PUBLIC_PRIOR)
 
