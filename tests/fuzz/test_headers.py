@@ -110,14 +110,14 @@ def refused(done: list[str]) -> bool:
 
 
 def test_model_headers(seeds: list[Seed], tmp_path: Path) -> None:
-    """1,000 mutated headers of 8 architectures' tiny models (structured: 850, bytes: 150)."""
+    """600 mutated headers of 8 architectures' tiny models (structured: 510, bytes: 90)."""
     rng = random.Random(SEED)
     fuzz = Fuzz()
     path = tmp_path / "model.gguf"
     for seed in seeds:
         seed.write(seed.raw, path)
         _clean(fuzz, ("plan", str(path), *VRAM, *PLAN))
-    for i in range(1000):
+    for i in range(600):
         seed = seeds[i % len(seeds)]
         if i % 20 < 17:
             raw, done = mutate_header(rng, seed.raw)
@@ -129,7 +129,7 @@ def test_model_headers(seeds: list[Seed], tmp_path: Path) -> None:
             write_sparse(path, data, seed.data_bytes if len(data) >= len(head) else 0)
             size, refuse = 4, False
         fuzz.run(Case(model_commands(path, rng), f"{seed.name}: {what}", size, refuse))
-    fuzz.check(min_runs=1000)
+    fuzz.check(min_runs=600)
 
 
 # --- shard sets -----------------------------------------------------------------------------

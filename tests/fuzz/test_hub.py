@@ -25,7 +25,7 @@ from support.helpers import cli
 
 TINY = "acme/Tiny-GGUF"
 PAGED = "acme/Paged-GGUF"
-CASES = 500
+CASES = 250
 SEED = 20  # fixed: the same cases on every run
 TIMEOUT_S = 0.25  # each network step's deadline
 MARGIN_S = 5.0  # the command's own work beyond its network steps, on a busy machine
