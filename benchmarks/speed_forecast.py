@@ -11,7 +11,7 @@
    core/prior.py's typical factors fitted again WITHOUT this machine's points (leave one
    machine out), so the figure is what a new machine would see.
 2. The test rig: the real llama-bench (``scripts/llama-bin-dir.sh``) on a small qwen3moe
-   model (tests/support/factory.py's, 8 blocks of 384 MiB of F16 experts in all) with a
+   model (tests/support/factory.py's: 8 blocks, 384 MiB of F16 experts in all) with a
    ``ggml-rpc-server`` device on 127.0.0.1, a sweep of ``--n-cpu-moe`` x ``-ub`` (-p 64
    -n 16), run RIG_ROUNDS times with -r RIG_REPETITIONS (each test's speed the median of
    its samples), calibrated on 2 x 2 configurations. A token of a tinier model takes a few
@@ -157,8 +157,8 @@ RIG_UB = (32, 64, 128)
 # what `calibrate --measure` runs on a device whose smallest N is 2: N and further_n(N) = 4,
 # at the smallest and the largest ubatch
 RIG_CALIBRATE = ((2, 32), (2, 128), (4, 32), (4, 128))
-RIG_ROUNDS = 3  # the sweep runs this many times,
-RIG_REPETITIONS = 3  # each test this many times in a row (-r): its speed the median of all
+RIG_ROUNDS = 3  # the whole sweep runs this many times
+RIG_REPETITIONS = 3  # and each test this many times in a row (-r); its speed: the median of all
 # expert FFN width (= n_embd) of the rig's model: 48 MiB of experts per block, so a token's
 # time is mostly bytes read (as on a real offload), not this VM's scheduling jitter
 RIG_EMBD = 1024
