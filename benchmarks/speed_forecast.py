@@ -152,7 +152,8 @@ def public() -> list[str]:
 
 # --- the test rig --------------------------------------------------------------------------------
 
-RIG_N = (0, 2, 4, 6, 8)
+RIG_BLOCKS = 8  # the rig model's blocks
+RIG_N = (0, 2, 4, 6, 8)  # --n-cpu-moe, up to every block
 RIG_UB = (32, 64, 128)
 # what `calibrate --measure` runs on a device whose smallest N is 2: N and further_n(N) = 4,
 # at the smallest and the largest ubatch
@@ -170,7 +171,9 @@ def _rig() -> Iterator[tuple[Path, str]]:
     from support.llama import rpc_server
 
     with tempfile.TemporaryDirectory(prefix="moetune-speed-") as tmp:
-        model = write_model(Path(tmp) / "rig-moe.gguf", "qwen3moe", n_layers=8, n_embd=RIG_EMBD)
+        model = write_model(
+            Path(tmp) / "rig-moe.gguf", "qwen3moe", n_layers=RIG_BLOCKS, n_embd=RIG_EMBD
+        )
         with rpc_server() as endpoint:
             yield model, endpoint
 
@@ -220,7 +223,7 @@ def rig(rounds: int = RIG_ROUNDS) -> list[str]:
     ram = measure_read_bandwidth(256 * 2**20, 1).bytes_per_s  # one thread, as -t 1
     machine = MachineFigures(devices=(DeviceFigures(memory_bytes_per_s=ram),), ram_bytes_per_s=ram)
     name = (
-        f"test rig (qwen3moe, 8 blocks of width {RIG_EMBD}, RPC device on 127.0.0.1, "
+        f"test rig (qwen3moe, {RIG_BLOCKS} blocks of width {RIG_EMBD}, RPC device on 127.0.0.1, "
         f"RAM {ram / 1e9:.1f} GB/s, "
         f"median of {rounds} rounds x {RIG_REPETITIONS})"
     )
