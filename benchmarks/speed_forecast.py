@@ -155,9 +155,9 @@ def public() -> list[str]:
 RIG_BLOCKS = 8  # the rig model's blocks
 RIG_N = (0, 2, 4, 6, 8)  # --n-cpu-moe, up to every block
 RIG_UB = (32, 64, 128)
-# what `calibrate --measure` runs on a device whose smallest N is 2: N and further_n(N) = 4,
-# at the smallest and the largest ubatch
-RIG_CALIBRATE = ((2, 32), (2, 128), (4, 32), (4, 128))
+# what `calibrate --measure` runs on a device whose smallest N is 2: N and every expert on the
+# CPU (N = 8), at the smallest and the largest ubatch
+RIG_CALIBRATE = ((2, 32), (2, 128), (8, 32), (8, 128))
 RIG_ROUNDS = 3  # the whole sweep runs this many times
 RIG_REPETITIONS = 3  # and each test this many times in a row (-r); its speed: the median of all
 # expert FFN width (= n_embd) of the rig's model: 48 MiB of experts per block, so a token's

@@ -119,10 +119,9 @@ def measured(model: Path, rpc: str, *extra: str) -> dict[str, Any]:
 
 
 def test_measure_runs_llama_bench_at_placements_that_fit(model: Path, rpc: str) -> None:
-    """Two placements (the plan's smallest N and one further) at each ubatch, each a pp64 and
-    a tg4 test: eight points kept, with the rig's RPC device; measuring again replaces them."""
-    from moetune.jobs.calibrate import further_n
-
+    """Two placements (the plan's smallest N and every expert on the CPU) at each ubatch, each
+    a pp64 and a tg4 test: eight points kept, with the rig's RPC device; measuring again
+    replaces them."""
     first = measured(model, rpc)
     (found,) = first["files"]
     points = found["points"]
@@ -131,9 +130,9 @@ def test_measure_runs_llama_bench_at_placements_that_fit(model: Path, rpc: str) 
     for p in points:
         by_ub.setdefault(p["n_ubatch"], set()).add(p["placement"]["n_cpu_moe"])
     assert sorted(by_ub) == [32, 64]
-    for ns in by_ub.values():  # the smallest N that fits 40M (0 needs more), and N + 2
+    for ns in by_ub.values():  # the smallest N that fits 40M (0 needs more), and all 8
         smallest = min(ns)
-        assert 0 < smallest < 8 and sorted(ns) == [smallest, further_n(smallest, 8)]
+        assert 0 < smallest < 8 and sorted(ns) == [smallest, 8]
     assert sorted((p["kind"], p["n_prompt"], p["n_gen"]) for p in points) == sorted(
         [("prompt", 64, 0), ("generation", 0, 4)] * 4
     )

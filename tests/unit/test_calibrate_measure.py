@@ -29,7 +29,7 @@ from moetune.jobs.calibrate import (
     BenchRun,
     bench_argv,
     choose_runs,
-    further_n,
+    further_placement,
     measure_key,
     measure_ubatches,
 )
@@ -58,17 +58,29 @@ def test_ubatches_are_at_most_the_prompt() -> None:
         measure_ubatches(0)
 
 
-def test_the_further_placement() -> None:
-    assert further_n(0, 48) == 12  # a quarter of the layers
-    assert further_n(30, 48) == 42
-    assert further_n(40, 48) == 48  # capped at all
-    assert further_n(0, 8) == 2  # at least 2
-    assert further_n(48, 48) == 48
+def test_the_further_placement(qwen: ModelFacts) -> None:
+    """Every block's experts on the CPU; where the RAM available cannot hold that CPU side,
+    the largest N it holds (experts read from disk would measure the disk); none past N."""
+    budgets = DeviceBudgets.one(16 * GIB, SETTINGS)
+
+    def further(n: int, ram: int | None) -> int | None:
+        plan = further_placement(qwen, budgets, SETTINGS, n, ram_bytes=ram)
+        return None if plan is None else plan.placement.n_cpu_moe
+
+    assert further(10, None) == 48
+    assert further(47, None) == 48
+    assert further(48, None) is None
+    host = [estimate(qwen, Placement.with_n_cpu_moe(n), SETTINGS).host_bytes for n in (30, 31, 48)]
+    assert further(10, host[2]) == 48  # the RAM holds every expert
+    # between N = 30's CPU side and N = 31's: N = 30
+    assert further(10, (host[0] + host[1]) // 2) == 30
+    assert further(30, (host[0] + host[1]) // 2) is None  # no further N held
 
 
 def test_runs_at_each_ubatch(qwen: ModelFacts) -> None:
-    """At 16 GiB neither ubatch fits every expert: the plan's smallest N at each, and N + 12;
-    the larger ubatch's compute buffer moves at least as many experts to the CPU."""
+    """At 16 GiB neither ubatch fits every expert: the plan's smallest N at each, and every
+    expert on the CPU (N = 48); the larger ubatch's compute buffer moves at least as many
+    experts to the CPU."""
     budgets = DeviceBudgets.one(16 * GIB, SETTINGS)
     runs = choose_runs(qwen, budgets, SETTINGS, (512, 2048))
     smallest = {
@@ -80,9 +92,9 @@ def test_runs_at_each_ubatch(qwen: ModelFacts) -> None:
     }
     assert [(r.n_ubatch, r.n_cpu_moe) for r in runs] == [
         (512, smallest[512]),
-        (512, smallest[512] + 12),
+        (512, 48),
         (2048, smallest[2048]),
-        (2048, smallest[2048] + 12),
+        (2048, 48),
     ]
     assert 0 < smallest[512] <= smallest[2048] <= 36
 

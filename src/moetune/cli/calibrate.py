@@ -101,8 +101,9 @@ def calibrate(
     Each llama-bench test, and each configuration and depth of a moetune bench, becomes a
     point: placement, ubatch, threads, depth, tokens and tok/s, with the model and machine.
     Importing the same file again keeps nothing twice. --measure MODEL runs llama-bench
-    itself: the smallest --n-cpu-moe that fits and one further, at each --ubatch (the
-    context, budget and devices as `run` plans them); measuring again replaces those points.
+    itself: the smallest --n-cpu-moe that fits and every expert on the CPU (as many as the
+    RAM holds), at each --ubatch (the context, budget and devices as `run` plans them);
+    measuring again replaces those points.
     """
     from moetune.report import SCHEMA_VERSION
     from moetune.report.render import CalibrateView, render

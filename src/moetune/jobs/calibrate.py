@@ -15,10 +15,10 @@ from pathlib import Path
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import ALL_LAYERS, Placement
-from moetune.core.planner import DeviceBudgets, fixed_split, plan_n_cpu_moe
+from moetune.core.planner import DeviceBudgets, OffloadPlan, fixed_split, plan_n_cpu_moe
 from moetune.core.settings import Settings
 from moetune.errors import BadValueError, DoesNotFitError, ModelFileError
-from moetune.jobs.devices import split_endpoints
+from moetune.jobs.devices import host_ram, split_endpoints
 from moetune.jobs.speed import bench_points, model_of
 from moetune.llamacpp.bench_results import parse_bench_text
 from moetune.records.results import RESULT_KIND
@@ -144,10 +144,39 @@ def measure_ubatches(n_prompt: int, wanted: Sequence[int] = UBATCHES) -> tuple[i
     return tuple(sorted({min(ub, n_prompt) for ub in wanted}))
 
 
-def further_n(n: int, n_layers: int) -> int:
-    """The second placement: a quarter of the layers' experts more on the CPU (at least 2),
-    capped at all of them."""
-    return min(n_layers, n + max(2, n_layers // 4))
+def further_placement(
+    facts: ModelFacts,
+    budgets: DeviceBudgets,
+    settings: Settings,
+    n: int,
+    *,
+    ram_bytes: int | None,
+    extras: Extras | None = None,
+) -> OffloadPlan | None:
+    """The second placement: every block's experts on the CPU, the far end of the frontier
+    plan forecasts, so the fitted slope spans every placement between the two (two a few
+    blocks apart let one slow measurement tilt it); else the largest N whose CPU side the
+    ``ram_bytes`` available hold (experts read from disk would measure the disk). None when
+    that is ``n`` itself."""
+
+    def at(m: int) -> OffloadPlan:
+        return fixed_split(facts, budgets, settings, m, extras=extras)
+
+    def held(plan: OffloadPlan) -> bool:
+        return ram_bytes is None or plan.memory.host_bytes <= ram_bytes
+
+    if facts.n_layers <= n:
+        return None
+    if held(every := at(facts.n_layers)):
+        return every
+    best, low, high = None, n + 1, facts.n_layers - 1
+    while low <= high:  # the CPU side grows with N: the largest N it still holds
+        mid = (low + high) // 2
+        if held(plan := at(mid)):
+            best, low = plan, mid + 1
+        else:
+            high = mid - 1
+    return best
 
 
 def choose_runs(
@@ -156,11 +185,13 @@ def choose_runs(
     settings: Settings,
     ubatches: Sequence[int],
     *,
+    ram_bytes: int | None = None,
     extras: Extras | None = None,
 ) -> list[BenchRun]:
     """At each micro-batch size: the smallest ``--n-cpu-moe`` N the plan gives at it, and
-    ``further_n`` of it (one placement where N is already every layer). A size where nothing
-    fits is left out; DoesNotFitError when nothing fits at any."""
+    ``further_placement`` of it (one placement where N is already every layer, or where the
+    RAM holds no more). A size where nothing fits is left out; DoesNotFitError when nothing
+    fits at any."""
     if not facts.is_moe:
         raise BadValueError(
             "calibrate --measure places experts: a dense model has none",
@@ -177,8 +208,8 @@ def choose_runs(
             continue
         runs.append(BenchRun(smallest.placement, ub))
         n = smallest.placement.n_cpu_moe or 0
-        if (more := further_n(n, facts.n_layers)) > n:
-            further = fixed_split(facts, budgets, at, more, extras=extras)
+        further = further_placement(facts, budgets, at, n, ram_bytes=ram_bytes, extras=extras)
+        if further is not None:
             runs.append(BenchRun(further.placement, ub))
     if not runs:
         assert failure is not None
@@ -312,7 +343,14 @@ def measure(
         warn=warn,
         force=req.force,
     )
-    runs = choose_runs(facts, setup.device_budgets, spec.settings, ubatches, extras=spec.extras)
+    runs = choose_runs(
+        facts,
+        setup.device_budgets,
+        spec.settings,
+        ubatches,
+        ram_bytes=host_ram(None)[1],
+        extras=spec.extras,
+    )
     knobs = BenchKnobs(
         n_prompt=n_prompt,
         n_gen=req.n_gen,
