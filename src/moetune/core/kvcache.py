@@ -338,13 +338,13 @@ def _check_indexer(layout: Dims, type_k: str) -> None:
         )
 
 
-_CACHES: OrderedDict[tuple[int, Settings], tuple[ModelFacts, CacheEstimate]] = OrderedDict()
+_CACHES: OrderedDict[tuple[int, Settings, int], tuple[ModelFacts, CacheEstimate]] = OrderedDict()
 
 
-def cache_for(facts: ModelFacts, settings: Settings) -> CacheEstimate:
+def cache_for(facts: ModelFacts, settings: Settings, *, n_rs_seq: int = 0) -> CacheEstimate:
     """``estimate_cache`` at ``settings`` (the last few estimates are kept: a plan asks for
-    the same one for every placement it tries)."""
-    key = (id(facts), settings)
+    the same one for every placement it tries); ``n_rs_seq`` as there."""
+    key = (id(facts), settings, n_rs_seq)
     found = _CACHES.get(key)
     if found is not None and found[0] is facts:
         _CACHES.move_to_end(key)
@@ -359,6 +359,7 @@ def cache_for(facts: ModelFacts, settings: Settings) -> CacheEstimate:
         flash_attn=settings.flash_attn,
         n_ubatch=settings.n_ubatch,
         n_batch=settings.n_batch,
+        n_rs_seq=n_rs_seq,
     )
     _CACHES[key] = (facts, cache)
     while len(_CACHES) > 16:

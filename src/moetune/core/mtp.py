@@ -47,7 +47,7 @@ from moetune.core.compute.estimate import ComputeEstimate, _options
 from moetune.core.compute.mtp import mtp_peaks
 from moetune.core.compute.params import LayerHomes, run_params
 from moetune.core.facts import ModelFacts, TensorFacts
-from moetune.core.kvcache import cache_for, estimate_cache, nextn_cache, rs_snapshots
+from moetune.core.kvcache import cache_for, nextn_cache, rs_snapshots
 from moetune.core.placement import CPU, EXPS_REGEX, SKIPPED, Placement, _compiled, homes_for
 from moetune.core.settings import Settings
 
@@ -208,18 +208,7 @@ def _main_rs_growth(facts: ModelFacts, settings: Settings, n_rs_seq: int) -> dic
     if rs_snapshots(facts.architecture, n_rs_seq) == 0:
         return {}
     base = cache_for(facts, settings)
-    grown = estimate_cache(
-        facts,
-        n_ctx=settings.n_ctx,
-        type_k=settings.type_k,
-        type_v=settings.type_v,
-        n_seq=settings.n_seq,
-        kv_unified=settings.kv_unified,
-        flash_attn=settings.flash_attn,
-        n_ubatch=settings.n_ubatch,
-        n_batch=settings.n_batch,
-        n_rs_seq=n_rs_seq,
-    )
+    grown = cache_for(facts, settings, n_rs_seq=n_rs_seq)
     return {
         b.layer: g.rs_bytes - b.rs_bytes for b, g in zip(base.layers, grown.layers, strict=True)
     }
