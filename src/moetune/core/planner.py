@@ -207,6 +207,8 @@ class _Search:
         self.n_gpu_layers = n_gpu_layers
         self.parts: Parts = _expert_parts_of(facts)
         self._bases: dict[tuple[int, ...], WeightSplit] = {}
+        # the estimates of -ot packings tried: a split and each slot's home, in slot order
+        self.packed: dict[tuple[tuple[int, ...], tuple[tuple[Slot, int], ...]], MemoryEstimate] = {}
 
     def base(self, counts: tuple[int, ...]) -> WeightSplit:
         found = self._bases.get(counts)
@@ -286,9 +288,12 @@ def plan_n_cpu_moe(
     """``--n-cpu-moe N`` (``-ts`` on several devices): the smallest N whose layers can be
     split so that every device fits."""
     search = _Search(facts, target, settings, extras=extras)
+    tried: dict[int, Distribution | None] = {}
 
-    def at(n: int) -> tuple[tuple[int, ...], MemoryEstimate] | None:
-        return distribute(search, moved_blocks(facts, n), overridden=n > 0)
+    def at(n: int) -> Distribution | None:  # each N once: the bisection and the steps meet
+        if n not in tried:
+            tried[n] = distribute(search, moved_blocks(facts, n), overridden=n > 0)
+        return tried[n]
 
     n_max = facts.n_layers if facts.is_moe else 0
     if at(n_max) is None:
@@ -357,8 +362,12 @@ def _placed(search: _Search, counts: tuple[int, ...], where: Where) -> WeightSpl
 
 
 def _memory_of(search: _Search, counts: tuple[int, ...], where: Where) -> MemoryEstimate:
-    weights = _placed(search, counts, where)
-    return search.memory(weights, overridden=bool(weights.moves))
+    key = (counts, tuple(where.items()))
+    found = search.packed.get(key)
+    if found is None:  # both orders of a split start from the same floor and the same full
+        weights = _placed(search, counts, where)
+        found = search.packed[key] = search.memory(weights, overridden=bool(weights.moves))
+    return found
 
 
 def crossings(facts: ModelFacts, homes: Sequence[int], where: Where) -> int:
