@@ -1,13 +1,14 @@
 """Whole-process start and plan times, measured in one run against ``python -c pass``.
 
-Times each command as a fresh process (median and range over ``--repeats`` runs):
-``moetune --version``, ``inspect`` and ``plan --vram 24G`` of the shipped Qwen3-30B-A3B
-example, the same plan with ``--frontier`` (its candidates counted, its cost over the plan
-printed), ``plan --vram 24G`` and ``--ctx max`` of a generated header-only Qwen3-235B-A22B
-(94 blocks, 128 experts, 151,936-token vocabulary), where most of the time is the planner's
-search, and ``plan --vram 24G`` of a DeepSeek-V3.2-shaped header (61 blocks, the sparse
-attention's indexer), and the example over two devices (``--vram 12G,12G``: pipeline
-parallelism, no target), with and without ``--frontier``.
+Times each command as a fresh process (median and range over ``--repeats`` rounds, each
+round running every command once): ``moetune --version``, ``inspect`` and ``plan --vram
+24G`` of the shipped Qwen3-30B-A3B example, the same plan with ``--frontier`` (its
+candidates counted, its cost over the plan printed), ``plan --vram 24G`` and ``--ctx max``
+of a generated header-only Qwen3-235B-A22B (94 blocks, 128 experts, 151,936-token
+vocabulary), where most of the time is the planner's search, and ``plan --vram 24G`` of a
+DeepSeek-V3.2-shaped header (61 blocks, the sparse attention's indexer), and the example
+over two devices (``--vram 12G,12G``: pipeline parallelism, no target), with and without
+``--frontier``.
 
 Targets (issue 22, on the development machine): inspect and plan of the example at most
 0.20 s, the 94-block plan at most 0.40 s and at ``--ctx max`` 0.50 s, the DeepSeek-V3.2 plan
@@ -41,20 +42,29 @@ EXAMPLE = ROOT / "examples" / "models" / "Qwen3-30B-A3B-Q4_K_M.header.gguf"
 MOETUNE = (sys.executable, "-m", "moetune")
 
 
-def timed(argv: list[str], repeats: int, env: dict[str, str]) -> tuple[list[float], bytes]:
-    """Wall seconds of ``argv`` run to completion, ``repeats`` times (one warm-up first), and
-    what it printed."""
-    samples: list[float] = []
-    out = b""
+def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, bytes]:
+    """Wall seconds of ``argv`` run to completion, and what it printed."""
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, check=False, env=env)
+    if done.returncode not in (0, 6):  # 6: does not fit, still a finished plan
+        raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode()[-500:]}")
+    return time.perf_counter() - start, done.stdout
+
+
+def timed(
+    cases: list[tuple[str, list[str], float | None]], repeats: int, env: dict[str, str]
+) -> list[tuple[list[float], bytes]]:
+    """Each case's samples and what it printed: ``repeats`` rounds after one warm-up, each
+    round running every case once, so a slow minute of the machine falls on all of them
+    alike (the frontier's cost is the difference of two cases)."""
+    samples: list[list[float]] = [[] for _ in cases]
+    outs = [b""] * len(cases)
     for index in range(repeats + 1):
-        start = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, check=False, env=env)
-        if done.returncode not in (0, 6):  # 6: does not fit, still a finished plan
-            raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode()[-500:]}")
-        if index:
-            samples.append(time.perf_counter() - start)
-        out = done.stdout
-    return samples, out
+        for i, (_, argv, _) in enumerate(cases):
+            seconds, outs[i] = run_once(argv, env)
+            if index:
+                samples[i].append(seconds)
+    return list(zip(samples, outs, strict=True))
 
 
 def main() -> None:
@@ -92,10 +102,12 @@ def main() -> None:
             ("plan EXAMPLE --vram 12G,12G --json", two_devices, None),
             ("plan EXAMPLE --vram 12G,12G --json --frontier", [*two_devices, "--frontier"], None),
         ]
-        results = []
-        for label, argv, target in cases:
-            samples, out = timed(argv, args.repeats, env)
-            results.append((label, samples, target, out))
+        results = [
+            (label, samples, target, out)
+            for (label, _, target), (samples, out) in zip(
+                cases, timed(cases, args.repeats, env), strict=True
+            )
+        ]
     base = statistics.median(results[0][1])
     print(f"whole-process wall time, median (min-max) of {args.repeats} runs")
     medians = {label: statistics.median(samples) for label, samples, _, _ in results}
