@@ -239,7 +239,7 @@ class _Search:
         return min(self.n_gpu_layers, self.facts.n_layers + 1)
 
 
-def _largest(
+def largest(
     low: int, high: int, ok: Callable[[int], bool], *, top_first: bool = False
 ) -> int | None:
     """The largest value in [low, high] for which ``ok`` holds (``ok`` true up to a point).
@@ -272,7 +272,7 @@ def distribute(
             weights = search.with_cpu_blocks(trial, cpu_blocks)
             return search.target.fits(search.memory(weights, overridden), upto=i + 1)
 
-        best = _largest(0, total - start, fits_upto)
+        best = largest(0, total - start, fits_upto)
         if best is None and not best_effort:
             return None
         counts.append(best or 0)
@@ -298,7 +298,7 @@ def plan_n_cpu_moe(
     n_max = facts.n_layers if facts.is_moe else 0
     if at(n_max) is None:
         raise does_not_fit(facts, target, settings, extras=extras)
-    n = n_max - (_largest(0, n_max, lambda k: at(n_max - k) is not None) or 0)
+    n = n_max - (largest(0, n_max, lambda k: at(n_max - k) is not None) or 0)
     while n > 0 and at(n - 1) is not None:  # not monotone everywhere: step down while it fits
         n -= 1
     found = at(n)
@@ -671,7 +671,7 @@ def max_context(
         return result is not None
 
     # the training context often fits: tried first, it ends the search at once
-    best = _largest(1, max(limit // CTX_STEP, 1), fits, top_first=True)
+    best = largest(1, max(limit // CTX_STEP, 1), fits, top_first=True)
     return None if best is None else (best * CTX_STEP, found[best])
 
 

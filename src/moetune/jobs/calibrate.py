@@ -15,7 +15,7 @@ from pathlib import Path
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import ALL_LAYERS, Placement
-from moetune.core.planner import DeviceBudgets, OffloadPlan, fixed_split, plan_n_cpu_moe
+from moetune.core.planner import DeviceBudgets, OffloadPlan, fixed_split, largest, plan_n_cpu_moe
 from moetune.core.settings import Settings
 from moetune.errors import BadValueError, DoesNotFitError, ModelFileError
 from moetune.jobs.devices import host_ram, split_endpoints
@@ -159,24 +159,18 @@ def further_placement(
     ``ram_bytes`` available hold (experts read from disk would measure the disk). None when
     that is ``n`` itself."""
 
-    def at(m: int) -> OffloadPlan:
-        return fixed_split(facts, budgets, settings, m, extras=extras)
+    plans: dict[int, OffloadPlan] = {}
 
-    def held(plan: OffloadPlan) -> bool:
-        return ram_bytes is None or plan.memory.host_bytes <= ram_bytes
+    def held(m: int) -> bool:
+        if m not in plans:
+            plans[m] = fixed_split(facts, budgets, settings, m, extras=extras)
+        return ram_bytes is None or plans[m].memory.host_bytes <= ram_bytes
 
     if facts.n_layers <= n:
         return None
-    if held(every := at(facts.n_layers)):
-        return every
-    best, low, high = None, n + 1, facts.n_layers - 1
-    while low <= high:  # the CPU side grows with N: the largest N it still holds
-        mid = (low + high) // 2
-        if held(plan := at(mid)):
-            best, low = plan, mid + 1
-        else:
-            high = mid - 1
-    return best
+    # the CPU side grows with N: the largest N it still holds, every block's first
+    found = largest(n + 1, facts.n_layers, held, top_first=True)
+    return None if found is None else plans[found]
 
 
 def choose_runs(
