@@ -6,6 +6,7 @@ could never start llama-server."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def test_ctx_max_stopped_by_the_budget_says_nothing() -> None:
 
 
 def test_ctx_max_without_a_training_context() -> None:
-    facts = load_model_facts(EXAMPLE_QWEN).model_copy(update={"context_length": None})
+    facts = replace(load_model_facts(EXAMPLE_QWEN), context_length=None)
     note = ctx_max_stop(facts, 131072)
     assert note and "131072 tokens, the most it tries when the model states no training" in note
     assert ctx_max_stop(facts, 131072 - 256) is None

@@ -11,7 +11,7 @@ import contextlib
 import json
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -428,7 +428,7 @@ def test_dry_run_correction_is_llamas_figure(model_factory: ModelFactory, trio: 
     found = dry_run_corrections(
         facts, settings, wrong, devices(trio[:2]), tool=bin_path("llama-fit-params"), args=command
     )
-    dry = settings.model_copy(update={"n_seq": 1, "all_outputs": True, "gpu_overhead_bytes": 0})
+    dry = replace(settings, n_seq=1, all_outputs=True, gpu_overhead_bytes=0)
     should = estimate(facts, right.placement(), dry, devices(trio[:2]))
     was = estimate(facts, wrong, dry, devices(trio[:2]))
     for i, delta in enumerate(found):

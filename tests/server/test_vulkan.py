@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -115,9 +116,7 @@ def test_plan_on_vulkan0_matches_the_dry_run(
     facts = load_model_facts(model)
     for n_ubatch in UBATCHES:
         projected = project(model, _args(n_cpu_moe, n_ubatch), vulkan_tool("llama-fit-params"))
-        settings = dry_run_settings(N_CTX).model_copy(
-            update={"n_ubatch": n_ubatch, "device_kind": "vulkan"}
-        )
+        settings = replace(dry_run_settings(N_CTX), n_ubatch=n_ubatch, device_kind="vulkan")
         predicted = estimate(facts, Placement.with_n_cpu_moe(n_cpu_moe), settings, _vulkan0())
         _check(projected[DEVICE], predicted.devices[0])
 
@@ -134,7 +133,7 @@ def test_plan_on_an_rpc_server_and_vulkan0_matches_the_dry_run(
     for n_cpu_moe, n_ubatch in ((0, 512), (2, 32), (4, 2048)):
         args = [*_args(n_cpu_moe, n_ubatch, "--rpc", rpc), "-ts", "1,1"]
         projected = project(model, args, vulkan_tool("llama-fit-params"))
-        settings = dry_run_settings(N_CTX).model_copy(update={"n_ubatch": n_ubatch})
+        settings = replace(dry_run_settings(N_CTX), n_ubatch=n_ubatch)
         placement = Placement.with_n_cpu_moe(n_cpu_moe, tensor_split=(1.0, 1.0))
         predicted = estimate(facts, placement, settings, devices)
         for spec, memory in zip(devices, predicted.devices, strict=True):
@@ -161,9 +160,7 @@ def _header_check(model_factory: ModelFactory, cases: tuple[tuple[int, int], ...
     found = []
     for n_cpu_moe, n_ubatch in cases:
         projected = project(model, _args(n_cpu_moe, n_ubatch), vulkan_tool("llama-fit-params"))
-        settings = dry_run_settings(N_CTX).model_copy(
-            update={"n_ubatch": n_ubatch, "device_kind": "vulkan"}
-        )
+        settings = replace(dry_run_settings(N_CTX), n_ubatch=n_ubatch, device_kind="vulkan")
         predicted = estimate(facts, Placement.with_n_cpu_moe(n_cpu_moe), settings, _vulkan0())
         try:
             _check(projected[DEVICE], predicted.devices[0], compute_mib=1)

@@ -4,7 +4,9 @@ the host, the hardware profiles, and running the doctor job on them."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from moetune.hardware import GpuInfo, HostInfo
 from moetune.jobs.doctor import DoctorInputs, DoctorReport, Finding, diagnose
@@ -40,12 +42,12 @@ def cuda_server() -> ServerInfo:
     )
 
 
-def gpu_4090(**changes: object) -> GpuInfo:
-    return fake_gpu(0, 24564 * MIB).model_copy(update=changes)
+def gpu_4090(**changes: Any) -> GpuInfo:
+    return replace(fake_gpu(0, 24564 * MIB), **changes)
 
 
-def host(**changes: object) -> HostInfo:
-    return FakeHostProbe.typical(64 * GIB).host().model_copy(update=changes)
+def host(**changes: Any) -> HostInfo:
+    return replace(FakeHostProbe.typical(64 * GIB).host(), **changes)
 
 
 def run(

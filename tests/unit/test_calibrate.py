@@ -4,6 +4,7 @@ points, leave-one-out, and a machine whose figures are unknown (effective rates)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -96,7 +97,7 @@ def test_fixed_time_only_when_the_data_demands_it() -> None:
     found again; without it (above) the fixed time stays 0. (The GPU's memory at its figure:
     a GPU term nearly constant over N and a fixed time are told apart only by noise-free
     data, and the fit prefers the factor at its bound.)"""
-    true = TRUE.model_copy(update={"device_memory": 1.0})
+    true = replace(TRUE, device_memory=1.0)
     fit = fit_speed(_points(true, token_s=0.002), FIGURES)
     assert fit.token_overhead_s == pytest.approx(0.002, rel=1e-4)
     assert fit.efficiency.ram == pytest.approx(TRUE.ram, rel=1e-4)

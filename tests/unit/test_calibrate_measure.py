@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -84,10 +85,7 @@ def test_runs_at_each_ubatch(qwen: ModelFacts) -> None:
     budgets = DeviceBudgets.one(16 * GIB, SETTINGS)
     runs = choose_runs(qwen, budgets, SETTINGS, (512, 2048))
     smallest = {
-        ub: plan_n_cpu_moe(
-            qwen, budgets, SETTINGS.model_copy(update={"n_ubatch": ub})
-        ).placement.n_cpu_moe
-        or 0
+        ub: plan_n_cpu_moe(qwen, budgets, replace(SETTINGS, n_ubatch=ub)).placement.n_cpu_moe or 0
         for ub in (512, 2048)
     }
     assert [(r.n_ubatch, r.n_cpu_moe) for r in runs] == [
@@ -111,9 +109,7 @@ def test_a_ubatch_that_does_not_fit_is_left_out(qwen: ModelFacts) -> None:
     """A budget between the floors of -ub 512 and -ub 4096: only 512 is measured; a budget
     below both: the planner's error."""
     low, high = (
-        estimate(
-            qwen, Placement.all_experts_on_cpu(), SETTINGS.model_copy(update={"n_ubatch": ub})
-        ).gpu_bytes
+        estimate(qwen, Placement.all_experts_on_cpu(), replace(SETTINGS, n_ubatch=ub)).gpu_bytes
         for ub in (512, 4096)
     )
     assert low < high

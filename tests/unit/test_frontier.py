@@ -3,6 +3,7 @@ order by objective or workload, the pick (kept while uncalibrated), and its char
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -79,7 +80,7 @@ def test_candidates_n_from_the_smallest_and_each_ubatch_replanned() -> None:
     target = plan_target(req)
     smallest = []
     for ub in UBATCHES:
-        at = SETTINGS.model_copy(update={"n_ubatch": ub, "n_batch": max(2048, ub)})
+        at = replace(SETTINGS, n_ubatch=ub, n_batch=max(2048, ub))
         n0 = plan_n_cpu_moe(facts, target, at).placement.n_cpu_moe or 0
         smallest.append(n0)
         ns = [e.n_cpu_moe for e in found.entries if e.n_ubatch == ub and e.form == "n_cpu_moe"]

@@ -3,6 +3,7 @@ hybrid state, bad settings refused (server/test_kvcache.py holds it to llama-ser
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def facts(tiny_models: dict[str, Path]) -> dict[str, ModelFacts]:
 def _with(facts: ModelFacts, arch: str | None = None, **hparams: HParam) -> ModelFacts:
     """A copy of ``facts`` with hparams (dotted keys written with ``__``) and arch replaced."""
     merged = {**facts.hparams, **{k.replace("__", "."): v for k, v in hparams.items()}}
-    return facts.model_copy(update={"hparams": merged, "architecture": arch or facts.architecture})
+    return replace(facts, hparams=merged, architecture=arch or facts.architecture)
 
 
 def test_parse_cache_type_is_case_insensitive() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -105,10 +106,10 @@ def test_max_context_is_the_largest_that_fits(all_facts: dict[str, ModelFacts]) 
     found = max_context(facts, DeviceBudgets.one(budget, settings), settings, n_cpu_moe=30)
     best = found[0] if found else None
     assert best is not None and best % 256 == 0
-    at = settings.model_copy(update={"n_ctx": best})
+    at = replace(settings, n_ctx=best)
     assert estimate(facts, placement, at).gpu_bytes <= budget
     if best < (facts.context_length or 0):
-        above = settings.model_copy(update={"n_ctx": best + 256})
+        above = replace(settings, n_ctx=best + 256)
         assert estimate(facts, placement, above).gpu_bytes > budget
 
 
@@ -157,11 +158,11 @@ def test_ram_is_checked(all_facts: dict[str, ModelFacts]) -> None:
     )
     tight = make_plan(
         facts,
-        base.model_copy(update={"ram_total_bytes": 64 * GIB, "ram_available_bytes": 30 * GIB}),
+        replace(base, ram_total_bytes=64 * GIB, ram_available_bytes=30 * GIB),
     )
     assert tight.ram.status == "warn" and "page" in tight.ram.message
     small = make_plan(
         facts,
-        base.model_copy(update={"ram_total_bytes": 32 * GIB, "ram_available_bytes": 30 * GIB}),
+        replace(base, ram_total_bytes=32 * GIB, ram_available_bytes=30 * GIB),
     )
     assert small.ram.status == "fail" and not small.fits

@@ -43,7 +43,6 @@ from functools import cache
 from typing import NamedTuple
 
 import pytest
-from pydantic import ValidationError
 
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts, facts_from_gguf
@@ -63,6 +62,7 @@ from moetune.core.speed import (
     token_traffic,
     ubatch_traffic,
 )
+from moetune.errors import BadValueError
 from moetune.gguf.split import GGUFModel, read_model
 
 from support.helpers import EXAMPLES
@@ -445,9 +445,9 @@ def test_figures_for_each_device() -> None:
 
 def test_efficiency_is_bounded() -> None:
     """A term cannot beat its figure: factors are in (0, 1]."""
-    with pytest.raises(ValidationError):
+    with pytest.raises(BadValueError):
         Efficiency(link=1.5)
-    with pytest.raises(ValidationError):
+    with pytest.raises(BadValueError):
         Efficiency(ram=0)
 
 

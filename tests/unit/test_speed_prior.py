@@ -4,6 +4,8 @@ the routing exponents are what the public copy-all / copy-used pairs fit."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from moetune.core.calibrate import fit_pooled, fitted_forecast, point_forecast
@@ -61,7 +63,7 @@ def test_uncalibrated_forecast_uses_the_prior() -> None:
 
 def test_pooled_fit_refuses_a_sample_without_its_figures() -> None:
     _, m, figures = prior_samples()[0]
-    blind = figures.model_copy(update={"ram_bytes_per_s": None})
+    blind = replace(figures, ram_bytes_per_s=None)
     decode = next(s for s in prior_samples() if s[1].is_decode and s[1].layout.cpu.expert_bytes)
     with pytest.raises(ValueError, match="lacks"):
         fit_pooled([(m, figures), (decode[1], blind)])

@@ -35,9 +35,8 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import NamedTuple
-
-from pydantic import BaseModel, ConfigDict
 
 from moetune.core.prior import PUBLIC_PRIOR, SpeedPrior
 from moetune.core.speed import (
@@ -81,11 +80,10 @@ class Measured(NamedTuple):
         return self.n_gen > 0 and self.n_prompt == 0
 
 
-class SpeedFit(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class SpeedFit:
     """The fitted factors: ``efficiency`` where the figure is known, ``rates`` (bytes/s or
     FLOP/s; None: negligible) where it is not, the fixed times, and the error."""
-
-    model_config = ConfigDict(frozen=True)
 
     points: int
     decode_points: int
@@ -371,7 +369,7 @@ def prior_fit(layout: SpeedLayout, prior: SpeedPrior) -> SpeedFit:
         points=0,
         decode_points=0,
         prefill_points=0,
-        efficiency=prior.efficiency.model_copy(update={"points": 0}),
+        efficiency=replace(prior.efficiency, points=0),
         rates={},
         token_overhead_s=prior.block_token_s * max(layout.n_blocks, 1),
         fitted=list(KINDS),
@@ -388,7 +386,7 @@ def _retimed(terms: Sequence[TermTime], fit: SpeedFit) -> list[TermTime]:
             seconds = 0.0 if rate is None or term.amount <= 0 else term.amount / rate
         elif term.kind in fit.fitted and seconds is not None:
             seconds /= getattr(fit.efficiency, term.kind)
-        out.append(term.model_copy(update={"seconds": seconds}))
+        out.append(replace(term, seconds=seconds))
     return out
 
 
@@ -427,13 +425,12 @@ def fitted_forecast(
     decode = _retimed(found.decode_terms, fit) + per_token + decode_hops
     prefill = _retimed(found.prefill_terms, fit) + per_ubatch + prefill_hops
     missing = missing_figures(decode, prefill)
-    return found.model_copy(
-        update={
-            "decode_tok_s": rate_of(1, decode),
-            "prefill_tok_s": rate_of(n_prompt, prefill),
-            "decode_terms": decode,
-            "prefill_terms": prefill,
-            "missing": missing,
-            "calibration": fit.calibration,
-        }
+    return replace(
+        found,
+        decode_tok_s=rate_of(1, decode),
+        prefill_tok_s=rate_of(n_prompt, prefill),
+        decode_terms=decode,
+        prefill_terms=prefill,
+        missing=missing,
+        calibration=fit.calibration,
     )

@@ -15,8 +15,7 @@ default); Vulkan devices (``Vulkan0``) have no public figure (0 unless ``--overh
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass
 
 from moetune.core.backends import rules
 from moetune.core.settings import DEFAULT_GPU_OVERHEAD_BYTES, Settings
@@ -28,10 +27,9 @@ def default_overhead(kind: str) -> int:
     return rules(kind).overhead_bytes
 
 
-class DeviceSpec(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class DeviceSpec:
     """One offload device as a plan sees it."""
-
-    model_config = ConfigDict(frozen=True)
 
     name: str = "CUDA0"  # llama.cpp's device name (-dev)
     buft: str = "CUDA0"  # its buffer type (-ot targets)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from moetune.core.dims import Dims, dims_of
 from moetune.core.hparams import HParams, Scalar, largest
@@ -18,9 +16,8 @@ from moetune.gguf.roles import NameParts, Role, classify, expert_part, split_nam
 from moetune.gguf.split import GGUFModel
 
 
-class TensorFacts(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+@dataclass(frozen=True, kw_only=True)
+class TensorFacts:
     name: str
     layer: int | None
     role: Role
@@ -31,7 +28,8 @@ class TensorFacts(BaseModel):
     shard: int
 
 
-class LayerFacts(BaseModel):
+@dataclass(kw_only=True)
+class LayerFacts:
     index: int
     bytes_by_role: dict[Role, int]
     expert_bytes: int
@@ -41,13 +39,15 @@ class LayerFacts(BaseModel):
     unknown_size_tensors: int = 0
 
 
-class QuantStat(BaseModel):
+@dataclass(kw_only=True)
+class QuantStat:
     type: str
     n_tensors: int
     bytes: int
 
 
-class ModelFacts(BaseModel):
+@dataclass(kw_only=True)
+class ModelFacts:
     paths: list[str]
     file_bytes: int
     header_only: bool
@@ -70,20 +70,14 @@ class ModelFacts(BaseModel):
     quant_types: list[QuantStat]
     hparams: HParams
     tensors: list[TensorFacts]
-    warnings: list[str] = []  # what llama.cpp accepts with a default (core/validate.py)
+    warnings: list[str] = field(
+        default_factory=list
+    )  # what llama.cpp accepts with a default (core/validate.py)
 
     @cached_property
     def dims(self) -> Dims:
         """Per-layer dimensions, read once (core/dims.py)."""
         return dims_of(self)
-
-    def model_copy(
-        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
-    ) -> ModelFacts:
-        """A copy; its dimensions are read again (``update`` may change the hparams)."""
-        copied = super().model_copy(update=update, deep=deep)
-        copied.__dict__.pop("dims", None)
-        return copied
 
     @property
     def is_moe(self) -> bool:
@@ -100,7 +94,7 @@ _ARCH_ROLES = {
 
 def _arch_role(tensor: TensorFacts, arch: str) -> TensorFacts:
     role = _ARCH_ROLES.get((arch, tensor.name))
-    return tensor if role is None else tensor.model_copy(update={"role": role})
+    return tensor if role is None else replace(tensor, role=role)
 
 
 def _tensor_facts(tensor: TensorInfo, nextn_layers: set[int]) -> TensorFacts:

@@ -20,9 +20,8 @@ winner is shown.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
-
-from pydantic import BaseModel
 
 from moetune.core.calibrate import SpeedFit
 from moetune.core.command import pass_through_value
@@ -43,7 +42,8 @@ from moetune.core.speed import Forecast, MachineFigures
 from moetune.errors import DoesNotFitError
 
 
-class FrontierEntry(BaseModel):
+@dataclass(kw_only=True)
+class FrontierEntry:
     """One candidate that fits: its placement, command, memory and forecast."""
 
     form: Literal["n_cpu_moe", "override"]
@@ -63,7 +63,8 @@ class FrontierEntry(BaseModel):
     picked: bool = False
 
 
-class Frontier(BaseModel):
+@dataclass(kw_only=True)
+class Frontier:
     """The candidates in the goal's order (unknown scores last), the pick and why."""
 
     goal: str
@@ -102,9 +103,7 @@ def _ubatches(req: PlanRequest, settings: Settings) -> list[int]:
 
 
 def _ubatch_settings(settings: Settings, n_ubatch: int) -> Settings:
-    return settings.model_copy(
-        update={"n_ubatch": n_ubatch, "n_batch": max(settings.n_batch, n_ubatch)}
-    )
+    return replace(settings, n_ubatch=n_ubatch, n_batch=max(settings.n_batch, n_ubatch))
 
 
 def device_subsets(req: PlanRequest) -> list[PlanRequest]:
@@ -118,22 +117,19 @@ def device_subsets(req: PlanRequest) -> list[PlanRequest]:
         keep = [i for i in range(n) if i != drop]
         devices = tuple(req.devices[i] for i in keep)
         found.append(
-            req.model_copy(
-                update={
-                    "devices": devices,
-                    "target_vram": tuple(req.target_vram_of(i) for i in keep),
-                    "headrooms": tuple(req.headroom_of(i) for i in keep),
-                    "device_args": (
-                        *req.device_args,
-                        "-dev",
-                        ",".join(d.name for d in devices),
-                    ),
-                    "figures": req.figures.model_copy(
-                        update={"devices": tuple(req.figures.devices[i] for i in keep)}
-                    )
-                    if req.figures is not None
-                    else None,
-                }
+            replace(
+                req,
+                devices=devices,
+                target_vram=tuple(req.target_vram_of(i) for i in keep),
+                headrooms=tuple(req.headroom_of(i) for i in keep),
+                device_args=(
+                    *req.device_args,
+                    "-dev",
+                    ",".join(d.name for d in devices),
+                ),
+                figures=replace(req.figures, devices=tuple(req.figures.devices[i] for i in keep))
+                if req.figures is not None
+                else None,
             )
         )
     return found
@@ -275,7 +271,7 @@ def frontier(
     entries = _candidates(facts, req, settings, goal)
     for subset in device_subsets(req):
         fewer = _candidates(facts, subset, settings, goal)
-        entries += [e.model_copy(update={"all_devices": False}) for e in fewer]
+        entries += [replace(e, all_devices=False) for e in fewer]
     own = result.recommended
     names = [d.name for d in req.devices]
     for entry in entries:

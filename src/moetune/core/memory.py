@@ -10,10 +10,9 @@ not report (``DeviceSpec.overhead_bytes``; ``DEFAULT_GPU_OVERHEAD_BYTES`` on CUD
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, SerializerFunctionWrapHandler, computed_field, model_serializer
+from typing import TYPE_CHECKING, ClassVar
 
 from moetune.core.backends import KINDS
 from moetune.core.compute.estimate import compute_for
@@ -22,6 +21,7 @@ from moetune.core.extras import Draft, Extras, Projector
 from moetune.core.facts import ModelFacts
 from moetune.core.kvcache import cache_for
 from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit, split_weights
+from moetune.core.record import OMIT_EMPTY
 from moetune.core.settings import (
     DEFAULT_CTX,
     DEFAULT_GPU_OVERHEAD_BYTES,
@@ -63,12 +63,11 @@ _EXTRA_PARTS = (
 )
 
 
-def _without_absent(data: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k not in keys or v}
-
-
-class DeviceMemory(BaseModel):
+@dataclass(kw_only=True)
+class DeviceMemory:
     """Predicted bytes on one device."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("total_bytes",)
 
     name: str
     weights_bytes: int
@@ -78,23 +77,22 @@ class DeviceMemory(BaseModel):
     overhead_bytes: int
     correction_bytes: int = 0  # llama.cpp's dry run found this much more (or less)
     # what the projector (--mmproj) and the draft model (-md) hold on this device
-    mmproj_weights_bytes: int = 0
-    mmproj_compute_bytes: int = 0
-    draft_weights_bytes: int = 0
-    draft_kv_bytes: int = 0
-    draft_compute_bytes: int = 0
+    mmproj_weights_bytes: int = field(default=0, metadata=OMIT_EMPTY)
+    mmproj_compute_bytes: int = field(default=0, metadata=OMIT_EMPTY)
+    draft_weights_bytes: int = field(default=0, metadata=OMIT_EMPTY)
+    draft_kv_bytes: int = field(default=0, metadata=OMIT_EMPTY)
+    draft_compute_bytes: int = field(default=0, metadata=OMIT_EMPTY)
     # and what MTP (--spec-type draft-mtp) adds: the NextN blocks, the MTP context's cache
     # (with the main recurrent state's rollback rows) and its compute buffer
-    mtp_weights_bytes: int = 0
-    mtp_kv_bytes: int = 0
-    mtp_compute_bytes: int = 0
+    mtp_weights_bytes: int = field(default=0, metadata=OMIT_EMPTY)
+    mtp_kv_bytes: int = field(default=0, metadata=OMIT_EMPTY)
+    mtp_compute_bytes: int = field(default=0, metadata=OMIT_EMPTY)
 
     @property
     def extras_bytes(self) -> int:
         """The projector's, the draft's and MTP's bytes here."""
         return sum(getattr(self, part) for part in _EXTRA_PARTS)
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def total_bytes(self) -> int:
         return (
@@ -106,12 +104,9 @@ class DeviceMemory(BaseModel):
             + self.extras_bytes
         )
 
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(handler(self), _EXTRA_PARTS)
 
-
-class ProjectorMemory(BaseModel):
+@dataclass(kw_only=True)
+class ProjectorMemory:
     """The projector's bytes: on one device (or ``CPU``), and in the host's compute buffer."""
 
     device: str  # a device name, or "CPU" (--no-mmproj-offload)
@@ -131,7 +126,8 @@ class ProjectorMemory(BaseModel):
         )
 
 
-class _HostParts(BaseModel):
+@dataclass(kw_only=True)
+class _HostParts:
     """What a companion holds in host memory."""
 
     host_weights_bytes: int
@@ -143,6 +139,7 @@ class _HostParts(BaseModel):
         return self.host_weights_bytes + self.host_kv_bytes + self.host_compute_bytes
 
 
+@dataclass(kw_only=True)
 class DraftMemory(_HostParts):
     """The draft model's bytes: all its devices together, and in host memory."""
 
@@ -153,6 +150,7 @@ class DraftMemory(_HostParts):
     draft_compute_bytes: int
 
 
+@dataclass(kw_only=True)
 class MtpMemory(_HostParts):
     """What MTP adds: every device together, and in host memory."""
 
@@ -164,7 +162,8 @@ class MtpMemory(_HostParts):
 CPU_NAME = "CPU"
 
 
-class MemoryEstimate(BaseModel):
+@dataclass(kw_only=True)
+class MemoryEstimate:
     """Predicted bytes per device for one placement (``gpu_*``: every device together)."""
 
     gpu_weights_bytes: int
@@ -178,10 +177,12 @@ class MemoryEstimate(BaseModel):
     host_compute_bytes: int
     n_ctx: int
     cache_exact: bool
-    devices: list[DeviceMemory] = []
-    mmproj: ProjectorMemory | None = None  # --mmproj: where and how much
-    draft: DraftMemory | None = None  # -md: how much, on which devices and the host
-    mtp: MtpMemory | None = None  # --spec-type draft-mtp: the NextN blocks and their context
+    devices: list[DeviceMemory] = field(default_factory=list)
+    # --mmproj: where and how much; -md: how much, on which devices and the host;
+    # --spec-type draft-mtp: the NextN blocks and their context
+    mmproj: ProjectorMemory | None = field(default=None, metadata=OMIT_EMPTY)
+    draft: DraftMemory | None = field(default=None, metadata=OMIT_EMPTY)
+    mtp: MtpMemory | None = field(default=None, metadata=OMIT_EMPTY)
 
     @property
     def gpu_extras_bytes(self) -> int:
@@ -215,13 +216,6 @@ class MemoryEstimate(BaseModel):
             + self.host_compute_bytes
             + self.host_extras_bytes
         )
-
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        return {
-            k: v for k, v in data.items() if k not in ("mmproj", "draft", "mtp") or v is not None
-        }
 
     def over(self, budgets: Sequence[int]) -> list[int]:
         """The devices whose predicted peak is above their budget."""
@@ -299,7 +293,8 @@ def estimate_from_split(
 # --- what runs beside the model: a projector, a draft model ------------------------------------
 
 
-class _ExtrasOn(BaseModel):
+@dataclass(kw_only=True)
+class _ExtrasOn:
     """The extras' parts per device (DeviceMemory's field names), and their summaries."""
 
     devices: list[dict[str, int]]
@@ -477,15 +472,14 @@ def _draft_devices(draft: Draft, specs: Sequence[DeviceSpec]) -> list[int]:
 def _draft_settings(settings: Settings, draft: Draft) -> Settings:
     """The draft's context (common_base_params_to_speculative): the target's cells, slots,
     batch sizes and flash attention; its own cache types; logits for one row per slot."""
-    return settings.model_copy(
-        update={
-            "type_k": draft.type_k,
-            "type_v": draft.type_v,
-            "n_draft": 0,
-            "all_outputs": False,
-            "gpu_overhead_bytes": 0,
-            "device_correction_bytes": 0,
-        }
+    return replace(
+        settings,
+        type_k=draft.type_k,
+        type_v=draft.type_v,
+        n_draft=0,
+        all_outputs=False,
+        gpu_overhead_bytes=0,
+        device_correction_bytes=0,
     )
 
 
@@ -497,9 +491,7 @@ def _draft_estimate(
     target's ``-ts`` (moetune's is the layer count per device, ``counts``; by position when
     ``-devd`` picks fewer devices)."""
     indices = _draft_devices(draft, specs)
-    mine = tuple(
-        specs[i].model_copy(update={"overhead_bytes": 0, "correction_bytes": 0}) for i in indices
-    )
+    mine = tuple(replace(specs[i], overhead_bytes=0, correction_bytes=0) for i in indices)
     if not mine:  # -devd none: every draft layer on the CPU
         return estimate(draft.facts, Placement(n_gpu_layers=0), settings, single_device(settings))
     split = counts[: len(mine)] if len(mine) > 1 and any(counts[: len(mine)]) else ()

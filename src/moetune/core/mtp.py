@@ -40,8 +40,8 @@ and CPU_REPACK of the NextN weights.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from pydantic import BaseModel, computed_field
+from dataclasses import dataclass
+from typing import ClassVar
 
 from moetune.core.compute.estimate import ComputeEstimate, _options
 from moetune.core.compute.mtp import mtp_peaks
@@ -63,7 +63,8 @@ __all__ = [
 DEFAULT_DRAFT_N_MAX = 3  # common/common.h: speculative.draft.n_max (--spec-draft-n-max)
 
 
-class MtpEstimate(BaseModel):
+@dataclass(kw_only=True)
+class MtpEstimate:
     """What ``--spec-type draft-mtp`` adds, per device (one entry per index of ``kinds``)
     and on the host. ``main_rs_bytes``: the growth of the MAIN context's RS buffer."""
 
@@ -80,14 +81,14 @@ class MtpEstimate(BaseModel):
     nextn_homes: tuple[int, ...]  # each NextN block's device, or CPU (-1)
     n_rs_seq: int  # the main context's rollback snapshots (0: none)
 
-    @computed_field  # type: ignore[prop-decorator]
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("device_bytes", "host_bytes")
+
     @property
     def device_bytes(self) -> tuple[int, ...]:
         """Everything MTP adds on each device."""
         terms = (self.weights_bytes, self.kv_bytes, self.compute_bytes, self.main_rs_bytes)
         return tuple(sum(t) for t in zip(*terms, strict=True))
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def host_bytes(self) -> int:
         return (

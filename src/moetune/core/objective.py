@@ -13,9 +13,8 @@ winner is the best measured score among the launches that stayed within memory.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
-
-from pydantic import BaseModel
 
 MAX_EXTRA_LAUNCHES = 4
 # the forecast's relative error where its fit has no leave-one-out figure (fewer than three
@@ -31,7 +30,8 @@ class Candidate(NamedTuple):
     forecast: float | None  # the goal's score, forecast (None: the forecast cannot rank it)
 
 
-class Tried(BaseModel):
+@dataclass(kw_only=True)
+class Tried:
     """One extra launch: its candidate, the forecast, the expected and the measured score."""
 
     n_cpu_moe: int
@@ -41,7 +41,8 @@ class Tried(BaseModel):
     measured_score: float | None  # None: over memory, out of memory, or a speed not measured
 
 
-class Choice(BaseModel):
+@dataclass(kw_only=True)
+class Choice:
     """The launches made, the winner (None: the converged placement stays) and why."""
 
     tried: list[Tried]

@@ -8,8 +8,8 @@ one meaning for plan, run and bench.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from pydantic import BaseModel, Field, InstanceOf, computed_field
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from moetune.core.calibrate import Measured, SpeedFit, fit_of, fitted_forecast
 from moetune.core.command import args_for, server_argv
@@ -32,6 +32,7 @@ from moetune.core.planner import (
     plan_n_cpu_moe,
     plan_override,
 )
+from moetune.core.record import HIDDEN
 from moetune.core.speed import (
     DeviceFigures,
     Forecast,
@@ -45,7 +46,8 @@ from moetune.units import format_bytes
 SERVER_ALL_LAYERS = 99  # what moetune writes for "every layer": -ngl 99
 
 
-class RamCheck(BaseModel):
+@dataclass(kw_only=True)
+class RamCheck:
     """CPU-resident weights and host buffers against the host's RAM."""
 
     needed_bytes: int
@@ -91,7 +93,8 @@ def check_ram(memory: MemoryEstimate, ram_total: int | None, ram_available: int 
     )
 
 
-class DeviceCheck(BaseModel):
+@dataclass(kw_only=True)
+class DeviceCheck:
     """llama-fit-params's projection of one device beside moetune's prediction of the same
     dry run (one sequence, every token an output), MiB as llama.cpp prints them."""
 
@@ -104,7 +107,8 @@ class DeviceCheck(BaseModel):
     agrees: bool  # within the fidelity bounds
 
 
-class PlanRequest(BaseModel):
+@dataclass(kw_only=True)
+class PlanRequest:
     """Everything a plan depends on besides the model; sizes in bytes. The devices are one or
     more (one device is a list of one), each with a --target-vram (None: its total minus its
     --headroom) and a --headroom."""
@@ -126,11 +130,11 @@ class PlanRequest(BaseModel):
     device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
     pass_through: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
     # what those load beside the model (jobs/loader.py read the files), beside the settings
-    extras: InstanceOf[Extras] | None = Field(default=None, exclude=True, repr=False)
+    extras: Extras | None = field(default=None, repr=False, metadata=HIDDEN)
     # the machine's figures the speed forecast uses (None: none known)
-    figures: MachineFigures | None = Field(default=None, exclude=True)
+    figures: MachineFigures | None = field(default=None, metadata=HIDDEN)
     # measured speeds of this model the forecast is calibrated on (jobs/speed.measured_of)
-    measured: tuple[InstanceOf[Measured], ...] = Field(default=(), exclude=True, repr=False)
+    measured: tuple[Measured, ...] = field(default=(), repr=False, metadata=HIDDEN)
 
     def target_vram_of(self, index: int) -> int | None:
         return self.target_vram[index] if index < len(self.target_vram) else None
@@ -150,7 +154,8 @@ class PlanRequest(BaseModel):
         return tuple(found)
 
 
-class PlacementResult(BaseModel):
+@dataclass(kw_only=True)
+class PlacementResult:
     """One placement: its llama-server flags, predicted memory and command."""
 
     n_cpu_moe: int | None
@@ -161,13 +166,16 @@ class PlacementResult(BaseModel):
     command: list[str]
     moved_layers: list[int]
     partial_layer: int | None = None
-    partial_parts: list[str] = []
+    partial_parts: list[str] = field(default_factory=list)
     fits: bool  # on the GPU, within the budget (several devices: each within its own)
-    tensor_split: list[float] = []  # -ts (several devices)
-    placement: Placement = Field(exclude=True)  # what the command says, for llama.cpp's check
+    tensor_split: list[float] = field(default_factory=list)  # -ts (several devices)
+    placement: Placement = field(metadata=HIDDEN)  # what the command says, for llama.cpp
 
 
-class PlanResult(BaseModel):
+@dataclass(kw_only=True)
+class PlanResult:
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("fits",)
+
     model: str
     architecture: str
     is_moe: bool
@@ -186,23 +194,24 @@ class PlanResult(BaseModel):
     warnings: list[str]
     fails: str | None = None  # "gpu" or "ram": what does not fit
     reason: str | None = None  # one sentence, with the figure that fails
-    suggestions: list[str] = []  # what would fit instead, every figure computed
+    # what would fit instead, every figure computed
+    suggestions: list[str] = field(default_factory=list)
     nearest: PlacementResult | None = None  # the nearest plan that does fit
     # several devices: their names and budgets, and the one with the least room left
-    device_names: list[str] = []
-    device_budgets: list[int] = []
+    device_names: list[str] = field(default_factory=list)
+    device_budgets: list[int] = field(default_factory=list)
     limiting_device: str | None = None
-    checks: list[DeviceCheck] = []  # llama.cpp's own dry run of the recommended command
+    # llama.cpp's own dry run of the recommended command
+    checks: list[DeviceCheck] = field(default_factory=list)
     checked: str = "prediction"  # "llama.cpp", "prediction" (devices not here), "skipped"
     forecast: Forecast | None = None  # the recommended placement's speed (when it fits)
     # --ctx max stopped at the training context, not at the budget: what it says (None: it
     # did not); in --json at the top level only
-    ctx_note: str | None = Field(default=None, exclude=True)
+    ctx_note: str | None = field(default=None, metadata=HIDDEN)
     # device -> where its runtime overhead came from, when it was measured on the card (a
     # hardware profile's); not in the JSON's plan (payloads.plan_payload adds it when present)
-    overhead_sources: dict[str, str] = Field(default={}, exclude=True)
+    overhead_sources: dict[str, str] = field(default_factory=dict, metadata=HIDDEN)
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def fits(self) -> bool:
         return self.fails is None
@@ -296,7 +305,7 @@ def _context_for(facts: ModelFacts, req: PlanRequest, target: DeviceBudgets) -> 
     if not req.ctx_max:
         return req.settings
     found = max_context(facts, target, req.settings, req.n_cpu_moe, extras=req.extras)
-    return req.settings.model_copy(update={"n_ctx": found[0] if found else 256})
+    return replace(req.settings, n_ctx=found[0] if found else 256)
 
 
 def _main_plan(
@@ -363,7 +372,7 @@ def _ubatch_hint(
     """Seed finding: with experts on the CPU, -ub 2048 speeds up prefill of long prompts."""
     if not facts.is_moe or not plan.moved_layers or settings.n_ubatch >= 2048:
         return None
-    bigger = settings.model_copy(update={"n_ubatch": 2048, "n_batch": 2048})
+    bigger = replace(settings, n_ubatch=2048, n_batch=2048)
     memory = estimate(facts, plan.placement, bigger, target.devices, extras=extras)
     advice = "for long prompts add -ub 2048 -b 2048 (faster prefill with experts on the CPU"
     if target.fits(memory):
@@ -386,7 +395,8 @@ def _free_warning(req: PlanRequest, memory: MemoryEstimate) -> list[str]:
     ]
 
 
-class _Failure(BaseModel):
+@dataclass(kw_only=True)
+class _Failure:
     fails: str
     reason: str
     suggestions: list[str]
@@ -434,10 +444,8 @@ def _gpu_failure(
     suggestions += [fit.text for fit in fits]
     if nearest is None and fits:
         first = fits[0]
-        at = settings.model_copy(
-            update={"n_ctx": first.n_ctx, "type_k": first.cache_type, "type_v": first.cache_type}
-        )
-        plan, _ = _main_plan(facts, req.model_copy(update={"n_cpu_moe": None}), target, at)
+        at = replace(settings, n_ctx=first.n_ctx, type_k=first.cache_type, type_v=first.cache_type)
+        plan, _ = _main_plan(facts, replace(req, n_cpu_moe=None), target, at)
         nearest = placement_result(req, plan, at, target)
     if not fits:
         suggestions.append(

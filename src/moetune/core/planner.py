@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from itertools import pairwise
 from typing import NamedTuple
 
@@ -663,7 +664,7 @@ def max_context(
     found: dict[int, tuple[int, ...]] = {}
 
     def fits(steps: int) -> bool:
-        trial = settings.model_copy(update={"n_ctx": steps * CTX_STEP})
+        trial = replace(settings, n_ctx=steps * CTX_STEP)
         search = _Search(facts, target, trial, ngl, extras=extras)
         result = distribute(search, blocks, overridden=bool(blocks))
         if result is not None:
@@ -746,7 +747,7 @@ def context_fits(
     another type and gives more), at the floor (or at ``--n-cpu-moe n_cpu_moe``)."""
     found: list[ContextFit] = []
     for cache in dict.fromkeys((settings.type_k, "q4_0")):
-        trial = settings.model_copy(update={"type_k": cache, "type_v": cache})
+        trial = replace(settings, type_k=cache, type_v=cache)
         try:
             context = max_context(facts, target, trial, n_cpu_moe, extras=extras)
         except BadValueError:  # e.g. a head size q4_0 blocks do not divide

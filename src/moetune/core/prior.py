@@ -15,20 +15,24 @@ error of a prior fitted without the machine it forecasts (leave one machine out)
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import dataclass
 
+from moetune.core.record import require
 from moetune.core.speed import Efficiency
 
 
-class SpeedPrior(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class SpeedPrior:
     """Efficiencies (of each kind's figure) and fixed times, and what they rest on."""
 
-    model_config = ConfigDict(frozen=True)
-
     efficiency: Efficiency
-    block_token_s: float = Field(ge=0)  # per block of the model, per generated token
-    points: int = Field(ge=0)  # the public measurements it is fitted on
-    machines: int = Field(ge=0)  # ... of this many machines
+    block_token_s: float  # per block of the model, per generated token
+    points: int  # the public measurements it is fitted on
+    machines: int  # ... of this many machines
+
+    def __post_init__(self) -> None:
+        for name in ("block_token_s", "points", "machines"):
+            require(self, name, getattr(self, name) >= 0, "0 or more")
 
 
 # scripts/speed-prior.py prints this from benchmarks/data/public_sweeps/

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import dataclass, field
 
 from moetune.core.overhead import DEFAULT_CUDA_OVERHEAD_BYTES
+from moetune.core.record import HIDDEN, require
 
 # What a CUDA process costs beyond llama.cpp's own buffers: the context, cuBLAS workspaces and
 # the memory pool's slack, from public figures (core/overhead.py: 512 MiB). Users override it
@@ -18,12 +19,11 @@ def default_n_ctx(training_context: int | None) -> int:
     return min(DEFAULT_CTX, training_context or DEFAULT_CTX)
 
 
-class Settings(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Settings:
     """The llama-server settings that change memory (defaults: llama-server's, FA on)."""
 
-    model_config = ConfigDict(frozen=True)
-
-    n_ctx: int = Field(gt=0)
+    n_ctx: int
     type_k: str = "f16"
     type_v: str = "f16"
     n_seq: int = 4  # -np auto: 4 slots sharing one unified cache
@@ -41,7 +41,11 @@ class Settings(BaseModel):
     # the tokens speculation drafts per step (--spec-type, --spec-draft-n-max: core/extras.py);
     # what else the same llama-server loads (a projector, a draft) travels beside the
     # settings as core.extras.Extras. Left out of the JSON, as before it was a setting.
-    n_draft: int = Field(default=0, ge=0, exclude=True)
+    n_draft: int = field(default=0, metadata=HIDDEN)
+
+    def __post_init__(self) -> None:
+        require(self, "n_ctx", self.n_ctx > 0, "positive")
+        require(self, "n_draft", self.n_draft >= 0, "0 or more")
 
     @property
     def n_outputs(self) -> int:

@@ -47,11 +47,10 @@ calibration's, or where there is none (``uncalibrated``) core/prior.py's typical
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from math import prod
 from typing import Literal, NamedTuple
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from moetune.core.backends import rules
 from moetune.core.compute.params import OP_OFFLOAD_MIN_BATCH, run_params
@@ -61,6 +60,7 @@ from moetune.core.flags import pairs
 from moetune.core.kvcache import cache_for, state_bytes
 from moetune.core.memory import weights_on
 from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit
+from moetune.core.record import require
 from moetune.core.routing import routing_exponent, touched_share
 from moetune.core.settings import Settings
 from moetune.gguf.roles import Role
@@ -405,45 +405,60 @@ def prompt_traffic(layout: SpeedLayout, n_prompt: int, depth: int = 0) -> Traffi
 # --- time from figures --------------------------------------------------------------------------
 
 
-class DeviceFigures(BaseModel):
+def _positive_or_none(record: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(record, name)
+        require(record, name, value is None or value > 0, "positive or unknown")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceFigures:
     """One device's figures; None where unknown."""
 
-    model_config = ConfigDict(frozen=True)
+    memory_bytes_per_s: float | None = None
+    link_bytes_per_s: float | None = None  # PCIe; an RPC device: its network
+    flops_per_s: float | None = None
 
-    memory_bytes_per_s: float | None = Field(default=None, gt=0)
-    link_bytes_per_s: float | None = Field(default=None, gt=0)  # PCIe; an RPC device: its network
-    flops_per_s: float | None = Field(default=None, gt=0)
+    def __post_init__(self) -> None:
+        _positive_or_none(self, ("memory_bytes_per_s", "link_bytes_per_s", "flops_per_s"))
 
 
-class MachineFigures(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class MachineFigures:
     """What the time of each term comes from: one entry per device, in the plan's order."""
 
-    model_config = ConfigDict(frozen=True)
-
     devices: tuple[DeviceFigures, ...]
-    ram_bytes_per_s: float | None = Field(default=None, gt=0)
-    cpu_flops_per_s: float | None = Field(default=None, gt=0)
+    ram_bytes_per_s: float | None = None
+    cpu_flops_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive_or_none(self, ("ram_bytes_per_s", "cpu_flops_per_s"))
 
 
-class Efficiency(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Efficiency:
     """The share of each figure a term reaches (0 < factor <= 1), fitted by calibration on
     ``points`` measurements; 1.0 each and no points: uncalibrated."""
 
-    model_config = ConfigDict(frozen=True)
+    device_memory: float = 1.0
+    ram: float = 1.0
+    link: float = 1.0
+    device_compute: float = 1.0
+    cpu_compute: float = 1.0
+    points: int = 0
 
-    device_memory: float = Field(default=1.0, gt=0, le=1)
-    ram: float = Field(default=1.0, gt=0, le=1)
-    link: float = Field(default=1.0, gt=0, le=1)
-    device_compute: float = Field(default=1.0, gt=0, le=1)
-    cpu_compute: float = Field(default=1.0, gt=0, le=1)
-    points: int = Field(default=0, ge=0)
+    def __post_init__(self) -> None:
+        for name in ("device_memory", "ram", "link", "device_compute", "cpu_compute"):
+            require(self, name, 0 < getattr(self, name) <= 1, "in (0, 1]")
+        require(self, "points", self.points >= 0, "0 or more")
 
 
 # "overhead": a calibration's fixed time per token or per ubatch (core/calibrate.py)
 Kind = Literal["device_memory", "ram", "link", "device_compute", "cpu_compute", "overhead"]
 
 
-class TermTime(BaseModel):
+@dataclass(kw_only=True)
+class TermTime:
     """One term: what it moves (bytes) or computes (FLOPs), and its time."""
 
     term: str  # "CUDA0 memory", "RAM", "CUDA0 link", "CUDA0 compute", "CPU compute"
@@ -453,13 +468,12 @@ class TermTime(BaseModel):
     figure: str  # the figure it needs
 
 
-class ForecastCalibration(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ForecastCalibration:
     """What a forecast rests on: no points (``uncalibrated``), or the points of a fit and its
     leave-one-out error (relative, of tok/s; None: too few points to leave one out)."""
 
-    model_config = ConfigDict(frozen=True)
-
-    points: int = Field(default=0, ge=0)
+    points: int = 0
     median_error: float | None = None
     max_error: float | None = None
 
@@ -476,7 +490,8 @@ class ForecastCalibration(BaseModel):
         ).replace("%", " %")
 
 
-class Forecast(BaseModel):
+@dataclass(kw_only=True)
+class Forecast:
     """Decode tok/s at a depth and prefill tok/s for a prompt, with the terms behind them."""
 
     decode_tok_s: float | None

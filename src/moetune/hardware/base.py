@@ -6,16 +6,16 @@ here is re-exported from ``moetune.hardware``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
-
-from pydantic import BaseModel, ConfigDict
 
 from moetune.errors import ExitCode, MoetuneError, NoGpuError
 
 VRAM_HINT = "pass --vram to plan for a GPU without detecting one"
 
 
-class GpuInfo(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class GpuInfo:
     """One NVIDIA GPU as the driver reports it. Sizes in bytes; ``None`` = not reported.
 
     ``index`` is the driver's (NVML / nvidia-smi) index, which follows the PCI bus order; CUDA
@@ -28,8 +28,6 @@ class GpuInfo(BaseModel):
     ``pcie_gen_max``/``pcie_width_max`` are the most the card and its slot allow together;
     ``pcie_gen_card_max`` is the card's own maximum generation (the slot aside).
     """
-
-    model_config = ConfigDict(frozen=True)
 
     index: int
     name: str
@@ -47,14 +45,13 @@ class GpuInfo(BaseModel):
     memory_bandwidth_bytes_per_s: int | None = None
 
 
-class HostInfo(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class HostInfo:
     """The machine's RAM, swap and CPU cores. Sizes in bytes.
 
     ``ram_limit_bytes`` is the cgroup memory limit (a container or a systemd slice) when one is
     set below the machine's RAM; ``None`` when there is none or it cannot be read.
     """
-
-    model_config = ConfigDict(frozen=True)
 
     ram_total_bytes: int
     ram_available_bytes: int
@@ -67,12 +64,11 @@ class HostInfo(BaseModel):
     cpu_model: str | None = None  # "AMD Ryzen 9 7950X 16-Core Processor"; None: not reported
 
 
-class RamBandwidth(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class RamBandwidth:
     """A read-only streaming figure of RAM: ``threads`` threads each summing its share of a
     ``buffer_bytes`` buffer (larger than the last-level cache), the median of ``passes``
     passes. ``by_threads``: each thread count tried and its median, bytes per second."""
-
-    model_config = ConfigDict(frozen=True)
 
     bytes_per_s: int
     threads: int

@@ -182,9 +182,7 @@ class Variant:
         thread count."""
         if self.n_ubatch is not None:
             old = spec.settings
-            settings = old.model_copy(
-                update={"n_ubatch": self.n_ubatch, "n_batch": max(old.n_batch, self.n_ubatch)}
-            )
+            settings = replace(old, n_ubatch=self.n_ubatch, n_batch=max(old.n_batch, self.n_ubatch))
             flags: tuple[str, ...] = ("-ub", str(self.n_ubatch))
             if settings.n_batch != old.n_batch:
                 flags += ("-b", str(settings.n_batch))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from moetune.core.extras import Extras
@@ -194,7 +194,7 @@ def choose_runs(
     runs: list[BenchRun] = []
     failure: DoesNotFitError | None = None
     for ub in ubatches:
-        at = settings.model_copy(update={"n_ubatch": ub, "n_batch": max(settings.n_batch, ub)})
+        at = replace(settings, n_ubatch=ub, n_batch=max(settings.n_batch, ub))
         try:
             smallest = plan_n_cpu_moe(facts, budgets, at, extras=extras)
         except DoesNotFitError as exc:

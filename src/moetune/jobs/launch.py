@@ -94,11 +94,11 @@ def settings_from_pass_through(
 ) -> tuple[Settings, Extras | None]:
     """The micro-batch and batch sizes given after ``--`` (llama-server's defaults else), and
     with ``facts`` (the model) the projector and draft model they load beside it."""
-    update = {
-        "n_ubatch": pass_through_int(pass_through, "-ub", "--ubatch-size") or 512,
-        "n_batch": pass_through_int(pass_through, "-b", "--batch-size") or 2048,
-    }
-    found = settings.model_copy(update=update)
+    found = replace(
+        settings,
+        n_ubatch=pass_through_int(pass_through, "-ub", "--ubatch-size") or 512,
+        n_batch=pass_through_int(pass_through, "-b", "--batch-size") or 2048,
+    )
     if facts is None:
         return found, None
     return with_extras(found, facts, pass_through)
@@ -232,8 +232,8 @@ def prepare_device(
     budgets = budgets_for(devices, target_bytes, headroom_bytes, force)
     probes = tuple(choose_probe(d, gpus) for d in devices)
     first = devices[0]
-    settings = spec.settings.model_copy(
-        update={"device_kind": first.kind, "gpu_overhead_bytes": first.overhead_bytes}
+    settings = replace(
+        spec.settings, device_kind=first.kind, gpu_overhead_bytes=first.overhead_bytes
     )
     spec = replace(spec, settings=settings, devices=devices)
     setup = DeviceSetup(
@@ -274,14 +274,14 @@ def resolve_context(
     else:
         found = max_context(facts, setup.device_budgets, settings, extras=spec.extras)
         if found is None:
-            smallest = settings.model_copy(update={"n_ctx": 256})
+            smallest = replace(settings, n_ctx=256)
             raise does_not_fit(facts, setup.device_budgets, smallest, extras=spec.extras)
         n_ctx = found[0]
         if (stopped := ctx_max_stop(facts, n_ctx)) is not None:
             warn(stopped)  # the training context stopped it, not the budget
     if facts.context_length and n_ctx > facts.context_length:
         warn(f"context {n_ctx} is beyond the training context {facts.context_length}")
-    return replace(spec, settings=settings.model_copy(update={"n_ctx": n_ctx}))
+    return replace(spec, settings=replace(settings, n_ctx=n_ctx))
 
 
 def prepare_launch(

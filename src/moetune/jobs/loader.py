@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -91,5 +92,5 @@ def with_extras(
     args = parse_extras_flags(pass_through)
     extras = load_extras(args, target, sibling=sibling)
     if args.n_draft:
-        settings = settings.model_copy(update={"n_draft": args.n_draft})
+        settings = replace(settings, n_draft=args.n_draft)
     return settings, extras

@@ -31,7 +31,7 @@ def with_ubatch(spec: LaunchSpec, n_ubatch: int) -> LaunchSpec:
     the ubatch to the batch); the pass-through's own -ub/-b give way."""
     n_batch = max(spec.settings.n_batch, n_ubatch)
     kept = [p for p in pairs(spec.pass_through) if not p.is_("--ubatch-size", "--batch-size")]
-    settings = spec.settings.model_copy(update={"n_ubatch": n_ubatch, "n_batch": n_batch})
+    settings = replace(spec.settings, n_ubatch=n_ubatch, n_batch=n_batch)
     flags = ("-ub", str(n_ubatch), "-b", str(n_batch))
     return replace(spec, settings=settings, pass_through=(*words(kept), *flags))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from moetune.errors import BadValueError, MoetuneError, NoGpuError
@@ -163,8 +164,8 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
 
         measured = tuple(measured_of(inputs.speed_points, facts, settings, devices))
     if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
-        settings = settings.model_copy(
-            update={"n_seq": inputs.parallel, "kv_unified": False, "explicit_parallel": True}
+        settings = replace(
+            settings, n_seq=inputs.parallel, kv_unified=False, explicit_parallel=True
         )
     flag, source = chosen.named
     ram_total, ram_available, cores = inputs.ram
@@ -270,7 +271,7 @@ def plan_model(
     request = plan_request(chosen, inputs)
     result = make_plan(chosen.facts, request)
     if not verify:
-        return result.model_copy(update={"checked": "skipped (--no-verify)"})
+        return replace(result, checked="skipped (--no-verify)")
     return _checked(chosen, request, result, inputs.found, server)
 
 
@@ -290,33 +291,32 @@ def _checked(
     """The plan checked by llama.cpp where the devices are here and llama-fit-params is
     installed; else it says it is a prediction, and why."""
     if not (found.here or _described_here(found)):
-        return result.model_copy(update={"checked": "prediction (the devices are not here)"})
+        return replace(result, checked="prediction (the devices are not here)")
     from moetune.jobs.verify import checked_plan, find_tool, reachable
     from moetune.llamacpp.process import find_server
 
     endpoints = [d.description for d in found.devices if d.kind == "rpc"]
     if not all(map(reachable, endpoints)):
-        return result.model_copy(update={"checked": "prediction (the devices are not here)"})
+        return replace(result, checked="prediction (the devices are not here)")
     try:
         tool = find_tool(find_server(server))
     except MoetuneError:
         tool = None
     if tool is None:
-        return result.model_copy(update={"checked": "prediction (llama-fit-params not found)"})
+        return replace(result, checked="prediction (llama-fit-params not found)")
     if chosen.facts.header_only:
         why = "prediction (a header-only file: llama.cpp cannot dry-run it)"
-        return result.model_copy(update={"checked": why})
+        return replace(result, checked=why)
     if chosen.path is None:  # llama-fit-params would download it
         why = "prediction (not downloaded: llama.cpp's dry run needs the file)"
-        return result.model_copy(update={"checked": why})
+        return replace(result, checked=why)
     try:
         return checked_plan(chosen.facts, request, result, tool, model_path=str(chosen.path))
     except MoetuneError as exc:  # the check is a bonus: the plan stands as a prediction
-        return result.model_copy(
-            update={
-                "checked": "prediction (llama.cpp's check failed)",
-                "warnings": [*result.warnings, exc.message],
-            }
+        return replace(
+            result,
+            checked="prediction (llama.cpp's check failed)",
+            warnings=[*result.warnings, exc.message],
         )
 
 

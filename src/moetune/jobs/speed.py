@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -313,7 +314,7 @@ def measured_of(
         layout = placement_layout(
             facts,
             placement,
-            settings.model_copy(update=update),
+            replace(settings, **update),
             devices,
             op_offload=not point.placement.no_op_offload,
         )

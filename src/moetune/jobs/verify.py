@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from moetune.core.devices import DeviceSpec
@@ -48,15 +49,14 @@ def find_tool(server: Path) -> Path | None:
 
 def _dry_run_settings(settings: Settings) -> Settings:
     """What llama-fit-params reserves: one sequence, logits for every token of the batch."""
-    return settings.model_copy(
-        update={
-            "n_seq": 1,
-            "all_outputs": True,
-            "kv_unified": True,
-            "gpu_overhead_bytes": 0,
-            "device_correction_bytes": 0,
-            "n_draft": 0,
-        }
+    return replace(
+        settings,
+        n_seq=1,
+        all_outputs=True,
+        kv_unified=True,
+        gpu_overhead_bytes=0,
+        device_correction_bytes=0,
+        n_draft=0,
     )
 
 
@@ -64,7 +64,7 @@ def _bare(devices: Sequence[DeviceSpec]) -> tuple[DeviceSpec, ...] | None:
     """The devices as llama.cpp counts them: no overhead, no correction."""
     if not devices:
         return None
-    return tuple(d.model_copy(update={"overhead_bytes": 0, "correction_bytes": 0}) for d in devices)
+    return tuple(replace(d, overhead_bytes=0, correction_bytes=0) for d in devices)
 
 
 def _within(projected: int, predicted: float, share: float, floor_mib: float) -> bool:
@@ -130,10 +130,8 @@ def corrected(req: PlanRequest, checks: Sequence[DeviceCheck]) -> PlanRequest | 
     delta = {c.device: (c.projected_mib - c.predicted_mib) * MIB for c in checks if not c.agrees}
     if len(req.devices) == 1:  # named as llama-fit-params names it
         delta = {req.devices[0].name: next(iter(delta.values()))}
-    devices = tuple(
-        d.model_copy(update={"correction_bytes": delta.get(d.name, 0)}) for d in req.devices
-    )
-    return req.model_copy(update={"devices": devices})
+    devices = tuple(replace(d, correction_bytes=delta.get(d.name, 0)) for d in req.devices)
+    return replace(req, devices=devices)
 
 
 def on_disk(args: Sequence[str], model_path: str) -> list[str]:
@@ -158,10 +156,10 @@ def checked_plan(
     """The plan checked by llama.cpp, and made again with its figures where they differ."""
     checks = check_plan(facts, req, result, tool, model_path=model_path)
     if not checks:
-        return result.model_copy(update={"checked": "prediction"})
+        return replace(result, checked="prediction")
     again = corrected(req, checks)
     if again is None:
-        return result.model_copy(update={"checks": checks, "checked": "llama.cpp"})
+        return replace(result, checks=checks, checked="llama.cpp")
     redone = make_plan(facts, again)
     warnings = [*redone.warnings] + [
         f"llama.cpp projects {c.device} {c.projected_mib:,} MiB, predicted {c.predicted_mib:,}: "
@@ -169,9 +167,7 @@ def checked_plan(
         for c in checks
         if not c.agrees
     ]
-    return redone.model_copy(
-        update={"checks": checks, "checked": "llama.cpp (corrected)", "warnings": warnings}
-    )
+    return replace(redone, checks=checks, checked="llama.cpp (corrected)", warnings=warnings)
 
 
 def dry_run_corrections(

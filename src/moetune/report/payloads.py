@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from moetune.core.record import to_json
+
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
     from moetune.core.frontier import Frontier
@@ -22,10 +24,10 @@ if TYPE_CHECKING:
 def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, Any]:
     from moetune.core.archs import arch_of
 
-    exclude = None if with_tensors else {"tensors"}
+    exclude = frozenset() if with_tensors else frozenset({"tensors"})
     # verified: the architecture is in moetune's fixture matrix (docs/verified-architectures.md)
     return {
-        **facts.model_dump(mode="json", exclude=exclude),
+        **to_json(facts, exclude=exclude),
         "verified": arch_of(facts.architecture).verified,
     }
 
@@ -59,23 +61,23 @@ def plan_payload(result: PlanResult, frontier: Frontier | None = None) -> dict[s
         # every device: its budget and predicted peak by part (one device: the GPU)
         "tensor_split": rec.tensor_split,
         "devices": [
-            {**d.model_dump(mode="json"), "budget_bytes": budget}
+            {**to_json(d), "budget_bytes": budget}
             for d, budget in zip(
                 mem.devices, result.device_budgets or [result.budget_bytes], strict=True
             )
         ],
         "checked": result.checked,
         # decode and prefill tok/s of the recommended placement, the terms and missing figures
-        "forecast": result.forecast.model_dump(mode="json") if result.forecast else None,
+        "forecast": to_json(result.forecast) if result.forecast else None,
         **extras_payload(mem),
     }
     if result.overhead_sources:  # device -> the runtime overhead measured on its card, how
         top["overhead_measured"] = result.overhead_sources
     if frontier is not None:  # the candidates that fit, each with command, memory, forecast
-        top["frontier"] = frontier.model_dump(mode="json")
+        top["frontier"] = to_json(frontier)
     if result.ctx_note:  # --ctx max stopped at the training context, not at the budget
         top["ctx_note"] = result.ctx_note
-    return {**top, "plan": result.model_dump(mode="json")}
+    return {**top, "plan": to_json(result)}
 
 
 def extras_payload(mem: MemoryEstimate) -> dict[str, Any]:
@@ -193,7 +195,7 @@ def doctor_payload(report: DoctorReport) -> dict[str, Any]:
     data = report.model_dump(mode="json", exclude={"gpus", "pcie", "ram_read"})
     links = {link.gpu_index: link for link in report.pcie}
     data["gpus"] = [
-        gpu.model_dump(mode="json", exclude=PCIE_FIELDS)
+        to_json(gpu, exclude=PCIE_FIELDS)
         | {"pcie": links[gpu.index].model_dump(mode="json", exclude={"gpu_index"})}
         for gpu in report.gpus
     ]
