@@ -88,6 +88,27 @@ def test_smallest_n_and_ot_plan(all_facts: dict[str, ModelFacts], name: str) -> 
         assert split.gpu_other_bytes == full.gpu_other_bytes
 
 
+@pytest.mark.parametrize("name", ["qwen3moe", "gpt-oss", "deepseek2", "qwen35moe", "qwen3-30b"])
+def test_a_search_over_a_known_n_finds_the_same_n(
+    all_facts: dict[str, ModelFacts], name: str
+) -> None:
+    """``over`` (the plan's N at a larger ubatch: -ub 2048's hint) gallops up from it and
+    finds the N the whole range's search finds, whether ``over`` fits there or not."""
+    facts = all_facts[name]
+    settings = _settings(facts)
+    bigger = replace(settings, n_ubatch=2048, n_batch=2048)
+    for budget in _budgets(facts, settings)[1:]:
+        target = DeviceBudgets.one(budget, bigger)
+        try:
+            whole = plan_n_cpu_moe(facts, target, bigger).placement.n_cpu_moe
+        except DoesNotFitError:
+            continue
+        assert whole is not None
+        for over in {0, max(whole - 3, 0), max(whole - 1, 0), whole, facts.n_layers - 1}:
+            found = plan_n_cpu_moe(facts, target, bigger, over=over)
+            assert found.placement.n_cpu_moe == whole, (budget, over)
+
+
 def test_below_the_non_expert_weights_does_not_fit(all_facts: dict[str, ModelFacts]) -> None:
     facts = all_facts["qwen3-30b"]
     settings = _settings(facts)

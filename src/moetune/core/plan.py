@@ -378,7 +378,8 @@ def _ubatch_hint(
     if target.fits(memory):
         return f"{advice}; GPU peak {format_bytes(memory.gpu_bytes)}, still fits)"
     try:
-        wider = plan_n_cpu_moe(facts, target, bigger, extras=extras)
+        over = plan.placement.n_cpu_moe  # over one device's budget at -ub 2048 (above)
+        wider = plan_n_cpu_moe(facts, target, bigger, extras=extras, over=over)
     except DoesNotFitError:
         return None
     return f"{advice}; it needs --n-cpu-moe {wider.placement.n_cpu_moe} to fit)"

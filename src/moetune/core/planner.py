@@ -284,10 +284,18 @@ def distribute(
 
 
 def plan_n_cpu_moe(
-    facts: ModelFacts, target: DeviceBudgets, settings: Settings, *, extras: Extras | None = None
+    facts: ModelFacts,
+    target: DeviceBudgets,
+    settings: Settings,
+    *,
+    extras: Extras | None = None,
+    over: int | None = None,
 ) -> OffloadPlan:
     """``--n-cpu-moe N`` (``-ts`` on several devices): the smallest N whose layers can be
-    split so that every device fits."""
+    split so that every device fits. ``over``: an N likely not to fit (the plan's own N at a
+    larger ubatch, say): where it does not, the search gallops up from it (N+1, N+2, N+4,
+    ...) and bisects the last step, a few estimates where the whole range takes a bisection
+    of every block; where it does, the whole range is searched."""
     search = _Search(facts, target, settings, extras=extras)
     tried: dict[int, Distribution | None] = {}
 
@@ -297,9 +305,16 @@ def plan_n_cpu_moe(
         return tried[n]
 
     n_max = facts.n_layers if facts.is_moe else 0
-    if at(n_max) is None:
+    if over is not None and over < n_max and at(over) is None:
+        low, step = over, 1
+        while low + step < n_max and at(low + step) is None:
+            low, step = low + step, step * 2
+        high = min(low + step, n_max)
+    else:
+        low, high = -1, n_max
+    if at(high) is None:
         raise does_not_fit(facts, target, settings, extras=extras)
-    n = n_max - (largest(0, n_max, lambda k: at(n_max - k) is not None) or 0)
+    n = high - (largest(0, high - low - 1, lambda k: at(high - k) is not None) or 0)
     while n > 0 and at(n - 1) is not None:  # not monotone everywhere: step down while it fits
         n -= 1
     found = at(n)
