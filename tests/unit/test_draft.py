@@ -10,7 +10,7 @@ import pytest
 from moetune.core.extras import parse_extras_flags, with_draft
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import Placement
-from moetune.core.record import to_json
+from moetune.core.record import jsonable
 from moetune.errors import DraftModelError
 from moetune.jobs.loader import load_extras, load_model_facts
 
@@ -44,8 +44,8 @@ def test_draft_memory_is_counted_on_its_device(pair: tuple[Path, Path]) -> None:
     assert with_it.draft is not None and without.draft is None
     extra = with_it.draft.draft_weights_bytes + with_it.draft.draft_kv_bytes
     assert with_it.gpu_bytes - without.gpu_bytes >= extra > 0
-    assert "draft_weights_bytes" not in to_json(without.devices[0])
-    assert to_json(with_it.devices[0])["draft_kv_bytes"] == with_it.draft.draft_kv_bytes
+    assert "draft_weights_bytes" not in jsonable(without.devices[0])
+    assert jsonable(with_it.devices[0])["draft_kv_bytes"] == with_it.draft.draft_kv_bytes
 
 
 def test_a_draft_with_another_vocabulary_is_refused(

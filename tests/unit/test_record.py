@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from moetune.core.memory import DeviceMemory
-from moetune.core.record import HIDDEN, OMIT_EMPTY, to_json
+from moetune.core.record import HIDDEN, OMIT_EMPTY, jsonable
 from moetune.core.settings import Settings
 from moetune.core.speed import Efficiency, TermTime
 from moetune.errors import BadValueError
@@ -51,7 +51,7 @@ def test_fields_in_order_then_properties() -> None:
         by_role={Role.EXPERTS: 5},
         inner=[_Inner(share=1, counts=(1, 2))],
     )
-    assert to_json(value) == {
+    assert jsonable(value) == {
         "amount": 3.0,
         "rates": {"ram": 2.0, "link": None},
         "by_role": {Role.EXPERTS.value: 5},
@@ -59,15 +59,15 @@ def test_fields_in_order_then_properties() -> None:
         "doubled": 6.0,
     }
     # an int in a float field is written as a float, as pydantic wrote it
-    assert json.dumps(to_json(value)).startswith('{"amount": 3.0, "rates": {"ram": 2.0')
+    assert json.dumps(jsonable(value)).startswith('{"amount": 3.0, "rates": {"ram": 2.0')
 
 
 def test_omitted_while_empty_hidden_and_excluded() -> None:
     value = _Outer(amount=1.5, rates={}, by_role={}, inner=[], note="n")
-    assert to_json(value)["note"] == "n"
-    assert "note" not in to_json(_Outer(amount=1.5, rates={}, by_role={}, inner=[]))
-    assert "kept_aside" not in to_json(value)
-    assert set(to_json(value, exclude={"inner", "doubled"})) == {
+    assert jsonable(value)["note"] == "n"
+    assert "note" not in jsonable(_Outer(amount=1.5, rates={}, by_role={}, inner=[]))
+    assert "kept_aside" not in jsonable(value)
+    assert set(jsonable(value, exclude={"inner", "doubled"})) == {
         "amount",
         "rates",
         "by_role",
@@ -76,14 +76,14 @@ def test_omitted_while_empty_hidden_and_excluded() -> None:
 
 
 def test_non_finite_is_null() -> None:
-    assert to_json(_Inner(share=float("inf")))["share"] is None
+    assert jsonable(_Inner(share=float("inf")))["share"] is None
 
 
 def test_a_pydantic_model_holding_records() -> None:
     """A record inside a pydantic model (the records nest the core's settings) is written by
-    pydantic; to_json hands such a model to it."""
+    pydantic; jsonable hands such a model to it."""
     value = _Model(outer=_Outer(amount=1.0, rates={}, by_role={}, inner=[]))
-    assert to_json(value)["outer"]["amount"] == 1.0
+    assert jsonable(value)["outer"]["amount"] == 1.0
 
 
 def test_device_memory_leaves_out_absent_companions() -> None:
@@ -96,13 +96,13 @@ def test_device_memory_leaves_out_absent_companions() -> None:
         overhead_bytes=4,
         draft_kv_bytes=5,
     )
-    data = to_json(memory)
+    data = jsonable(memory)
     assert "mmproj_weights_bytes" not in data and data["draft_kv_bytes"] == 5
     assert list(data)[-1] == "total_bytes" and data["total_bytes"] == 15
 
 
 def test_hidden_setting_and_bounds() -> None:
-    assert "n_draft" not in to_json(Settings(n_ctx=4096, n_draft=3))
+    assert "n_draft" not in jsonable(Settings(n_ctx=4096, n_draft=3))
     with pytest.raises(BadValueError, match=r"Settings\.n_ctx must be positive"):
         Settings(n_ctx=0)
     with pytest.raises(BadValueError, match=r"Efficiency\.link must be in \(0, 1\]"):
@@ -111,5 +111,5 @@ def test_hidden_setting_and_bounds() -> None:
 
 def test_a_term_amount_is_a_float() -> None:
     term = TermTime(term="RAM", kind="ram", amount=1024, seconds=None, figure="RAM bandwidth")
-    assert to_json(term)["amount"] == 1024.0
-    assert isinstance(to_json(term)["amount"], float)
+    assert jsonable(term)["amount"] == 1024.0
+    assert isinstance(jsonable(term)["amount"], float)

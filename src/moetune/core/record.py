@@ -8,7 +8,7 @@ is here, once:
   one of them);
 - ``field(metadata=OMIT_EMPTY)``: a field left out of the JSON while it is empty (0, None, []);
 - a class's ``JSON_PROPERTIES``: properties written after its fields (derived figures);
-- ``to_json(value)``: the JSON-ready form of a record (and of anything holding records, a
+- ``jsonable(value)``: the JSON-ready form of a record (and of anything holding records, a
   pydantic model included), with each number as its field declares it (an int in a float
   field is written as a float), enums as their values, tuples as lists, non-finite floats as
   null.
@@ -97,7 +97,7 @@ def _convert(value: Any, number: Number = None) -> Any:
     if isinstance(value, Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_json(value)
+        return jsonable(value)
     if isinstance(value, Mapping):
         return {
             (k.value if isinstance(k, Enum) else k): _convert(v, number) for k, v in value.items()
@@ -112,14 +112,14 @@ def _convert(value: Any, number: Number = None) -> Any:
     return value
 
 
-def to_json(value: Any, *, exclude: frozenset[str] | set[str] = frozenset()) -> Any:
-    """The JSON-ready form of ``value``: a record's fields in order (``exclude``d, hidden and
-    empty omitted ones left out), then its ``JSON_PROPERTIES``."""
+def jsonable(value: Any, *, exclude: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """The JSON-ready form of a record: its fields in order (``exclude``d, hidden and empty
+    omitted ones left out), then its ``JSON_PROPERTIES``; of a pydantic model: its dump."""
     if not dataclasses.is_dataclass(value) or isinstance(value, type):
-        dump: Callable[..., Any] | None = getattr(value, "model_dump", None)
-        if dump is not None:
-            return dump(mode="json", exclude=set(exclude) or None)
-        return _convert(value)
+        dump: Callable[..., dict[str, Any]] | None = getattr(value, "model_dump", None)
+        if dump is None:
+            raise TypeError(f"not a record: {type(value).__name__}")
+        return dump(mode="json", exclude=set(exclude) or None)
     out: dict[str, Any] = {}
     for name, how, number in _layout(type(value)):
         if how == _HIDDEN or name in exclude:

@@ -1,11 +1,12 @@
-"""The JSON payloads of every command (``to_json`` adds the schema version). No rich here:
-``--json`` output imports only this and the result types."""
+"""The JSON payloads of every command (``report.to_json`` adds the schema version), each result
+in its JSON-ready form (``core.record.jsonable``). No rich here: ``--json`` output imports only
+this and the result types."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from moetune.core.record import to_json
+from moetune.core.record import jsonable
 
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
@@ -27,7 +28,7 @@ def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, 
     exclude = frozenset() if with_tensors else frozenset({"tensors"})
     # verified: the architecture is in moetune's fixture matrix (docs/verified-architectures.md)
     return {
-        **to_json(facts, exclude=exclude),
+        **jsonable(facts, exclude=exclude),
         "verified": arch_of(facts.architecture).verified,
     }
 
@@ -61,23 +62,23 @@ def plan_payload(result: PlanResult, frontier: Frontier | None = None) -> dict[s
         # every device: its budget and predicted peak by part (one device: the GPU)
         "tensor_split": rec.tensor_split,
         "devices": [
-            {**to_json(d), "budget_bytes": budget}
+            {**jsonable(d), "budget_bytes": budget}
             for d, budget in zip(
                 mem.devices, result.device_budgets or [result.budget_bytes], strict=True
             )
         ],
         "checked": result.checked,
         # decode and prefill tok/s of the recommended placement, the terms and missing figures
-        "forecast": to_json(result.forecast) if result.forecast else None,
+        "forecast": jsonable(result.forecast) if result.forecast else None,
         **extras_payload(mem),
     }
     if result.overhead_sources:  # device -> the runtime overhead measured on its card, how
         top["overhead_measured"] = result.overhead_sources
     if frontier is not None:  # the candidates that fit, each with command, memory, forecast
-        top["frontier"] = to_json(frontier)
+        top["frontier"] = jsonable(frontier)
     if result.ctx_note:  # --ctx max stopped at the training context, not at the budget
         top["ctx_note"] = result.ctx_note
-    return {**top, "plan": to_json(result)}
+    return {**top, "plan": jsonable(result)}
 
 
 def extras_payload(mem: MemoryEstimate) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def extras_payload(mem: MemoryEstimate) -> dict[str, Any]:
 def quants_payload(result: QuantsResult) -> dict[str, Any]:
     """``plan user/model``: ``quants`` (each with ``file``, ``size_bytes``, ``fits``,
     ``n_cpu_moe``, ``max_ctx``, ``gpu_bytes``, ...), ``best`` and ``best_gpu_only`` (tags)."""
-    return result.model_dump(mode="json")
+    return jsonable(result)
 
 
 def run_payload(result: RunResult) -> dict[str, Any]:
@@ -124,18 +125,16 @@ def run_payload(result: RunResult) -> dict[str, Any]:
         "target_bytes": result.target_bytes,
         "planned_n_cpu_moe": result.planned_n_cpu_moe,
         "launches": len(result.attempts),
-        "attempts": [a.model_dump(mode="json") for a in result.attempts],
-        "best": None
-        if best is None
-        else {**best.model_dump(mode="json"), "command": result.command},
+        "attempts": [jsonable(a) for a in result.attempts],
+        "best": None if best is None else {**jsonable(best), "command": result.command},
         "n_ctx": result.settings.n_ctx,
         "device_names": result.device_names,
         "device_budgets": result.device_budgets,
         "limiting_device": result.limiting_device,
         # run --objective: each extra launch (candidate, forecast, measured) and the winner
-        "objective": None if result.objective is None else result.objective.model_dump(mode="json"),
+        "objective": None if result.objective is None else jsonable(result.objective),
         # each CUDA device's runtime overhead measured at the best attempt, and where it went
-        "overheads": [o.model_dump(mode="json") for o in result.overheads],
+        "overheads": [jsonable(o) for o in result.overheads],
     }
 
 
@@ -149,13 +148,13 @@ def run_profile_payload(result: RunResult) -> dict[str, Any]:
 
 def bench_payload(result: BenchResult) -> dict[str, Any]:
     """The JSON form (report.to_json adds the schema version)."""
-    return result.model_dump(mode="json")
+    return jsonable(result)
 
 
 def calibrate_payload(result: CalibrateResult) -> dict[str, Any]:
     """``files`` (each with ``file``, ``tool``, ``points``, ``saved_path``, ``already_saved``),
     ``store`` (the folder) and ``total_points`` (every point kept there)."""
-    return result.model_dump(mode="json")
+    return jsonable(result)
 
 
 def profiles_payload(
@@ -169,11 +168,11 @@ def profiles_payload(
 
     return {
         "hardware": [
-            p.model_dump(mode="json") | {"vram_bytes": p.vram_bytes, "flops_per_s": p.flops_per_s}
+            jsonable(p) | {"vram_bytes": p.vram_bytes, "flops_per_s": p.flops_per_s}
             for p in hardware
         ],
         "tuned_dir": root,
-        "tuned": [e.model_dump(mode="json") for e in tuned if isinstance(e, TunedProfile)],
+        "tuned": [jsonable(e) for e in tuned if isinstance(e, TunedProfile)],
         "broken": [e.message for e in tuned if isinstance(e, ProfileError)],
         "hardware_broken": [e.message for e in hardware_broken],
     }
@@ -192,11 +191,11 @@ def doctor_payload(report: DoctorReport) -> dict[str, Any]:
     """The report, each GPU's link under ``gpus[i].pcie`` and this machine's RAM read
     bandwidth under ``host`` (``ram_read_bandwidth_bytes_per_s``, how it was measured in
     ``ram_read_bandwidth``)."""
-    data = report.model_dump(mode="json", exclude={"gpus", "pcie", "ram_read"})
+    data = jsonable(report, exclude={"gpus", "pcie", "ram_read"})
     links = {link.gpu_index: link for link in report.pcie}
     data["gpus"] = [
-        to_json(gpu, exclude=PCIE_FIELDS)
-        | {"pcie": links[gpu.index].model_dump(mode="json", exclude={"gpu_index"})}
+        jsonable(gpu, exclude=PCIE_FIELDS)
+        | {"pcie": jsonable(links[gpu.index], exclude={"gpu_index"})}
         for gpu in report.gpus
     ]
     read = report.ram_read
@@ -207,7 +206,7 @@ def doctor_payload(report: DoctorReport) -> dict[str, Any]:
         else {
             "source": read.source,
             "file": read.file,
-            **read.figure.model_dump(mode="json", exclude={"bytes_per_s", "machine"}),
+            **jsonable(read.figure, exclude={"bytes_per_s", "machine"}),
         }
     )
     return {"worst": report.worst, **data}

@@ -14,6 +14,7 @@ import functools
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from moetune.core.record import jsonable
 from moetune.report import to_json
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ def payload(view: View) -> dict[str, Any]:
         case ProfilesView():
             return p.profiles_payload(view.hardware, view.tuned, view.root, view.hardware_broken)
         case TunedView() | HardwareView():
-            return view.profile.model_dump(mode="json")
+            return jsonable(view.profile)
         case DoctorView():
             return p.doctor_payload(view.report)
         case ErrorView():
