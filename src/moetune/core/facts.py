@@ -70,9 +70,8 @@ class ModelFacts:
     quant_types: list[QuantStat]
     hparams: HParams
     tensors: list[TensorFacts]
-    warnings: list[str] = field(
-        default_factory=list
-    )  # what llama.cpp accepts with a default (core/validate.py)
+    # what llama.cpp accepts with a default (core/validate.py)
+    warnings: list[str] = field(default_factory=list)
 
     @cached_property
     def dims(self) -> Dims:
