@@ -37,7 +37,7 @@ def _cell(text: str) -> str:
 def _command(path: str, command: Any) -> str:
     from typer._click.core import Context
 
-    from moetune.cli.options import PassThroughCommand
+    from moetune.cli.typer_app import PassThroughCommand
 
     helptext = (command.help or "").strip()
     paragraphs = [" ".join(p.split()) for p in helptext.split("\n\n") if p.strip()]

@@ -1,4 +1,4 @@
-"""One error hierarchy; cli/app.py turns each into one line on stderr and a named exit code.
+"""One error hierarchy; cli/base.py turns each into one line on stderr and a named exit code.
 ``named_error`` is the one place where an exception that is not a MoetuneError but that a
 user can cause (an unusable path, a file that is not text, a dropped connection) gets its
 code; anything else is a bug of moetune's."""

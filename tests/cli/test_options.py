@@ -12,7 +12,7 @@ import typer.main
 from typer.core import TyperCommand
 
 from moetune.cli import app
-from moetune.cli.options import BadValueParameter
+from moetune.cli.typer_app import BadValueParameter
 from moetune.units import GIB, MIB, Ctx, Sizes
 
 from support.helpers import EXAMPLE_QWEN, cli, moetune

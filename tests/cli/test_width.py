@@ -138,8 +138,8 @@ def test_help_lists_each_command_with_its_whole_description(
     import typer.main
 
     from moetune.cli import load_commands
-    from moetune.cli.app import app
     from moetune.cli.helpfmt import whole_short_help
+    from moetune.cli.typer_app import app
 
     text = run_at(columns, *group, "--help")
     for line in text.splitlines():

@@ -87,7 +87,7 @@ STARTERS = frozenset(
 # are dataclasses (core/record.py), but a run's attempt, which the records nest.
 HOMES: dict[str, tuple[str, ...]] = {
     "pydantic": ("core/search.py", "records", "llamacpp", "jobs", "store"),
-    "typer": ("cli",),
+    "typer": ("cli/typer_app.py",),  # the commands declare themselves without it (cli/base.py)
     "rich": ("report", "cli"),
     "httpx": ("llamacpp/client.py", "hub/http.py"),
     "httpcore": ("hub/http.py",),  # httpx's sockets: the deadline of every read
@@ -480,6 +480,9 @@ NOT_FOR_INSPECT = (
     "psutil",
     "moetune.store",
 )
+# inspect and plan with arguments that parse plainly run without typer (cli/fast.py)
+NOT_FOR_A_PLAIN_START = ("typer", "click")
+INSPECT_ONLY, PLAN_ONLY = _other_commands("inspect"), _other_commands("plan")
 # a plan without --mmproj or --frontier: no projector (clip's replay), no frontier; the host
 # read from procfs and sysfs, without psutil (hardware/host.py).
 NOT_FOR_A_PLAIN_PLAN = (
@@ -496,11 +499,17 @@ NOT_FOR_A_PLAIN_PLAN = (
         (["--version"], ("moetune.core", "pydantic", "rich", *NOT_FOR_ANY, *COMMAND_MODULES)),
         (
             ["inspect", "EXAMPLE", "--json"],
-            (*NOT_FOR_PLANS, *NOT_FOR_ANY, *NOT_FOR_INSPECT, *_other_commands("inspect")),
+            (*NOT_FOR_PLANS, *NOT_FOR_ANY, *NOT_FOR_INSPECT, *NOT_FOR_A_PLAIN_START, *INSPECT_ONLY),
         ),
         (
             ["plan", "EXAMPLE", "--vram", "24G", "--json"],
-            (*NOT_FOR_PLANS, *NOT_FOR_ANY, *NOT_FOR_A_PLAIN_PLAN, *_other_commands("plan")),
+            (
+                *NOT_FOR_PLANS,
+                *NOT_FOR_ANY,
+                *NOT_FOR_A_PLAIN_PLAN,
+                *NOT_FOR_A_PLAIN_START,
+                *PLAN_ONLY,
+            ),
         ),
     ],
 )

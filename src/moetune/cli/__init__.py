@@ -1,12 +1,14 @@
 """The command line: parse, call a job or the core, render.
 
-``main`` registers on ``app`` only the command that the arguments name (``moetune plan ...``
-builds the options of ``plan`` alone); ``--help``, no command or an unknown name register
-every command, in the order ``--help`` lists them. Each command module keeps its heavy
-imports inside the command, so ``moetune inspect`` loads neither the HTTP client nor the
-planner, and ``moetune --version`` loads almost nothing. In-process callers (the tests) call
-``load_commands()`` for the whole tree. ``main`` ends the process itself (``exit_now``),
-skipping the interpreter's teardown.
+``main`` imports only the module of the command that the arguments name, and runs it without
+typer where its arguments parse plainly (cli/fast.py: ``moetune plan MODEL --vram 24G``);
+anything else (``--help``, a usage error, a value typer coerces itself, a group) goes to the
+typer app (cli/typer_app.py), with only that command on it (``--help``, no command or an unknown
+name: every command, in the order ``--help`` lists them). Each command module keeps its
+heavy imports inside the command, so ``moetune inspect`` loads neither the HTTP client nor
+the planner, and ``moetune --version`` loads almost nothing. In-process callers (the tests)
+call ``load_commands()`` for the whole tree on ``app``. ``main`` ends the process itself
+(``exit_now``), skipping the interpreter's teardown.
 """
 
 from __future__ import annotations
@@ -18,21 +20,13 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from moetune.cli.app import app
+from moetune.cli.base import COMMAND_MODULES, COMMANDS
 
-COMMAND_MODULES = (
-    "inspect",
-    "plan",
-    "run",
-    "bench",
-    "calibrate",
-    "profiles",
-    "alias",
-    "export",
-    "doctor",
-)
+if TYPE_CHECKING:
+    from moetune.cli.typer_app import app  # __getattr__: with what load_commands registered
+
 
 # A command creates some 10^5 objects that live until it ends (modules, typer's and pydantic's
 # schemas, a model's facts): at the collector's default (a pass over the young objects at every
@@ -40,10 +34,17 @@ COMMAND_MODULES = (
 # still bounds the garbage of a long command (run, bench).
 YOUNG_COLLECTION_THRESHOLD = 100_000
 
-# each command's name, and the module that registers it
-COMMANDS = {name: name for name in COMMAND_MODULES} | {"report": "bench"}
 
-__all__ = ["COMMANDS", "COMMAND_MODULES", "app", "exit_now", "load_commands", "main", "modules_for"]
+__all__ = [
+    "COMMANDS",
+    "COMMAND_MODULES",
+    "app",
+    "exit_now",
+    "import_commands",
+    "load_commands",
+    "main",
+    "modules_for",
+]
 
 
 def modules_for(argv: Sequence[str] | None) -> tuple[str, ...]:
@@ -62,20 +63,44 @@ def modules_for(argv: Sequence[str] | None) -> tuple[str, ...]:
     return COMMAND_MODULES
 
 
-def load_commands(argv: Sequence[str] | None = None) -> None:
-    """Register on ``app`` the commands ``moetune ARGV`` needs (``argv`` None: every one)."""
+def import_commands(argv: Sequence[str] | None = None) -> None:
+    """Import the command modules ``moetune ARGV`` needs (``argv`` None: every one): each
+    declares its commands in the registry (cli/base.py)."""
     for module in modules_for(argv):
         importlib.import_module(f"moetune.cli.{module}")
+
+
+def load_commands(argv: Sequence[str] | None = None) -> None:
+    """Register on ``app`` the commands ``moetune ARGV`` needs (``argv`` None: every one)."""
+    from moetune.cli.typer_app import register
+
+    import_commands(argv)
+    register()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from moetune.cli.typer_app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
-    load_commands(sys.argv[1:])
+    argv = sys.argv[1:]
     try:
-        app(prog_name="moetune")
+        from moetune.cli.fast import run_fast
+
+        if not run_fast(argv):
+            load_commands(argv)
+            from moetune.cli.typer_app import app
+
+            app(prog_name="moetune")
     except SystemExit as done:
         exit_now(done)
+    exit_now(SystemExit(0))
 
 
 def exit_now(done: SystemExit) -> NoReturn:

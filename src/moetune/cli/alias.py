@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import typer
-
-from moetune.cli.app import app, err, handle_errors
+from moetune.cli.base import Argument, Option, command, err, handle_errors
 from moetune.cli.options import (
-    Command,
     CtxOpt,
     DraftOpt,
     MmprojOpt,
@@ -25,14 +22,12 @@ from moetune.cli.options import (
 from moetune.hub.env import DEFAULT_TIMEOUT_S
 
 
-@app.command("alias", cls=Command)
+@command("alias")
 @handle_errors
 def alias(
-    name: Annotated[str, typer.Argument(help="The command to define, e.g. qwen.", metavar="NAME")],
+    name: Annotated[str, Argument(help="The command to define, e.g. qwen.", metavar="NAME")],
     model: ModelArg,
-    shell: Annotated[
-        str | None, typer.Option(help="bash, zsh or fish (default: from $SHELL).")
-    ] = None,
+    shell: Annotated[str | None, Option(help="bash, zsh or fish (default: from $SHELL).")] = None,
     ctx: CtxOpt = None,
     cache_type: PickCacheTypeOpt = None,
     profile: ProfileOpt = None,
@@ -44,7 +39,7 @@ def alias(
     vram: PickVramOpt = None,
     require_tuned: Annotated[
         bool,
-        typer.Option("--require-tuned", help="Refuse when no tuned profile matches (no plan)."),
+        Option("--require-tuned", help="Refuse when no tuned profile matches (no plan)."),
     ] = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:

@@ -5,12 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NamedTuple
 
-import typer
-
-from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
+from moetune.cli.base import (
+    Argument,
+    CommandContext,
+    Option,
+    command,
+    err,
+    handle_errors,
+    live_status,
+    stop_on_signals,
+)
 from moetune.cli.options import (
     CacheTypeOpt,
-    Command,
     CtxOpt,
     DraftOpt,
     ForceOpt,
@@ -21,7 +27,6 @@ from moetune.cli.options import (
     MaxTimeOpt,
     MmprojOpt,
     OverheadOpt,
-    PassThroughCommand,
     RepeatsOpt,
     RpcOpt,
     ServerOpt,
@@ -29,7 +34,6 @@ from moetune.cli.options import (
     TimeoutOpt,
     counts_option,
     parse_positive_tokens,
-    parser,
     pass_through_of,
 )
 from moetune.errors import BadValueError
@@ -86,39 +90,37 @@ def _warn(text: str) -> None:
     err().print(f"warning: {text}", style="yellow", highlight=False)
 
 
-@app.command(cls=PassThroughCommand)
+@command(pass_through=True)
 @handle_errors
 def bench(
-    context: typer.Context,
+    context: CommandContext,
     model: Annotated[
         str | None,
-        typer.Argument(
+        Argument(
             help="GGUF model file, user/model[:quant] or a URL (leave out with --server-url).",
             metavar="MODEL",
         ),
     ] = None,
     configs: Annotated[
         str,
-        typer.Option(
-            help=f"Configurations to compare: {','.join(CONFIG_NAMES)}.", metavar="NAME,..."
-        ),
+        Option(help=f"Configurations to compare: {','.join(CONFIG_NAMES)}.", metavar="NAME,..."),
     ] = ",".join(CONFIG_NAMES),
     depths: Annotated[
         str,
-        typer.Option(
+        Option(
             help="Context depths in tokens, capped by the context (16k = 16384).", metavar="N,..."
         ),
     ] = "0,4096,16384",
     ubatch: Annotated[
         str | None,
-        typer.Option(
+        Option(
             help="Launch each configuration at each micro-batch size (-ub), e.g. 512,2048.",
             metavar="N,...",
         ),
     ] = None,
     threads: Annotated[
         str | None,
-        typer.Option(
+        Option(
             help="Launch each configuration at each thread count (-t), e.g. 4,8 "
             "(default: the physical cores).",
             metavar="N,...",
@@ -130,13 +132,11 @@ def bench(
     max_time: MaxTimeOpt = DEFAULT_MAX_TIME_S,
     n_predict: Annotated[
         int,
-        typer.Option(
-            help="Tokens generated per request.", parser=parser(parse_positive_tokens), metavar="N"
-        ),
+        Option(help="Tokens generated per request.", parser=parse_positive_tokens, metavar="N"),
     ] = DEFAULT_N_PREDICT,
     endpoint: Annotated[
         str,
-        typer.Option(help="chat (/v1/chat/completions) or completion.", metavar="chat|completion"),
+        Option(help="chat (/v1/chat/completions) or completion.", metavar="chat|completion"),
     ] = "chat",
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
@@ -150,7 +150,7 @@ def bench(
     draft: DraftOpt = None,
     image: Annotated[
         Path | None,
-        typer.Option(
+        Option(
             help="Send this image with every chat request (needs a projector, --mmproj): "
             "TTFT then includes encoding it.",
             metavar="FILE",
@@ -158,18 +158,16 @@ def bench(
     ] = None,
     server_url: Annotated[
         str | None,
-        typer.Option(help="Measure this running llama-server; launch nothing.", metavar="URL"),
+        Option(help="Measure this running llama-server; launch nothing.", metavar="URL"),
     ] = None,
     name: Annotated[
-        str, typer.Option(help="Configuration name for --server-url.", metavar="NAME")
+        str, Option(help="Configuration name for --server-url.", metavar="NAME")
     ] = "server",
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
-    out_file: Annotated[Path | None, typer.Option("--out", help="Also save the JSON here.")] = (
-        None
-    ),
+    out_file: Annotated[Path | None, Option("--out", help="Also save the JSON here.")] = (None),
     save: Annotated[
-        bool, typer.Option(help="Keep the JSON under the user data dir ($MOETUNE_HOME/bench).")
+        bool, Option(help="Keep the JSON under the user data dir ($MOETUNE_HOME/bench).")
     ] = True,
 ) -> None:
     """Measure TTFT, prefill and decode speed of each configuration at several depths.
@@ -288,10 +286,10 @@ def _variants(choice: _Choice, pass_through: tuple[str, ...]) -> tuple[Variant, 
     return tuple(variants(lists.get("--ubatch", ()), lists.get("--threads", ())))
 
 
-@app.command("report", cls=Command)
+@command("report")
 @handle_errors
 def report_command(
-    files: Annotated[list[Path], typer.Argument(help="Saved `moetune bench` JSON file(s).")],
+    files: Annotated[list[Path], Argument(help="Saved `moetune bench` JSON file(s).")],
     as_json: JsonOpt = False,
 ) -> None:
     """Render saved bench results again, with a bar chart of decode tok/s by depth and a

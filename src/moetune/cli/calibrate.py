@@ -5,12 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
-from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
+from moetune.cli.base import (
+    Argument,
+    Option,
+    command,
+    err,
+    handle_errors,
+    live_status,
+    stop_on_signals,
+)
 from moetune.cli.options import (
     CacheTypeOpt,
-    Command,
     CtxOpt,
     ForceOpt,
     HeadroomOpt,
@@ -21,31 +26,28 @@ from moetune.cli.options import (
     TargetVramOpt,
     counts_option,
     parse_positive_tokens,
-    parser,
 )
 from moetune.errors import BadValueError
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
-
-_TOKENS = parser(parse_positive_tokens)
 
 
 def _warn(text: str) -> None:
     err().print(f"warning: {text}", style="yellow", highlight=False)
 
 
-@app.command(cls=Command)
+@command()
 @handle_errors
 def calibrate(
     files: Annotated[
         list[Path] | None,
-        typer.Argument(
+        Argument(
             help="llama-bench results (-o json or -o jsonl) or `moetune bench` result files.",
             metavar="FILE...",
         ),
     ] = None,
     measure: Annotated[
         str | None,
-        typer.Option(
+        Option(
             "--measure",
             help="Run llama-bench on this model at placements that fit, and import its points.",
             metavar="MODEL",
@@ -53,36 +55,34 @@ def calibrate(
     ] = None,
     ubatch: Annotated[
         str,
-        typer.Option(
-            help="--measure: micro-batch sizes (each at most the prompt).", metavar="N,..."
-        ),
+        Option(help="--measure: micro-batch sizes (each at most the prompt).", metavar="N,..."),
     ] = "512,2048",
     n_prompt: Annotated[
         int | None,
-        typer.Option(
+        Option(
             "--n-prompt",
             "-p",
             help="--measure: prompt tokens of each test (default: the largest ubatch).",
-            parser=_TOKENS,
+            parser=parse_positive_tokens,
             metavar="N",
         ),
     ] = None,
     n_gen: Annotated[
         int,
-        typer.Option(
+        Option(
             "--n-gen",
             "-n",
             help="--measure: generated tokens of each test.",
-            parser=_TOKENS,
+            parser=parse_positive_tokens,
             metavar="N",
         ),
     ] = 64,
     repetitions: Annotated[
-        int, typer.Option("--repetitions", "-r", help="--measure: repetitions of each test.")
+        int, Option("--repetitions", "-r", help="--measure: repetitions of each test.")
     ] = 2,
     threads: Annotated[
         int | None,
-        typer.Option(
+        Option(
             "--threads", "-t", help="--measure: threads (default: the physical cores).", metavar="N"
         ),
     ] = None,

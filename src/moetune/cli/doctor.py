@@ -5,12 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
-from moetune.cli.app import app, handle_errors
+from moetune.cli.base import Argument, Option, command, handle_errors
 from moetune.cli.options import (
     CacheTypeOpt,
-    Command,
     CtxOpt,
     ForceOpt,
     GpuProfileOpt,
@@ -27,12 +24,12 @@ from moetune.errors import CheckFailedError
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 
-@app.command(cls=Command)
+@command()
 @handle_errors
 def doctor(
     model: Annotated[
         Path | None,
-        typer.Argument(help="Also check this GGUF model on this machine.", metavar="MODEL"),
+        Argument(help="Also check this GGUF model on this machine.", metavar="MODEL"),
     ] = None,
     vram: VramOpt = None,
     gpu: GpuProfileOpt = None,
@@ -47,7 +44,7 @@ def doctor(
     server: ServerOpt = None,
     measure: Annotated[
         bool,
-        typer.Option(
+        Option(
             "--measure/--no-measure",
             help="Measure the RAM read bandwidth (about a second) and save it; "
             "--no-measure uses the one saved for this machine.",

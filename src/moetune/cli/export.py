@@ -5,11 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
-from moetune.cli.app import app, err, handle_errors
+from moetune.cli.base import Argument, Option, command, err, handle_errors
 from moetune.cli.options import (
-    Command,
     CtxOpt,
     PickCacheTypeOpt,
     PickGpuOpt,
@@ -25,22 +22,20 @@ from moetune.errors import BadValueError
 from moetune.hub.env import DEFAULT_TIMEOUT_S
 
 
-@app.command("export", cls=Command)
+@command("export")
 @handle_errors
 def export(
-    fmt: Annotated[str, typer.Argument(help="preset or llama-swap.", metavar="FORMAT")],
+    fmt: Annotated[str, Argument(help="preset or llama-swap.", metavar="FORMAT")],
     models: Annotated[
         list[str] | None,
-        typer.Argument(
+        Argument(
             help="Models (paths or user/model:quant; default: every tuned profile).",
             metavar="[MODEL]...",
         ),
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option(
-            "--out", help="Write (and update) this file instead of printing.", metavar="FILE"
-        ),
+        Option("--out", help="Write (and update) this file instead of printing.", metavar="FILE"),
     ] = None,
     ctx: CtxOpt = None,
     cache_type: PickCacheTypeOpt = None,
@@ -52,7 +47,7 @@ def export(
     ram: RamOpt = None,
     require_tuned: Annotated[
         bool,
-        typer.Option("--require-tuned", help="Refuse a model with no tuned profile (no plan)."),
+        Option("--require-tuned", help="Refuse a model with no tuned profile (no plan)."),
     ] = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:

@@ -1,6 +1,5 @@
-"""Options and defaults that several commands share, defined once, with their parsers; and the
-command class that keeps llama-server's arguments (after ``--``) apart and shows real value
-names in the help.
+"""Options and defaults that several commands share, defined once, with their parsers (a
+function of the text that raises BadValueError: typer's side and the fast path both call it).
 
 Every shared name means one thing wherever it appears:
 - ``--target-vram SIZE``: the peak the device may reach, at most its total (and what is free
@@ -16,16 +15,11 @@ Every shared name means one thing wherever it appears:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
-import typer
-from typer.core import TyperCommand
-
-from moetune.cli.coercion import plain_coercion
-from moetune.cli.helpfmt import whole_short_help
-from moetune.errors import BadValueError, ExitCode
+from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
+from moetune.errors import BadValueError
 from moetune.units import (
     Ctx,
     Sizes,
@@ -42,49 +36,6 @@ if TYPE_CHECKING:
     from moetune.jobs.pick import Pick
 
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
-PASS_THROUGH = "pass_through"  # ctx.meta key: the arguments after --
-
-T = TypeVar("T")
-
-# click's ClickException, of whichever click typer carries (its own copy in recent typers)
-ClickError: type[Exception] = next(
-    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
-)
-
-
-class BadValueParameter(typer.BadParameter):
-    """A malformed option value: one line and BAD_VALUE, like any moetune error."""
-
-    exit_code = int(ExitCode.BAD_VALUE)
-
-    def __init__(self, error: BadValueError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-    def format_message(self) -> str:
-        name = self.param.opts[0] if self.param is not None and self.param.opts else None
-        return f"{name}: {self.error.message}" if name else self.error.message
-
-    def show(self, file: Any = None) -> None:
-        from moetune.cli.app import err
-        from moetune.report.common import render_error
-
-        err().print(render_error(self.format_message(), self.error.hint, ExitCode.BAD_VALUE))
-
-
-def parser(parse: Callable[[str], T]) -> Callable[[str], T]:
-    """A typer parser: ``parse``, its BadValueError shown as moetune shows errors."""
-
-    def wrapped(value: str) -> T:
-        if not isinstance(value, str):  # a default given as the value itself, parsed already
-            return value
-        try:
-            return parse(value)
-        except BadValueError as exc:
-            raise BadValueParameter(exc) from None
-
-    wrapped.__name__ = parse.__name__
-    return wrapped
 
 
 def parse_positive_sizes(text: str) -> Sizes:
@@ -149,7 +100,7 @@ def parse_share(text: str) -> float:
     return value / 100 if percent else value
 
 
-def _network_timeout(context: typer.Context, seconds: float) -> float:
+def _network_timeout(context: CommandContext, seconds: float) -> float:
     """--timeout holds for the command's network steps, and for nothing after it."""
     from moetune.hub.env import network_timeout
 
@@ -167,80 +118,80 @@ SIZE = "SIZE"
 SIZES = "SIZE[,SIZE]"
 ModelArg = Annotated[
     str,
-    typer.Argument(
+    Argument(
         help="GGUF model file (any shard of a split model), user/model[:quant] on the "
         "Hugging Face hub, or a URL of a .gguf.",
         metavar="MODEL",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+JsonOpt = Annotated[bool, Option("--json", help="Machine-readable output.")]
 # how often a timed request is repeated (bench at each depth, run at each launch that fits)
 RepeatsOpt = Annotated[
     int,
-    typer.Option(
+    Option(
         help="Timed requests at the least; more until they agree within --max-spread.",
         metavar="N",
     ),
 ]
 MaxRepeatsOpt = Annotated[
     int | None,
-    typer.Option(
+    Option(
         help="Timed requests at the most, while they disagree (default: 10, or --repeats if more).",
         metavar="N",
     ),
 ]
 MaxSpreadOpt = Annotated[
     float,
-    typer.Option(
+    Option(
         help="How far the requests may spread, (max-min)/median of decode and of prefill "
         "tok/s: 10% or 0.1.",
-        parser=parser(parse_share),
+        parser=parse_share,
         metavar="SHARE",
     ),
 ]
 MaxTimeOpt = Annotated[
     float,
-    typer.Option(
+    Option(
         help="No more repeats after this many seconds at one depth (run: one launch); the "
         "spread is then shown as it is.",
-        parser=parser(parse_seconds),
+        parser=parse_seconds,
         metavar="SECONDS",
     ),
 ]
 CacheTypeOpt = Annotated[
-    str, typer.Option(help="K and V cache type.", parser=parser(parse_cache), metavar="TYPE")
+    str, Option(help="K and V cache type.", parser=parse_cache, metavar="TYPE")
 ]
 PickCacheTypeOpt = Annotated[
     str | None,
-    typer.Option(
+    Option(
         "--cache-type",
         help="Pick the profile tuned with this K/V cache type.",
-        parser=parser(parse_cache),
+        parser=parse_cache,
         metavar="TYPE",
     ),
 ]
 CtxOpt = Annotated[
     Ctx | None,
-    typer.Option(
+    Option(
         help=f"Context: tokens (32768, 32k) or max ({CTX_DEFAULT_HELP}).",
-        parser=parser(parse_ctx),
+        parser=parse_ctx,
         metavar="N|max",
     ),
 ]
 VramOpt = Annotated[
     Sizes | None,
-    typer.Option(
+    Option(
         help="Device memory, one size or one per device in llama.cpp's order (RPC hosts, "
         "then GPUs), e.g. 24G or 24G,12G (default: detect).",
-        parser=parser(parse_positive_sizes),
+        parser=parse_positive_sizes,
         metavar=SIZES,
     ),
 ]
 RamOpt = Annotated[
     int | None,
-    typer.Option(
+    Option(
         help="Host RAM, e.g. 64G (default: detect).",
-        parser=parser(parse_positive_size),
+        parser=parse_positive_size,
         metavar=SIZE,
     ),
 ]
@@ -255,55 +206,53 @@ def parse_objective(text: str) -> str:
 
 ObjectiveOpt = Annotated[
     str | None,
-    typer.Option(
+    Option(
         help="Order the speed frontier by decode, prefill (of 4096 tokens) or balanced "
         "(their geometric mean).",
-        parser=parser(parse_objective),
+        parser=parse_objective,
         metavar="decode|prefill|balanced",
     ),
 ]
 WorkloadOpt = Annotated[
     Workload | None,
-    typer.Option(
+    Option(
         help="Order the speed frontier by time per request: PROMPT:GEN tokens (8k:512).",
-        parser=parser(parse_workload),
+        parser=parse_workload,
         metavar="PROMPT:GEN",
     ),
 ]
 RamBandwidthOpt = Annotated[
     int | None,
-    typer.Option(
+    Option(
         help="Host RAM read bandwidth: GB/s (60) or a size per second (56G/s) "
         "(default: as doctor measured it).",
-        parser=parser(parse_rate),
+        parser=parse_rate,
         metavar="GB/s",
     ),
 ]
 GpuProfileOpt = Annotated[
     str | None,
-    typer.Option(
-        help="Plan for a hardware profile instead of detecting, e.g. rtx4090.", metavar="ID"
-    ),
+    Option(help="Plan for a hardware profile instead of detecting, e.g. rtx4090.", metavar="ID"),
 ]
 RpcOpt = Annotated[
     str | None,
-    typer.Option(
+    Option(
         help="RPC servers as devices, HOST:PORT[,HOST:PORT], as llama-server's --rpc.",
         metavar="HOST:PORT[,...]",
     ),
 ]
 TargetVramOpt = Annotated[
     Sizes | None,
-    typer.Option(
+    Option(
         help="Peak device memory allowed, one size or one per device (default: each "
         "device's total - --headroom).",
-        parser=parser(parse_positive_sizes),
+        parser=parse_positive_sizes,
         metavar=SIZES,
     ),
 ]
 ProfileOpt = Annotated[
     str | None,
-    typer.Option(
+    Option(
         "--profile",
         help="Pick the tuned profile of this name (or its start; `moetune profiles list`).",
         metavar="NAME",
@@ -311,17 +260,17 @@ ProfileOpt = Annotated[
 ]
 PickTargetOpt = Annotated[
     Sizes | None,
-    typer.Option(
+    Option(
         "--target-vram",
         help="Pick the profile tuned for this peak, one size or one per device; without one, "
         "plan for it.",
-        parser=parser(parse_positive_sizes),
+        parser=parse_positive_sizes,
         metavar=SIZES,
     ),
 ]
 PickRpcOpt = Annotated[
     str | None,
-    typer.Option(
+    Option(
         "--rpc",
         help="Pick the profile tuned on these RPC servers, HOST:PORT[,HOST:PORT]; without "
         "one, plan for them.",
@@ -331,7 +280,7 @@ PickRpcOpt = Annotated[
 
 PickGpuOpt = Annotated[
     str | None,
-    typer.Option(
+    Option(
         "--gpu",
         help="Pick the profile tuned on this GPU (a hardware profile, e.g. rtx4090); without "
         "one, plan for it.",
@@ -340,11 +289,11 @@ PickGpuOpt = Annotated[
 ]
 PickVramOpt = Annotated[
     Sizes | None,
-    typer.Option(
+    Option(
         "--vram",
         help="Pick the profile tuned on devices of this memory (within 10 %), one size or one "
         "per device; without one, plan for it (default: detect).",
-        parser=parser(parse_positive_sizes),
+        parser=parse_positive_sizes,
         metavar=SIZES,
     ),
 ]
@@ -388,7 +337,7 @@ def pick(
 
 ForceOpt = Annotated[
     bool,
-    typer.Option(
+    Option(
         "--force",
         help="Accept a --target-vram above a device's size or its free memory.",
     ),
@@ -396,25 +345,25 @@ ForceOpt = Annotated[
 HeadroomOpt = Annotated[
     Sizes,
     Workload,
-    typer.Option(
+    Option(
         help="Left free when no --target-vram is given, one size or one per device.",
-        parser=parser(parse_sizes_or_zero),
+        parser=parse_sizes_or_zero,
         metavar=SIZES,
     ),
 ]
 OverheadOpt = Annotated[
     Sizes | None,
-    typer.Option(
+    Option(
         help="Runtime overhead per device beyond llama.cpp's buffers (default: 512M on "
         "CUDA, 0 on RPC).",
-        parser=parser(parse_sizes_or_zero),
+        parser=parse_sizes_or_zero,
         metavar=SIZES,
     ),
 ]
-ServerOpt = Annotated[str | None, typer.Option(help="llama-server to use.", metavar="PATH")]
+ServerOpt = Annotated[str | None, Option(help="llama-server to use.", metavar="PATH")]
 MmprojOpt = Annotated[
     Path | None,
-    typer.Option(
+    Option(
         "--mmproj",
         help="A multimodal projector (mmproj GGUF) beside the model, counted where "
         "llama-server puts it (also: -- --mmproj FILE, --no-mmproj-offload, -mmdev DEV).",
@@ -423,18 +372,18 @@ MmprojOpt = Annotated[
 ]
 TimeoutOpt = Annotated[
     float,
-    typer.Option(
+    Option(
         "--timeout",
         help="Seconds one network step may take in all (a repository's listing, one "
         "model's headers) before it fails with NETWORK.",
-        parser=parser(parse_seconds),
+        parser=parse_seconds,
         callback=_network_timeout,
         metavar="SECONDS",
     ),
 ]
 DraftOpt = Annotated[
     Path | None,
-    typer.Option(
+    Option(
         "--draft",
         help="A draft model for speculative decoding (-md, with --spec-type draft-simple); "
         "its weights, KV and compute are counted (its flags after --: -ngld, -devd, -otd, "
@@ -444,102 +393,6 @@ DraftOpt = Annotated[
 ]
 
 
-def pass_through_of(context: typer.Context) -> tuple[str, ...]:
+def pass_through_of(context: CommandContext) -> tuple[str, ...]:
     """The arguments after ``--``, for llama-server."""
     return tuple(context.meta.get(PASS_THROUGH, ()))
-
-
-# --- how commands parse and show their options --------------------------------------------------
-
-
-def _value_name(param: Any) -> str:
-    return str(param.metavar or param.name.upper())
-
-
-class Command(TyperCommand):
-    """A moetune command: llama-server's arguments only after ``--`` (anything unknown before
-    it is an error, with a did-you-mean), and help that names each value (SIZE, N|max)."""
-
-    takes_pass_through = False
-
-    def get_short_help_str(self, limit: int = 45) -> str:
-        return whole_short_help(self)
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return plain_coercion(super().get_params(ctx))
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        """The options, and the arguments after ``--``. A value refused here is reported as
-        the command's own errors are: with ``--json``, its document on stdout too."""
-        given = args[: args.index("--")] if "--" in args else args
-        as_json = "--json" in given and any(p.name == "as_json" for p in self.params)
-        try:
-            return self._parse_args(ctx, args)
-        except ClickError as exc:
-            if as_json and not ctx.resilient_parsing:
-                _usage_document(exc)
-            raise  # click prints its line on stderr and exits with its code
-        except typer.Exit:  # --help, --version
-            raise
-        except (Exception, KeyboardInterrupt) as exc:
-            from moetune.cli.app import fail
-
-            raise fail(exc, as_json) from None
-
-    def _parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        rest: tuple[str, ...] = ()
-        if "--" in args:
-            index = args.index("--")
-            args, rest = args[:index], tuple(args[index + 1 :])
-            if not self.takes_pass_through:
-                raise typer.BadParameter(
-                    f"`moetune {self.name}` passes nothing to llama-server", param_hint="--"
-                )
-        ctx.meta[PASS_THROUGH] = rest
-        return list(super().parse_args(ctx, args))
-
-    def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        pieces = [str(self.options_metavar)] if self.options_metavar else []
-        for param in self.get_params(ctx):
-            if param.param_type_name == "argument":
-                name = _value_name(param)
-                pieces.append(name if param.required else f"[{name}]")
-        if self.takes_pass_through:
-            pieces.append("[-- LLAMA-SERVER-ARGS...]")
-        return pieces
-
-    def format_options(self, ctx: Any, formatter: Any) -> None:
-        args: list[tuple[str, str]] = []
-        opts: list[tuple[str, str]] = []
-        for param in self.get_params(ctx):
-            if param.param_type_name == "argument":
-                required = "  [required]" if param.required else ""
-                args.append((_value_name(param), str(getattr(param, "help", "") or "") + required))
-                continue
-            if not getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = _METAVARS.get(getattr(param, "bare_type", str)(), "TEXT")
-            if (record := param.get_help_record(ctx)) is not None:
-                opts.append(record)
-        for title, rows in (("Arguments", args), ("Options", opts)):
-            if rows:
-                with formatter.section(title):
-                    formatter.write_dl(rows)
-
-
-def _usage_document(exc: Any) -> None:
-    """The JSON document of an option refused while parsing (USAGE, or BAD_VALUE)."""
-    from moetune.cli.app import error_document
-
-    codes = {int(code) for code in ExitCode}
-    code = ExitCode(exc.exit_code) if exc.exit_code in codes else ExitCode.USAGE
-    hint = exc.error.hint if isinstance(exc, BadValueParameter) else None
-    error_document(code, exc.format_message(), hint)
-
-
-_METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT", "path": "PATH", "Path": "PATH"}
-
-
-class PassThroughCommand(Command):
-    """A command that launches llama-server: what follows ``--`` is passed to it."""
-
-    takes_pass_through = True

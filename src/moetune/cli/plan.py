@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
-from moetune.cli.app import app, err, handle_errors
+from moetune.cli.base import CommandContext, Option, command, err, handle_errors
 from moetune.cli.options import (
     CacheTypeOpt,
     CtxOpt,
@@ -20,7 +18,6 @@ from moetune.cli.options import (
     ModelArg,
     ObjectiveOpt,
     OverheadOpt,
-    PassThroughCommand,
     RamBandwidthOpt,
     RamOpt,
     RpcOpt,
@@ -36,10 +33,10 @@ from moetune.hub.env import DEFAULT_TIMEOUT_S
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
 
 
-@app.command(cls=PassThroughCommand)
+@command(pass_through=True)
 @handle_errors
 def plan(
-    context: typer.Context,
+    context: CommandContext,
     model: ModelArg,
     vram: VramOpt = None,
     gpu: GpuProfileOpt = None,
@@ -52,24 +49,24 @@ def plan(
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     n_cpu_moe: Annotated[
         int | None,
-        typer.Option(help="Fix N (with --ctx max: the largest context at N).", min=0),
+        Option(help="Fix N (with --ctx max: the largest context at N).", min=0),
     ] = None,
     overhead: OverheadOpt = None,
     parallel: Annotated[
         int | None,
-        typer.Option(help="llama-server slots, -np (default: auto, 4 sharing one cache).", min=1),
+        Option(help="llama-server slots, -np (default: auto, 4 sharing one cache).", min=1),
     ] = None,
-    ubatch: Annotated[int, typer.Option(help="Micro-batch (-ub).", min=1)] = 512,
+    ubatch: Annotated[int, Option(help="Micro-batch (-ub).", min=1)] = 512,
     gpu_index: Annotated[
         int | None,
-        typer.Option(help="Plan for this one detected GPU (nvidia-smi's index; default: all)."),
+        Option(help="Plan for this one detected GPU (nvidia-smi's index; default: all)."),
     ] = None,
     server: ServerOpt = None,
     mmproj: MmprojOpt = None,
     draft: DraftOpt = None,
     verify: Annotated[
         bool,
-        typer.Option(
+        Option(
             help="Have llama.cpp's own dry run (llama-fit-params) check the plan "
             "on the devices, where they are here."
         ),
@@ -79,14 +76,14 @@ def plan(
     workload: WorkloadOpt = None,
     show_frontier: Annotated[
         bool,
-        typer.Option(
+        Option(
             "--frontier",
             help="Show the speed frontier (on with --objective or --workload).",
         ),
     ] = False,
     speed_from: Annotated[
         Path | None,
-        typer.Option(
+        Option(
             help="Calibrate the speed forecast on this file's measurements of the model "
             "(llama-bench -o json/jsonl, a `moetune bench` result; any machine) "
             "(default: those kept for it on this machine).",

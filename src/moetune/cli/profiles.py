@@ -4,23 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
-from moetune.cli.app import Group, app, err, handle_errors
-from moetune.cli.options import Command, JsonOpt
+from moetune.cli.base import Argument, command, err, group, handle_errors
+from moetune.cli.options import JsonOpt
 
 if TYPE_CHECKING:
     from moetune.store.hardware import HardwareProfile
 
-profiles_app = typer.Typer(
-    cls=Group,
-    help="Hardware profiles (for plan --gpu) and tuned profiles (saved by run).",
-    no_args_is_help=True,
-)
-app.add_typer(profiles_app, name="profiles")
+group("profiles", help="Hardware profiles (for plan --gpu) and tuned profiles (saved by run).")
 
 
-@profiles_app.command("list", cls=Command)
+@command("list", group="profiles")
 @handle_errors
 def list_profiles(as_json: JsonOpt = False) -> None:
     """Hardware profiles shipped with moetune (and yours), and tuned profiles saved by run."""
@@ -43,12 +36,12 @@ def _hardware_or_none(name: str) -> HardwareProfile | None:
         return None
 
 
-@profiles_app.command("show", cls=Command)
+@command("show", group="profiles")
 @handle_errors
 def show(
     name: Annotated[
         str,
-        typer.Argument(
+        Argument(
             help="A tuned profile's name (or its start), or a hardware profile id.", metavar="NAME"
         ),
     ],
@@ -73,11 +66,11 @@ def show(
     render(TunedView(tuned, str(store.path_for(name))), as_json)
 
 
-@profiles_app.command("rm", cls=Command)
+@command("rm", group="profiles")
 @handle_errors
 def rm(
     names: Annotated[
-        list[str], typer.Argument(help="Tuned profile names (or their starts).", metavar="NAME...")
+        list[str], Argument(help="Tuned profile names (or their starts).", metavar="NAME...")
     ],
 ) -> None:
     """Delete tuned profiles (the next `moetune run` tunes again)."""

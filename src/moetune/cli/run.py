@@ -5,9 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
-from moetune.cli.app import app, err, handle_errors, live_status, stop_on_signals
+from moetune.cli.base import (
+    CommandContext,
+    Option,
+    command,
+    err,
+    handle_errors,
+    live_status,
+    stop_on_signals,
+)
 from moetune.cli.options import (
     CacheTypeOpt,
     CtxOpt,
@@ -22,7 +28,6 @@ from moetune.cli.options import (
     ModelArg,
     ObjectiveOpt,
     OverheadOpt,
-    PassThroughCommand,
     RepeatsOpt,
     RpcOpt,
     ServerOpt,
@@ -30,7 +35,6 @@ from moetune.cli.options import (
     TimeoutOpt,
     WorkloadOpt,
     parse_positive_tokens,
-    parser,
     pass_through_of,
 )
 from moetune.hub.env import DEFAULT_TIMEOUT_S
@@ -43,10 +47,10 @@ from moetune.jobs.names import (
 )
 
 
-@app.command(cls=PassThroughCommand)
+@command(pass_through=True)
 @handle_errors
 def run(
-    context: typer.Context,
+    context: CommandContext,
     model: ModelArg,
     target_vram: TargetVramOpt = None,
     force: ForceOpt = False,
@@ -60,9 +64,9 @@ def run(
     draft: DraftOpt = None,
     fill: Annotated[
         int | None,
-        typer.Option(
+        Option(
             help="Tokens to fill before measuring (default: the context; 4k = 4096).",
-            parser=parser(parse_positive_tokens),
+            parser=parse_positive_tokens,
             metavar="N",
         ),
     ] = None,
@@ -70,13 +74,11 @@ def run(
     max_repeats: MaxRepeatsOpt = None,
     max_spread: MaxSpreadOpt = DEFAULT_MAX_SPREAD,
     max_time: MaxTimeOpt = DEFAULT_MAX_TIME_S,
-    port: Annotated[int | None, typer.Option(help="Port for llama-server (default: free).")] = None,
-    keep: Annotated[bool, typer.Option(help="Leave the best server running until Ctrl-C.")] = False,
-    retune: Annotated[
-        bool, typer.Option(help="Tune again even when a saved profile matches.")
-    ] = False,
+    port: Annotated[int | None, Option(help="Port for llama-server (default: free).")] = None,
+    keep: Annotated[bool, Option(help="Leave the best server running until Ctrl-C.")] = False,
+    retune: Annotated[bool, Option(help="Tune again even when a saved profile matches.")] = False,
     save: Annotated[
-        bool, typer.Option(help="Save the winner as a tuned profile ($MOETUNE_HOME).")
+        bool, Option(help="Save the winner as a tuned profile ($MOETUNE_HOME).")
     ] = True,
     objective: ObjectiveOpt = None,
     workload: WorkloadOpt = None,

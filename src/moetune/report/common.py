@@ -13,6 +13,7 @@ from rich.text import Text
 
 from moetune.core.command import shell_join
 from moetune.errors import ExitCode
+from moetune.report.line import LEAD, error_pieces
 from moetune.report.wrap import Phrases, phrased
 
 
@@ -30,12 +31,11 @@ def shell_line(argv: Sequence[str], prefix: str = "", style: str = "") -> ShellL
 def render_error(message: str, hint: str | None, code: ExitCode | None = None) -> Text:
     """``moetune: error: MESSAGE (HINT) [NAME, exit N]``: one line (a message's own line
     breaks are folded), the exit code named."""
-    text = Text("moetune: error: ", style="bold red")
-    text.append(" ".join(message.split()))
-    if hint:
-        text.append(f" ({' '.join(hint.split())})", style="dim")
-    if code is not None:
-        text.append(f" [{code.name}, exit {int(code)}]", style="dim")
+    body, shown_hint, shown_code = error_pieces(message, hint, code)
+    text = Text(LEAD, style="bold red")
+    text.append(body)
+    for dim in filter(None, (shown_hint, shown_code)):
+        text.append(dim, style="dim")
     return text
 
 

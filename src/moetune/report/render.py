@@ -147,7 +147,7 @@ class _Printed:
 
 def hold_json() -> None:
     """From now on ``render`` keeps ``--json`` documents until :func:`release_json`, so that a
-    failure after a command's document goes into that document (cli/app.py)."""
+    failure after a command's document goes into that document (cli/base.py)."""
     _Printed.held = []
 
 

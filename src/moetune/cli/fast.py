@@ -1,0 +1,259 @@
+"""A command run without typer, where its arguments parse plainly.
+
+Importing typer and building a command's click parameters costs about a third of the start
+of ``moetune plan``; most invocations need none of what typer adds (help, usage errors with
+a did-you-mean, its own coercion of the rarer types). ``parse`` reads the arguments against
+the command's own declaration (the Flags of cli/base.py, the table typer reads too) and
+takes them only where the result is certainly typer's: every option by one of the names
+typer gives it (``--NAME``, ``--NAME/--no-NAME`` for a flag, or its declared names), each at
+most once, a value as the next argument or after ``=`` (not one that starts with ``-``), a
+value our parser takes or a string, flag, path or whole number within its bounds, every
+required argument and no extra one, ``--`` only where the command passes what follows to
+llama-server. Anything else is left to typer (``None``), which then reports it as it does.
+tests/cli/test_fast.py holds the two parsers to the same values on every command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import re
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import NoneType, TracebackType, UnionType
+from typing import Annotated, Any, TypeVar
+
+from moetune.cli.base import (
+    COMMANDS,
+    PASS_THROUGH,
+    REGISTRY,
+    CommandContext,
+    Flag,
+    Spec,
+    State,
+    fail,
+)
+from moetune.errors import BadValueError
+
+T = TypeVar("T")
+
+_WHOLE = re.compile(r"[0-9]+")
+_NO = object()  # not a value the fast path takes
+_PLAIN_TYPES = (str, int, bool, Path)
+
+
+class Param:
+    """One parameter of a command as the fast path reads it."""
+
+    __slots__ = ("argument", "base", "default", "flag", "name", "names", "negative")
+
+    def __init__(self, name: str, base: Any, flag: Flag, default: Any) -> None:
+        self.name, self.base, self.flag, self.default = name, base, flag, default
+        self.argument = flag.kind == "argument"
+        self.negative: tuple[str, ...] = ()
+        if self.argument:
+            self.names: tuple[str, ...] = ()
+        elif flag.decls:  # "--NAME" or "--NAME/--no-NAME"
+            self.names = tuple(d.split("/")[0] for d in flag.decls)
+            self.negative = tuple(d.split("/")[1] for d in flag.decls if "/" in d)
+        else:
+            option = f"--{name.replace('_', '-')}"
+            self.names = (option,)
+            if base is bool:
+                self.negative = (f"--no-{name.replace('_', '-')}",)
+
+    @property
+    def is_flag(self) -> bool:
+        return self.base is bool and not self.argument
+
+    def value(self, text: str) -> Any:
+        """The value of ``text``, as typer would make it; ``_NO`` where typer should say."""
+        parse = self.flag.settings.get("parser")
+        if parse is not None:
+            try:
+                return parse(text)
+            except (BadValueError, ValueError, AssertionError):
+                return _NO  # typer's side reports it
+        if self.base is str:
+            return text
+        if self.base is Path:
+            return Path(text) if text and "\x00" not in text else _NO
+        if self.base is int and _WHOLE.fullmatch(text):
+            number = int(text)
+            low, high = self.flag.settings.get("min"), self.flag.settings.get("max")
+            if (low is None or number >= low) and (high is None or number <= high):
+                return number
+        return _NO
+
+    def default_value(self) -> Any:
+        """The default as typer gives it: a text default through the parser."""
+        parse = self.flag.settings.get("parser")
+        if parse is not None and isinstance(self.default, str):
+            return parse(self.default)
+        return self.default
+
+
+class Table:
+    """A command's parameters, in their declared order, and its context's name if any."""
+
+    def __init__(self, params: list[Param], context: str | None) -> None:
+        self.params = params
+        self.context = context
+        self.options = {n: p for p in params for n in (*p.names, *p.negative)}
+        self.arguments = [p for p in params if p.argument]
+
+
+def table_of(func: Callable[..., Any]) -> Table | None:
+    """The fast path's reading of ``func``'s declaration; None where it has a parameter the
+    fast path leaves to typer (a list, a type typer coerces itself, an option without a
+    Flag, a required option)."""
+    hints = typing.get_type_hints(func, include_extras=True)
+    params: list[Param] = []
+    context = None
+    for name, parameter in inspect.signature(func).parameters.items():
+        hint = hints[name]
+        if hint is CommandContext:
+            context = name
+            continue
+        if typing.get_origin(hint) is not Annotated:
+            return None
+        flags = [m for m in hint.__metadata__ if isinstance(m, Flag)]
+        base = _plain_type(hint.__origin__)
+        if len(flags) != 1 or base is None:
+            return None
+        flag = flags[0]
+        if set(flag.settings) - {"help", "metavar", "parser", "min", "max", "callback"}:
+            return None
+        if base not in _PLAIN_TYPES and "parser" not in flag.settings:
+            return None
+        default = parameter.default
+        if default is inspect.Parameter.empty:
+            if flag.kind == "option":
+                return None
+            default = _NO  # a required argument
+        params.append(Param(name, base, flag, default))
+    return Table(params, context)
+
+
+def _plain_type(annotation: Any) -> Any:
+    """``X`` of ``X`` or ``X | None``; None for a list or a union of several types."""
+    if isinstance(annotation, UnionType) or typing.get_origin(annotation) is typing.Union:
+        others = [a for a in typing.get_args(annotation) if a is not NoneType]
+        return others[0] if len(others) == 1 and typing.get_origin(others[0]) is None else None
+    return annotation if typing.get_origin(annotation) is None else None
+
+
+def parse(table: Table, args: Sequence[str]) -> dict[str, Any] | None:
+    """Each parameter's value from ``args`` (before any ``--``), defaults not yet applied;
+    None where typer should parse them."""
+    values: dict[str, Any] = {}
+    positional: list[str] = []
+    index = 0
+    while index < len(args):
+        token = args[index]
+        index += 1
+        if not token.startswith("-"):
+            positional.append(token)
+            continue
+        name, equals, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        param = table.options.get(name)
+        if param is None or param.name in values:
+            return None
+        if param.is_flag:
+            if equals:
+                return None
+            values[param.name] = name not in param.negative
+            continue
+        if equals:
+            text = inline
+        elif index < len(args) and not args[index].startswith("-"):
+            text, index = args[index], index + 1
+        else:
+            return None
+        value = param.value(text)
+        if value is _NO:
+            return None
+        values[param.name] = value
+    if len(positional) > len(table.arguments):
+        return None
+    for param, text in zip(table.arguments, positional, strict=False):
+        value = param.value(text)
+        if value is _NO:
+            return None
+        values[param.name] = value
+    if any(p.default is _NO and p.name not in values for p in table.arguments):
+        return None
+    return values
+
+
+class FastContext:
+    """The context a command and the options' callbacks get on the fast path: the arguments
+    after ``--``, and the resources they hold until the command ends."""
+
+    def __init__(self, rest: tuple[str, ...]) -> None:
+        self.meta: dict[str, Any] = {PASS_THROUGH: rest}
+        self._stack = contextlib.ExitStack()
+
+    def with_resource(self, context_manager: contextlib.AbstractContextManager[T]) -> T:
+        return self._stack.enter_context(context_manager)
+
+    def __enter__(self) -> FastContext:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stack.close()
+
+
+def planned(argv: Sequence[str]) -> tuple[Spec, Table, dict[str, Any], tuple[str, ...]] | None:
+    """The command ``argv`` names, its table, its parsed values and the arguments after
+    ``--``; None where typer should take ``argv``. Imports that command's module."""
+    args = list(argv)
+    while args and args[0] == "--debug":
+        args.pop(0)
+    if not args or args[0].startswith("-") or args[0] not in COMMANDS:
+        return None
+    name = args.pop(0)
+    importlib.import_module(f"moetune.cli.{COMMANDS[name]}")
+    spec = next((s for s in REGISTRY if s.name == name and s.group is None), None)
+    if spec is None or spec.func is None:
+        return None  # a group: typer's
+    rest: tuple[str, ...] = ()
+    if "--" in args:
+        if not spec.pass_through:
+            return None
+        at = args.index("--")
+        args, rest = args[:at], tuple(args[at + 1 :])
+    table = table_of(spec.func)
+    if table is None:
+        return None
+    values = parse(table, args)
+    if values is None:
+        return None
+    return spec, table, values, rest
+
+
+def run_fast(argv: Sequence[str]) -> bool:
+    """Run ``moetune ARGV`` without typer, where it parses plainly (False: it did not run)."""
+    found = planned(argv)
+    if found is None:
+        return False
+    spec, table, values, rest = found
+    assert spec.func is not None
+    State.debug = "--debug" in argv[: argv.index(spec.name)]
+    with FastContext(rest) as context:
+        kwargs: dict[str, Any] = {}
+        try:
+            for param in table.params:
+                value = values[param.name] if param.name in values else param.default_value()
+                callback = param.flag.settings.get("callback")
+                kwargs[param.name] = value if callback is None else callback(context, value)
+        except (Exception, KeyboardInterrupt) as exc:
+            raise fail(exc, bool(kwargs.get("as_json", values.get("as_json")))) from None
+        if table.context is not None:
+            kwargs[table.context] = context
+        spec.func(**kwargs)
+    return True
