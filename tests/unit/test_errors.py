@@ -52,3 +52,28 @@ def test_http_errors_name_the_url_without_its_query() -> None:
 def test_a_closed_stdout_is_not_a_network_error() -> None:
     named = named_error(BrokenPipeError(32, "Broken pipe"))
     assert named is not None and named.exit_code == ExitCode.INTERRUPTED
+
+
+@pytest.mark.parametrize(
+    ("message", "hint", "code"),
+    [
+        ("does not fit: the GPU needs 30 GiB", "pass --n-cpu-moe 40", ExitCode.DOES_NOT_FIT),
+        ("a message\nover two lines", None, ExitCode.BAD_VALUE),
+        ("[bold]not markup[/bold] 100%", "  spaced   hint ", None),
+    ],
+)
+def test_the_plain_error_line_is_the_styled_one_without_style(
+    message: str, hint: str | None, code: ExitCode | None
+) -> None:
+    """On a stderr that is not a terminal the line is written plainly (report/line.py), with
+    the very text rich writes of the styled line there."""
+    import io
+
+    from rich.console import Console
+
+    from moetune.report.common import render_error
+    from moetune.report.line import error_line
+
+    out = io.StringIO()
+    Console(file=out, soft_wrap=True, force_terminal=False).print(render_error(message, hint, code))
+    assert out.getvalue() == error_line(message, hint, code) + "\n"
