@@ -6,39 +6,58 @@ command parses (and import pydantic's adapter machinery for it): a large part of
 command's start. The values moetune's options take are nearly all plain (our parsers, a
 string, a flag, digits), and those are coerced here exactly as typer would; anything else
 goes to typer's own coercion, so its results and its error messages stay typer's.
+``plain_value`` is also what the fast path (cli/fast.py) makes of an option's text.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
-_NOT_PLAIN = object()
+NOT_PLAIN = object()
 _WHOLE = re.compile(r"[0-9]+")
 
 
-def _plain_value(info: Any, annotation: Any, value: Any) -> Any:
-    """``value`` as typer would coerce it, where that is plain: a value our parser takes, a
-    string, a bool, a whole number within the option's bounds; else ``_NOT_PLAIN``."""
-    if info.parser is not None:
+def plain_value(
+    value: Any,
+    annotation: Any,
+    parse: Callable[[Any], Any] | None,
+    bounds: tuple[int | None, int | None] = (None, None),
+    *,
+    refused: tuple[type[Exception], ...] = (),
+) -> Any:
+    """``value`` as typer would coerce it, where that is plain: a value the option's parser
+    takes, a string, a bool, a whole number within its bounds; else ``NOT_PLAIN`` (a value
+    the parser refuses with one of ``refused``, or typer's own ValueError or AssertionError,
+    which typer words itself)."""
+    if parse is not None:
+        caught: tuple[type[Exception], ...] = (ValueError, AssertionError, *refused)
         try:
-            return info.parser(value)
-        except (ValueError, AssertionError):  # typer words these itself
-            return _NOT_PLAIN
+            return parse(value)
+        except caught:
+            return NOT_PLAIN
     if annotation is str and isinstance(value, str):
         return value
     if annotation is bool and isinstance(value, bool):
         return value
-    if annotation is int and not getattr(info, "clamp", False):
+    if annotation is int:
         if isinstance(value, str) and _WHOLE.fullmatch(value):
             value = int(value)
         if type(value) is not int:
-            return _NOT_PLAIN
-        low, high = getattr(info, "min", None), getattr(info, "max", None)
+            return NOT_PLAIN
+        low, high = bounds
         if (low is not None and value < low) or (high is not None and value > high):
-            return _NOT_PLAIN  # typer's own message
+            return NOT_PLAIN  # typer's own message
         return value
-    return _NOT_PLAIN
+    return NOT_PLAIN
+
+
+def _plain_value(info: Any, annotation: Any, value: Any) -> Any:
+    if info.parser is None and annotation is int and getattr(info, "clamp", False):
+        return NOT_PLAIN
+    bounds = (getattr(info, "min", None), getattr(info, "max", None))
+    return plain_value(value, annotation, info.parser, bounds)
 
 
 class _PlainCoercion:
@@ -54,7 +73,7 @@ class _PlainCoercion:
             return None
         if not multiple:
             plain = _plain_value(descriptor.parameter_info, descriptor.annotation, value)
-            if plain is not _NOT_PLAIN:
+            if plain is not NOT_PLAIN:
                 return plain
         param._runtime_param = None  # typer's own, from here on
         return param.get_runtime_param().coerce(value, param=param, ctx=ctx)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import re
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,12 +34,11 @@ from moetune.cli.base import (
     State,
     fail,
 )
+from moetune.cli.coercion import NOT_PLAIN, plain_value
 from moetune.errors import BadValueError
 
 T = TypeVar("T")
 
-_WHOLE = re.compile(r"[0-9]+")
-_NO = object()  # not a value the fast path takes
 _PLAIN_TYPES = (str, int, bool, Path)
 
 
@@ -69,23 +67,15 @@ class Param:
         return self.base is bool and not self.argument
 
     def value(self, text: str) -> Any:
-        """The value of ``text``, as typer would make it; ``_NO`` where typer should say."""
-        parse = self.flag.settings.get("parser")
-        if parse is not None:
-            try:
-                return parse(text)
-            except (BadValueError, ValueError, AssertionError):
-                return _NO  # typer's side reports it
-        if self.base is str:
-            return text
-        if self.base is Path:
-            return Path(text) if text and "\x00" not in text else _NO
-        if self.base is int and _WHOLE.fullmatch(text):
-            number = int(text)
-            low, high = self.flag.settings.get("min"), self.flag.settings.get("max")
-            if (low is None or number >= low) and (high is None or number <= high):
-                return number
-        return _NO
+        """The value of ``text``, as typer would make it; ``NOT_PLAIN`` where typer should
+        say (a value our parser refuses included: typer's side reports it)."""
+        if self.base is Path and "parser" not in self.flag.settings:
+            return Path(text) if text and "\x00" not in text else NOT_PLAIN
+        settings = self.flag.settings
+        bounds = (settings.get("min"), settings.get("max"))
+        return plain_value(
+            text, self.base, settings.get("parser"), bounds, refused=(BadValueError,)
+        )
 
     def default_value(self) -> Any:
         """The default as typer gives it: a text default through the parser."""
@@ -132,7 +122,7 @@ def table_of(func: Callable[..., Any]) -> Table | None:
         if default is inspect.Parameter.empty:
             if flag.kind == "option":
                 return None
-            default = _NO  # a required argument
+            default = NOT_PLAIN  # a required argument
         params.append(Param(name, base, flag, default))
     return Table(params, context)
 
@@ -173,17 +163,17 @@ def parse(table: Table, args: Sequence[str]) -> dict[str, Any] | None:
         else:
             return None
         value = param.value(text)
-        if value is _NO:
+        if value is NOT_PLAIN:
             return None
         values[param.name] = value
     if len(positional) > len(table.arguments):
         return None
     for param, text in zip(table.arguments, positional, strict=False):
         value = param.value(text)
-        if value is _NO:
+        if value is NOT_PLAIN:
             return None
         values[param.name] = value
-    if any(p.default is _NO and p.name not in values for p in table.arguments):
+    if any(p.default is NOT_PLAIN and p.name not in values for p in table.arguments):
         return None
     return values
 
