@@ -13,6 +13,7 @@ import typer.main
 
 from moetune.cli import app
 from moetune.cli.base import REGISTRY, Spec
+from moetune.cli.coercion import NOT_PLAIN
 from moetune.cli.fast import Table, parse, planned, table_of
 
 from support.helpers import EXAMPLE_QWEN, moetune
@@ -52,21 +53,37 @@ DECLINED = [
     (["plan", "M", "--json=1"], "a flag with a value"),
     (["plan", "M", "--n-cpu-moe", "1_000"], "an int typer reads its own way"),
     (["inspect", "M", "--", "-c", "4096"], "-- where nothing goes to llama-server"),
-    (["profiles", "list"], "a group"),
+    (["profiles"], "a group without its command"),
+    (["profiles", "lst"], "a group's command misspelt"),
     (["--version"], "the app's own option"),
     (["insp", "M"], "no such command"),
-    (["calibrate", "a.json", "b.json"], "a list argument"),
+    (["report"], "a required list argument given nothing"),
+    (["export"], "a required argument missing"),
     (["plan", "M", "-x"], "a short option it does not have"),
 ]
 
 
 def _commands() -> dict[str, Any]:
-    group = typer.main.get_command(app)
-    return {name: group.commands[name] for name in group.commands}  # type: ignore[attr-defined]
+    """Every command of the typer app by its full name ("profiles show")."""
+    found: dict[str, Any] = {}
+
+    def walk(command: Any, prefix: str) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            if hasattr(sub, "commands"):
+                walk(sub, f"{prefix}{name} ")
+            else:
+                found[f"{prefix}{name}"] = sub
+
+    walk(typer.main.get_command(app), "")
+    return found
+
+
+def _full(spec: Spec) -> str:
+    return f"{spec.group} {spec.name}" if spec.group else spec.name
 
 
 def _specs() -> list[Spec]:
-    return [s for s in REGISTRY if s.func is not None and s.group is None]
+    return [s for s in REGISTRY if s.func is not None]
 
 
 def _table(spec: Spec) -> Table | None:
@@ -78,17 +95,15 @@ def _fast_specs() -> list[Spec]:
     return [s for s in _specs() if _table(s) is not None]
 
 
-def test_plan_and_inspect_and_most_commands_run_without_typer() -> None:
-    fast = {s.name for s in _specs() if _table(s) is not None}
-    assert {"plan", "inspect", "run", "bench", "doctor", "alias"} <= fast  # lists: typer's
-    assert fast <= {s.name for s in _specs()}
+def test_every_command_can_run_without_typer() -> None:
+    assert {_full(s) for s in _fast_specs()} == set(_commands())
 
 
-@pytest.mark.parametrize("spec", _fast_specs(), ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", _fast_specs(), ids=_full)
 def test_the_same_names_for_every_option(spec: Spec) -> None:
     table = _table(spec)
     assert table is not None
-    command = _commands()[spec.name]
+    command = _commands()[_full(spec)]
     clicks = {p.name: p for p in command.params}
     assert [p.name for p in table.params] == list(clicks)
     for param in table.params:
@@ -102,8 +117,8 @@ def test_the_same_names_for_every_option(spec: Spec) -> None:
 
 
 def _typer_values(spec: Spec, args: list[str]) -> dict[str, Any]:
-    command = _commands()[spec.name]
-    with command.make_context(spec.name, list(args)) as context:
+    command = _commands()[_full(spec)]
+    with command.make_context(_full(spec), list(args)) as context:
         return dict(context.params)
 
 
@@ -117,8 +132,11 @@ def _fast_values(table: Table, args: list[str]) -> dict[str, Any] | None:
 def _argument_lists(spec: Spec, table: Table) -> list[list[str]]:
     """Arguments each option appears in once (with each of its samples), the flags' other
     spelling, and the options all at once in declared and in reversed order."""
-    head = [str(EXAMPLE_QWEN)] * len(table.arguments)
+    many = bool(table.arguments) and table.arguments[-1].many
+    head = [str(EXAMPLE_QWEN)] * (len(table.arguments) + many)  # a list argument: two values
     lists = [head]
+    if many and table.arguments[-1].default is not NOT_PLAIN:
+        lists.append(head[: len(table.arguments) - 1])  # the list given nothing
     every: list[list[str]] = []
     for param in table.params:
         if param.argument:
@@ -127,7 +145,7 @@ def _argument_lists(spec: Spec, table: Table) -> list[list[str]]:
             spellings = [[n] for n in (*param.names, *param.negative)]
         else:
             texts = SAMPLES.get(param.names[0]) or BY_TYPE.get(param.base)
-            assert texts, f"{spec.name} {param.names[0]}: give it a sample in SAMPLES"
+            assert texts, f"{_full(spec)} {param.names[0]}: give it a sample in SAMPLES"
             spellings = [[param.names[0], t] for t in texts]
             spellings.append([f"{param.names[-1]}={texts[0]}"] if param.names[-1][1] == "-" else [])
         lists += [[*head, *s] for s in spellings if s]
@@ -137,7 +155,7 @@ def _argument_lists(spec: Spec, table: Table) -> list[list[str]]:
     return lists
 
 
-@pytest.mark.parametrize("spec", _fast_specs(), ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", _fast_specs(), ids=_full)
 def test_the_same_values_as_typer(spec: Spec) -> None:
     table = _table(spec)
     assert table is not None

@@ -2,8 +2,8 @@
 
 ``main`` imports only the module of the command that the arguments name, and runs it without
 typer where its arguments parse plainly (cli/fast.py: ``moetune plan MODEL --vram 24G``);
-anything else (``--help``, a usage error, a value typer coerces itself, a group) goes to the
-typer app (cli/typer_app.py), with only that command on it (``--help``, no command or an unknown
+anything else (``--help``, a usage error, a value typer coerces itself) goes to the typer
+app (cli/typer_app.py), with only that command on it (``--help``, no command or an unknown
 name: every command, in the order ``--help`` lists them). Each command module keeps its
 heavy imports inside the command, so ``moetune inspect`` loads neither the HTTP client nor
 the planner, and ``moetune --version`` loads almost nothing. In-process callers (the tests)

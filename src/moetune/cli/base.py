@@ -6,8 +6,8 @@ through report.render).
 
 A command module imports this and cli/options.py, never typer: ``moetune plan ...`` with
 options that parse plainly runs without typer at all (cli/fast.py), and everything else (the
-help, a usage error, a group) goes through the typer app that cli/typer_app.py builds from the
-same registry.
+help, a usage error, a value typer coerces itself) goes through the typer app that
+cli/typer_app.py builds from the same registry.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """A command run without typer, where its arguments parse plainly.
 
-Importing typer and building a command's click parameters costs about a third of the start
-of ``moetune plan``; most invocations need none of what typer adds (help, usage errors with
-a did-you-mean, its own coercion of the rarer types). ``parse`` reads the arguments against
+Importing typer and building a command's click parameters cost about 125 million
+instructions of every start (a sixth of ``moetune plan``'s, more of inspect's); most
+invocations need none of what typer adds (the help, usage errors with their suggestions,
+its own coercion of the rarer types). ``parse`` reads the arguments against
 the command's own declaration (the Flags of cli/base.py, the table typer reads too) and
 takes them only where the result is certainly typer's: every option by one of the names
 typer gives it (``--NAME``, ``--NAME/--no-NAME`` for a flag, or its declared names), each at
 most once, a value as the next argument or after ``=`` (not one that starts with ``-``), a
 value our parser takes or a string, flag, path or whole number within its bounds, every
-required argument and no extra one, ``--`` only where the command passes what follows to
-llama-server. Anything else is left to typer (``None``), which then reports it as it does.
-tests/cli/test_fast.py holds the two parsers to the same values on every command.
+required option and argument and no extra one (a last list argument takes the rest),
+``--`` only where the command passes what follows to llama-server. Anything else is left to
+typer (``None``), which then reports it as it does. tests/cli/test_fast.py holds the two
+parsers to the same names and values on every command.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ _PLAIN_TYPES = (str, int, bool, Path)
 class Param:
     """One parameter of a command as the fast path reads it."""
 
-    __slots__ = ("argument", "base", "default", "flag", "name", "names", "negative")
+    __slots__ = ("argument", "base", "default", "flag", "many", "name", "names", "negative")
 
-    def __init__(self, name: str, base: Any, flag: Flag, default: Any) -> None:
+    def __init__(self, name: str, base: Any, flag: Flag, default: Any, *, many: bool) -> None:
         self.name, self.base, self.flag, self.default = name, base, flag, default
+        self.many = many  # an argument that takes every value (a list)
         self.argument = flag.kind == "argument"
         self.negative: tuple[str, ...] = ()
         if self.argument:
@@ -78,7 +81,10 @@ class Param:
         )
 
     def default_value(self) -> Any:
-        """The default as typer gives it: a text default through the parser."""
+        """The default as typer gives it: a text default through the parser, an empty tuple
+        for a list argument given nothing."""
+        if self.many:
+            return ()
         parse = self.flag.settings.get("parser")
         if parse is not None and isinstance(self.default, str):
             return parse(self.default)
@@ -97,8 +103,8 @@ class Table:
 
 def table_of(func: Callable[..., Any]) -> Table | None:
     """The fast path's reading of ``func``'s declaration; None where it has a parameter the
-    fast path leaves to typer (a list, a type typer coerces itself, an option without a
-    Flag, a required option)."""
+    fast path leaves to typer (a type typer coerces itself, an option without a Flag, a list
+    option, a list argument before another)."""
     hints = typing.get_type_hints(func, include_extras=True)
     params: list[Param] = []
     context = None
@@ -110,29 +116,38 @@ def table_of(func: Callable[..., Any]) -> Table | None:
         if typing.get_origin(hint) is not Annotated:
             return None
         flags = [m for m in hint.__metadata__ if isinstance(m, Flag)]
-        base = _plain_type(hint.__origin__)
+        base, many = _plain_type(hint.__origin__)
         if len(flags) != 1 or base is None:
             return None
         flag = flags[0]
+        if many and flag.kind != "argument":
+            return None
         if set(flag.settings) - {"help", "metavar", "parser", "min", "max", "callback"}:
             return None
         if base not in _PLAIN_TYPES and "parser" not in flag.settings:
             return None
         default = parameter.default
         if default is inspect.Parameter.empty:
-            if flag.kind == "option":
-                return None
-            default = NOT_PLAIN  # a required argument
-        params.append(Param(name, base, flag, default))
-    return Table(params, context)
+            default = NOT_PLAIN  # required
+        params.append(Param(name, base, flag, default, many=many))
+    table = Table(params, context)
+    if any(p.many for p in table.arguments[:-1]):
+        return None  # only a last list argument, which takes what the others leave
+    return table
 
 
-def _plain_type(annotation: Any) -> Any:
-    """``X`` of ``X`` or ``X | None``; None for a list or a union of several types."""
+def _plain_type(annotation: Any) -> tuple[Any, bool]:
+    """``X`` of ``X``, ``X | None``, ``list[X]`` or ``list[X] | None``, and whether it is a
+    list; None for a union of several types or another generic."""
     if isinstance(annotation, UnionType) or typing.get_origin(annotation) is typing.Union:
         others = [a for a in typing.get_args(annotation) if a is not NoneType]
-        return others[0] if len(others) == 1 and typing.get_origin(others[0]) is None else None
-    return annotation if typing.get_origin(annotation) is None else None
+        if len(others) != 1:
+            return None, False
+        annotation = others[0]
+    if typing.get_origin(annotation) is list:
+        (item,) = typing.get_args(annotation)
+        return (item, True) if typing.get_origin(item) is None else (None, False)
+    return (annotation, False) if typing.get_origin(annotation) is None else (None, False)
 
 
 def parse(table: Table, args: Sequence[str]) -> dict[str, Any] | None:
@@ -166,15 +181,22 @@ def parse(table: Table, args: Sequence[str]) -> dict[str, Any] | None:
         if value is NOT_PLAIN:
             return None
         values[param.name] = value
-    if len(positional) > len(table.arguments):
+    last = table.arguments[-1] if table.arguments and table.arguments[-1].many else None
+    singles = table.arguments[:-1] if last is not None else table.arguments
+    if last is None and len(positional) > len(singles):
         return None
-    for param, text in zip(table.arguments, positional, strict=False):
+    for param, text in zip(singles, positional, strict=False):
         value = param.value(text)
         if value is NOT_PLAIN:
             return None
         values[param.name] = value
-    if any(p.default is NOT_PLAIN and p.name not in values for p in table.arguments):
-        return None
+    if last is not None and len(positional) > len(singles):
+        many = [last.value(text) for text in positional[len(singles) :]]
+        if any(value is NOT_PLAIN for value in many):
+            return None
+        values[last.name] = many
+    if any(p.default is NOT_PLAIN and p.name not in values for p in table.params):
+        return None  # a required option or argument missing: typer says so
     return values
 
 
@@ -209,8 +231,11 @@ def planned(argv: Sequence[str]) -> tuple[Spec, Table, dict[str, Any], tuple[str
     name = args.pop(0)
     importlib.import_module(f"moetune.cli.{COMMANDS[name]}")
     spec = next((s for s in REGISTRY if s.name == name and s.group is None), None)
+    if spec is not None and spec.func is None:  # a group: its command next
+        sub = args.pop(0) if args else None
+        spec = next((s for s in REGISTRY if s.group == name and s.name == sub), None)
     if spec is None or spec.func is None:
-        return None  # a group: typer's
+        return None
     rest: tuple[str, ...] = ()
     if "--" in args:
         if not spec.pass_through:
@@ -233,7 +258,7 @@ def run_fast(argv: Sequence[str]) -> bool:
         return False
     spec, table, values, rest = found
     assert spec.func is not None
-    State.debug = "--debug" in argv[: argv.index(spec.name)]
+    State.debug = "--debug" in argv[: argv.index(spec.group or spec.name)]
     with FastContext(rest) as context:
         kwargs: dict[str, Any] = {}
         try:

@@ -1,7 +1,7 @@
 """The typer app: moetune's commands as typer builds them from the registry (cli/base.py),
 for everything the fast path (cli/fast.py) leaves to it: the help, usage errors with their
-did-you-mean, values typer coerces itself, the profiles group. ``register`` adds to ``app``
-what the command modules imported so far declared.
+did-you-mean, values typer coerces itself. ``register`` adds to ``app`` what the command
+modules imported so far declared.
 """
 
 from __future__ import annotations
