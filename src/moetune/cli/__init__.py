@@ -18,7 +18,6 @@ import gc
 import importlib
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -110,7 +109,8 @@ def exit_now(done: SystemExit) -> NoReturn:
     ``atexit`` functions run (``tempfile``'s cleanups, ``logging``'s flush among them) and
     stdout and stderr are flushed. With another thread still running, or a stream that cannot
     be flushed (a closed pipe), the normal exit ends it, and says what it always says."""
-    if threading.active_count() > 1:
+    threading = sys.modules.get("threading")  # not loaded: no thread was started by it
+    if threading is not None and threading.active_count() > 1:
         raise done
     atexit._run_exitfuncs()
     try:

@@ -292,10 +292,11 @@ def plan_n_cpu_moe(
     over: int | None = None,
 ) -> OffloadPlan:
     """``--n-cpu-moe N`` (``-ts`` on several devices): the smallest N whose layers can be
-    split so that every device fits. ``over``: an N likely not to fit (the plan's own N at a
-    larger ubatch, say): where it does not, the search gallops up from it (N+1, N+2, N+4,
-    ...) and bisects the last step, a few estimates where the whole range takes a bisection
-    of every block; where it does, the whole range is searched."""
+    split so that every device fits. The search starts from a guess (``over``: an N likely
+    not to fit, the plan's own N at a larger ubatch, say; else the N the weights point to,
+    ``_weights_guess``) and gallops from it, up where it does not fit (N+1, N+2, N+4, ...)
+    and down where it does, then bisects the last step: a few estimates where a bisection of
+    the whole range takes one per halving of every block."""
     search = _Search(facts, target, settings, extras=extras)
     tried: dict[int, Distribution | None] = {}
 
@@ -305,11 +306,21 @@ def plan_n_cpu_moe(
         return tried[n]
 
     n_max = facts.n_layers if facts.is_moe else 0
+    if over is None and n_max > 0:
+        top = at(n_max)
+        if top is None:
+            raise does_not_fit(facts, target, settings, extras=extras)
+        over = _weights_guess(search, top[1], n_max)
     if over is not None and over < n_max and at(over) is None:
         low, step = over, 1
         while low + step < n_max and at(low + step) is None:
             low, step = low + step, step * 2
         high = min(low + step, n_max)
+    elif over is not None and over < n_max:  # it fits: down from it
+        high, step = over, 1
+        while high - step >= 0 and at(high - step) is not None:
+            high, step = high - step, step * 2
+        low = max(high - step, -1)
     else:
         low, high = -1, n_max
     if at(high) is None:
@@ -322,6 +333,26 @@ def plan_n_cpu_moe(
     counts, memory = found
     placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
     return OffloadPlan(placement, memory, tuple(moved_blocks(facts, n)))
+
+
+def _weights_guess(search: _Search, top: MemoryEstimate, n_max: int) -> int:
+    """The N the weights alone point to: from every expert on the CPU (``top``), the experts
+    of the last blocks brought back while the devices' room left lasts (a device's cache and
+    compute buffer change little with N)."""
+    room = sum(
+        budget - device.total_bytes
+        for budget, device in zip(search.target.budgets, top.devices, strict=False)
+    )
+    n = n_max
+    while n > 0:
+        block = search.facts.layers[n - 1]
+        parts = search.parts.get(block.index, {}) if block.has_experts else {}
+        size = sum(_nbytes(tensors) for tensors in parts.values())
+        if size > room:
+            break
+        room -= size
+        n -= 1
+    return n
 
 
 Slot = tuple[int, str]  # one part (gate, up, gate_up, down) of one block's routed experts

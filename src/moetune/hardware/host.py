@@ -6,7 +6,6 @@ imports psutil."""
 from __future__ import annotations
 
 import os
-import platform
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -145,6 +144,8 @@ def cpu_model(proc_cpuinfo: Path = PROC_CPUINFO) -> str | None:
     for key in CPUINFO_KEYS:
         if key in fields:
             return fields[key]
+    import platform  # the fallback only: a plan's start does not load it
+
     return platform.processor().strip() or None
 
 
