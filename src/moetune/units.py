@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from moetune.errors import BadValueError
+from moetune.record import record
 
 KIB = 1024
 MIB = 1024**2
@@ -65,7 +65,7 @@ def parse_rate(text: str) -> int:
     return parse_size(size)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Sizes:
     """One size for every device, or one per device (``24G``, ``24G,12G``), in bytes."""
 

@@ -10,9 +10,9 @@ import pytest
 from moetune.core.extras import parse_extras_flags, with_draft
 from moetune.core.memory import Settings, estimate
 from moetune.core.placement import Placement
-from moetune.core.record import jsonable
 from moetune.errors import DraftModelError
 from moetune.jobs.loader import load_extras, load_model_facts
+from moetune.record import jsonable
 
 from support.draft import CASES, predict_with_draft
 from support.factory import ModelFactory, write_header_only

@@ -65,7 +65,7 @@ FILE_METHODS = frozenset(
         "touch",
     }
 )
-CORE_MAY_USE = ("moetune.core", "moetune.gguf", "moetune.units", "moetune.errors")
+CORE_MAY_USE = ("moetune.core", "moetune.gguf", "moetune.units", "moetune.errors", "moetune.record")
 # Modules that start processes, talk to a server or probe hardware.
 STARTERS = frozenset(
     {
@@ -84,10 +84,12 @@ STARTERS = frozenset(
 # Where each third-party library (and subprocess) may be imported: one package each
 # (docs/architecture.md, "House rules"); pydantic validates what comes from outside (files,
 # servers): the records, the store, jobs' reports; the core's values and the probes' reports
-# are dataclasses (core/record.py), but a run's attempt, which the records nest.
+# are dataclasses (record.py), but a run's attempt, which the records nest.
 HOMES: dict[str, tuple[str, ...]] = {
     "pydantic": ("core/search.py", "records", "llamacpp", "jobs", "store"),
-    "typer": ("cli/typer_app.py",),  # the commands declare themselves without it (cli/base.py)
+    "typer": ("cli/typer_app.py",),
+    # for the type checker alone (dataclass_transform, which Python 3.10's typing lacks)
+    "typing_extensions": ("record.py",),  # the commands declare themselves without it (cli/base.py)
     "rich": ("report", "cli"),
     "httpx": ("llamacpp/client.py", "hub/http.py"),
     "httpcore": ("hub/http.py",),  # httpx's sockets: the deadline of every read
@@ -306,11 +308,12 @@ def test_the_circle_finder_finds_one() -> None:
 # one way, and each layer uses only those below it. records/ holds what store/ and report/
 # read of the jobs and of llama.cpp (results, server info, --fit's choice), so that neither
 # of them imports jobs/ or llamacpp/ for a type.
-_BASE = frozenset({"moetune", "errors", "units"})
+_BASE = frozenset({"moetune", "errors", "record", "units"})
 LAYERS: dict[str, frozenset[str]] = {
     "moetune": frozenset(),
     "errors": frozenset(),
-    "units": frozenset({"errors"}),
+    "record": frozenset({"errors"}),
+    "units": frozenset({"errors", "record"}),
     "gguf": _BASE,
     "core": _BASE | {"gguf"},
     "records": _BASE | {"gguf", "core"},

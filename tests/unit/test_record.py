@@ -1,5 +1,6 @@
-"""core/record.py: the core's dataclasses and their one JSON form (what pydantic's
-``model_dump(mode="json")`` wrote for them before, byte for byte in the golden files)."""
+"""record.py: the records (dataclasses with shared methods, the same values as a dataclass's
+own) and their one JSON form (what pydantic's ``model_dump(mode="json")`` wrote for them
+before, byte for byte in the golden files)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import pytest
 from pydantic import BaseModel
 
 from moetune.core.memory import DeviceMemory
-from moetune.core.record import HIDDEN, OMIT_EMPTY, jsonable
 from moetune.core.settings import Settings
 from moetune.core.speed import Efficiency, TermTime
 from moetune.errors import BadValueError
 from moetune.gguf.roles import Role
+from moetune.record import HIDDEN, OMIT_EMPTY, jsonable, record
 
 
 @dataclass(kw_only=True)
@@ -113,3 +114,67 @@ def test_a_term_amount_is_a_float() -> None:
     term = TermTime(term="RAM", kind="ram", amount=1024, seconds=None, figure="RAM bandwidth")
     assert jsonable(term)["amount"] == 1024.0
     assert isinstance(jsonable(term)["amount"], float)
+
+
+# --- record: a dataclass's methods, shared ------------------------------------------------------
+
+
+def _pair(frozen: bool, eq: bool = True) -> tuple[type, type]:
+    """The same class declared by ``record`` and by ``dataclass``."""
+
+    def body() -> dict[str, object]:
+        return {
+            "__annotations__": {"a": "int", "b": "str", "c": "float", "d": "list[int]"},
+            "b": "x",
+            "c": field(default=0.5, compare=False),
+            "d": field(default_factory=list, repr=False, hash=False),
+        }
+
+    ours = record(frozen=frozen, kw_only=True, eq=eq)(type("Point", (), body()))
+    theirs: type = dataclass(frozen=frozen, kw_only=True, eq=eq)(type("Point", (), body()))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_a_record_shows_compares_and_hashes_as_its_dataclass(frozen: bool) -> None:
+    ours, theirs = _pair(frozen)
+    for kwargs in ({"a": 1}, {"a": 2, "b": "y", "c": 3.0, "d": [4]}):
+        assert repr(ours(**kwargs)) == repr(theirs(**kwargs))
+    assert ours(a=1) == ours(a=1, c=9.0)  # c is not compared
+    assert ours(a=1) != ours(a=1, b="y") and ours(a=1) != ours(a=2)
+    assert (ours(a=1) == theirs(a=1)) is False  # another class: not equal, as a dataclass
+    assert ours(a=1).__eq__(1) is NotImplemented
+    if frozen:
+        assert hash(ours(a=1, d=[1])) == hash(ours(a=1, d=[2]))  # d is not hashed
+        assert len({ours(a=1), ours(a=1), ours(a=3)}) == 2
+        with pytest.raises(AttributeError):
+            ours(a=1).a = 2
+    else:
+        with pytest.raises(TypeError):
+            hash(ours(a=1))  # a mutable record is not hashable, as a dataclass
+        assert theirs.__hash__ is None and ours.__hash__ is None
+
+
+def test_a_record_without_equality_is_itself_alone() -> None:
+    ours, theirs = _pair(frozen=True, eq=False)
+    one = ours(a=1)
+    assert one != ours(a=1) and theirs(a=1) != theirs(a=1)  # identity, as a dataclass
+    assert {one, one} == {one} and len({one, ours(a=1)}) == 2
+
+
+def test_a_records_own_methods_stay() -> None:
+    @record(frozen=True)
+    class Named:
+        name: str
+
+        def __repr__(self) -> str:
+            return f"<{self.name}>"
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Named) and other.name.lower() == self.name.lower()
+
+        def __hash__(self) -> int:
+            return hash(self.name.lower())
+
+    assert repr(Named("A")) == "<A>" and Named("A") == Named("a")
+    assert len({Named("A"), Named("a")}) == 1

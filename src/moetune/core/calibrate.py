@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple
 
 from moetune.core.prior import PUBLIC_PRIOR, SpeedPrior
@@ -51,6 +50,7 @@ from moetune.core.speed import (
     missing_figures,
     rate_of,
 )
+from moetune.record import record
 
 KINDS: tuple[Kind, ...] = ("device_memory", "ram", "link", "device_compute", "cpu_compute")
 TOKEN_OVERHEAD = "token_overhead"
@@ -80,7 +80,7 @@ class Measured(NamedTuple):
         return self.n_gen > 0 and self.n_prompt == 0
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class SpeedFit:
     """The fitted factors: ``efficiency`` where the figure is known, ``rates`` (bytes/s or
     FLOP/s; None: negligible) where it is not, the fixed times, and the error."""
@@ -312,6 +312,8 @@ def _fit(
         k: (1 / y[k] if y[k] > 0 else None) for k in KINDS if k not in known and k in y
     }
     points = [m for m, _ in used]
+    import statistics  # a fit's only use of it: a plan without measured points skips its import
+
     return SpeedFit(
         points=len(points),
         decode_points=sum(m.is_decode for m in points),

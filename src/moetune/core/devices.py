@@ -15,10 +15,10 @@ default); Vulkan devices (``Vulkan0``) have no public figure (0 unless ``--overh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from moetune.core.backends import rules
 from moetune.core.settings import DEFAULT_GPU_OVERHEAD_BYTES, Settings
+from moetune.record import record
 
 
 def default_overhead(kind: str) -> int:
@@ -27,7 +27,7 @@ def default_overhead(kind: str) -> int:
     return rules(kind).overhead_bytes
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class DeviceSpec:
     """One offload device as a plan sees it."""
 

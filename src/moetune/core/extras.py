@@ -24,7 +24,6 @@ for the draft types; the n-gram types' own sizes).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -34,6 +33,7 @@ from moetune.core.kvcache import parse_cache_type
 from moetune.core.placement import ALL_LAYERS, CPU, EXPS_REGEX, Override
 from moetune.errors import BadValueError, DraftModelError, ProjectorError
 from moetune.gguf.reader import MetaValue
+from moetune.record import record
 
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
@@ -280,7 +280,7 @@ def _flags(pass_through: Sequence[str]) -> set[str]:
 # --- the loaded companions (jobs/loader.py reads their files) --------------------------------
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Projector:
     """A projector beside the model: its facts and where llama-server puts it."""
 
@@ -291,7 +291,7 @@ class Projector:
     image_max_tokens: int | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Draft:
     """A draft model beside the model, with its own placement flags and cache types."""
 
@@ -320,7 +320,7 @@ class Draft:
         return tuple(found)
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Extras:
     """Everything beside the main model that takes memory in the same llama-server; it
     travels beside the Settings (whose ``n_draft`` has the logits rows speculation adds)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import cached_property
 
 from moetune.core.dims import Dims, dims_of
@@ -14,9 +14,10 @@ from moetune.gguf import keys
 from moetune.gguf.reader import MetaValue, SkippedArray, TensorInfo
 from moetune.gguf.roles import NameParts, Role, classify, expert_part, split_name
 from moetune.gguf.split import GGUFModel
+from moetune.record import record
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class TensorFacts:
     name: str
     layer: int | None
@@ -28,7 +29,7 @@ class TensorFacts:
     shard: int
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class LayerFacts:
     index: int
     bytes_by_role: dict[Role, int]
@@ -39,14 +40,14 @@ class LayerFacts:
     unknown_size_tensors: int = 0
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class QuantStat:
     type: str
     n_tensors: int
     bytes: int
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class ModelFacts:
     paths: list[str]
     file_bytes: int

@@ -20,7 +20,7 @@ winner is shown.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 
 from moetune.core.calibrate import SpeedFit
@@ -40,9 +40,10 @@ from moetune.core.planner import OffloadPlan, fixed_split, plan_n_cpu_moe, plan_
 from moetune.core.settings import Settings
 from moetune.core.speed import Forecast, MachineFigures
 from moetune.errors import DoesNotFitError
+from moetune.record import record
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class FrontierEntry:
     """One candidate that fits: its placement, command, memory and forecast."""
 
@@ -63,7 +64,7 @@ class FrontierEntry:
     picked: bool = False
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Frontier:
     """The candidates in the goal's order (unknown scores last), the pick and why."""
 

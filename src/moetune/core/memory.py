@@ -10,7 +10,7 @@ not report (``DeviceSpec.overhead_bytes``; ``DEFAULT_GPU_OVERHEAD_BYTES`` on CUD
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
@@ -21,7 +21,6 @@ from moetune.core.extras import Draft, Extras, Projector
 from moetune.core.facts import ModelFacts
 from moetune.core.kvcache import cache_for
 from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit, split_weights
-from moetune.core.record import OMIT_EMPTY
 from moetune.core.settings import (
     DEFAULT_CTX,
     DEFAULT_GPU_OVERHEAD_BYTES,
@@ -29,6 +28,7 @@ from moetune.core.settings import (
     default_n_ctx,
 )
 from moetune.errors import BadValueError
+from moetune.record import OMIT_EMPTY, record
 
 if TYPE_CHECKING:
     from moetune.core.projector import ProjectorCompute
@@ -63,7 +63,7 @@ _EXTRA_PARTS = (
 )
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class DeviceMemory:
     """Predicted bytes on one device."""
 
@@ -105,7 +105,7 @@ class DeviceMemory:
         )
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class ProjectorMemory:
     """The projector's bytes: on one device (or ``CPU``), and in the host's compute buffer."""
 
@@ -126,7 +126,7 @@ class ProjectorMemory:
         )
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class _HostParts:
     """What a companion holds in host memory."""
 
@@ -139,7 +139,7 @@ class _HostParts:
         return self.host_weights_bytes + self.host_kv_bytes + self.host_compute_bytes
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class DraftMemory(_HostParts):
     """The draft model's bytes: all its devices together, and in host memory."""
 
@@ -150,7 +150,7 @@ class DraftMemory(_HostParts):
     draft_compute_bytes: int
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class MtpMemory(_HostParts):
     """What MTP adds: every device together, and in host memory."""
 
@@ -162,7 +162,7 @@ class MtpMemory(_HostParts):
 CPU_NAME = "CPU"
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class MemoryEstimate:
     """Predicted bytes per device for one placement (``gpu_*``: every device together)."""
 
@@ -293,7 +293,7 @@ def estimate_from_split(
 # --- what runs beside the model: a projector, a draft model ------------------------------------
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class _ExtrasOn:
     """The extras' parts per device (DeviceMemory's field names), and their summaries."""
 

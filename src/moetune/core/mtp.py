@@ -40,7 +40,6 @@ and CPU_REPACK of the NextN weights.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from moetune.core.compute.estimate import ComputeEstimate, _options
@@ -50,6 +49,7 @@ from moetune.core.facts import ModelFacts, TensorFacts
 from moetune.core.kvcache import cache_for, nextn_cache, rs_snapshots
 from moetune.core.placement import CPU, EXPS_REGEX, SKIPPED, Placement, _compiled, homes_for
 from moetune.core.settings import Settings
+from moetune.record import record
 
 __all__ = [
     "DEFAULT_DRAFT_N_MAX",
@@ -63,7 +63,7 @@ __all__ = [
 DEFAULT_DRAFT_N_MAX = 3  # common/common.h: speculative.draft.n_max (--spec-draft-n-max)
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class MtpEstimate:
     """What ``--spec-type draft-mtp`` adds, per device (one entry per index of ``kinds``)
     and on the host. ``main_rs_bytes``: the growth of the MAIN context's RS buffer."""

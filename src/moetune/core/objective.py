@@ -13,8 +13,9 @@ winner is the best measured score among the launches that stayed within memory.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
+
+from moetune.record import record
 
 MAX_EXTRA_LAUNCHES = 4
 # the forecast's relative error where its fit has no leave-one-out figure (fewer than three
@@ -30,7 +31,7 @@ class Candidate(NamedTuple):
     forecast: float | None  # the goal's score, forecast (None: the forecast cannot rank it)
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Tried:
     """One extra launch: its candidate, the forecast, the expected and the measured score."""
 
@@ -41,7 +42,7 @@ class Tried:
     measured_score: float | None  # None: over memory, out of memory, or a speed not measured
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Choice:
     """The launches made, the winner (None: the converged placement stays) and why."""
 

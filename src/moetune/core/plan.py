@@ -8,7 +8,7 @@ one meaning for plan, run and bench.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import ClassVar
 
 from moetune.core.calibrate import Measured, SpeedFit, fit_of, fitted_forecast
@@ -32,7 +32,6 @@ from moetune.core.planner import (
     plan_n_cpu_moe,
     plan_override,
 )
-from moetune.core.record import HIDDEN
 from moetune.core.speed import (
     DeviceFigures,
     Forecast,
@@ -41,12 +40,13 @@ from moetune.core.speed import (
     placement_layout,
 )
 from moetune.errors import BadValueError, DoesNotFitError
+from moetune.record import HIDDEN, record
 from moetune.units import format_bytes
 
 SERVER_ALL_LAYERS = 99  # what moetune writes for "every layer": -ngl 99
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class RamCheck:
     """CPU-resident weights and host buffers against the host's RAM."""
 
@@ -93,7 +93,7 @@ def check_ram(memory: MemoryEstimate, ram_total: int | None, ram_available: int 
     )
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class DeviceCheck:
     """llama-fit-params's projection of one device beside moetune's prediction of the same
     dry run (one sequence, every token an output), MiB as llama.cpp prints them."""
@@ -107,7 +107,7 @@ class DeviceCheck:
     agrees: bool  # within the fidelity bounds
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class PlanRequest:
     """Everything a plan depends on besides the model; sizes in bytes. The devices are one or
     more (one device is a list of one), each with a --target-vram (None: its total minus its
@@ -154,7 +154,7 @@ class PlanRequest:
         return tuple(found)
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class PlacementResult:
     """One placement: its llama-server flags, predicted memory and command."""
 
@@ -172,7 +172,7 @@ class PlacementResult:
     placement: Placement = field(metadata=HIDDEN)  # what the command says, for llama.cpp
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class PlanResult:
     JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("fits",)
 
@@ -396,7 +396,7 @@ def _free_warning(req: PlanRequest, memory: MemoryEstimate) -> list[str]:
     ]
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class _Failure:
     fails: str
     reason: str

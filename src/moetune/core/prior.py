@@ -15,13 +15,11 @@ error of a prior fitted without the machine it forecasts (leave one machine out)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from moetune.core.record import require
 from moetune.core.speed import Efficiency
+from moetune.record import record, require
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class SpeedPrior:
     """Efficiencies (of each kind's figure) and fixed times, and what they rest on."""
 

@@ -51,13 +51,13 @@ first image, of that image's size); CUDA ops that clip's graph would run on the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from moetune.core.compute.clip import GRAPHS, Shape, replay_clip
 from moetune.errors import ProjectorError
 from moetune.gguf.reader import GGUFHeader, TensorInfo
+from moetune.record import record
 
 __all__ = [
     "ClipHparams",
@@ -167,7 +167,7 @@ _MERGE_KEY = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ClipHparams:
     """The hparams clip's load_hparams reads for one modality (``clip.vision.*``/``audio``)."""
 
@@ -194,7 +194,7 @@ class ClipHparams:
         return self.n_embd_head or (self.n_embd // self.n_head if self.n_head else 0)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProjectorFacts:
     """What moetune knows about an mmproj file, from its header."""
 

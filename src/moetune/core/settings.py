@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from moetune.core.overhead import DEFAULT_CUDA_OVERHEAD_BYTES
-from moetune.core.record import HIDDEN, require
+from moetune.record import HIDDEN, record, require
 
 # What a CUDA process costs beyond llama.cpp's own buffers: the context, cuBLAS workspaces and
 # the memory pool's slack, from public figures (core/overhead.py: 512 MiB). Users override it
@@ -19,7 +19,7 @@ def default_n_ctx(training_context: int | None) -> int:
     return min(DEFAULT_CTX, training_context or DEFAULT_CTX)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Settings:
     """The llama-server settings that change memory (defaults: llama-server's, FA on)."""
 

@@ -47,7 +47,6 @@ calibration's, or where there is none (``uncalibrated``) core/prior.py's typical
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 from math import prod
 from typing import Literal, NamedTuple
@@ -60,10 +59,10 @@ from moetune.core.flags import pairs
 from moetune.core.kvcache import cache_for, state_bytes
 from moetune.core.memory import weights_on
 from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit
-from moetune.core.record import require
 from moetune.core.routing import routing_exponent, touched_share
 from moetune.core.settings import Settings
 from moetune.gguf.roles import Role
+from moetune.record import record, require
 
 UNCALIBRATED = "uncalibrated"
 
@@ -411,7 +410,7 @@ def _positive_or_none(record: object, names: tuple[str, ...]) -> None:
         require(record, name, value is None or value > 0, "positive or unknown")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class DeviceFigures:
     """One device's figures; None where unknown."""
 
@@ -423,7 +422,7 @@ class DeviceFigures:
         _positive_or_none(self, ("memory_bytes_per_s", "link_bytes_per_s", "flops_per_s"))
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class MachineFigures:
     """What the time of each term comes from: one entry per device, in the plan's order."""
 
@@ -435,7 +434,7 @@ class MachineFigures:
         _positive_or_none(self, ("ram_bytes_per_s", "cpu_flops_per_s"))
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Efficiency:
     """The share of each figure a term reaches (0 < factor <= 1), fitted by calibration on
     ``points`` measurements; 1.0 each and no points: uncalibrated."""
@@ -457,7 +456,7 @@ class Efficiency:
 Kind = Literal["device_memory", "ram", "link", "device_compute", "cpu_compute", "overhead"]
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class TermTime:
     """One term: what it moves (bytes) or computes (FLOPs), and its time."""
 
@@ -468,7 +467,7 @@ class TermTime:
     figure: str  # the figure it needs
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class ForecastCalibration:
     """What a forecast rests on: no points (``uncalibrated``), or the points of a fit and its
     leave-one-out error (relative, of tok/s; None: too few points to leave one out)."""
@@ -490,7 +489,7 @@ class ForecastCalibration:
         ).replace("%", " %")
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Forecast:
     """Decode tok/s at a depth and prefill tok/s for a prompt, with the terms behind them."""
 

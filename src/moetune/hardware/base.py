@@ -6,15 +6,15 @@ here is re-exported from ``moetune.hardware``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from moetune.errors import ExitCode, MoetuneError, NoGpuError
+from moetune.record import record
 
 VRAM_HINT = "pass --vram to plan for a GPU without detecting one"
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class GpuInfo:
     """One NVIDIA GPU as the driver reports it. Sizes in bytes; ``None`` = not reported.
 
@@ -45,7 +45,7 @@ class GpuInfo:
     memory_bandwidth_bytes_per_s: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class HostInfo:
     """The machine's RAM, swap and CPU cores. Sizes in bytes.
 
@@ -64,7 +64,7 @@ class HostInfo:
     cpu_model: str | None = None  # "AMD Ryzen 9 7950X 16-Core Processor"; None: not reported
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class RamBandwidth:
     """A read-only streaming figure of RAM: ``threads`` threads each summing its share of a
     ``buffer_bytes`` buffer (larger than the last-level cache), the median of ``passes``

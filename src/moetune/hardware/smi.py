@@ -14,10 +14,10 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from moetune.hardware.base import VRAM_HINT, GpuInfo
 from moetune.hardware.host import process_tree
+from moetune.record import record
 from moetune.units import MIB
 
 GPU_FIELDS = (
@@ -39,7 +39,7 @@ FORMAT = "--format=csv,noheader,nounits"
 DEFAULT_TIMEOUT_S = 10.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SmiResult:
     """What one nvidia-smi run printed, or why it printed nothing usable."""
 

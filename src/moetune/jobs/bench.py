@@ -22,7 +22,7 @@ llama-server fails (out of memory, exits) as ``failed``, and the bench goes on w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -41,6 +41,7 @@ from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
+from moetune.record import record
 from moetune.records.results import BenchResult, ConfigRun, DepthResult, Sample, verdicts
 from moetune.units import format_bytes, parse_tokens
 
@@ -73,7 +74,7 @@ def parse_configs(text: str) -> list[str]:
 # --- the configurations ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConfigSpec:
     """One configuration to launch (``skip``: why it is not launched)."""
 
@@ -168,7 +169,7 @@ _BUILDERS: dict[str, Builder] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Variant:
     """A micro-batch size and a thread count to launch every configuration at (None: the
     launch spec's)."""
@@ -228,7 +229,7 @@ def build_configs(
     return specs
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Launcher:
     """How configurations are launched and measured."""
 
@@ -375,7 +376,7 @@ def _probe_of(
 # --- the whole bench ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BenchRequest:
     """``moetune bench MODEL``: the launch spec, and what to compare and measure."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from moetune.core.extras import Extras
@@ -21,6 +21,7 @@ from moetune.errors import BadValueError, DoesNotFitError, ModelFileError
 from moetune.jobs.devices import host_ram, split_endpoints
 from moetune.jobs.speed import bench_points, model_of
 from moetune.llamacpp.bench_results import parse_bench_text
+from moetune.record import record
 from moetune.records.results import RESULT_KIND
 from moetune.records.speed import CalibrateResult, ImportedFile, SpeedPoint, Tool
 from moetune.store.bench import load_result
@@ -108,7 +109,7 @@ BENCH_NAME = "llama-bench"
 UBATCHES = (512, 2048)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BenchRun:
     """One llama-bench invocation: a placement at a micro-batch size."""
 
@@ -123,7 +124,7 @@ class BenchRun:
         return f"--n-cpu-moe {self.n_cpu_moe}, -ub {self.n_ubatch}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BenchKnobs:
     """What every run of a measure shares: the test's tokens and repetitions, the threads,
     the cache types and flash attention, the RPC servers."""
@@ -284,7 +285,7 @@ def measure_model(
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MeasureRequest:
     """``moetune calibrate --measure MODEL``: the model, the devices and budget to plan for,
     and the tests."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
@@ -56,6 +55,7 @@ from moetune.hardware.base import (
     RamBandwidthProbe,
 )
 from moetune.llamacpp.info import INSTALL_HINT
+from moetune.record import record
 from moetune.records.server import ServerInfo
 from moetune.store.hardware import (
     HardwareProfile,
@@ -159,7 +159,7 @@ class DoctorReport(BaseModel):
         return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DoctorInputs:
     """The probes and options a diagnosis uses (fakes in tests)."""
 
@@ -191,7 +191,7 @@ class DoctorInputs:
     devices_error: str | None = None  # why the devices the model checks plan across are not known
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuTarget:
     """The GPU the model checks plan for."""
 

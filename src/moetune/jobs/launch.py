@@ -11,7 +11,7 @@ the GPUs here and then resolves the context.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from moetune.core.command import (
@@ -36,11 +36,12 @@ from moetune.jobs.devices import require_devices, specs_from_listed, split_endpo
 from moetune.jobs.loader import with_extras
 from moetune.llamacpp.memprobe import MemoryProbe, choose_probe
 from moetune.llamacpp.process import RunningServer, launch, server_info
+from moetune.record import record
 from moetune.records.server import Device, ServerInfo
 from moetune.units import MIB, Ctx, Sizes, format_bytes, per_device
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchSpec:
     """What every llama-server a job starts has in common."""
 
@@ -104,7 +105,7 @@ def settings_from_pass_through(
     return with_extras(found, facts, pass_through)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceSetup:
     """What a job learns before its first launch: the server, its devices (llama.cpp's order),
     a memory probe and a budget for each, and --fit's margins for the same budgets."""

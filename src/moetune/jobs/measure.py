@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import partial
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from moetune.jobs.names import (
 )
 from moetune.jobs.status import NO_STATUS, StatusSink
 from moetune.llamacpp.client import CompletionResult, ServerClient
+from moetune.record import record
 from moetune.records.results import DepthResult, Sample, capped_depths, steady, summarize
 
 _IMAGE_TYPES = {
@@ -70,7 +71,7 @@ def sample_of(result: CompletionResult) -> Sample:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Repeats:
     """How often each depth is asked: at least ``least`` timed requests, more until they agree
     within ``max_spread``, at most ``most`` or until ``max_time_s`` has passed."""
@@ -99,7 +100,7 @@ class Repeats:
         return self
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Workload:
     """What is asked of every configuration."""
 
@@ -111,7 +112,7 @@ class Workload:
     image_name: str | None = None  # its file, for the result
 
 
-@dataclass
+@record()
 class Prompts:
     """Prompt texts by depth, built once with the server's tokenizer (same model: reused)."""
 

@@ -10,11 +10,11 @@ the cache stops with how to download them; moetune never downloads weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moetune.errors import ModelFileError
+from moetune.record import record
 
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from moetune.jobs.launch import LaunchSpec
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Model:
     """A model as a command uses it: its facts, and how llama-server is told to load it."""
 

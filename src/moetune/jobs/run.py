@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,7 @@ from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
 from moetune.llamacpp.memprobe import LogProbe, MemoryProbe
 from moetune.llamacpp.process import RunningServer
+from moetune.record import record
 from moetune.records.results import DepthResult, RecordedOverhead, RunResult
 from moetune.store.tuned import (
     Measured,
@@ -61,7 +62,7 @@ MAX_LAUNCHES = 12
 Event = Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Fill:
     """What each trial asks of the server: a fill of the context, then (where it fits) timed
     requests of a short prompt, each generating ``speed_tokens``."""
@@ -235,7 +236,7 @@ def _speed(client: ServerClient, fill: Fill, live: StatusSink) -> DepthResult:
 # --- tuning ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Progress:
     """Where a run reports what it does: steps (``on_event``), each attempt, notes to keep,
     and the live status of each launch (phases, fill progress, device memory)."""

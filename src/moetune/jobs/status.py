@@ -21,9 +21,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from moetune.record import record
 from moetune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class NoStatus:
 NO_STATUS = NoStatus()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _State:
     """What the line says, without the time."""
 

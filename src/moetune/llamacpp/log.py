@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
+from moetune.record import record
 from moetune.records.fit import FitChoice, FitDevice
 from moetune.units import MIB
 
@@ -49,7 +49,7 @@ _OOM_BENIGN_RE = re.compile(r"pinned memory|async uploads|reserving \(")
 PRINTED_MIB_TOLERANCE_BYTES = round(0.005 * MIB)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BufferLine:
     device: str  # CPU, CPU_Mapped, CPU_REPACK, CUDA0, CUDA_Host, RPC0[127.0.0.1:50052], ...
     kind: str  # one of BUFFER_KINDS

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from moetune.core.devices import DeviceSpec
 from moetune.hardware.base import GpuInfo, GpuProbe
 from moetune.llamacpp.log import total_mib
 from moetune.llamacpp.process import RunningServer
+from moetune.record import record
 from moetune.units import MIB
 
 LOG_KINDS = ("model", "KV", "RS", "compute")
@@ -44,7 +44,7 @@ class MemoryProbe(Protocol):
     def device_bytes(self, server: RunningServer) -> int | None: ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProcessProbe:
     """The server's own use of one GPU, from NVML or nvidia-smi."""
 
@@ -67,7 +67,7 @@ class ProcessProbe:
         return self.gpus.process_used_bytes(server.pid).get(self.gpu_index)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LogProbe:
     """llama.cpp's buffer lines for one device: its buffer type (``CUDA0``,
     ``RPC0[127.0.0.1:50052]``: every RPC server's first device is ``RPC0[...]``, so the whole

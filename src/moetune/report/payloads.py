@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from moetune.core.record import jsonable
+from moetune.record import jsonable
 
 if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts

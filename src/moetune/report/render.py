@@ -14,7 +14,7 @@ import functools
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from moetune.core.record import jsonable
+from moetune.record import jsonable
 from moetune.report import to_json
 
 if TYPE_CHECKING:
