@@ -55,7 +55,7 @@ DECLINED = [
     (["inspect", "M", "--", "-c", "4096"], "-- where nothing goes to llama-server"),
     (["profiles"], "a group without its command"),
     (["profiles", "lst"], "a group's command misspelt"),
-    (["--version"], "the app's own option"),
+    (["--help"], "the app's help"),
     (["insp", "M"], "no such command"),
     (["report"], "a required list argument given nothing"),
     (["export"], "a required argument missing"),
@@ -189,3 +189,15 @@ def test_declined_arguments_get_typers_answer() -> None:
     bad = moetune("plan", str(EXAMPLE_QWEN), "--vram", "16", "--json")
     assert bad.returncode == 5, bad.stderr
     assert "--vram: '16' has no unit" in bad.stderr and '"BAD_VALUE"' in bad.stdout
+
+
+def test_the_version_without_typer_is_typers() -> None:
+    """``--version`` among the app's own options: the fast path prints what typer's would."""
+    from support.helpers import cli
+
+    code, out, _ = cli("--version")
+    assert code == 0
+    for argv in (["--version"], ["--debug", "--version"], ["--version", "plan"]):
+        done = moetune(*argv)
+        assert (done.returncode, done.stdout) == (0, out), argv
+    assert moetune("--version", "--bogus").returncode == 2  # typer's: no such option

@@ -486,6 +486,7 @@ NOT_FOR_INSPECT = (
 # inspect and plan with arguments that parse plainly run without typer (cli/fast.py)
 NOT_FOR_A_PLAIN_START = ("typer", "click")
 INSPECT_ONLY, PLAN_ONLY = _other_commands("inspect"), _other_commands("plan")
+VERSION_ONLY = (*NOT_FOR_A_PLAIN_START, *COMMAND_MODULES)
 # a plan without --mmproj or --frontier: no projector (clip's replay), no frontier; the host
 # read from procfs and sysfs, without psutil (hardware/host.py).
 NOT_FOR_A_PLAIN_PLAN = (
@@ -499,7 +500,7 @@ NOT_FOR_A_PLAIN_PLAN = (
 @pytest.mark.parametrize(
     ("command", "absent"),
     [
-        (["--version"], ("moetune.core", "pydantic", "rich", *NOT_FOR_ANY, *COMMAND_MODULES)),
+        (["--version"], ("moetune.core", "pydantic", "rich", *NOT_FOR_ANY, *VERSION_ONLY)),
         (
             ["inspect", "EXAMPLE", "--json"],
             (*NOT_FOR_PLANS, *NOT_FOR_ANY, *NOT_FOR_INSPECT, *NOT_FOR_A_PLAIN_START, *INSPECT_ONLY),

@@ -129,6 +129,13 @@ def group(name: str, *, help: str) -> None:
     REGISTRY.append(Spec(name, None, help=help))
 
 
+def version_line() -> str:
+    """What ``moetune --version`` prints."""
+    from moetune import __version__
+
+    return f"moetune {__version__}\n"
+
+
 class Exit(SystemExit):
     """The end of a command with this exit code (after its line on stderr)."""
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import itertools
+import sys
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +37,7 @@ from moetune.cli.base import (
     Spec,
     State,
     fail,
+    version_line,
 )
 from moetune.cli.coercion import NOT_PLAIN, plain_value
 from moetune.errors import BadValueError
@@ -252,7 +255,12 @@ def planned(argv: Sequence[str]) -> tuple[Spec, Table, dict[str, Any], tuple[str
 
 
 def run_fast(argv: Sequence[str]) -> bool:
-    """Run ``moetune ARGV`` without typer, where it parses plainly (False: it did not run)."""
+    """Run ``moetune ARGV`` without typer, where it parses plainly (False: it did not run);
+    ``--version`` among the app's own options alone (``--debug``) is answered here too."""
+    lead = list(itertools.takewhile(lambda arg: arg.startswith("-"), argv))
+    if "--version" in lead and set(lead) <= {"--debug", "--version"}:
+        sys.stdout.write(version_line())
+        return True
     found = planned(argv)
     if found is None:
         return False

@@ -15,7 +15,6 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from moetune import __version__
 from moetune.cli.base import (
     PASS_THROUGH,
     REGISTRY,
@@ -25,6 +24,7 @@ from moetune.cli.base import (
     error_document,
     fail,
     say_error,
+    version_line,
 )
 from moetune.cli.coercion import plain_coercion
 from moetune.cli.helpfmt import whole_short_help, write_commands
@@ -59,7 +59,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        sys.stdout.write(f"moetune {__version__}\n")
+        sys.stdout.write(version_line())
         raise typer.Exit()
 
 
