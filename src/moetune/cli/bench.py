@@ -172,8 +172,9 @@ def bench(
 ) -> None:
     """Measure TTFT, prefill and decode speed of each configuration at several depths.
 
-    Each configuration gets one untimed request first; each depth is repeated until the
-    requests agree within --max-spread (or --max-repeats or --max-time comes first).
+    Each configuration gets one untimed request first (its prompt past one ubatch); each depth
+    is repeated until the requests agree within --max-spread (or --max-repeats or --max-time
+    comes first).
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
     from moetune.core.extras import add_extras_flags, parse_extras_flags

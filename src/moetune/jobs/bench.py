@@ -85,6 +85,7 @@ class ConfigSpec:
     skip: str | None = None
     fit_target_mib: int | None = None
     variant: str = ""  # ``-ub2048-t8``: the ubatch and threads of one of several
+    n_ubatch: int = 512  # its micro-batch (the warm-up's prompt is longer than one)
 
     @property
     def label(self) -> str:
@@ -220,7 +221,11 @@ def build_configs(
     for variant in at:
         launch = variant.of(spec)
         for name in names:
-            config = replace(_BUILDERS[name](facts, launch, setup), variant=variant.suffix)
+            config = replace(
+                _BUILDERS[name](facts, launch, setup),
+                variant=variant.suffix,
+                n_ubatch=launch.settings.n_ubatch,
+            )
             if config.skip is None and config.args in seen:
                 config = replace(config, skip=f"same command as {seen[config.args]}")
             elif config.skip is None:
@@ -312,6 +317,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
                 probe=_probe_of(launcher.probes, server, peaks),
                 into=results,
                 live=launcher.live,
+                warm_tokens=spec.n_ubatch + 1,  # past one ubatch, as run's fill goes
             )
     except ServerFailedError as exc:
         line = (server.failure() if server is not None else None) or exc.message.splitlines()[0]

@@ -179,23 +179,32 @@ def measure_depths(
     probe: Callable[[], int | None],
     into: list[DepthResult],
     live: StatusSink = NO_STATUS,
+    warm_tokens: int = 0,
 ) -> Sample:
-    """An untimed request of the first depth's shape, then each depth repeated (``repeated``);
-    a DepthResult per depth into ``into``, each phase and request told to ``live``; the
+    """An untimed request of the first depth's shape (its prompt at least ``warm_tokens``
+    long, as far as the context holds it), then each depth repeated (``repeated``); a
+    DepthResult per depth into ``into``, each phase and request told to ``live``; the
     untimed request's sample.
+
+    A server decodes its first requests slower until a prompt longer than one ubatch has gone
+    through (on the rig's RPC device, a fresh llama-server decoded 64 tokens at 170-250 tok/s
+    until a 520-token prompt, 400-540 after it; a 256-token one changed nothing): bench warms
+    each launch with ``warm_tokens`` past its ubatch, where run times after its fill.
 
     Depths are capped by the server's context and raised to the shortest prompt (the chat
     template's own tokens), so each prompt is exactly its depth.
     """
     shortest = prompts.minimum(client)
-    depths = capped_depths(workload.depths, client.n_ctx(), workload.n_predict, shortest)
+    n_ctx = client.n_ctx()
+    depths = capped_depths(workload.depths, n_ctx, workload.n_predict, shortest)
 
     def ask(text: str) -> Sample:
         answer = request(client, workload.endpoint, text, workload.n_predict, workload.image)
         return sample_of(answer)
 
     live.phase("warming up")
-    warmup = ask(prompts.text(client, depths[0]))
+    warm = max(depths[0], min(warm_tokens, n_ctx - workload.n_predict - 1))
+    warmup = ask(prompts.text(client, warm))
     for depth in depths:
         live.phase("measuring", depth=depth)
         text = prompts.text(client, depth)
