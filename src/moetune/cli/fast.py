@@ -266,7 +266,7 @@ def run_fast(argv: Sequence[str]) -> bool:
         return False
     spec, table, values, rest = found
     assert spec.func is not None
-    State.debug = "--debug" in argv[: argv.index(spec.group or spec.name)]
+    State.debug = "--debug" in lead  # the app's own options before the command: --debug alone
     with FastContext(rest) as context:
         kwargs: dict[str, Any] = {}
         try:

@@ -203,7 +203,7 @@ def measure_depths(
         return sample_of(answer)
 
     live.phase("warming up")
-    warm = max(depths[0], min(warm_tokens, n_ctx - workload.n_predict - 1))
+    (warm,) = capped_depths([max(depths[0], warm_tokens)], n_ctx, workload.n_predict, shortest)
     warmup = ask(prompts.text(client, warm))
     for depth in depths:
         live.phase("measuring", depth=depth)
