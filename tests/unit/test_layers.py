@@ -83,10 +83,10 @@ STARTERS = frozenset(
 )
 # Where each third-party library (and subprocess) may be imported: one package each
 # (docs/architecture.md, "House rules"); pydantic validates what comes from outside (files,
-# servers): the records, the store, jobs' reports; the core's values and the probes' reports
-# are dataclasses (record.py), but a run's attempt, which the records nest.
+# servers): the records, the store, jobs' reports; none in the core: its values and the
+# probes' reports are dataclasses (record.py), a run's attempt too, which the records nest.
 HOMES: dict[str, tuple[str, ...]] = {
-    "pydantic": ("core/search.py", "records", "llamacpp", "jobs", "store"),
+    "pydantic": ("records", "llamacpp", "jobs", "store"),
     "typer": ("cli/typer_app.py",),
     # for the type checker alone (dataclass_transform, which Python 3.10's typing lacks)
     "typing_extensions": ("record.py",),  # the commands declare themselves without it (cli/base.py)

@@ -14,16 +14,20 @@ a budget or out of memory (or N is 0).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
-
-from pydantic import BaseModel, computed_field
+from dataclasses import field
+from typing import ClassVar, NamedTuple
 
 from moetune.errors import DoesNotFitError
+from moetune.record import record
 from moetune.units import format_bytes, is_noisy
 
 
-class Attempt(BaseModel):
-    """One launch: the N tried, what was predicted and measured, and how it went."""
+@record(frozen=True, kw_only=True)
+class Attempt:
+    """One launch: the N tried, what was predicted and measured, and how it went (its JSON
+    adds ``noisy``; records/results.py's models nest it and write it the same)."""
+
+    JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("noisy",)
 
     n_cpu_moe: int
     predicted_bytes: int
@@ -38,19 +42,18 @@ class Attempt(BaseModel):
     log_path: str | None = None
     message: str | None = None
     # several devices: the -ts split and each device's figures (the sums above add them up)
-    tensor_split: list[float] = []
-    device_predicted: list[int] = []
-    device_measured: list[int | None] = []
+    tensor_split: list[float] = field(default_factory=list)
+    device_predicted: list[int] = field(default_factory=list)
+    device_measured: list[int | None] = field(default_factory=list)
     # each device's runtime overhead, where its probe sees the process's whole use (NVML):
     # that use minus llama.cpp's own buffers on the device, after the context was filled
-    device_overhead: list[int | None] = []
+    device_overhead: list[int | None] = field(default_factory=list)
     n_ubatch: int | None = None  # run --objective's launches: the -ub tried (None: the run's)
 
     @property
     def fits(self) -> bool:
         return self.status == "ok"
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def noisy(self) -> bool:
         """The decode speeds of the repeats spread over more than 20 % of their median."""

@@ -153,7 +153,7 @@ def tune_for_goal(
         one, kept = measure_at(at, candidate.n_cpu_moe)
         added.extend(kept)
         results.append(one)
-        attempt = one.attempts[0].model_copy(update={"n_ubatch": candidate.n_ubatch})
+        attempt = replace(one.attempts[0], n_ubatch=candidate.n_ubatch)
         score = goal.score_of(attempt.decode_tps, attempt.prompt_tps) if attempt.fits else None
         forecast = forecasts[(candidate.n_cpu_moe, candidate.n_ubatch)]
         launches.append(

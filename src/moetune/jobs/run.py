@@ -206,13 +206,12 @@ def run_trial(
     if speed is None:
         return attempt
     decode = speed.decode_tps  # the server's timings: bench's decode tok/s
-    return attempt.model_copy(
-        update={
-            "decode_tps": decode.median,
-            "decode_tps_min": decode.min,
-            "decode_tps_max": decode.max,
-            "repeats": len(speed.samples),
-        }
+    return replace(
+        attempt,
+        decode_tps=decode.median,
+        decode_tps_min=decode.min,
+        decode_tps_max=decode.max,
+        repeats=len(speed.samples),
     )
 
 
@@ -648,7 +647,7 @@ def tune_with_profiles(
             progress.on_note(f"{shown} no longer fits ({result.attempts[0].status}): tuning again")
             result = None
         elif n_ubatch is not None:
-            best = result.best.model_copy(update={"n_ubatch": n_ubatch})
+            best = replace(result.best, n_ubatch=n_ubatch)
             result = result.model_copy(update={"best": best})
     if result is None and goal is None:
         result = tune_model(facts, spec, setup, fill=fill, progress=progress)

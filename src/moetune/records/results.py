@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, PlainSerializer, computed_field, model_validator
 
 from moetune.core.search import Attempt
 from moetune.core.settings import Settings
 from moetune.core.speed import ForecastCalibration
 from moetune.errors import BadValueError
+from moetune.record import jsonable
 from moetune.records.fit import FitChoice
 from moetune.records.speed import SpeedMachine
 from moetune.units import spread
 
 RESULT_KIND = "moetune.bench"
+
+# A run's attempt (a record of the core) as these models hold it: validated from its fields
+# (a saved ``noisy`` ignored), written as ``record.jsonable`` writes it (``noisy`` after them).
+AttemptField = Annotated[Attempt, PlainSerializer(jsonable)]
 
 
 # --- run --------------------------------------------------------------------------------------
@@ -35,7 +40,7 @@ class ObjectiveLaunch(BaseModel):
     forecast_score: float
     expected_score: float  # the forecast scaled by the converged placement's measured/forecast
     measured_score: float | None  # None: over memory, out of memory, or not measured
-    attempt: Attempt
+    attempt: AttemptField
 
 
 class ObjectiveRun(BaseModel):
@@ -78,8 +83,8 @@ class RunResult(BaseModel):
     target_bytes: int
     settings: Settings
     planned_n_cpu_moe: int
-    attempts: list[Attempt]
-    best: Attempt | None
+    attempts: list[AttemptField]
+    best: AttemptField | None
     command: list[str]
     profile_name: str | None = None  # the tuned profile saved (or confirmed) by this run
     profile_path: str | None = None
