@@ -16,8 +16,8 @@ from moetune.store.bench import write_result
 from moetune.store.tuned import (
     BuildIdentity,
     DeviceIdentity,
-    Measured,
     ProfileStore,
+    TunedFigures,
     TuneKey,
     TuneSettings,
     model_identity,
@@ -97,7 +97,7 @@ def test_tuned_profiles_with_long_names(tiny_models: dict[str, Path], tmp_path: 
                 n_ctx=32768, type_k="q8_0", type_v="q8_0", target_bytes=target * GIB
             ),
         )
-        measured = Measured(
+        measured = TunedFigures(
             vram_bytes=21 * GIB,
             decode_tps=41.5,
             decode_tps_min=40.0,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from moetune.report import payloads, to_json
-from moetune.store.tuned import Measured, new_profile
+from moetune.store.tuned import TunedFigures, new_profile
 
 from support.bench import bench_result
 from support.factory import ModelFactory
@@ -129,7 +129,7 @@ def test_tuned_profiles(model_factory: ModelFactory, home: Path) -> None:
     fuzz = Fuzz(limit_s=2.0, max_hangs=8)  # 4 of the first 6 cases: a FIFO
     model = model_factory("qwen3moe")
     other = model_factory("qwen3")
-    measured = Measured(vram_bytes=1 << 30, ttft_s=0.2, decode_tps=50.0, prompt_tps=800.0)
+    measured = TunedFigures(vram_bytes=1 << 30, ttft_s=0.2, decode_tps=50.0, prompt_tps=800.0)
     command = ["/usr/bin/llama-server", "-m", str(model), "--n-cpu-moe", "2"]
     good = json.loads(new_profile(a_key(model), 2, measured, command).model_dump_json())
     kept = new_profile(a_key(other), 0, measured, ["/usr/bin/llama-server", "-m", str(other)])

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import subprocess
 
-from moetune.core.flags import FLAGS, Flag
+from moetune.core.flags import FLAGS, ServerFlag
 
 from support.llama import bin_path
 
 # --- the table against the build ---------------------------------------------------------------
 
 
-def _head(entry: Flag) -> str:
+def _head(entry: ServerFlag) -> str:
     """How common_arg::to_string prints a flag's names and value hints."""
     names = entry.names
     text = names[0] if len(names) == 1 else f"{names[0] + ', ':<7}" + ", ".join(names[1:])

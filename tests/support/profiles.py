@@ -8,9 +8,9 @@ from typing import Any
 from moetune.store.tuned import (
     BuildIdentity,
     DeviceIdentity,
-    Measured,
     ModelIdentity,
     ProfileStore,
+    TunedFigures,
     TunedPlacement,
     TunedProfile,
     TuneKey,
@@ -73,7 +73,7 @@ def make_profile(
         llama_cpp=build,
         settings=settings,
         placement=TunedPlacement(n_cpu_moe=12),
-        measured=Measured(
+        measured=TunedFigures(
             vram_bytes=21 * GIB,
             ttft_s=0.4,
             decode_tps=41.5,
@@ -113,6 +113,6 @@ def a_key(model: Path, **changes: Any) -> TuneKey:
 
 
 def saved(key: TuneKey, n: int = 5) -> Path:
-    measured = Measured(vram_bytes=21 * GIB, ttft_s=0.2, decode_tps=50.0, prompt_tps=800.0)
+    measured = TunedFigures(vram_bytes=21 * GIB, ttft_s=0.2, decode_tps=50.0, prompt_tps=800.0)
     profile = new_profile(key, n, measured, ["/usr/bin/llama-server", "-m", "x"])
     return ProfileStore().save(profile)

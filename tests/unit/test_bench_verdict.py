@@ -15,7 +15,7 @@ from moetune.errors import BadValueError, ModelFileError
 from moetune.jobs import bench as br
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.loader import load_model_facts
-from moetune.jobs.measure import Prompts, Repeats, Workload, repeated
+from moetune.jobs.measure import BenchRequests, Prompts, Repeats, repeated
 from moetune.jobs.names import CONFIG_NAMES
 from moetune.llamacpp import log
 from moetune.llamacpp.memprobe import LogProbe
@@ -327,7 +327,7 @@ def test_a_server_that_fails_is_recorded(tmp_path: Path) -> None:
     events: list[str] = []
     settings = Settings(n_ctx=1024)
     spec_false = LaunchSpec(Path("/bin/false"), "x.gguf", settings, log_dir=tmp_path)
-    launcher = br.Launcher(spec_false, (), Workload(), Prompts("chat"), events.append)
+    launcher = br.Launcher(spec_false, (), BenchRequests(), Prompts("chat"), events.append)
     run, results = br.run_config(spec, launcher)
     assert (run.status, results) == ("failed", [])
     assert run.message == "llama-server exited with 1"
@@ -342,7 +342,7 @@ def test_a_device_without_a_figure_says_why(tmp_path: Path) -> None:
     spec = LaunchSpec(Path("/bin/false"), "x.gguf", Settings(n_ctx=1024), log_dir=tmp_path)
     probes = (FakeMemoryProbe(lambda s: 5), LogProbe("RPC1", "RPC0[127.0.0.1:2]"))
     launcher = br.Launcher(
-        spec, probes, Workload(), Prompts("chat"), print, device_names=("RPC0", "RPC1")
+        spec, probes, BenchRequests(), Prompts("chat"), print, device_names=("RPC0", "RPC1")
     )
     assert br._unmeasured(launcher, [5, 7]) is None
     note = br._unmeasured(launcher, [5, None])

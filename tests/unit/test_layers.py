@@ -427,6 +427,31 @@ def test_each_library_lives_in_its_package() -> None:
     assert not wrong, wrong
 
 
+def class_names(paths: list[Path]) -> dict[str, list[str]]:
+    """Each class name declared in ``paths`` (at any depth) -> where: ``file:line``."""
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        shown = path.as_posix().removeprefix(f"{SRC.as_posix()}/")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(f"{shown}:{node.lineno}")
+    return found
+
+
+def test_one_class_per_name() -> None:
+    """No two classes of src/ share a name (docs/architecture.md, house rule 8): an import
+    names one thing, and so does a traceback."""
+    repeated = {name: where for name, where in class_names(modules()).items() if len(where) > 1}
+    assert not repeated, repeated
+
+
+def test_the_class_names_check_sees_a_repeat(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("class Flag:\n    pass\n", encoding="utf-8")
+    (tmp_path / "b.py").write_text("def f():\n    class Flag:\n        pass\n", encoding="utf-8")
+    found = class_names([tmp_path / "a.py", tmp_path / "b.py"])
+    assert len(found["Flag"]) == 2
+
+
 # The HTTP and bench stack, the terminal renderer, numpy and the process machinery (typer
 # itself imports the subprocess module, so that one is not a sign of anything here). Of the
 # store, a plan looks only whether speed points are kept (store/paths.py, jobs/speed_from.py).

@@ -12,9 +12,9 @@ from moetune.core.facts import ModelFacts
 from moetune.core.placement import (
     ALL_LAYERS,
     CPU,
-    Device,
     Override,
     Placement,
+    TensorDevice,
     layer_on_gpu,
     split_weights,
     tensor_device,
@@ -63,9 +63,9 @@ def test_everything_but_token_embd_on_gpu_with_ngl_all(all_facts: list[ModelFact
     for facts in all_facts:
         for tensor in facts.tensors:
             device = tensor_device(tensor, facts.n_layers, Placement())
-            expected = Device.CPU if tensor.role is Role.TOKEN_EMBD else Device.GPU
+            expected = TensorDevice.CPU if tensor.role is Role.TOKEN_EMBD else TensorDevice.GPU
             if tensor.role is Role.NEXTN:
-                expected = Device.NONE
+                expected = TensorDevice.NONE
             assert device is expected, tensor.name
 
 
@@ -75,10 +75,12 @@ def test_first_matching_rule_wins(all_facts: list[ModelFacts]) -> None:
     to_gpu = Override(r"blk\.1\.ffn_up", 0)  # to device 0
     to_cpu = Override(r"ffn_.*_exps", CPU)
     assert (
-        tensor_device(tensor, facts.n_layers, Placement(ALL_LAYERS, (to_gpu, to_cpu))) is Device.GPU
+        tensor_device(tensor, facts.n_layers, Placement(ALL_LAYERS, (to_gpu, to_cpu)))
+        is TensorDevice.GPU
     )
     assert (
-        tensor_device(tensor, facts.n_layers, Placement(ALL_LAYERS, (to_cpu, to_gpu))) is Device.CPU
+        tensor_device(tensor, facts.n_layers, Placement(ALL_LAYERS, (to_cpu, to_gpu)))
+        is TensorDevice.CPU
     )
 
 
@@ -101,7 +103,7 @@ def test_ot_rules_split_the_boundary_block(all_facts: list[ModelFacts]) -> None:
         for t in facts.tensors
         if t.role is Role.EXPERTS
     }
-    assert parts[1, "up"] is Device.GPU
-    assert parts[1, "gate"] is Device.CPU and parts[1, "down"] is Device.CPU
-    assert parts[0, "down"] is Device.GPU and parts[3, "up"] is Device.CPU
+    assert parts[1, "up"] is TensorDevice.GPU
+    assert parts[1, "gate"] is TensorDevice.CPU and parts[1, "down"] is TensorDevice.CPU
+    assert parts[0, "down"] is TensorDevice.GPU and parts[3, "up"] is TensorDevice.CPU
     assert split.cpu_expert_layers == (1, 2, 3)

@@ -23,8 +23,8 @@ from moetune.store.hardware import (
 from moetune.store.paths import tuned_dir
 from moetune.store.tuned import (
     BuildIdentity,
-    Measured,
     ProfileStore,
+    TunedFigures,
     model_identity,
     new_profile,
     profile_name,
@@ -282,7 +282,7 @@ def test_a_profile_saved_under_its_old_name_is_still_found(tiny: Path) -> None:
     )
     old = profile_name(key, legacy=True)
     assert "-23040M-" in old and "-22.5G-" in profile_name(key)
-    measured = Measured(vram_bytes=21 * GIB, decode_tps=50.0)
+    measured = TunedFigures(vram_bytes=21 * GIB, decode_tps=50.0)
     store = ProfileStore()
     store.save(new_profile(key, 6, measured, ["/usr/bin/llama-server"], name=old))
     match = store.match(key)

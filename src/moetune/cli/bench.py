@@ -51,7 +51,7 @@ from moetune.units import Ctx, Sizes
 
 if TYPE_CHECKING:
     from moetune.jobs.bench import Variant
-    from moetune.jobs.measure import Workload
+    from moetune.jobs.measure import BenchRequests
     from moetune.records.results import BenchResult
 
 
@@ -234,7 +234,7 @@ class _Choice(NamedTuple):
 def _bench_model(
     model: str,
     pass_through: tuple[str, ...],
-    workload: Workload,
+    workload: BenchRequests,
     choice: _Choice,
     emit: tuple[bool, Path | None, bool],
 ) -> None:

@@ -36,7 +36,7 @@ CPU = -1  # a home: the CPU (host memory)
 SKIPPED = -2  # a home: not loaded (NextN/MTP blocks)
 
 
-class Device(str, Enum):
+class TensorDevice(str, Enum):
     """Where a tensor is, seen from one device: offloaded (to any device), CPU, or nowhere."""
 
     GPU = "gpu"
@@ -177,10 +177,12 @@ def _home(
     return _default_home(tensor, homes) if target is None else target
 
 
-def tensor_device(tensor: TensorFacts, n_layer_all: int, placement: Placement) -> Device:
+def tensor_device(tensor: TensorFacts, n_layer_all: int, placement: Placement) -> TensorDevice:
     """Offloaded, on the CPU or not loaded, on a single device."""
     home = tensor_home(tensor, homes_for(n_layer_all, placement), placement)
-    return Device.NONE if home == SKIPPED else Device.CPU if home == CPU else Device.GPU
+    if home == SKIPPED:
+        return TensorDevice.NONE
+    return TensorDevice.CPU if home == CPU else TensorDevice.GPU
 
 
 class WeightSplit(NamedTuple):

@@ -33,7 +33,7 @@ from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import fixed_split, floor_plan, plan_layers, plan_n_cpu_moe
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
-from moetune.jobs.measure import Prompts, Repeats, Workload, measure_depths
+from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths
 from moetune.jobs.names import CONFIG_NAMES, ENDPOINTS
 from moetune.jobs.speed import machine_of
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
@@ -240,7 +240,7 @@ class Launcher:
 
     spec: LaunchSpec
     probes: tuple[MemoryProbe, ...]  # one per device (none: nothing to measure)
-    workload: Workload
+    workload: BenchRequests
     prompts: Prompts
     on_event: Event
     live: StatusSink = NO_STATUS  # phases and device memory while a server runs
@@ -389,11 +389,11 @@ class BenchRequest:
     spec: LaunchSpec  # at the device's compute rules and the context (jobs.launch)
     setup: DeviceSetup  # from jobs.launch.prepare_device
     names: tuple[str, ...] = CONFIG_NAMES
-    workload: Workload = field(default_factory=Workload)
+    workload: BenchRequests = field(default_factory=BenchRequests)
     variants: tuple[Variant, ...] = (Variant(),)  # each configuration at each
 
 
-def _depths(results: Sequence[DepthResult], workload: Workload) -> list[int]:
+def _depths(results: Sequence[DepthResult], workload: BenchRequests) -> list[int]:
     """The depths measured (after capping), else those asked for."""
     return sorted({r.depth for r in results}) or list(workload.depths)
 
@@ -468,7 +468,7 @@ def bench_model(
 
 def bench_url(
     url: str,
-    workload: Workload,
+    workload: BenchRequests,
     name: str,
     *,
     ready_timeout_s: float = 60.0,
@@ -530,7 +530,7 @@ def workload_of(
     n_predict: int,
     endpoint: str,
     image: Path | None = None,
-) -> Workload:
+) -> BenchRequests:
     """What each configuration is measured with: ``--depths``, how often (``--repeats``,
     ``--max-repeats``, ``--max-spread``, ``--max-time``), ``--n-predict``, ``--endpoint`` and
     the ``--image`` sent with every chat request (read here)."""
@@ -542,7 +542,7 @@ def workload_of(
     if image is not None and endpoint != "chat":
         raise BadValueError("--image is sent with chat requests: use --endpoint chat")
     uri = image_data_uri(image) if image is not None else None
-    return Workload(
+    return BenchRequests(
         tuple(parse_depths(depths)),
         repeats,
         n_predict,

@@ -101,7 +101,7 @@ class Repeats:
 
 
 @record(frozen=True)
-class Workload:
+class BenchRequests:
     """What is asked of every configuration."""
 
     depths: tuple[int, ...] = DEFAULT_DEPTHS
@@ -172,7 +172,7 @@ def repeated(
 
 def measure_depths(
     client: ServerClient,
-    workload: Workload,
+    workload: BenchRequests,
     prompts: Prompts,
     *,
     config: str,

@@ -82,7 +82,7 @@ def plan_quants(
     ordered = sorted(listing.model_quants(), key=lambda q: q.size_bytes, reverse=True)
     vram = sum(d.total_bytes or 0 for d in devices)
     room = vram + (ram[0] or 0)
-    table = _Table(name, ordered, plan_of)
+    table = _QuantRows(name, ordered, plan_of)
     candidates = []
     for i, quant in enumerate(ordered):
         if room and ram[0] and quant.size_bytes > room:
@@ -125,7 +125,7 @@ def plan_quants(
     )
 
 
-class _Table:
+class _QuantRows:
     """The rows, each quant planned at most once (its headers read at most once)."""
 
     def __init__(self, name: ModelName, ordered: list[Quant], plan_of: PlanOf) -> None:

@@ -30,7 +30,7 @@ from moetune.errors import (
     ServerFailedError,
 )
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
-from moetune.jobs.measure import Prompts, Repeats, Workload, measure_depths
+from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths
 from moetune.jobs.objective import merged, tune_for_goal, with_ubatch
 from moetune.jobs.speed import PointSink, launch_points, model_of
 from moetune.jobs.speed_from import kept_points
@@ -42,8 +42,8 @@ from moetune.llamacpp.process import RunningServer
 from moetune.record import record
 from moetune.records.results import DepthResult, RecordedOverhead, RunResult
 from moetune.store.tuned import (
-    Measured,
     ProfileStore,
+    TunedFigures,
     TunedProfile,
     TuneKey,
     TuneSettings,
@@ -218,7 +218,7 @@ def run_trial(
 def _speed(client: ServerClient, fill: Fill, live: StatusSink) -> DepthResult:
     """Decode speed of the configuration: timed requests repeated as bench repeats them
     (median, range)."""
-    workload = Workload((fill.speed_depth,), fill.repeats, fill.speed_tokens, "completion")
+    workload = BenchRequests((fill.speed_depth,), fill.repeats, fill.speed_tokens, "completion")
     results: list[DepthResult] = []
     measure_depths(
         client,
@@ -502,7 +502,7 @@ def save_winner(
     best = result.best
     if best is None:
         return result
-    measured = Measured(
+    measured = TunedFigures(
         vram_bytes=best.measured_bytes,
         ttft_s=best.ttft_s,
         decode_tps=best.decode_tps,

@@ -102,7 +102,7 @@ def _row(item: object, source: str, where: str) -> dict[str, Any]:
     return item
 
 
-class _Row:
+class _CheckedRow:
     """One row's fields, each checked for its type (the error names the row and field)."""
 
     def __init__(self, row: dict[str, Any], source: str, index: int) -> None:
@@ -185,7 +185,7 @@ def _overrides(text: str | None) -> list[str]:
     return [rule for rule in text.split(";") if rule and rule != "none"]
 
 
-def _split(text: str | None, row: _Row) -> list[float]:
+def _split(text: str | None, row: _CheckedRow) -> list[float]:
     """``0.00`` (none) or ``3.00/1.00``."""
     if text is None:
         return []
@@ -207,7 +207,7 @@ def _devices(text: str | None) -> list[str] | None:
 
 def point_of_row(row: dict[str, Any], source: str, index: int) -> SpeedPoint:
     """One llama-bench test as a point; BadValueError naming the field that is wrong."""
-    r = _Row(row, source, index)
+    r = _CheckedRow(row, source, index)
     n_prompt, n_gen = (r.count(f, required=True) or 0 for f in ("n_prompt", "n_gen"))
     kind = kind_of(n_prompt, n_gen)
     if kind is None:
@@ -270,7 +270,7 @@ def point_of_row(row: dict[str, Any], source: str, index: int) -> SpeedPoint:
     )
 
 
-def _positive(value: int | None, row: _Row, field: str) -> int:
+def _positive(value: int | None, row: _CheckedRow, field: str) -> int:
     if value is None or value < 1:
         raise row.bad(field, "1 or more")
     return value

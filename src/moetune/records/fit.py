@@ -3,14 +3,10 @@ and the one line that describes it."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from moetune.records.frozen import FrozenModel
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FitDevice(_Frozen):
+class FitDevice(FrozenModel):
     """One device as ``--fit`` left it (the last summary line it printed for it)."""
 
     device: str
@@ -20,7 +16,7 @@ class FitDevice(_Frozen):
     free_mib: int
 
 
-class FitChoice(_Frozen):
+class FitChoice(FrozenModel):
     """What llama.cpp's ``--fit`` decided, from its log."""
 
     status: str  # unchanged | fitted | failed | error | unknown

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer, computed_field, model_validator
+from pydantic import BaseModel, PlainSerializer, computed_field, model_validator
 
 from moetune.core.search import Attempt
 from moetune.core.settings import Settings
@@ -17,6 +17,7 @@ from moetune.core.speed import ForecastCalibration
 from moetune.errors import BadValueError
 from moetune.record import jsonable
 from moetune.records.fit import FitChoice
+from moetune.records.frozen import FrozenModel
 from moetune.records.speed import SpeedMachine
 from moetune.units import spread
 
@@ -101,11 +102,7 @@ class RunResult(BaseModel):
 # --- bench ------------------------------------------------------------------------------------
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Stat(_Frozen):
+class Stat(FrozenModel):
     """Median and range of the repeats of one figure, and that range as a share of the
     median (``spread``, derived: a saved one is read again from the range)."""
 
@@ -135,7 +132,7 @@ class Stat(_Frozen):
         return cls(median=statistics.median(known), min=min(known), max=max(known))
 
 
-class Sample(_Frozen):
+class Sample(FrozenModel):
     """One request, raw: the server's timings and what the client measured."""
 
     prompt_n: int
@@ -151,7 +148,7 @@ class Sample(_Frozen):
     stop_type: str | None
 
 
-class DepthResult(_Frozen):
+class DepthResult(FrozenModel):
     """One configuration at one depth: medians and ranges over the repeats, and the samples.
 
     Requests are repeated until they agree (their spread within a bound: ``settled``) or a
@@ -169,7 +166,7 @@ class DepthResult(_Frozen):
     settled: bool = True
 
 
-class ConfigRun(_Frozen):
+class ConfigRun(FrozenModel):
     """One configuration: how it was launched and how that went."""
 
     name: str
@@ -187,7 +184,7 @@ class ConfigRun(_Frozen):
     memory_note: str | None = None  # why the device memory is not known
 
 
-class Verdict(_Frozen):
+class Verdict(FrozenModel):
     """The fastest configuration at one depth by one figure, and by how much; noisy (no
     winner) when another configuration's range reaches the fastest one's."""
 
@@ -205,7 +202,7 @@ class Verdict(_Frozen):
     overlapping_stats: list[Stat] = []
 
 
-class RowForecast(_Frozen):
+class RowForecast(FrozenModel):
     """The speed model's forecast of one configuration at one depth, beside what was measured:
     calibrated on the points kept for the model without this configuration's (out of sample),
     else from the machine's figures alone."""
@@ -221,7 +218,7 @@ class RowForecast(_Frozen):
     note: str | None = None  # why there is no forecast
 
 
-class BenchForecast(_Frozen):
+class BenchForecast(FrozenModel):
     """The forecast of every measured row (``note``: why there is none, e.g. the model file is
     not readable here)."""
 
@@ -230,7 +227,7 @@ class BenchForecast(_Frozen):
     note: str | None = None
 
 
-class BenchResult(_Frozen):
+class BenchResult(FrozenModel):
     kind: Literal["moetune.bench"] = "moetune.bench"
     created: str
     moetune_version: str

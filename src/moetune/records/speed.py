@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from moetune.records.frozen import FrozenModel
 
 SPEED_KIND = "moetune.speed"
 SpeedKind = Literal["prompt", "generation", "combined"]
@@ -18,11 +20,7 @@ Tool = Literal["llama-bench", "moetune bench", "moetune run"]
 FlashAttn = Literal["on", "off", "auto"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SpeedModel(_Frozen):
+class SpeedModel(FrozenModel):
     """Which model: its file name always; the rest where the source or the file says it."""
 
     file_name: str
@@ -35,7 +33,7 @@ class SpeedModel(_Frozen):
     header_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
-class SpeedPlacement(_Frozen):
+class SpeedPlacement(FrozenModel):
     """Where the weights were: ``--n-cpu-moe``, ``-ot`` rules as written, ``-ngl``, ``-ts``."""
 
     n_cpu_moe: int = Field(default=0, ge=0)
@@ -47,7 +45,7 @@ class SpeedPlacement(_Frozen):
     fit: bool = False  # llama.cpp's --fit chose it (the rules above are not all of it)
 
 
-class SpeedMachine(_Frozen):
+class SpeedMachine(FrozenModel):
     """Where it ran: the CPU, the devices (names and descriptions) and the backends."""
 
     cpu_info: str | None = None  # "AMD Ryzen 7 7800X3D 8-Core Processor"
@@ -62,7 +60,7 @@ class SpeedMachine(_Frozen):
         return " + ".join(parts) or "unknown machine"
 
 
-class SpeedSource(_Frozen):
+class SpeedSource(FrozenModel):
     """Who measured it, with which llama.cpp build, kept in which file."""
 
     tool: Tool
@@ -73,7 +71,7 @@ class SpeedSource(_Frozen):
     measured_at: str | None = None  # llama-bench's test_time, moetune's time of the result
 
 
-class SpeedPoint(_Frozen):
+class SpeedPoint(FrozenModel):
     """One measured speed."""
 
     kind: SpeedKind
@@ -106,7 +104,7 @@ def kind_of(n_prompt: int, n_gen: int) -> SpeedKind | None:
     return None
 
 
-class SpeedBatch(_Frozen):
+class SpeedBatch(FrozenModel):
     """The points of one source (an imported file, a bench, one run launch): one file of the
     store."""
 
@@ -115,7 +113,7 @@ class SpeedBatch(_Frozen):
     points: list[SpeedPoint] = Field(min_length=1)
 
 
-class ImportedFile(_Frozen):
+class ImportedFile(FrozenModel):
     """One file `moetune calibrate` read: its points and where they are kept."""
 
     file: str
@@ -125,7 +123,7 @@ class ImportedFile(_Frozen):
     already_saved: bool  # the store had these points already (the same file imported again)
 
 
-class CalibrateResult(_Frozen):
+class CalibrateResult(FrozenModel):
     """What `moetune calibrate FILE...` imported."""
 
     files: list[ImportedFile]

@@ -165,7 +165,9 @@ class TunedPlacement(BaseModel):
     n_ubatch: int | None = Field(default=None, gt=0)  # run --objective's -ub (None: the run's)
 
 
-class Measured(BaseModel):
+class TunedFigures(BaseModel):
+    """What the tuned placement measured: its device memory and speeds."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     vram_bytes: int | None = None
@@ -191,7 +193,7 @@ class TunedProfile(BaseModel):
     llama_cpp: BuildIdentity
     settings: TuneSettings
     placement: TunedPlacement
-    measured: Measured
+    measured: TunedFigures
     command: list[str] = Field(min_length=1)  # llama-server's argv, argv[0] the binary tuned with
     devices: list[DeviceIdentity] = []  # several devices, in llama.cpp's order
 
@@ -423,7 +425,7 @@ def parse_tuned_profile(text: str, source: str) -> TunedProfile:
 def new_profile(
     key: TuneKey,
     n_cpu_moe: int,
-    measured: Measured,
+    measured: TunedFigures,
     command: list[str],
     previous: TunedProfile | None = None,
     *,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from moetune.core.compute.graph import build_graph
-from moetune.core.compute.ir import Graph, State, Tensor
+from moetune.core.compute.ir import Graph, HashNode, Tensor
 from moetune.core.compute.params import LayerHomes, Options, Run
 from moetune.core.compute.sched import Split, assign_backends, split_graph
 from moetune.core.facts import ModelFacts
@@ -105,7 +105,7 @@ class GAlloc:
             return
         hn.offset = self.allocs[backend].alloc(self.size(t, backend))
 
-    def _reuse_parent(self, t: Tensor, hn: State) -> bool:
+    def _reuse_parent(self, t: Tensor, hn: HashNode) -> bool:
         """In place: a parent of the same layout that this node is the last user of (or a
         head view of a tensor that nothing else uses, whose extra space is then freed)."""
         for parent in t.srcs:
@@ -119,7 +119,7 @@ class GAlloc:
                 return True
         return False
 
-    def _reuse_view_parent(self, t: Tensor, hn: State, parent: Tensor) -> bool:
+    def _reuse_view_parent(self, t: Tensor, hn: HashNode, parent: Tensor) -> bool:
         """ggml_gallocr_allocate_node's view branch + ggml_gallocr_free_extra_space."""
         base = parent.view_src
         if base is None or base.is_output or parent.layout != t.layout:

@@ -20,7 +20,7 @@ from moetune.errors import GGUFFormatError
 _UNQUANTIZED = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
 
 
-class State:
+class HashNode:
     """ggml-alloc's hash_node for one tensor: users left, views left, where it lives."""
 
     __slots__ = ("allocated", "backend", "children", "offset", "views", "visited")
@@ -34,7 +34,7 @@ class State:
 
     def __repr__(self) -> str:
         where = f"{self.offset} on {self.backend}" if self.allocated else "unallocated"
-        return f"State({self.children} users, {self.views} views, {where})"
+        return f"HashNode({self.children} users, {self.views} views, {where})"
 
 
 class Tensor:
@@ -92,7 +92,7 @@ class Tensor:
         self.fixed_bytes = fixed_bytes
         self.port: tuple[str, int, int] | None = None
         self.head_view = False
-        self.alloc = State()
+        self.alloc = HashNode()
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.op!r}, {self.ne}, backend={self.backend})"

@@ -32,7 +32,7 @@ from typing import NamedTuple
 from moetune.core.compute.alloc import FreeBlocks, GAlloc, copy_of, count_uses, simulate
 from moetune.core.compute.graph import embeddings, layer, output
 from moetune.core.compute.inputs import Inputs, build_inputs
-from moetune.core.compute.ir import Graph, State, Tensor
+from moetune.core.compute.ir import Graph, HashNode, Tensor
 from moetune.core.compute.params import CPU_BACKEND, DEV, LayerHomes, Options, Run
 from moetune.core.compute.sched import (
     PASSES,
@@ -754,7 +754,7 @@ class Replay:
         built, order, emission, copies = self._emit(seg, ekey)
         tensors = [self._tensor(slot, built) for slot in emission.slots]
         for t, (allocated, offset, backend, _, _) in zip(tensors, states, strict=True):
-            t.alloc = State(
+            t.alloc = HashNode(
                 allocated=allocated,
                 visited=allocated,
                 offset=offset,
@@ -765,7 +765,7 @@ class Replay:
         if self.pipeline:
             for copy in copies:  # allocated by the head, never freed
                 if copy.port is None:
-                    copy.alloc = State(allocated=True, visited=True, backend=copy.backend)
+                    copy.alloc = HashNode(allocated=True, visited=True, backend=copy.backend)
                     copy.is_output = True
         if seg.kind.what == "head":
             if self.pipeline:
@@ -773,7 +773,7 @@ class Replay:
                 placed = {slot: stand.alloc for slot, stand in own}
                 for t, slot in zip(tensors, emission.slots, strict=True):
                     if (at := placed.get(slot)) is not None:  # the head's own crossing copies
-                        t.alloc = State(
+                        t.alloc = HashNode(
                             allocated=True, visited=True, offset=at.offset, backend=at.backend
                         )
             for leaf in self.leafs:
