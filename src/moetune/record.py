@@ -19,14 +19,16 @@ is here, once:
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, MutableMapping
 from enum import Enum
 from operator import attrgetter
 from pathlib import PurePath
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from types import MappingProxyType, UnionType
+from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from moetune.errors import BadValueError
 
@@ -51,25 +53,50 @@ OMIT_EMPTY: Mapping[str, str] = MappingProxyType({_JSON: _OMIT_EMPTY})
 # The number an annotation declares: "float" (an int is written as a float), "int" (a whole
 # float is written as an int), or None (written as it is).
 Number = str | None
+_MAPPINGS = frozenset({dict, Mapping, MutableMapping})
+_UNIONS = frozenset({Union, UnionType})
 
 
-def _number(annotation: str) -> Number:
+def _number(annotation: Any) -> Number:
     """What ``float | None``, ``list[float]``, ``dict[str, float | None]``, ``tuple[int, ...]``
-    declare of their numbers (the values of a mapping, the items of a sequence)."""
-    inner = annotation
-    if "[" in inner and inner.endswith("]"):
-        head, _, rest = inner.partition("[")
-        rest = rest[:-1]
-        if head.strip() in ("dict", "Mapping"):
-            inner = rest.split(",", 1)[1] if "," in rest else rest
-        else:
-            inner = rest.split(",", 1)[0]
-    atoms = {a.strip() for a in inner.split("|")} - {"None", "..."}
-    if atoms == {"float"}:
+    declare of their numbers (the values of a mapping, the items of a sequence); a union of
+    anything but one number and None declares none (``list[float] | None`` included)."""
+    inner, origin, args = annotation, get_origin(annotation), get_args(annotation)
+    if origin is not None and origin not in _UNIONS and args:
+        inner = args[-1] if origin in _MAPPINGS else args[0]
+    atoms = get_args(inner) if get_origin(inner) in _UNIONS else (inner,)
+    kept = [atom for atom in atoms if atom is not type(None) and atom is not Ellipsis]
+    if kept == [float]:
         return "float"
-    if atoms == {"int"}:
+    if kept == [int]:
         return "int"
     return None
+
+
+class _TypeCheckingOnly:
+    """What a name imported for the type checker alone (under ``TYPE_CHECKING``) reads as."""
+
+
+class _ModuleNames(dict[str, Any]):
+    """The names an annotation of ``module`` may use: a name the module does not hold at run
+    time (nor builtins) is ``_TypeCheckingOnly``, which declares no number."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__()
+        self.known = vars(sys.modules[module])
+
+    def __missing__(self, name: str) -> Any:
+        if name in self.known or hasattr(builtins, name):
+            raise KeyError(name)
+        return _TypeCheckingOnly
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The class's annotations as types (``typing.get_type_hints``)."""
+    try:
+        return get_type_hints(cls)
+    except NameError:  # a name imported under TYPE_CHECKING
+        return get_type_hints(cls, localns=_ModuleNames(cls.__module__))
 
 
 # per class: (name, how it is written, number) of each field
@@ -80,13 +107,9 @@ _LAYOUTS: dict[type, _Layout] = {}
 def _layout(cls: type) -> _Layout:
     found = _LAYOUTS.get(cls)
     if found is None:
+        hints = _hints(cls)
         found = tuple(
-            (
-                f.name,
-                f.metadata.get(_JSON),
-                _number(f.type) if isinstance(f.type, str) else None,
-            )
-            for f in dataclasses.fields(cls)
+            (f.name, f.metadata.get(_JSON), _number(hints[f.name])) for f in dataclasses.fields(cls)
         )
         _LAYOUTS[cls] = found
     return found
