@@ -6,22 +6,24 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from moetune.core.flags import FlagRole, Pair, flag, pairs, words
 from moetune.core.placement import ALL_LAYERS, CPU, Override, Placement
 from moetune.core.settings import Settings
 from moetune.errors import BadValueError
+from moetune.record import record
 
 
-class FitMode(NamedTuple):
+@record(frozen=True)
+class FitMode:
     """llama.cpp places the tensors itself: ``--fit on`` (with a margin of free memory)."""
 
     target_mib: int | None = None  # --fit-target; None: llama.cpp's default margin
     target_mibs: tuple[int, ...] = ()  # several devices: one margin each (-fitt M0,M1)
 
 
-class ServerArgs(NamedTuple):
+@record(frozen=True)
+class ServerArgs:
     """What moetune passes to llama-server; everything else is left at llama.cpp's default."""
 
     model: str

@@ -24,8 +24,9 @@ for the draft types; the n-gram types' own sizes).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import PurePath
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from moetune.core.flags import FlagRole, Pair, pairs, words
 from moetune.core.hparams import scalar
@@ -54,14 +55,16 @@ _N_MAX_FLAGS = {
 _NGRAM_CACHE_N_MAX = 8
 
 
-class DraftRule(NamedTuple):
+@record(frozen=True)
+class DraftRule:
     """One draft override, ``PATTERN=BUFT`` (``CPU``, ``CUDA0``, ``RPC0[host:port]``)."""
 
     pattern: str
     buft: str
 
 
-class ExtrasFlags(NamedTuple):
+@record(frozen=True)
+class ExtrasFlags:
     """The projector and draft flags among llama-server's arguments."""
 
     mmproj: str | None = None
@@ -214,7 +217,8 @@ def parse_extras_flags(pass_through: Sequence[str]) -> ExtrasFlags:
         update["mmproj_offload"] = not none
         update["mmproj_device"] = None if none else main_devices[0]
     enabled = tuple(dict.fromkeys(t for t in types if t != "none"))
-    return parsed._replace(
+    return replace(
+        parsed,
         **update,  # type: ignore[arg-type]
         draft_rules=tuple(rules),
         spec_types=enabled,
@@ -358,7 +362,8 @@ _VOCABULARY_KEYS = {
 VOCABULARY_KEYS = tuple(_VOCABULARY_KEYS.values())
 
 
-class Vocabulary(NamedTuple):
+@record(frozen=True)
+class Vocabulary:
     """What llama.cpp compares between a draft and its target (read by jobs/loader.py): the
     tokenizer's model, BOS and EOS (absent keys: None), and the token texts."""
 

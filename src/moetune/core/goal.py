@@ -8,9 +8,10 @@ of them); ``balanced``: the geometric mean of both (a gain in either counts the 
 from __future__ import annotations
 
 from math import sqrt
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 from moetune.errors import BadValueError
+from moetune.record import record
 from moetune.units import Workload
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ Objective = Literal["decode", "prefill", "balanced"]
 OBJECTIVES: tuple[Objective, ...] = ("decode", "prefill", "balanced")
 
 
-class Goal(NamedTuple):
+@record(frozen=True)
+class Goal:
     """What the frontier is ordered by: an objective, or a workload's time per request."""
 
     objective: Objective | None = None  # None: ``workload``

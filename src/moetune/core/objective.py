@@ -13,7 +13,6 @@ winner is the best measured score among the launches that stayed within memory.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 from moetune.record import record
 
@@ -23,7 +22,8 @@ MAX_EXTRA_LAUNCHES = 4
 DEFAULT_MARGIN = 0.10
 
 
-class Candidate(NamedTuple):
+@record(frozen=True)
+class Candidate:
     """A placement run can launch: ``--n-cpu-moe n_cpu_moe -ub n_ubatch``."""
 
     n_cpu_moe: int

@@ -25,14 +25,14 @@ named by ``--gpu`` or ``--vram`` the headroom (1.5 GiB by default) covers a desk
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
+from moetune.record import record
 from moetune.units import MIB
 
 STEP_MIB = 64  # the default is rounded up to this
 
 
-class OverheadFigure(NamedTuple):
+@record(frozen=True)
+class OverheadFigure:
     """One public measurement of a CUDA process's memory beyond llama.cpp's buffers."""
 
     gpu: str

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import field
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 from moetune.errors import DoesNotFitError
 from moetune.record import record
@@ -85,7 +85,8 @@ def _figures(attempt: Attempt) -> tuple[list[int], list[int | None]]:
     return [attempt.predicted_bytes], [attempt.measured_bytes]
 
 
-class Search(NamedTuple):
+@record(frozen=True)
+class Search:
     """The state of the search between launches, over one or more devices: N, and the split
     the planner finds for it with each device's measured error counted (``plan(n, errors)``:
     the split of N whose predicted peaks plus the errors fit every budget, or None;

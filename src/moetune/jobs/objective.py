@@ -120,7 +120,7 @@ def tune_for_goal(
     best = result.best
     if best is None:
         return result
-    goal = goal._replace(prompt=n_prompt)
+    goal = replace(goal, prompt=n_prompt)
     found, fit = _forecast(facts, spec, setup, best.n_cpu_moe, points=points, goal=goal)
     calibration = fit.calibration.label if fit else "uncalibrated"
     base_ub = spec.settings.n_ubatch
