@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from functools import cache
 from typing import NamedTuple
 
@@ -432,7 +433,7 @@ def test_unknown_figures_are_named() -> None:
         "CUDA0 host link bandwidth",
         "CUDA0 FLOP/s",
     ]
-    on_gpu = HAND._replace(cpu=HomeLoad())
+    on_gpu = replace(HAND, cpu=HomeLoad())
     found = forecast(on_gpu, blind)
     assert found.decode_tok_s == pytest.approx(1000.0)  # 1 GB at 1 TB/s
     assert found.missing == ["CUDA0 FLOP/s"]
@@ -456,7 +457,7 @@ def test_uniform_routing() -> None:
     assert HAND.touched(1) == 8 / 128
     assert HAND.touched(2) == pytest.approx(1 - (120 / 128) ** 2)
     assert math.isclose(HAND.touched(4096), 1.0)
-    assert HAND._replace(n_expert=0).touched(512) == 0
+    assert replace(HAND, n_expert=0).touched(512) == 0
 
 
 def test_a_concentrated_router_touches_fewer() -> None:

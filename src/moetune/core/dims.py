@@ -10,11 +10,13 @@ comes from its record (core/archs.py); the rules here read the keys the way the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from dataclasses import replace
+from typing import Protocol
 
 from moetune.core.archs import Arch, arch_of
 from moetune.core.hparams import HParams, first, largest, per_layer, scalar
 from moetune.errors import GGUFFormatError
+from moetune.record import record
 
 
 class _Layer(Protocol):
@@ -51,7 +53,8 @@ class DimsSource(Protocol):
     def tensors(self) -> Sequence[_Tensor]: ...
 
 
-class SsmDims(NamedTuple):
+@record(frozen=True)
+class SsmDims:
     """The ``ssm.*`` keys (0 when absent) of Mamba-style and gated-delta-net layers."""
 
     conv_kernel: int
@@ -77,7 +80,8 @@ class SsmDims(NamedTuple):
         return self.state_size * self.inner_size
 
 
-class Dims(NamedTuple):
+@record(frozen=True)
+class Dims:
     """What llama.cpp's ``llama_hparams`` holds for one model, per layer where it varies."""
 
     arch: str
@@ -194,7 +198,8 @@ def untaught(dims: Dims, hp: HParams) -> Dims:
     head = max(sizes, default=0)
     n_kv = max(max(dims.n_head_kv, default=0), 1 if head else 0)
     n_all = dims.n_layer_all
-    return dims._replace(
+    return replace(
+        dims,
         n_head_kv=(n_kv,) * n_all,
         head_k=(head, head),
         head_v=(head, head),

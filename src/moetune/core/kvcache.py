@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import NamedTuple
 
 from moetune.core.archs import arch_of
@@ -28,6 +29,7 @@ from moetune.core.facts import ModelFacts
 from moetune.core.settings import Settings
 from moetune.errors import BadValueError
 from moetune.gguf.types import ggml_type_named
+from moetune.record import record
 
 # common/arg.cpp ``kv_cache_types``: what -ctk/-ctv accept (ggml type names).
 CACHE_TYPES: tuple[str, ...] = (
@@ -60,7 +62,8 @@ def parse_cache_type(name: str) -> str:
     return canonical
 
 
-class LayerCache(NamedTuple):
+@record(frozen=True)
+class LayerCache:
     """The cache one block holds: K+V bytes, recurrent R+S bytes, and its KV cells."""
 
     layer: int
@@ -75,7 +78,8 @@ class LayerCache(NamedTuple):
         return self.kv_bytes - self.k_bytes
 
 
-class CacheEstimate(NamedTuple):
+@record(frozen=True)
+class CacheEstimate:
     """Per-layer cache sizes and the context llama.cpp really uses."""
 
     layers: tuple[LayerCache, ...]
@@ -192,7 +196,8 @@ def nextn_cache(
     layout = facts.dims
     nextn = range(layout.kv_end, layout.n_layer_all) if layout.kv_end < layout.n_layer_all else ()
     ctx, ctx_seq, n_stream = _context_sizes(n_ctx, n_seq, kv_unified)
-    plain = layout._replace(
+    plain = replace(
+        layout,
         kv_end=layout.n_layer_all,
         recurrent=(False,) * layout.n_layer_all,
         swa=(False,) * layout.n_layer_all,

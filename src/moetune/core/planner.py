@@ -54,6 +54,7 @@ from moetune.core.placement import (
 )
 from moetune.errors import BadValueError, DoesNotFitError
 from moetune.gguf.roles import Role
+from moetune.record import record
 from moetune.units import format_bytes
 
 DEFAULT_HEADROOM_BYTES = 1536 * 1024**2  # 1.5 GiB: the seeds' "1-2 GB under the card's size"
@@ -61,7 +62,8 @@ CTX_STEP = 256  # llama.cpp pads n_ctx to 256 cells
 CTX_MAX_UNSTATED = 131072  # what --ctx max tries at most when a model states no training context
 
 
-class OffloadPlan(NamedTuple):
+@record(frozen=True)
+class OffloadPlan:
     """One way to place the model, with its estimate."""
 
     placement: Placement
@@ -140,7 +142,8 @@ def ot_rules(
     return tuple(rules)
 
 
-class DeviceBudgets(NamedTuple):
+@record(frozen=True)
+class DeviceBudgets:
     """The devices a plan is for, in llama.cpp's order, and the peak each may reach."""
 
     devices: tuple[DeviceSpec, ...]
@@ -770,7 +773,8 @@ def does_not_fit(
     )
 
 
-class ContextFit(NamedTuple):
+@record(frozen=True)
+class ContextFit:
     """The largest context that fits the budget with every expert on the CPU, at a cache type."""
 
     n_ctx: int

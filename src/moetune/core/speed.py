@@ -47,9 +47,10 @@ calibration's, or where there is none (``uncalibrated``) core/prior.py's typical
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from itertools import pairwise
 from math import prod
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from moetune.core.backends import rules
 from moetune.core.compute.params import OP_OFFLOAD_MIN_BATCH, run_params
@@ -67,7 +68,8 @@ from moetune.record import record, require
 UNCALIBRATED = "uncalibrated"
 
 
-class HomeLoad(NamedTuple):
+@record(frozen=True)
+class HomeLoad:
     """What one home (a device, or the CPU) holds and runs, in the speed model's parts."""
 
     dense_bytes: int = 0  # every token runs through them (shared experts included)
@@ -85,7 +87,8 @@ class HomeLoad(NamedTuple):
     swa_flops_per_cell: int = 0  # ... sliding-window layers
 
 
-class SpeedLayout(NamedTuple):
+@record(frozen=True)
+class SpeedLayout:
     """A placement as the speed model reads it: each device's load and the CPU's."""
 
     devices: tuple[HomeLoad, ...]
@@ -108,7 +111,8 @@ class SpeedLayout(NamedTuple):
         return touched_share(self.n_expert_used, self.n_expert, n_tokens, self.routing_exponent)
 
 
-class Traffic(NamedTuple):
+@record(frozen=True)
+class Traffic:
     """What one ubatch moves and computes; bytes and FLOPs."""
 
     n_tokens: int
@@ -215,7 +219,7 @@ def _weighed(facts: ModelFacts, weights: WeightSplit, n_devices: int) -> tuple[W
     found = _WEIGHED.get(key)
     if found is not None and found[0] is facts:
         return found[1], found[2]
-    names = HomeLoad._fields
+    names = [f.name for f in fields(HomeLoad)]
     homes: Weighed = {i: dict.fromkeys(names, 0) for i in (*range(n_devices), CPU)}
     for tensor, home in zip(facts.tensors, weights.tensor_homes(facts.tensors), strict=True):
         if home != SKIPPED:

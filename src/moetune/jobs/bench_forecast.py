@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from moetune.core.backends import kind_of
@@ -59,7 +60,7 @@ def _kind(name: str) -> str:
 def _same(a: SpeedLayout, b: SpeedLayout) -> bool:
     """The same placement and ubatch as the speed model reads them, whatever the context
     (however a source spelled it: ``-ngl 99`` or none, ``-cmoe`` or ``-ot``)."""
-    return a._replace(n_cells=0) == b._replace(n_cells=0)
+    return replace(a, n_cells=0) == replace(b, n_cells=0)
 
 
 def _measured(point: SpeedPoint) -> bool:
