@@ -82,11 +82,18 @@ STARTERS = frozenset(
     }
 )
 # Where each third-party library (and subprocess) may be imported: one package each
-# (docs/architecture.md, "House rules"); pydantic validates what comes from outside (files,
-# servers): the records, the store, jobs' reports; none in the core: its values and the
-# probes' reports are dataclasses (record.py), a run's attempt too, which the records nest.
+# (docs/architecture.md, "House rules"); pydantic validates what is read back (files, a
+# server's answers): the records, the store, llama-server's JSON; none in the core: its
+# values and the probes' reports are dataclasses (record.py), a run's attempt too, which the
+# records nest. doctor's and quants' reports are pydantic models still, read back by nothing.
 HOMES: dict[str, tuple[str, ...]] = {
-    "pydantic": ("records", "llamacpp", "jobs", "store"),
+    "pydantic": (
+        "records",
+        "store",
+        "llamacpp/client.py",
+        "jobs/doctor.py",
+        "jobs/quants.py",
+    ),
     "typer": ("cli/typer_app.py",),
     # for the type checker alone (dataclass_transform, which Python 3.10's typing lacks)
     "typing_extensions": ("record.py",),  # the commands declare themselves without it (cli/base.py)
