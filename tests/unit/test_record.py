@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import pytest
 from pydantic import BaseModel
 
 from moetune.core.memory import DeviceMemory
+from moetune.core.search import Attempt
 from moetune.core.settings import Settings
 from moetune.core.speed import Efficiency, TermTime
 from moetune.errors import BadValueError
 from moetune.gguf.roles import Role
 from moetune.record import HIDDEN, OMIT_EMPTY, jsonable, record
+from moetune.records.results import ObjectiveLaunch, RunResult
+
+if TYPE_CHECKING:
+    from moetune.core.facts import ModelFacts
 
 
 @dataclass(kw_only=True)
@@ -85,6 +90,68 @@ def test_a_pydantic_model_holding_records() -> None:
     pydantic; jsonable hands such a model to it."""
     value = _Model(outer=_Outer(amount=1.0, rates={}, by_role={}, inner=[]))
     assert jsonable(value)["outer"]["amount"] == 1.0
+
+
+@dataclass(kw_only=True)
+class _Checked:
+    facts: ModelFacts | None  # a name the type checker alone imports
+    amounts: list[float] | None  # a union of a list and None: written as it is
+    counts: dict[str, int]
+
+
+def test_a_name_only_the_type_checker_imports_declares_no_number() -> None:
+    value = _Checked(facts=None, amounts=[1, 2.5], counts={"a": cast(int, 2.0)})
+    assert jsonable(value) == {"facts": None, "amounts": [1, 2.5], "counts": {"a": 2}}
+    assert isinstance(jsonable(value)["amounts"][0], int)
+
+
+def _attempt() -> Attempt:
+    return Attempt(
+        n_cpu_moe=3,
+        predicted_bytes=10,
+        measured_bytes=12,
+        status="ok",
+        decode_tps=40,
+        decode_tps_min=20.0,
+        decode_tps_max=45.0,
+        repeats=3,
+        tensor_split=[1, 2],
+    )
+
+
+def test_an_attempt_nested_in_the_records_is_written_and_read_back() -> None:
+    """A run's attempt (a record of the core) in the results' pydantic models: its fields in
+    order, then ``noisy``, as the records wrote it when it was a model; a saved ``noisy`` is
+    derived again, not read."""
+    attempt = _attempt()
+    result = RunResult(
+        model="m",
+        device="CUDA0",
+        probe="nvml",
+        target_bytes=20,
+        settings=Settings(n_ctx=4096),
+        planned_n_cpu_moe=3,
+        attempts=[attempt],
+        best=attempt,
+        command=["llama-server"],
+    )
+    written = result.model_dump(mode="json")
+    assert list(written["best"])[:4] == ["n_cpu_moe", "predicted_bytes", "measured_bytes", "status"]
+    assert written["best"] == jsonable(attempt) and written["best"]["noisy"] is True
+    assert written["best"]["decode_tps"] == 40.0 and written["best"]["tensor_split"] == [1.0, 2.0]
+    again = RunResult.model_validate_json(result.model_dump_json())
+    assert again.best == attempt and again.model_dump(mode="json") == written
+    launch = {
+        "n_cpu_moe": 2,
+        "n_ubatch": 1024,
+        "forecast_decode_tps": None,
+        "forecast_prefill_tps": None,
+        "forecast_score": 1.0,
+        "expected_score": 1.0,
+        "measured_score": None,
+        "attempt": {**jsonable(attempt), "noisy": False},
+    }
+    assert ObjectiveLaunch.model_validate(launch).attempt == attempt
 
 
 def test_device_memory_leaves_out_absent_companions() -> None:
