@@ -1,14 +1,12 @@
 """The command line: parse, call a job or the core, render.
 
-``main`` imports only the module of the command that the arguments name, and runs it without
-typer where its arguments parse plainly (cli/fast.py: ``moetune plan MODEL --vram 24G``);
-anything else (``--help``, a usage error, a value typer coerces itself) goes to the typer
-app (cli/typer_app.py), with only that command on it (``--help``, no command or an unknown
-name: every command, in the order ``--help`` lists them). Each command module keeps its
-heavy imports inside the command, so ``moetune inspect`` loads neither the HTTP client nor
-the planner, and ``moetune --version`` loads almost nothing. In-process callers (the tests)
-call ``load_commands()`` for the whole tree on ``app``. ``main`` ends the process itself
-(``exit_now``), skipping the interpreter's teardown.
+typer parses every command (cli/typer_app.py builds the app from the commands' declarations,
+cli/base.py). ``main`` imports only the module of the command that the arguments name, so the
+app holds only that command (``--help``, no command or an unknown name: every command, in the
+order ``--help`` lists them, for the help and the did-you-mean). Each command module keeps its
+heavy imports inside the command, so ``moetune inspect`` loads neither the HTTP client nor the
+planner. In-process callers (the tests) call ``load_commands()`` for the whole tree on
+``app``. ``main`` ends the process itself (``exit_now``), skipping the interpreter's teardown.
 """
 
 from __future__ import annotations
@@ -90,13 +88,10 @@ def main() -> None:
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
     argv = sys.argv[1:]
     try:
-        from moetune.cli.fast import run_fast
+        load_commands(argv)
+        from moetune.cli.typer_app import app
 
-        if not run_fast(argv):
-            load_commands(argv)
-            from moetune.cli.typer_app import app
-
-            app(prog_name="moetune")
+        app(prog_name="moetune")
     except SystemExit as done:
         exit_now(done)
     exit_now(SystemExit(0))
