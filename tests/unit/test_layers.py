@@ -508,7 +508,7 @@ NOT_FOR_A_PLAIN_PLAN = (
 )
 def test_a_command_imports_only_what_it_uses(command: list[str], absent: tuple[str, ...]) -> None:
     """The modules a whole moetune process loaded, read back from the process itself (as it
-    exits: the CLI's own exit, cli.exit_now, runs the atexit functions and ends there)."""
+    exits, by an atexit function)."""
     example = str(SRC.parent / "examples" / "models" / "Qwen3-30B-A3B-Q4_K_M.header.gguf")
     args = [example if a == "EXAMPLE" else a for a in command]
     code = (
