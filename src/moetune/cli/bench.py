@@ -293,7 +293,7 @@ def report_command(
     files: Annotated[list[Path], Argument(help="Saved `moetune bench` JSON file(s).")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Render saved bench results again, with a bar chart of decode tok/s by depth and a
+    """Render saved bench results again, with a chart of decode tok/s against depth and a
     chart of measured against forecast tok/s (the forecast made again from the model file
     and the speed points kept; without the model file, measurements only).
 
