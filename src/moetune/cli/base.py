@@ -144,12 +144,11 @@ class State:
     debug: bool = False
 
 
-@functools.lru_cache(maxsize=1)
 def err() -> Console:
-    """The console for progress, warnings and errors (stderr)."""
-    from rich.console import Console
+    """The console for progress, warnings and errors (stderr): report/line.py's one."""
+    from moetune.report.line import stderr_console
 
-    return Console(stderr=True, soft_wrap=True)
+    return stderr_console()
 
 
 @contextlib.contextmanager
