@@ -14,9 +14,13 @@ Every shared name means one thing wherever it appears:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
 from moetune.errors import BadValueError
@@ -299,40 +303,61 @@ PickVramOpt = Annotated[
 ]
 
 
-def pick(
-    command: str,
-    *,
-    ctx: Ctx | None,
-    cache_type: str | None,
-    profile: str | None,
-    target: Sizes | None,
-    rpc: str | None,
-    gpu: str | None,
-    vram: Sizes | None,
-    ram: int | None = None,
-) -> Pick:
-    """What alias and export choose a tuned profile by (as run tunes one: context, cache
-    type, target, device set, name) and plan for when none is tuned."""
-    from moetune.jobs.pick import Pick
-    from moetune.store.tuned import Selectors
+class PickOptions(NamedTuple):
+    """The options alias and export choose a tuned profile by (as run tunes one: context,
+    cache type, name, target, device set), declared once: a command takes them as one
+    parameter of this type (``pick_options``), each field an option of its own."""
 
-    if ctx is not None and ctx.is_max:
-        raise BadValueError(f"{command} picks the profile tuned at one context: give --ctx N")
-    gpu_name, sizes = None, vram.values if vram else None
-    if gpu is not None:
-        from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
+    ctx: CtxOpt = None
+    cache_type: PickCacheTypeOpt = None
+    profile: ProfileOpt = None
+    target_vram: PickTargetOpt = None
+    rpc: PickRpcOpt = None
+    gpu: PickGpuOpt = None
+    vram: PickVramOpt = None
 
-        card = find_hardware_profile(gpu, load_hardware_profiles())
-        gpu_name, sizes = card.name, sizes or (card.vram_bytes,)
-    servers = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else None
-    select = Selectors(
-        name=profile,
-        targets=target.values if target else None,
-        rpc=servers,
-        vram=sizes,
-        gpu_name=gpu_name,
-    )
-    return Pick(ctx, cache_type, select, gpu, vram, target, rpc, ram)
+    def pick(self, command: str, ram: int | None = None) -> Pick:
+        """What ``command`` serves: the tuned profile these options choose, else the plan
+        for them (``ram``: the host RAM it plans for)."""
+        from moetune.jobs.pick import pick
+
+        return pick(command, **self._asdict(), ram=ram)
+
+
+PICK_DEFAULTS = PickOptions()  # a command's PickOptions parameter's default: each option's
+
+
+def pick_options(func: Callable[..., None]) -> Callable[..., None]:
+    """``func`` with its ``PickOptions`` parameter given as the options of its fields (in its
+    place, named by the fields): what cli/base.py's parsers read of a command."""
+    signature = inspect.signature(func)
+    hints = typing.get_type_hints(func, include_extras=True)
+    group = next(name for name, hint in hints.items() if hint is PickOptions)
+    fields = typing.get_type_hints(PickOptions, include_extras=True)
+    parameters: list[inspect.Parameter] = []
+    for name, parameter in signature.parameters.items():
+        if name != group:
+            parameters.append(parameter.replace(annotation=hints[name]))
+            continue
+        parameters += [
+            inspect.Parameter(
+                field,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=PickOptions._field_defaults[field],
+                annotation=fields[field],
+            )
+            for field in PickOptions._fields
+        ]
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> None:
+        given = {field: kwargs.pop(field) for field in PickOptions._fields if field in kwargs}
+        func(*args, **kwargs, **{group: PickOptions(**given)})
+
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+    command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    del command.__wrapped__  # the signature is this one, not func's
+    return command
 
 
 ForceOpt = Annotated[

@@ -512,6 +512,31 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
     return text
 
 
+def export_text(
+    fmt: str, entries: Sequence[ServeEntry], binary: str, existing: str | None = None
+) -> str:
+    """``fmt``'s text of ``entries`` (a preset, or a llama-swap config whose commands run
+    ``binary``), merged into ``existing``."""
+    if fmt == "preset":
+        return preset_text(entries, existing)
+    return llama_swap_text(entries, binary, existing)
+
+
+def check_out(path: Path) -> None:
+    """Refuse at once an ``--out`` file moetune could not write (before any plan is made)."""
+    from moetune.store.files import check_writable
+
+    check_writable(path)
+
+
+def write_export(path: Path, fmt: str, entries: Sequence[ServeEntry], binary: str) -> None:
+    """Update ``path`` with ``fmt``'s text of ``entries``: moetune's own entries replaced,
+    everything written by hand kept (a read-merge-write under the file's lock)."""
+    from moetune.store.files import update_text
+
+    update_text(path, lambda existing: export_text(fmt, entries, binary, existing))
+
+
 # --- each model's entry: its tuned profile, else its plan -----------------------------------------
 
 
