@@ -32,7 +32,6 @@ from moetune.units import (
     parse_rate,
     parse_size,
     parse_sizes,
-    parse_tokens,
     parse_workload,
 )
 
@@ -52,32 +51,6 @@ def parse_sizes_or_zero(text: str) -> Sizes:
 
 def parse_positive_size(text: str) -> int:
     return parse_size(text)
-
-
-def parse_positive_tokens(text: str) -> int:
-    """A token count of at least 1: ``4096`` or ``4k``."""
-    tokens = parse_tokens(text)
-    if tokens < 1:
-        raise BadValueError(f"need at least 1 token, got {text!r}")
-    return tokens
-
-
-def parse_counts(text: str) -> tuple[int, ...]:
-    """``512,2048``: counts of at least 1 (``2k`` = 2048), in the order given, once each."""
-    found: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        found.append(parse_positive_tokens(part))
-    if not found:
-        raise BadValueError(f"need one or more counts, got {text!r}", hint="e.g. 512,2048")
-    return tuple(dict.fromkeys(found))
-
-
-def counts_option(option: str, text: str) -> tuple[int, ...]:
-    """``parse_counts`` of an option's value; its error names the option."""
-    try:
-        return parse_counts(text)
-    except BadValueError as exc:
-        raise BadValueError(f"{option}: {exc.message}", hint=exc.hint) from None
 
 
 def parse_seconds(text: str) -> float:
@@ -106,14 +79,14 @@ def parse_share(text: str) -> float:
 
 def _network_timeout(context: CommandContext, seconds: float) -> float:
     """--timeout holds for the command's network steps, and for nothing after it."""
-    from moetune.hub.env import network_timeout
+    from moetune.jobs.models import network_timeout
 
     context.with_resource(network_timeout(seconds))
     return seconds
 
 
 def parse_cache(text: str) -> str:
-    from moetune.core.kvcache import parse_cache_type
+    from moetune.jobs.values import parse_cache_type
 
     return parse_cache_type(text)
 
@@ -203,7 +176,7 @@ RamOpt = Annotated[
 
 def parse_objective(text: str) -> str:
     """``--objective``: decode, prefill or balanced (core/goal.py)."""
-    from moetune.core.goal import parse_objective as parse
+    from moetune.jobs.values import parse_objective as parse
 
     return parse(text)
 
