@@ -169,7 +169,7 @@ def live_status(label: str) -> Iterator[LiveStatus]:
 
 def stop_on_signals(child: str = "llama-server") -> None:
     """Ctrl-C, SIGTERM and SIGHUP unwind (``child`` stops); the first says so at once."""
-    from moetune.llamacpp.process import install_signal_handlers
+    from moetune.jobs.launch import install_signal_handlers
 
     clear = "\r\x1b[2K" if sys.stderr.isatty() else ""  # over a progress spinner's line
     install_signal_handlers(f"{clear}moetune: interrupted, stopping {child}...\n".encode())

@@ -114,17 +114,24 @@ def model_of_quant(name: ModelName, listing: RepoListing, quant: Quant) -> Model
 
 
 def with_companions(
-    pass_through: tuple[str, ...], *, mmproj: Path | None, draft: Path | None
+    pass_through: tuple[str, ...],
+    *,
+    mmproj: Path | None,
+    draft: Path | None,
+    absolute: bool = False,
 ) -> tuple[str, ...]:
     """The arguments after ``--`` with moetune's ``--mmproj`` and ``--draft`` as llama-server's
-    flags among them (plan, run and bench count and load them so)."""
-    from moetune.core.extras import add_extras_flags
+    flags among them (plan, run and bench count and load them so); ``absolute``: the
+    projector's and the draft's files named absolutely (run's saved command and the aliases
+    made from it run from any folder)."""
+    from moetune.core.extras import absolute_files, add_extras_flags
 
-    return add_extras_flags(
+    found = add_extras_flags(
         pass_through,
         mmproj=str(mmproj) if mmproj else None,
         draft=str(draft) if draft else None,
     )
+    return absolute_files(found) if absolute else found
 
 
 def network_timeout(seconds: float) -> AbstractContextManager[None]:
