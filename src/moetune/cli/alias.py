@@ -27,10 +27,6 @@ def alias(
     picking: PickOptions = PICK_DEFAULTS,
     mmproj: MmprojOpt = None,
     draft: DraftOpt = None,
-    require_tuned: Annotated[
-        bool,
-        Option("--require-tuned", help="Refuse when no tuned profile matches (no plan)."),
-    ] = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Print a shell function that starts the tuned llama-server, for your dotfiles.
@@ -57,7 +53,7 @@ def alias(
         chosen,
         mmproj=mmproj,
         draft=draft,
-        require_tuned=require_tuned,
+        require_tuned=picking.require_tuned,
         warn=warn,
     )
     render(TextView(text))

@@ -29,10 +29,6 @@ def export(
     ] = None,
     picking: PickOptions = PICK_DEFAULTS,
     ram: RamOpt = None,
-    require_tuned: Annotated[
-        bool,
-        Option("--require-tuned", help="Refuse a model with no tuned profile (no plan)."),
-    ] = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Serve what was tuned: llama-server's router preset, or a llama-swap config.
@@ -61,7 +57,7 @@ def export(
         check_out(out)
     left_out: list[str] = []
     entries, binary = export_entries(
-        models or [], chosen, require_tuned, left_out=left_out, warn=warn
+        models or [], chosen, picking.require_tuned, left_out=left_out, warn=warn
     )
     if out is None:
         render(TextView(export_text(fmt, entries, binary)))

@@ -276,10 +276,17 @@ PickVramOpt = Annotated[
 ]
 
 
+RequireTunedOpt = Annotated[
+    bool,
+    Option("--require-tuned", help="Refuse when no tuned profile matches (no plan)."),
+]
+
+
 class PickOptions(NamedTuple):
     """The options alias and export choose a tuned profile by (as run tunes one: context,
-    cache type, name, target, device set), declared once: a command takes them as one
-    parameter of this type (``pick_options``), each field an option of its own."""
+    cache type, name, target, device set) and whether they may plan instead, declared once:
+    a command takes them as one parameter of this type (``pick_options``), each field an
+    option of its own."""
 
     ctx: CtxOpt = None
     cache_type: PickCacheTypeOpt = None
@@ -288,13 +295,24 @@ class PickOptions(NamedTuple):
     rpc: PickRpcOpt = None
     gpu: PickGpuOpt = None
     vram: PickVramOpt = None
+    require_tuned: RequireTunedOpt = False
 
     def pick(self, command: str, ram: int | None = None) -> Pick:
         """What ``command`` serves: the tuned profile these options choose, else the plan
         for them (``ram``: the host RAM it plans for)."""
         from moetune.jobs.pick import pick
 
-        return pick(command, **self._asdict(), ram=ram)
+        return pick(
+            command,
+            ctx=self.ctx,
+            cache_type=self.cache_type,
+            profile=self.profile,
+            target_vram=self.target_vram,
+            rpc=self.rpc,
+            gpu=self.gpu,
+            vram=self.vram,
+            ram=ram,
+        )
 
 
 PICK_DEFAULTS = PickOptions()  # a command's PickOptions parameter's default: each option's
