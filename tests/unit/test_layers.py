@@ -351,6 +351,22 @@ def test_every_part_has_a_layer() -> None:
     assert {_part(m) for m in graph()} == set(LAYERS)
 
 
+CLI = [p for p in modules() if module_name(p).startswith("moetune.cli")]
+# what a command reaches only through a job (docs/architecture.md, "The command line, the jobs
+# and the one renderer")
+CLI_MAY_NOT_USE = tuple(
+    f"moetune.{part}" for part in ("core", "hub", "llamacpp", "store", "hardware", "gguf")
+)
+
+
+@pytest.mark.parametrize("path", CLI, ids=module_name)
+def test_commands_are_thin(path: Path) -> None:
+    """cli/ parses options, calls a job and renders: it imports nothing below jobs/ but
+    errors and units (every import counted: in functions and type-checking blocks too)."""
+    reached = sorted(n for n in imports(path) if ".".join(n.split(".")[:2]) in CLI_MAY_NOT_USE)
+    assert not reached, reached
+
+
 HUB = [p for p in modules() if module_name(p).startswith("moetune.hub")]
 HUB_MAY_USE = (
     "moetune.hub",

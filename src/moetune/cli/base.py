@@ -156,12 +156,11 @@ class State:
     debug: bool = False
 
 
-@functools.lru_cache(maxsize=1)
 def err() -> Console:
-    """The console for progress, warnings and errors (stderr)."""
-    from rich.console import Console
+    """The console for progress, warnings and errors (stderr): report/line.py's one."""
+    from moetune.report.line import stderr_console
 
-    return Console(stderr=True, soft_wrap=True)
+    return stderr_console()
 
 
 @contextlib.contextmanager
@@ -182,7 +181,7 @@ def live_status(label: str) -> Iterator[LiveStatus]:
 
 def stop_on_signals(child: str = "llama-server") -> None:
     """Ctrl-C, SIGTERM and SIGHUP unwind (``child`` stops); the first says so at once."""
-    from moetune.llamacpp.process import install_signal_handlers
+    from moetune.jobs.launch import install_signal_handlers
 
     clear = "\r\x1b[2K" if sys.stderr.isatty() else ""  # over a progress spinner's line
     install_signal_handlers(f"{clear}moetune: interrupted, stopping {child}...\n".encode())
