@@ -13,7 +13,7 @@ Four sources, each compared with ``estimate_compute`` for the same settings:
 3. The public CUDA data point of tools/fit-params/README.md (build 6895, RTX 4090):
    Qwen3-30B-A3B F16, ctx 4096, experts of blocks 14-47 and the output layer on the CPU:
    CUDA0 compute 898 MiB, Host 12 MiB.
-4. llama-server of the Vulkan build (scripts/build-llama-vulkan.sh) on Mesa's lavapipe as
+4. llama-server of the llama.cpp build (its Vulkan backend) on Mesa's lavapipe as
    Vulkan0, a backend that offloads ops on CPU weights as CUDA does: tiny fixtures of every
    test architecture, ubatch x context x flash attention x placement; the
    ``Vulkan0/CPU compute buffer size`` lines. Skipped (and said) where that build is absent.
@@ -157,7 +157,7 @@ def vulkan_cases(root: Path, quick: bool) -> Iterator[Case]:
     """Source 4: llama-server of the Vulkan build on lavapipe (Vulkan0), the smallest fixture
     of each architecture: op offload's copies of the CPU experts land in Vulkan0's buffer."""
     if not have_vulkan():
-        print("vulkan: no Vulkan build of llama.cpp (scripts/build-llama-vulkan.sh); skipped")
+        print("vulkan: llama.cpp was built without Vulkan (scripts/setup-test-env.sh); skipped")
         return
     os.environ.update(VISIBLE)
     ubs, ctxs = ((32, 2048), (4096,)) if quick else ((16, 32, *UBATCHES), CONTEXTS)

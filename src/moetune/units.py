@@ -138,6 +138,32 @@ class Workload(NamedTuple):
     n_gen: int
 
 
+def parse_positive_tokens(text: str) -> int:
+    """A token count of at least 1: ``4096`` or ``4k``."""
+    tokens = parse_tokens(text)
+    if tokens < 1:
+        raise BadValueError(f"need at least 1 token, got {text!r}")
+    return tokens
+
+
+def parse_counts(text: str) -> tuple[int, ...]:
+    """``512,2048``: counts of at least 1 (``2k`` = 2048), in the order given, once each."""
+    found: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        found.append(parse_positive_tokens(part))
+    if not found:
+        raise BadValueError(f"need one or more counts, got {text!r}", hint="e.g. 512,2048")
+    return tuple(dict.fromkeys(found))
+
+
+def counts_option(option: str, text: str) -> tuple[int, ...]:
+    """``parse_counts`` of an option's value; its error names the option."""
+    try:
+        return parse_counts(text)
+    except BadValueError as exc:
+        raise BadValueError(f"{option}: {exc.message}", hint=exc.hint) from None
+
+
 def parse_workload(text: str) -> Workload:
     """``8k:512``: a prompt of 8192 tokens, then 512 generated."""
     prompt, sep, gen = text.partition(":")

@@ -35,7 +35,7 @@ def test_report_command(tmp_path: Path) -> None:
     saved.write_result(path, to_json(payloads.bench_payload(bench_result())))
     shown = runner.invoke(app, ["report", str(path)], terminal_width=160)
     assert shown.exit_code == 0, shown.output
-    assert "decode tok/s by depth" in shown.output and "█" in shown.output
+    assert "decode tok/s (median) against depth" in shown.output and "oo plan" in shown.output
     again = runner.invoke(app, ["report", str(path), "--json"])
     assert json.loads(again.output)["results"] == json.loads(path.read_text())["results"]
     missing = runner.invoke(app, ["report", str(tmp_path / "nope.json")])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,6 +17,9 @@ from moetune.report.payloads import bench_payload
 
 from support.bench import bench_result
 from support.helpers import cli
+
+if TYPE_CHECKING:
+    from moetune.records.results import BenchResult
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "llama_bench"
 CUDA_JSON = DATA / "readme_rtx4080_qwen2.5_7b.json"
@@ -156,12 +159,19 @@ def test_a_broken_stored_file_is_a_warning() -> None:
 # --- bench keeps its measurements -------------------------------------------------------------
 
 
+def _keep(result: BenchResult, save: bool = True) -> None:
+    """What bench keeps of ``result`` (its JSON under the data dir, its speed points)."""
+    from moetune.jobs.bench import keep_result
+    from moetune.report.line import warn
+
+    text = to_json(bench_payload(result))
+    keep_result(result, text, None, save=save, note=lambda _: None, warn=warn)
+
+
 def test_bench_keeps_its_points(tmp_path: Path) -> None:
     """What bench saves (its result and its points) imports as the same points: kept once."""
-    from moetune.cli.bench import _emit
-
     result = bench_result()
-    _emit(result, True, None, True)
+    _keep(result)
     (kept,) = speed_files()
     stored = json.loads(kept.read_text())
     assert stored["kind"] == "moetune.speed"
@@ -171,13 +181,11 @@ def test_bench_keeps_its_points(tmp_path: Path) -> None:
     assert saved.parent.name == "bench" and saved.is_file()
     again = calibrate(str(saved))
     assert again["files"][0]["already_saved"] and len(speed_files()) == 1
-    _emit(result.model_copy(update={"created": "2025-01-02T03:04:06+00:00"}), True, None, False)
+    _keep(result.model_copy(update={"created": "2025-01-02T03:04:06+00:00"}), save=False)
     assert len(speed_files()) == 1  # --no-save keeps nothing
 
 
 def test_bench_goes_on_when_its_points_cannot_be_kept(capsys: pytest.CaptureFixture[str]) -> None:
-    from moetune.cli.bench import _emit
-
     (Path(os.environ["MOETUNE_HOME"]) / "speed").write_text("a file where the folder goes")
-    _emit(bench_result(), True, None, True)
+    _keep(bench_result())
     assert "warning: the speed points were not kept: " in capsys.readouterr().err

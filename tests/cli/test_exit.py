@@ -1,6 +1,5 @@
-"""How a moetune process ends (cli.exit_now): without the interpreter's teardown, yet with
-what a normal exit does that a caller can see: the atexit functions, the streams flushed, the
-exit code, and a thread still running waited for."""
+"""How a moetune process ends: what a normal exit does that a caller can see: the atexit
+functions, the streams flushed, the exit code, and a thread still running waited for."""
 
 from __future__ import annotations
 

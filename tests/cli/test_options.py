@@ -4,6 +4,9 @@ with the same words)."""
 
 from __future__ import annotations
 
+import itertools
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +15,8 @@ import typer.main
 from typer.core import TyperCommand
 
 from moetune.cli import app
-from moetune.cli.typer_app import BadValueParameter
+from moetune.cli.base import PASS_THROUGH, BadValueParameter
+from moetune.cli.typer_app import declared_types
 from moetune.units import GIB, MIB, Ctx, Sizes
 
 from support.helpers import EXAMPLE_QWEN, cli, moetune
@@ -178,54 +182,113 @@ def test_help_names_real_types() -> None:
         assert shown in out, out
 
 
-# --- the plain coercion (cli/coercion.py): typer's values and messages, without its adapters ---
+# --- every option of every command, as typer parses it ---------------------------------------
 
-SAMPLES: dict[Any, tuple[Any, ...]] = {
-    int: ("0", "1", "512", "007", "-1", "1_000", " 5", "5 ", "abc", "", "1.5", 3, True),
-    float: ("0", "2.5", "1e3", "nan", "-1", "abc", "", 2.0),
-    str: ("x", "", "24G", 7),
-    bool: (True, False, "true", "0"),
+# values each option takes, by name (GOOD's too); any other option gets values by its type
+SAMPLES: dict[str, list[str]] = {
+    "--cache-type": ["F16", "q4_0"],
+    "--objective": ["prefill", "balanced"],
+    "--workload": ["8k:512"],
+    "--ram-bandwidth": ["60", "56G/s"],
+    "--max-spread": ["10%", "0.2"],
+    "--max-time": ["30"],
+    "--fill": ["4k"],
+    "--depths": ["0,16k"],
+    "--n-prompt": ["512"],
+    "--ubatch": ["512", "2048"],
+}
+BY_TYPE: dict[Any, list[str]] = {
+    int: ["1", "7", "512"],
+    float: ["2.5"],
+    str: ["x", "a b"],
+    Path: ["some.gguf", "dir/x.json"],
 }
 
 
-def _outcome(param: Any, command: TyperCommand, value: Any, *, plain: bool) -> tuple[Any, ...]:
-    """What ``param`` makes of ``value``: through the plain coercion, or typer's own."""
-    from moetune.cli import coercion
-
-    param._runtime_param = coercion._PLAIN if plain else None
-    try:
-        with typer.Context(command) as context:
-            return ("value", param.process_value(context, value))
-    except Exception as exc:  # a refusal: its kind and its words
-        words = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        return ("refused", type(exc).__name__, words)
-    finally:
-        param._runtime_param = None
+def _values(command: TyperCommand, args: list[str]) -> dict[str, Any]:
+    with command.make_context(command.name or "moetune", list(args)) as context:
+        return dict(context.params)
 
 
-def _samples(param: Any) -> list[Any]:
-    found = [None, param.default]
-    annotation = param.type_descriptor.annotation
-    found += list(SAMPLES.get(annotation, ("x.gguf", "")))
-    for opt in param.opts:
-        found += [text for text, _ in GOOD.get(opt, [])] + [text for text, _ in BAD.get(opt, [])]
-    return found
+def _texts(param: Any, types: dict[str, Any]) -> list[str]:
+    name = max(param.opts, key=len)
+    texts = SAMPLES.get(name) or [text for text, _ in GOOD.get(name, [])]
+    texts = texts or BY_TYPE.get(types.get(param.name), [])
+    assert texts, f"{name}: give it a sample in SAMPLES"
+    return texts
 
 
 @pytest.mark.parametrize("name", sorted(commands()))
-def test_plain_coercion_is_typers(name: str) -> None:
-    """Every parameter of every command, on good and bad values of its type: the plain
-    coercion gives typer's value, or refuses with typer's error and words."""
+def test_every_option_parses(name: str) -> None:
+    """Each option of each command parses each of its samples (given apart or after ``=``,
+    to the same value; a shared name to its value in GOOD), a flag both ways, and all of them
+    at once, in declared and in reversed order, to the values each gives alone."""
     command = commands()[name]
-    checked = 0
+    types = declared_types(command.callback)
+    arguments = [p for p in command.params if p.param_type_name == "argument"]
+    many = bool(arguments) and arguments[-1].nargs == -1
+    head = [str(EXAMPLE_QWEN)] * (len(arguments) + many)  # a list argument: two values
+    alone: dict[str, Any] = {}
+    every: list[list[str]] = []
     for param in command.params:
-        if not hasattr(param, "type_descriptor"):
-            pytest.skip("this typer coerces through click types (no adapters to avoid)")
-        for value in _samples(param):
-            plain = _outcome(param, command, value, plain=True)
-            assert plain == _outcome(param, command, value, plain=False), (param.name, value)
-            checked += 1
-    assert checked >= len(command.params) * 2
+        if param.param_type_name == "argument":
+            continue
+        assert param.name is not None
+        option = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            for spelling in (*param.opts, *param.secondary_opts):
+                value = _values(command, [*head, spelling])[param.name]
+                assert value is (spelling in param.opts), (name, spelling)
+            alone[param.name] = True
+            every.append([option])
+            continue
+        expected = dict(GOOD.get(option, []))
+        for text in _texts(param, types):
+            value = _values(command, [*head, option, text])[param.name]
+            assert value == _values(command, [*head, f"{option}={text}"])[param.name], text
+            assert value == expected.get(text, value), (name, option, text)
+            alone.setdefault(param.name, value)
+        every.append([option, _texts(param, types)[0]])
+    assert alone or name == "profiles rm"
+    for args in (
+        [*head, *itertools.chain(*every)],
+        [*itertools.chain(*reversed(every)), *head],
+    ):
+        values = _values(command, args)
+        assert {k: values[k] for k in alone} == alone, args
+
+
+def test_what_follows_the_two_dashes_goes_to_llama_server() -> None:
+    plan = commands()["plan"]
+    args = [str(EXAMPLE_QWEN), "--vram", "24G", "--", "-t", "8", "--vram"]
+    with plan.make_context("plan", args) as context:
+        assert context.meta[PASS_THROUGH] == ("-t", "8", "--vram")
+        assert context.params["vram"] == Sizes((24 * GIB,))
+    code, _, err = cli("inspect", str(EXAMPLE_QWEN), "--", "-c", "4096")
+    assert code == 2 and "`moetune inspect` passes nothing to llama-server" in err, err
+
+
+def test_usage_errors_and_refused_values() -> None:
+    """A misspelt option: typer's usage error with its did-you-mean (USAGE); a value our
+    parser refuses: one line and BAD_VALUE, with ``--json`` its document on stdout too."""
+    wrong = moetune("plan", str(EXAMPLE_QWEN), "--vrma", "24G")
+    assert wrong.returncode == 2, wrong.stderr
+    assert "No such option: --vrma (Possible options: --overhead, --ram, --vram)" in wrong.stderr
+    bad = moetune("plan", str(EXAMPLE_QWEN), "--vram", "16", "--json")
+    assert bad.returncode == 5, bad.stderr
+    assert bad.stderr == (
+        "moetune: error: --vram: '16' has no unit (did you mean 16G?) [BAD_VALUE, exit 5]\n"
+    )
+    assert json.loads(bad.stdout)["error"]["name"] == "BAD_VALUE"
+
+
+def test_the_version_among_the_apps_own_options() -> None:
+    code, out, _ = cli("--version")
+    assert code == 0 and out.startswith("moetune ")
+    for argv in (["--version"], ["--debug", "--version"], ["--version", "plan"]):
+        done = moetune(*argv)
+        assert (done.returncode, done.stdout) == (0, out), argv
+    assert moetune("--version", "--bogus").returncode == 2  # no such option
 
 
 def test_a_start_registers_the_command_it_runs() -> None:

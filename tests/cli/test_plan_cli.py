@@ -184,3 +184,19 @@ def test_plan_on_every_fixture(tiny_models: dict[str, Path], arch: str) -> None:
         assert "dense model" in out
     else:
         assert "--n-cpu-moe" in out and "-ot " in out
+
+
+def test_the_ot_notes_come_with_the_plan() -> None:
+    """The note under a command whose -ot names an RPC buffer type otherwise than its device is
+    the plan's own (set where the command is built), shown in the text, not in the JSON."""
+    from moetune.core.command import buft_notes
+
+    args = ["--rpc", "127.0.0.1:50052,127.0.0.1:50053", "--vram", "8G,8G", "--no-verify"]
+    code, text, err = cli("plan", QWEN, *args)
+    assert code == 0, err
+    code, out, _ = cli("plan", QWEN, *args, "--json")
+    alternative = json.loads(out)["plan"]["alternative"]
+    assert "notes" not in alternative
+    (note,) = buft_notes(alternative["command"])
+    assert note.startswith("-ot's RPC0[127.0.0.1:50053] is llama.cpp's buffer-type name of RPC1")
+    assert f"note: {note}" in " ".join(text.split())

@@ -123,7 +123,7 @@ def test_report_with_the_forecast(tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
     write_result(path, to_json(bench_payload(speed_bench(SPEEDS))))
     narrow = run_at(WIDTH, "report", str(path))
-    assert "forecast beside measured" in narrow and "measured o, forecast x" in narrow
+    assert "forecast beside measured" in narrow and "measured against forecast" in narrow
     check(narrow, run_at(200, "report", str(path)))
 
 

@@ -26,6 +26,7 @@ from moetune.store import bench as saved
 from moetune.store.speed import SpeedStore
 
 from support.bench import SPEED_MACHINE, SPEEDS, speed_bench
+from support.chart import panels, places
 from support.helpers import EXAMPLE_QWEN, cli
 from support.width import WIDTH
 
@@ -143,14 +144,18 @@ def test_report_at_80_columns_with_the_chart(facts: ModelFacts) -> None:
     text = _text(result, WIDTH)
     assert all(len(line.rstrip()) <= WIDTH for line in text.splitlines()), text
     assert "forecast beside measured" in text
-    chart = [line for line in text.splitlines() if line.strip().startswith(("plan ", "layers "))]
-    marks = [line for line in chart if "|" in line]
-    assert len(marks) == 2 * 4  # decode and prefill, two configurations x two depths each
-    assert all(("o" in m.split("|")[1] and "x" in m.split("|")[1]) or "*" in m for m in marks)
+    assert "decode tok/s: measured against forecast" in text
+    assert "prefill tok/s: measured against forecast" in text
+    assert "forecast tok/s" in text and ".. measured = forecast" in text
+    assert "oo plan" in text and "xx cpu-moe" in text and "** layers" in text
+    decode, prefill = panels(text.splitlines())[1:]  # after decode against depth
+    for rows in (decode, prefill):  # two configurations x two depths each, apart
+        shown = places(rows, "ox*+")
+        assert sorted(shown.values()) == ["*", "*", "o", "o", "x", "x"], "\n".join(rows)
     assert result.forecast is not None
     errors = [f.decode_error for f in result.forecast.rows if f.decode_error is not None]
-    shown = f"{statistics.median(errors):.0%}".replace("%", " %")
-    assert f"median error {shown} over 6 rows" in text
+    shown_error = f"{statistics.median(errors):.0%}".replace("%", " %")
+    assert f"median error {shown_error} over 6 rows" in text
 
 
 def test_report_without_the_model_shows_measurements_only(tmp_path: Path) -> None:
@@ -160,10 +165,10 @@ def test_report_without_the_model_shows_measurements_only(tmp_path: Path) -> Non
     code, out, err = cli("report", str(path))
     assert code == 0, err
     assert "is not readable here: measurements only" in " ".join(out.split())
-    decode_chart = out.split("decode tok/s by configuration and depth")[1]
-    marks = [line.split("|")[1] for line in decode_chart.splitlines() if line.count("|") == 2]
-    assert marks and all("o" in m and "x" not in m for m in marks)
-    assert "no forecast: measurements only" in out
+    assert "decode tok/s: no forecast: measurements only" in out
+    assert "prefill tok/s: no forecast: measurements only" in out
+    assert "measured against forecast" not in out
+    assert "decode tok/s (median) against depth" in out  # the measurements are charted
 
 
 def test_report_json_carries_the_forecast_per_row(tmp_path: Path) -> None:

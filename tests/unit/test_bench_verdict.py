@@ -29,8 +29,10 @@ from moetune.store import paths
 from moetune.units import MIB
 
 from support.bench import bench_result, row, sample
+from support.chart import panels, places
 from support.factory import ModelFactory, write_model
 from support.fakes import FakeMemoryProbe
+from support.width import WIDTH
 
 # --- statistics and the verdict -------------------------------------------------------------
 
@@ -375,20 +377,21 @@ def test_render_table_verdict_and_chart() -> None:
     assert "overlaps cpu-moe 29.8 (29.0-30.5, spread 5.0 %)" in text
     assert "2 repeats" in text and "not settled" not in text
     assert "the chat template alone" in text and "buffers only" in text
-    chart = _text(rb.render_chart(bench_result(), width=40))
-    bars = {line.split()[0]: line.count("█") for line in chart.splitlines() if "█" in line}
-    assert len([ln for ln in chart.splitlines() if "█" in ln]) == 4
-    assert bars["plan"] >= bars["cpu-moe"]
-    top = next(line for line in chart.splitlines() if line.strip().startswith("plan"))
-    assert top.count("█") == 39  # 41 of 42 tok/s on 40 cells: 39 cells and 0.05
 
 
-def test_bar_is_proportional() -> None:
-    assert rb._bar(10, 10, 8) == "█" * 8
-    assert rb._bar(5, 10, 8) == "█" * 4
-    assert rb._bar(1, 16, 8) == "▌"  # half a cell
-    assert rb._bar(0, 10, 8) == "" and rb._bar(5, 0, 8) == ""
-    assert rb._bar(50, 10, 8) == "█" * 8  # never wider than the chart
+def test_the_decode_chart_at_80_columns() -> None:
+    """Decode tok/s against depth, a series per configuration: plan's 41 tok/s at depth 64
+    top left, cpu-moe's 21 bottom left; at depth 256 both near 30 tok/s share one ``+``."""
+    chart = _text(rb.render_chart(bench_result()), width=WIDTH)
+    lines = chart.splitlines()
+    assert all(len(line.rstrip()) <= WIDTH for line in lines), chart
+    assert "decode tok/s (median) against depth" in chart
+    assert "depth (prompt tokens)" in chart and " tok/s" in chart
+    assert "oo plan" in chart and "xx cpu-moe" in chart and "++ two or more" in chart
+    (rows,) = panels(lines)
+    shown = places(rows, "ox+")
+    assert shown[(0, 0)] == "o" and shown[(len(rows) - 1, 0)] == "x"
+    assert sorted(shown.values()) == ["+", "o", "x"]
 
 
 def test_format_stat() -> None:

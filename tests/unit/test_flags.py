@@ -247,3 +247,21 @@ def test_a_value_is_never_a_flag(tmp_path: Path) -> None:
     assert device_args(["-a", "--rpc", "-t", "4"]) == ([], ["-a", "--rpc", "-t", "4"])
     with pytest.raises(BadValueError, match="--port=8080 is set by moetune"):
         launch(tmp_path / "llama-server", ["-a", "--host", "--port=8080"])
+
+
+def test_a_preset_key_is_one_of_the_flags_long_names() -> None:
+    """A row's ``preset`` (the key export writes for its short names) is one of its own long
+    names without dashes, never a negation's; every short name moetune writes has one."""
+    for row in FLAGS:
+        if row.preset is not None:
+            longs = [n.removeprefix("--") for n in row.names if n.startswith("--")]
+            assert row.preset in longs and not row.preset.startswith("no-"), row
+    written = ("-m", "-hf", "-ngl", "-ncmoe", "-ot", "-ts", "-ctk", "-ctv", "-c", "-fa", "-t")
+    assert all(flag(name).preset is not None for name in written)
+    keys = preset_keys(
+        ["-ngl", "99", "--gpu-layers", "9", "-ngld", "0", "-md", "d.gguf", "-n", "8"]
+    )
+    assert keys == {"n-gpu-layers": "99", "gpu-layers": "9", "spec-draft-ngl": "0"} | {
+        "model-draft": "d.gguf",
+        "n": "8",
+    }

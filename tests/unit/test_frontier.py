@@ -31,10 +31,12 @@ from moetune.core.settings import Settings
 from moetune.core.speed import DeviceFigures, Forecast, MachineFigures
 from moetune.errors import BadValueError
 from moetune.gguf.split import read_model
-from moetune.report.frontier import CHART_HEIGHT, CHART_WIDTH, chart_lines
+from moetune.report.frontier import chart_lines
 from moetune.units import GIB, Workload, parse_workload
 
+from support.chart import panels, places
 from support.helpers import EXAMPLE_GPT_OSS, EXAMPLE_QWEN
+from support.width import WIDTH
 
 SETTINGS = Settings(n_ctx=32768, type_k="q8_0", type_v="q8_0")
 # figures with every term known: a 1 TB/s GPU on PCIe at 25 GB/s with 100 TFLOP/s, 60 GB/s RAM
@@ -232,11 +234,8 @@ def test_choose_by_the_error() -> None:
     assert choose(entries, 0, Goal("decode"), 0.0)[:2] == (0, False)  # it is the fastest
 
 
-def test_the_chart_marks_each_ubatch() -> None:
-    """N 0 at 100 tok/s (-ub 512) on the top row, first column; N 48 at 25 tok/s (-ub 2048)
-    a quarter up, last column; both at 80 columns; prefill unknown is said."""
-    entries = [_entry(0, 512, 100.0, None), _entry(48, 2048, 25.0, None)]
-    found = Frontier(
+def _charted(entries: list[FrontierEntry]) -> Frontier:
+    return Frontier(
         goal="decode",
         n_prompt=512,
         depth=0,
@@ -248,17 +247,40 @@ def test_the_chart_marks_each_ubatch() -> None:
         threads="",
         missing=[],
     )
+
+
+def test_the_chart_marks_each_ubatch() -> None:
+    """N 0 at 100 tok/s (-ub 512) top left, N 48 at 25 tok/s (-ub 2048) bottom right (the
+    ranges are the data's); labelled axes and a legend, at 80 columns; prefill unknown is
+    said."""
+    found = _charted([_entry(0, 512, 100.0, None), _entry(48, 2048, 25.0, None)])
     lines = chart_lines(found, 48)
-    assert all(len(line) <= 80 for line in lines)
-    rows = lines[1 : 1 + CHART_HEIGHT]
-    plot = [row.split("|", 1)[1].ljust(CHART_WIDTH) for row in rows]
-    assert rows[0].startswith("100 |") and rows[-1].startswith("  0 |")
-    assert plot[0][0] == "5"
-    y = CHART_HEIGHT - 1 - round(0.25 * (CHART_HEIGHT - 1))
-    assert plot[y][CHART_WIDTH - 1] == "2"
-    assert sum(row.count("5") + row.count("2") for row in plot) == 2
-    assert "prefill tok/s: unknown" in "\n".join(lines)
-    assert lines[-1] == "marks: 5 -ub 512, 2 -ub 2048; + two or more"
+    assert all(len(line) <= WIDTH for line in lines), "\n".join(lines)
+    text = "\n".join(lines)
+    assert "decode tok/s against --n-cpu-moe N" in text
+    assert "--n-cpu-moe N (of 48 layers)" in text and "tok/s" in text
+    assert "55 -ub 512" in text and "22 -ub 2048" in text  # the legend: each mark, its -ub
+    (rows,) = panels(lines)
+    assert places(rows, "52+") == {(0, 0): "5", (len(rows) - 1, len(rows[0]) - 1): "2"}
+    assert "prefill tok/s: unknown" in text
+
+
+def test_the_chart_keeps_distinct_points_apart() -> None:
+    """A 4090's candidates (N 0-4, decode within a few per cent of each other) each get a
+    place of their own; where two ubatches forecast the same, one ``+`` says so."""
+    entries = [_entry(n, 512, 200.0 - 3 * n, 4000.0 - 100 * n) for n in range(5)]
+    entries += [_entry(n, 2048, 200.0 - 3 * n, 5000.0 - 100 * n) for n in range(2, 5)]
+    lines = chart_lines(_charted(entries), 48)
+    assert all(len(line) <= WIDTH for line in lines), "\n".join(lines)
+    decode, prefill = "\n".join(lines).split("prefill tok/s against")
+    assert "++ two or more in one place" in decode
+    assert "two or more" not in prefill  # the ubatches' prefill differs: each has its place
+    decode_rows, prefill_rows = panels(lines)
+    shown = places(decode_rows, "52+")  # N 0 and 1 -ub 512 alone, N 2-4 both ubatches
+    assert sorted(shown.values()) == ["+", "+", "+", "5", "5"]
+    assert len({c for _, c in shown}) == 5  # one N a column
+    shown = places(prefill_rows, "52+")
+    assert sorted(shown.values()) == ["2"] * 3 + ["5"] * 5
 
 
 def test_goal_and_workload_parsing() -> None:

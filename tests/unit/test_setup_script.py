@@ -86,3 +86,30 @@ def test_the_license_is_an_spdx_expression() -> None:
     assert project["license-files"] and all((ROOT / f).is_file() for f in project["license-files"])
     build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
     assert any(re.fullmatch(r"setuptools>=(7[7-9]|[89]\d)(\.\d+)*", r) for r in build), build
+
+
+def _sourced(command: str, vulkan: str | None) -> str:
+    env = {"PATH": "/usr/bin:/bin"} | ({} if vulkan is None else {"MOETUNE_SETUP_VULKAN": vulkan})
+    done = subprocess.run(
+        ["bash", "-c", f"source {SCRIPT}; {command}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_one_build_has_every_backend_the_tests_run() -> None:
+    """One llama.cpp build serves the CPU, RPC and Vulkan tests; MOETUNE_SETUP_VULKAN=0 leaves
+    Vulkan out, and the wheel's cache key tells the two apart."""
+    both = _sourced("cmake_args", None).split()
+    assert {"-DGGML_RPC=ON", "-DGGML_VULKAN=ON", "-DLLAMA_BUILD_TESTS=OFF"} <= set(both)
+    assert _sourced("backends", None) == "CPU, RPC and Vulkan"
+    plain = _sourced("cmake_args", "0").split()
+    assert "-DGGML_RPC=ON" in plain and not any("VULKAN" in a for a in plain)
+    assert _sourced("backends", "0") == "CPU and RPC"
+    stamps = {_sourced("llama_stamp", v) for v in (None, "1", "0")}
+    assert len(stamps) == 2 and all(re.fullmatch(r"[0-9a-f]{64}", s) for s in stamps)

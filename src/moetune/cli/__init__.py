@@ -1,25 +1,21 @@
 """The command line: parse, call a job or the core, render.
 
-``main`` imports only the module of the command that the arguments name, and runs it without
-typer where its arguments parse plainly (cli/fast.py: ``moetune plan MODEL --vram 24G``);
-anything else (``--help``, a usage error, a value typer coerces itself) goes to the typer
-app (cli/typer_app.py), with only that command on it (``--help``, no command or an unknown
-name: every command, in the order ``--help`` lists them). Each command module keeps its
-heavy imports inside the command, so ``moetune inspect`` loads neither the HTTP client nor
-the planner, and ``moetune --version`` loads almost nothing. In-process callers (the tests)
-call ``load_commands()`` for the whole tree on ``app``. ``main`` ends the process itself
-(``exit_now``), skipping the interpreter's teardown.
+typer parses every command (cli/typer_app.py builds the app from the commands' declarations,
+cli/base.py). ``main`` imports only the module of the command that the arguments name, so the
+app holds only that command (``--help``, no command or an unknown name: every command, in the
+order ``--help`` lists them, for the help and the did-you-mean). Each command module keeps its
+heavy imports inside the command, so ``moetune inspect`` loads neither the HTTP client nor the
+planner. In-process callers (the tests) call ``load_commands()`` for the whole tree on
+``app``.
 """
 
 from __future__ import annotations
 
-import atexit
 import gc
 import importlib
-import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from moetune.cli.base import COMMAND_MODULES, COMMANDS
 
@@ -38,7 +34,6 @@ __all__ = [
     "COMMANDS",
     "COMMAND_MODULES",
     "app",
-    "exit_now",
     "import_commands",
     "load_commands",
     "main",
@@ -88,40 +83,7 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
-    argv = sys.argv[1:]
-    try:
-        from moetune.cli.fast import run_fast
+    load_commands(sys.argv[1:])
+    from moetune.cli.typer_app import app
 
-        if not run_fast(argv):
-            load_commands(argv)
-            from moetune.cli.typer_app import app
-
-            app(prog_name="moetune")
-    except SystemExit as done:
-        exit_now(done)
-    exit_now(SystemExit(0))
-
-
-def exit_now(done: SystemExit) -> NoReturn:
-    """End the process as ``done`` says, without the interpreter's teardown of every module
-    and object (a large part of a short command's time: typer's, pydantic's and the plan's
-    objects freed one by one). What a normal exit does that matters still happens first: the
-    ``atexit`` functions run (``tempfile``'s cleanups, ``logging``'s flush among them) and
-    stdout and stderr are flushed. With another thread still running, or a stream that cannot
-    be flushed (a closed pipe), the normal exit ends it, and says what it always says."""
-    threading = sys.modules.get("threading")  # not loaded: no thread was started by it
-    if threading is not None and threading.active_count() > 1:
-        raise done
-    atexit._run_exitfuncs()
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
-    except OSError:
-        raise done from None
-    code = done.code
-    if code is None:
-        os._exit(0)
-    if isinstance(code, int):
-        os._exit(code)
-    raise done  # a message as the code: the normal exit prints it
+    app(prog_name="moetune")

@@ -4,43 +4,29 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from moetune.cli.base import Argument, Option, command, err, handle_errors
+from moetune.cli.base import Argument, Option, command, handle_errors
 from moetune.cli.options import (
-    CtxOpt,
+    PICK_DEFAULTS,
     DraftOpt,
     MmprojOpt,
     ModelArg,
-    PickCacheTypeOpt,
-    PickGpuOpt,
-    PickRpcOpt,
-    PickTargetOpt,
-    PickVramOpt,
-    ProfileOpt,
+    PickOptions,
     TimeoutOpt,
-    pick,
+    pick_options,
 )
-from moetune.hub.env import DEFAULT_TIMEOUT_S
+from moetune.jobs.names import DEFAULT_TIMEOUT_S
 
 
 @command("alias")
 @handle_errors
+@pick_options
 def alias(
     name: Annotated[str, Argument(help="The command to define, e.g. qwen.", metavar="NAME")],
     model: ModelArg,
     shell: Annotated[str | None, Option(help="bash, zsh or fish (default: from $SHELL).")] = None,
-    ctx: CtxOpt = None,
-    cache_type: PickCacheTypeOpt = None,
-    profile: ProfileOpt = None,
-    target_vram: PickTargetOpt = None,
-    rpc: PickRpcOpt = None,
+    picking: PickOptions = PICK_DEFAULTS,
     mmproj: MmprojOpt = None,
     draft: DraftOpt = None,
-    gpu: PickGpuOpt = None,
-    vram: PickVramOpt = None,
-    require_tuned: Annotated[
-        bool,
-        Option("--require-tuned", help="Refuse when no tuned profile matches (no plan)."),
-    ] = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Print a shell function that starts the tuned llama-server, for your dotfiles.
@@ -54,20 +40,12 @@ def alias(
     import os
 
     from moetune.jobs.alias import alias_for_model, check_name, parse_shell, shell_from_path
+    from moetune.report.line import warn
     from moetune.report.render import TextView, render
 
     check_name(name)
     target_shell = parse_shell(shell) if shell else shell_from_path(os.environ.get("SHELL"))
-    chosen = pick(
-        "alias",
-        ctx=ctx,
-        cache_type=cache_type,
-        profile=profile,
-        target=target_vram,
-        rpc=rpc,
-        gpu=gpu,
-        vram=vram,
-    )
+    chosen = picking.pick("alias")
     text = alias_for_model(
         name,
         model,
@@ -75,7 +53,7 @@ def alias(
         chosen,
         mmproj=mmproj,
         draft=draft,
-        require_tuned=require_tuned,
-        warn=lambda line: err().print(f"warning: {line}", style="yellow", highlight=False),
+        require_tuned=picking.require_tuned,
+        warn=warn,
     )
     render(TextView(text))

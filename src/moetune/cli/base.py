@@ -1,13 +1,10 @@
-"""What every command module uses, without typer: the registry the commands declare
-themselves in (``command``, ``group``), their options' records (``Option``, ``Argument``: the
-one flag table, read by typer on its path and by cli/fast.py on its own), the stderr console,
-and the one place where errors become a line and an exit code (a command's output goes
-through report.render).
+"""What every command module uses: the registry the commands declare themselves in
+(``command``, ``group``; cli/typer_app.py puts them on the typer app), their options as typer
+declares them (``Option``, ``Argument``: ``typer.Option`` and ``typer.Argument``, with our
+parsers' errors reported as moetune reports errors), the stderr console, and the one place
+where errors become a line and an exit code (a command's output goes through report.render).
 
-A command module imports this and cli/options.py, never typer: ``moetune plan ...`` with
-options that parse plainly runs without typer at all (cli/fast.py), and everything else (the
-help, a usage error, a value typer coerces itself) goes through the typer app that
-cli/typer_app.py builds from the same registry.
+A command module imports this and cli/options.py, not typer itself.
 """
 
 from __future__ import annotations
@@ -17,13 +14,13 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from moetune.errors import ExitCode
+import typer
+
+from moetune.errors import BadValueError, ExitCode
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
     from rich.console import Console
 
     from moetune.jobs.status import LiveStatus
@@ -50,41 +47,56 @@ COMMAND_MODULES = (
 COMMANDS = {name: name for name in COMMAND_MODULES} | {"report": "bench"}
 
 
-class Flag:
-    """One option or argument of a command: what ``typer.Option`` or ``typer.Argument`` takes
-    (``decls``: the option's names, none for the default ``--NAME``; ``settings``: help,
-    metavar, min, max, callback; ``parser``, a function of the text that raises BadValueError,
-    which typer's side wraps to report it as moetune reports errors)."""
-
-    __slots__ = ("decls", "kind", "settings")
-
-    def __init__(self, kind: str, decls: tuple[str, ...], settings: dict[str, Any]) -> None:
-        self.kind = kind
-        self.decls = decls
-        self.settings = settings
-
-    def __repr__(self) -> str:
-        return f"{self.kind}({', '.join(map(repr, self.decls))})"
+# What a command and an option's callback get as their context (typer finds it by this type):
+# the arguments after ``--`` in ``meta``, and resources held until the command ends.
+CommandContext = typer.Context
 
 
-def Option(*decls: str, **settings: Any) -> Any:
-    """An option, as ``typer.Option(*decls, **settings)`` would declare it."""
-    return Flag("option", decls, settings)
+class BadValueParameter(typer.BadParameter):
+    """A malformed option value: one line and BAD_VALUE, like any moetune error."""
+
+    exit_code = int(ExitCode.BAD_VALUE)
+
+    def __init__(self, error: BadValueError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+    def format_message(self) -> str:
+        name = self.param.opts[0] if self.param is not None and self.param.opts else None
+        return f"{name}: {self.error.message}" if name else self.error.message
+
+    def show(self, file: Any = None) -> None:
+        say_error(self.format_message(), self.error.hint, ExitCode.BAD_VALUE)
 
 
-def Argument(**settings: Any) -> Any:
-    """A positional argument, as ``typer.Argument(**settings)`` would declare it."""
-    return Flag("argument", (), settings)
+def reported(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """A typer parser: ``parse``, its BadValueError shown as moetune shows errors."""
+
+    def parser(value: str) -> T:
+        if not isinstance(value, str):  # a default given as the value itself, parsed already
+            return value
+        try:
+            return parse(value)
+        except BadValueError as exc:
+            raise BadValueParameter(exc) from None
+
+    parser.__name__ = parse.__name__
+    return parser
 
 
-class CommandContext(Protocol):
-    """What a command and an option's callback use of their context (typer's, or the fast
-    path's): the arguments after ``--`` in ``meta``, and resources held until it ends."""
+def Option(*decls: str, parser: Callable[[str], Any] | None = None, **settings: Any) -> Any:
+    """``typer.Option(*decls, **settings)``; ``parser``, a function of the text that raises
+    BadValueError, reported as moetune reports errors (BAD_VALUE)."""
+    if parser is not None:
+        settings["parser"] = reported(parser)
+    return typer.Option(*decls, **settings)
 
-    @property
-    def meta(self) -> dict[str, Any]: ...
 
-    def with_resource(self, context_manager: AbstractContextManager[T]) -> T: ...
+def Argument(*, parser: Callable[[str], Any] | None = None, **settings: Any) -> Any:
+    """``typer.Argument(**settings)``, its ``parser`` as ``Option``'s."""
+    if parser is not None:
+        settings["parser"] = reported(parser)
+    return typer.Argument(**settings)
 
 
 class Spec:
@@ -144,12 +156,11 @@ class State:
     debug: bool = False
 
 
-@functools.lru_cache(maxsize=1)
 def err() -> Console:
-    """The console for progress, warnings and errors (stderr)."""
-    from rich.console import Console
+    """The console for progress, warnings and errors (stderr): report/line.py's one."""
+    from moetune.report.line import stderr_console
 
-    return Console(stderr=True, soft_wrap=True)
+    return stderr_console()
 
 
 @contextlib.contextmanager
@@ -170,7 +181,7 @@ def live_status(label: str) -> Iterator[LiveStatus]:
 
 def stop_on_signals(child: str = "llama-server") -> None:
     """Ctrl-C, SIGTERM and SIGHUP unwind (``child`` stops); the first says so at once."""
-    from moetune.llamacpp.process import install_signal_handlers
+    from moetune.jobs.launch import install_signal_handlers
 
     clear = "\r\x1b[2K" if sys.stderr.isatty() else ""  # over a progress spinner's line
     install_signal_handlers(f"{clear}moetune: interrupted, stopping {child}...\n".encode())

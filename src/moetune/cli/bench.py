@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NamedTuple
+from typing import Annotated
 
 from moetune.cli.base import (
     Argument,
@@ -32,12 +32,9 @@ from moetune.cli.options import (
     ServerOpt,
     TargetVramOpt,
     TimeoutOpt,
-    counts_option,
-    parse_positive_tokens,
     pass_through_of,
 )
 from moetune.errors import BadValueError
-from moetune.hub.env import DEFAULT_TIMEOUT_S
 from moetune.jobs.names import (
     CONFIG_NAMES,
     DEFAULT_CACHE_TYPE,
@@ -46,48 +43,9 @@ from moetune.jobs.names import (
     DEFAULT_MAX_TIME_S,
     DEFAULT_N_PREDICT,
     DEFAULT_REPEATS,
+    DEFAULT_TIMEOUT_S,
 )
-from moetune.units import Ctx, Sizes
-
-if TYPE_CHECKING:
-    from moetune.jobs.bench import Variant
-    from moetune.jobs.measure import BenchRequests
-    from moetune.records.results import BenchResult
-
-
-def _emit(result: BenchResult, as_json: bool, out_file: Path | None, save: bool) -> None:
-    """Print (table and verdict, or JSON), then keep the JSON in the data dir and --out."""
-    from moetune.jobs.bench import require_measured
-    from moetune.jobs.bench_forecast import with_forecast
-    from moetune.report import SCHEMA_VERSION, to_json
-    from moetune.report.payloads import bench_payload
-    from moetune.report.render import BenchView, render
-    from moetune.store.bench import default_result_path, write_result
-
-    if result.results:
-        result = with_forecast(result, schema_version=SCHEMA_VERSION, warn=_warn)
-    render(BenchView(result), as_json)
-    text = to_json(bench_payload(result))
-    paths = [default_result_path(result)] if save else []
-    paths += [out_file] if out_file is not None else []
-    for path in paths:
-        err().print(f"saved {write_result(path, text)}", highlight=False)
-    if save:
-        _keep_points(result, paths[0])
-    require_measured(result)
-
-
-def _keep_points(result: BenchResult, saved: Path) -> None:
-    """Keep the measurements as speed points (a warning when they cannot be kept)."""
-    from moetune.jobs.speed import bench_points, keep_points
-
-    points = bench_points(result, str(saved))
-    if points and keep_points(points, f"bench-{points[0].model.file_name}", _warn) is not None:
-        err().print(f"kept {len(points)} speed points", highlight=False)
-
-
-def _warn(text: str) -> None:
-    err().print(f"warning: {text}", style="yellow", highlight=False)
+from moetune.units import parse_positive_tokens
 
 
 @command(pass_through=True)
@@ -177,19 +135,26 @@ def bench(
     comes first).
     Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
     """
-    from moetune.core.extras import add_extras_flags, parse_extras_flags
-    from moetune.jobs.bench import bench_url, workload_of
+    from moetune.jobs.bench import (
+        BenchChoice,
+        bench_launch,
+        bench_launched,
+        bench_pass_through,
+        bench_url,
+        finish_bench,
+        workload_of,
+    )
     from moetune.jobs.measure import Repeats
+    from moetune.report import SCHEMA_VERSION, to_json
+    from moetune.report.line import warn
+    from moetune.report.payloads import bench_payload
+    from moetune.report.render import BenchView, render
 
     asked = Repeats.asked(repeats, max_repeats, max_spread, max_time)
     workload = workload_of(depths, asked, n_predict, endpoint, image)
-    pass_through = add_extras_flags(
-        pass_through_of(context),
-        mmproj=str(mmproj) if mmproj else None,
-        draft=str(draft) if draft else None,
+    pass_through = bench_pass_through(
+        pass_through_of(context), mmproj=mmproj, draft=draft, image=image, server_url=server_url
     )
-    if image is not None and server_url is None and parse_extras_flags(pass_through).mmproj is None:
-        raise BadValueError("--image needs a projector to encode it: give --mmproj FILE")
     if server_url is not None:
         if model is not None or pass_through:
             raise BadValueError(
@@ -197,94 +162,36 @@ def bench(
             )
         with live_status("measuring...") as live:
             result = bench_url(server_url, workload, name, live=live)
-        _emit(result, as_json, out_file, save)
-        return
-    if model is None:
-        raise BadValueError("give a MODEL to launch, or --server-url of a running server")
-    choice = _Choice(
-        configs=configs,
-        ubatch=ubatch,
-        threads=threads,
-        ctx=ctx,
-        cache_type=cache_type,
-        target=target_vram,
-        force=force,
-        headroom=headroom,
-        overhead=overhead,
-        server=server,
-        rpc=rpc,
-    )
-    _bench_model(model, pass_through, workload, choice, (as_json, out_file, save))
-
-
-class _Choice(NamedTuple):
-    configs: str
-    ubatch: str | None
-    threads: str | None
-    ctx: Ctx | None
-    cache_type: str
-    target: Sizes | None
-    force: bool
-    headroom: Sizes
-    overhead: Sizes | None
-    server: str | None
-    rpc: str | None
-
-
-def _bench_model(
-    model: str,
-    pass_through: tuple[str, ...],
-    workload: BenchRequests,
-    choice: _Choice,
-    emit: tuple[bool, Path | None, bool],
-) -> None:
-    from moetune.jobs.bench import BenchRequest, bench_model, parse_configs
-    from moetune.jobs.launch import prepare_launch
-    from moetune.jobs.models import launch_spec
-    from moetune.records.results import capped_depths
-
-    stop_on_signals()
-    names = tuple(parse_configs(choice.configs))
-    at = _variants(choice, pass_through)
-    if choice.ctx is not None and choice.ctx.tokens is not None:  # before finding llama-server
-        capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
-    facts, spec = launch_spec(
-        model, pass_through, server=choice.server, cache_type=choice.cache_type
-    )
-    with live_status("benchmarking...") as live:
-        spec, setup = prepare_launch(
-            facts,
-            spec,
-            ctx=choice.ctx,
-            target_bytes=choice.target,
-            headroom_bytes=choice.headroom,
-            overhead=choice.overhead,
-            rpc=choice.rpc,
-            warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
-            force=choice.force,
+    else:
+        if model is None:
+            raise BadValueError("give a MODEL to launch, or --server-url of a running server")
+        choice = BenchChoice(
+            configs=configs,
+            ubatch=ubatch,
+            threads=threads,
+            ctx=ctx,
+            cache_type=cache_type,
+            target=target_vram,
+            force=force,
+            headroom=headroom,
+            overhead=overhead,
+            server=server,
+            rpc=rpc,
         )
-        capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)
-        req = BenchRequest(spec=spec, setup=setup, names=names, workload=workload, variants=at)
-        result = bench_model(facts, req, live.message, live=live)
-    _emit(result, *emit)
-
-
-def _variants(choice: _Choice, pass_through: tuple[str, ...]) -> tuple[Variant, ...]:
-    """``--ubatch`` x ``--threads``; each refused beside its llama-server flag after --."""
-    from moetune.core.command import pass_through_value
-    from moetune.jobs.bench import variants
-
-    lists: dict[str, tuple[int, ...]] = {}
-    for option, given, flags in (
-        ("--ubatch", choice.ubatch, ("-ub", "--ubatch-size")),
-        ("--threads", choice.threads, ("-t", "--threads")),
-    ):
-        if given is None:
-            continue
-        if pass_through_value(pass_through, *flags) is not None:
-            raise BadValueError(f"give {option} or {flags[0]} after --, not both")
-        lists[option] = counts_option(option, given)
-    return tuple(variants(lists.get("--ubatch", ()), lists.get("--threads", ())))
+        stop_on_signals()
+        launch = bench_launch(model, pass_through, workload, choice)
+        with live_status("benchmarking...") as live:
+            result = bench_launched(launch, workload, choice, live=live, warn=warn)
+    finish_bench(
+        result,
+        schema_version=SCHEMA_VERSION,
+        show=lambda shown: render(BenchView(shown), as_json),
+        json_text=lambda kept: to_json(bench_payload(kept)),
+        out_file=out_file,
+        save=save,
+        note=lambda text: err().print(text, highlight=False),
+        warn=warn,
+    )
 
 
 @command("report")
@@ -293,21 +200,16 @@ def report_command(
     files: Annotated[list[Path], Argument(help="Saved `moetune bench` JSON file(s).")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Render saved bench results again, with a bar chart of decode tok/s by depth and a
+    """Render saved bench results again, with a chart of decode tok/s against depth and a
     chart of measured against forecast tok/s (the forecast made again from the model file
     and the speed points kept; without the model file, measurements only).
 
     Several files are compared as one (configurations named NAME@FILE where names clash).
     """
-    from moetune.jobs.bench_forecast import with_forecast
-    from moetune.records.results import merge_results
+    from moetune.jobs.bench_forecast import saved_results
     from moetune.report import SCHEMA_VERSION
+    from moetune.report.line import warn
     from moetune.report.render import BenchView, render
-    from moetune.store.bench import load_result
 
-    results = [
-        with_forecast(load_result(path, SCHEMA_VERSION), schema_version=SCHEMA_VERSION, warn=_warn)
-        for path in files
-    ]
-    merged = merge_results(results, [path.stem for path in files])
+    merged = saved_results(files, schema_version=SCHEMA_VERSION, warn=warn)
     render(BenchView(merged, chart=True), as_json)

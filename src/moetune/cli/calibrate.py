@@ -24,15 +24,10 @@ from moetune.cli.options import (
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
-    counts_option,
-    parse_positive_tokens,
 )
 from moetune.errors import BadValueError
 from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
-
-
-def _warn(text: str) -> None:
-    err().print(f"warning: {text}", style="yellow", highlight=False)
+from moetune.units import counts_option, parse_positive_tokens
 
 
 @command()
@@ -106,6 +101,7 @@ def calibrate(
     measuring again replaces those points.
     """
     from moetune.report import SCHEMA_VERSION
+    from moetune.report.line import warn
     from moetune.report.render import CalibrateView, render
 
     if measure is None:
@@ -113,7 +109,7 @@ def calibrate(
             raise BadValueError("give FILE... to import, or --measure MODEL to run llama-bench")
         from moetune.jobs.calibrate import import_files
 
-        result = import_files(files, schema_version=SCHEMA_VERSION, warn=_warn)
+        result = import_files(files, schema_version=SCHEMA_VERSION, warn=warn)
         render(CalibrateView(result), as_json)
         return
     if files:
@@ -149,5 +145,5 @@ def calibrate(
             else:
                 console.print(text, markup=False, highlight=False)
 
-        result = measure_job(req, schema_version=SCHEMA_VERSION, on_event=event, warn=_warn)
+        result = measure_job(req, schema_version=SCHEMA_VERSION, on_event=event, warn=warn)
     render(CalibrateView(result), as_json)

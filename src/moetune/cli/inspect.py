@@ -6,7 +6,7 @@ from typing import Annotated
 
 from moetune.cli.base import Option, command, handle_errors
 from moetune.cli.options import JsonOpt, ModelArg, TimeoutOpt
-from moetune.hub.env import DEFAULT_TIMEOUT_S
+from moetune.jobs.names import DEFAULT_TIMEOUT_S
 
 
 @command()

@@ -1,5 +1,5 @@
 """Options and defaults that several commands share, defined once, with their parsers (a
-function of the text that raises BadValueError: typer's side and the fast path both call it).
+function of the text that raises BadValueError: typer calls it as the option's parser).
 
 Every shared name means one thing wherever it appears:
 - ``--target-vram SIZE``: the peak the device may reach, at most its total (and what is free
@@ -14,9 +14,13 @@ Every shared name means one thing wherever it appears:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
 from moetune.errors import BadValueError
@@ -28,7 +32,6 @@ from moetune.units import (
     parse_rate,
     parse_size,
     parse_sizes,
-    parse_tokens,
     parse_workload,
 )
 
@@ -48,32 +51,6 @@ def parse_sizes_or_zero(text: str) -> Sizes:
 
 def parse_positive_size(text: str) -> int:
     return parse_size(text)
-
-
-def parse_positive_tokens(text: str) -> int:
-    """A token count of at least 1: ``4096`` or ``4k``."""
-    tokens = parse_tokens(text)
-    if tokens < 1:
-        raise BadValueError(f"need at least 1 token, got {text!r}")
-    return tokens
-
-
-def parse_counts(text: str) -> tuple[int, ...]:
-    """``512,2048``: counts of at least 1 (``2k`` = 2048), in the order given, once each."""
-    found: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        found.append(parse_positive_tokens(part))
-    if not found:
-        raise BadValueError(f"need one or more counts, got {text!r}", hint="e.g. 512,2048")
-    return tuple(dict.fromkeys(found))
-
-
-def counts_option(option: str, text: str) -> tuple[int, ...]:
-    """``parse_counts`` of an option's value; its error names the option."""
-    try:
-        return parse_counts(text)
-    except BadValueError as exc:
-        raise BadValueError(f"{option}: {exc.message}", hint=exc.hint) from None
 
 
 def parse_seconds(text: str) -> float:
@@ -102,14 +79,14 @@ def parse_share(text: str) -> float:
 
 def _network_timeout(context: CommandContext, seconds: float) -> float:
     """--timeout holds for the command's network steps, and for nothing after it."""
-    from moetune.hub.env import network_timeout
+    from moetune.jobs.models import network_timeout
 
     context.with_resource(network_timeout(seconds))
     return seconds
 
 
 def parse_cache(text: str) -> str:
-    from moetune.core.kvcache import parse_cache_type
+    from moetune.jobs.values import parse_cache_type
 
     return parse_cache_type(text)
 
@@ -199,7 +176,7 @@ RamOpt = Annotated[
 
 def parse_objective(text: str) -> str:
     """``--objective``: decode, prefill or balanced (core/goal.py)."""
-    from moetune.core.goal import parse_objective as parse
+    from moetune.jobs.values import parse_objective as parse
 
     return parse(text)
 
@@ -299,40 +276,79 @@ PickVramOpt = Annotated[
 ]
 
 
-def pick(
-    command: str,
-    *,
-    ctx: Ctx | None,
-    cache_type: str | None,
-    profile: str | None,
-    target: Sizes | None,
-    rpc: str | None,
-    gpu: str | None,
-    vram: Sizes | None,
-    ram: int | None = None,
-) -> Pick:
-    """What alias and export choose a tuned profile by (as run tunes one: context, cache
-    type, target, device set, name) and plan for when none is tuned."""
-    from moetune.jobs.pick import Pick
-    from moetune.store.tuned import Selectors
+RequireTunedOpt = Annotated[
+    bool,
+    Option("--require-tuned", help="Refuse when no tuned profile matches (no plan)."),
+]
 
-    if ctx is not None and ctx.is_max:
-        raise BadValueError(f"{command} picks the profile tuned at one context: give --ctx N")
-    gpu_name, sizes = None, vram.values if vram else None
-    if gpu is not None:
-        from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
 
-        card = find_hardware_profile(gpu, load_hardware_profiles())
-        gpu_name, sizes = card.name, sizes or (card.vram_bytes,)
-    servers = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else None
-    select = Selectors(
-        name=profile,
-        targets=target.values if target else None,
-        rpc=servers,
-        vram=sizes,
-        gpu_name=gpu_name,
-    )
-    return Pick(ctx, cache_type, select, gpu, vram, target, rpc, ram)
+class PickOptions(NamedTuple):
+    """The options alias and export choose a tuned profile by (as run tunes one: context,
+    cache type, name, target, device set) and whether they may plan instead, declared once:
+    a command takes them as one parameter of this type (``pick_options``), each field an
+    option of its own."""
+
+    ctx: CtxOpt = None
+    cache_type: PickCacheTypeOpt = None
+    profile: ProfileOpt = None
+    target_vram: PickTargetOpt = None
+    rpc: PickRpcOpt = None
+    gpu: PickGpuOpt = None
+    vram: PickVramOpt = None
+    require_tuned: RequireTunedOpt = False
+
+    def pick(self, command: str, ram: int | None = None) -> Pick:
+        """What ``command`` serves: the tuned profile these options choose, else the plan
+        for them (``ram``: the host RAM it plans for)."""
+        from moetune.jobs.pick import pick
+
+        return pick(
+            command,
+            ctx=self.ctx,
+            cache_type=self.cache_type,
+            profile=self.profile,
+            target_vram=self.target_vram,
+            rpc=self.rpc,
+            gpu=self.gpu,
+            vram=self.vram,
+            ram=ram,
+        )
+
+
+PICK_DEFAULTS = PickOptions()  # a command's PickOptions parameter's default: each option's
+
+
+def pick_options(func: Callable[..., None]) -> Callable[..., None]:
+    """``func`` with its ``PickOptions`` parameter given as the options of its fields (in its
+    place, named by the fields): what cli/base.py's parsers read of a command."""
+    signature = inspect.signature(func)
+    hints = typing.get_type_hints(func, include_extras=True)
+    group = next(name for name, hint in hints.items() if hint is PickOptions)
+    fields = typing.get_type_hints(PickOptions, include_extras=True)
+    parameters: list[inspect.Parameter] = []
+    for name, parameter in signature.parameters.items():
+        if name != group:
+            parameters.append(parameter.replace(annotation=hints[name]))
+            continue
+        parameters += [
+            inspect.Parameter(
+                field,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=PickOptions._field_defaults[field],
+                annotation=fields[field],
+            )
+            for field in PickOptions._fields
+        ]
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> None:
+        given = {field: kwargs.pop(field) for field in PickOptions._fields if field in kwargs}
+        func(*args, **kwargs, **{group: PickOptions(**given)})
+
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+    command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    del command.__wrapped__  # the signature is this one, not func's
+    return command
 
 
 ForceOpt = Annotated[

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from moetune.cli.base import CommandContext, Option, command, err, handle_errors
+from moetune.cli.base import CommandContext, Option, command, handle_errors
 from moetune.cli.options import (
     CacheTypeOpt,
     CtxOpt,
@@ -28,9 +28,8 @@ from moetune.cli.options import (
     WorkloadOpt,
     pass_through_of,
 )
-from moetune.errors import BadValueError, DoesNotFitError
-from moetune.hub.env import DEFAULT_TIMEOUT_S
-from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
+from moetune.errors import DoesNotFitError
+from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM, DEFAULT_TIMEOUT_S
 
 
 @command(pass_through=True)
@@ -100,77 +99,45 @@ def plan(
     Several devices (--vram 24G,12G, --rpc HOST:PORT, or several GPUs): the -ts split too.
     Arguments after -- go into the command; the projector's and the draft's are counted.
     """
-    from moetune.core.command import check_pass_through
-    from moetune.core.extras import add_extras_flags
-    from moetune.core.goal import goal_of
-    from moetune.core.plan import check_targets
-    from moetune.hub import ModelName, parse_model_arg
-    from moetune.jobs.devices import host_ram, plan_devices
-    from moetune.jobs.models import open_model
-    from moetune.jobs.plan import (
-        PlanInputs,
-        machine_figures,
-        plan_frontier,
-        plan_model,
-        plan_repo,
-    )
-    from moetune.jobs.speed_from import points_for
+    from moetune.jobs.plan import RepoPlan, plan_command
     from moetune.report import SCHEMA_VERSION
+    from moetune.report.line import warn
     from moetune.report.render import PlanView, QuantsView, render
-    from moetune.units import per_device
 
-    pass_through = add_extras_flags(
-        pass_through_of(context),
-        mmproj=str(mmproj) if mmproj else None,
-        draft=str(draft) if draft else None,
-    )
-    check_pass_through(pass_through)
-    goal = goal_of(objective, workload)
-    wants_frontier = show_frontier or objective is not None or workload is not None
-    arg = parse_model_arg(model)
-    repo = isinstance(arg, ModelName) and arg.quant is None  # plan user/model: every quant
-    if repo and speed_from is not None:
-        raise BadValueError(
-            "--speed-from calibrates one model's forecast", hint=f"name a quant: {model}:Q4_K_M"
-        )
-    # the model first: its own errors (a missing file: FILE_NOT_FOUND) before any GPU detection
-    chosen = None if repo else open_model(model)
-    found = plan_devices(
-        vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu, overhead=overhead, server=server
-    )
-    n = len(found.devices)
-    targets = tuple(per_device(target_vram, n, "--target-vram") or ())
-    if not force:
-        check_targets(found.devices, targets)
-    inputs = PlanInputs(
-        found=found,
-        pass_through=pass_through,
+    planned = plan_command(
+        model,
+        pass_through=pass_through_of(context),
+        mmproj=mmproj,
+        draft=draft,
+        vram=vram,
+        gpu=gpu,
+        rpc=rpc,
+        gpu_index=gpu_index,
+        overhead=overhead,
+        server=server,
+        ram=ram,
         ctx=ctx,
         cache_type=cache_type,
+        targets=target_vram,
+        force=force,
+        headroom=headroom,
         ubatch=ubatch,
         parallel=parallel,
         n_cpu_moe=n_cpu_moe,
-        targets=targets,
-        headrooms=tuple(per_device(headroom, n, "--headroom") or headroom),
-        ram=host_ram(ram),
-        figures=machine_figures(n, gpu, ram_bandwidth),
-    )
-    if chosen is None:
-        assert isinstance(arg, ModelName)
-        quants = plan_repo(arg, inputs)
-        render(QuantsView(quants, found.source), as_json)
-        if quants.best is None:
-            raise DoesNotFitError(f"no quant of {arg.repo} fits: {quants.reason}")
-        return
-    points = points_for(
-        str(chosen.path) if chosen.path else (chosen.hf_files or (model,))[0],
+        verify=verify,
+        ram_bandwidth=ram_bandwidth,
+        objective=objective,
+        workload=workload,
+        frontier=show_frontier,
         speed_from=speed_from,
         schema_version=SCHEMA_VERSION,
-        warn=lambda text: err().print(f"warning: {text}", style="yellow", highlight=False),
+        warn=warn,
     )
-    inputs = inputs._replace(speed_points=tuple(points))
-    result = plan_model(chosen, inputs, verify=verify, server=server)
-    speeds = plan_frontier(chosen, inputs, result, goal) if wants_frontier else None
-    render(PlanView(result, chosen.facts, found.source, speeds), as_json)
-    if not result.fits:  # the document is out; the exit code and one line on stderr say it
-        raise DoesNotFitError(f"does not fit: {result.reason}")
+    if isinstance(planned, RepoPlan):
+        render(QuantsView(planned.quants, planned.source), as_json)
+        if planned.quants.best is None:
+            raise DoesNotFitError(f"no quant of {planned.repo} fits: {planned.quants.reason}")
+        return
+    render(PlanView(planned.result, planned.facts, planned.source, planned.speeds), as_json)
+    if not planned.result.fits:  # the document is out; the exit code and one line on stderr say it
+        raise DoesNotFitError(f"does not fit: {planned.result.reason}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from moetune.cli.base import (
@@ -34,17 +33,17 @@ from moetune.cli.options import (
     TargetVramOpt,
     TimeoutOpt,
     WorkloadOpt,
-    parse_positive_tokens,
     pass_through_of,
 )
-from moetune.hub.env import DEFAULT_TIMEOUT_S
 from moetune.jobs.names import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
     DEFAULT_MAX_SPREAD,
     DEFAULT_MAX_TIME_S,
     DEFAULT_REPEATS,
+    DEFAULT_TIMEOUT_S,
 )
+from moetune.units import parse_positive_tokens
 
 
 @command(pass_through=True)
@@ -95,27 +94,21 @@ def run(
     Each launch that fits times requests of a 64-token prompt generating 64 tokens, as
     `bench --endpoint completion --depths 64 --n-predict 64` does (median, min-max).
     """
-    from moetune.core.extras import absolute_files, add_extras_flags
-    from moetune.core.goal import goal_of
     from moetune.jobs.launch import prepare_launch
     from moetune.jobs.measure import Repeats
-    from moetune.jobs.models import launch_spec
+    from moetune.jobs.models import launch_spec, with_companions
     from moetune.jobs.run import Fill, Progress, describe, keep_serving, tune_with_profiles
     from moetune.jobs.speed import keeper
+    from moetune.jobs.values import goal_of
+    from moetune.report.line import warn
     from moetune.report.render import RunView, render
-    from moetune.store.tuned import ProfileStore
 
     asked = Repeats.asked(repeats, max_repeats, max_spread, max_time)
     stop_on_signals()
-    # absolute: the saved command and the aliases made from it run from any folder
-    pass_through = absolute_files(
-        add_extras_flags(pass_through_of(context), mmproj=_opt(mmproj), draft=_opt(draft))
+    pass_through = with_companions(
+        pass_through_of(context), mmproj=mmproj, draft=draft, absolute=True
     )
     facts, spec = launch_spec(model, pass_through, server=server, cache_type=cache_type, port=port)
-
-    def warn(text: str) -> None:
-        err().print(f"warning: {text}", style="yellow", highlight=False)
-
     with live_status("tuning...") as live:
         spec, setup = prepare_launch(
             facts,
@@ -139,7 +132,6 @@ def run(
             facts,
             spec,
             setup,
-            store=ProfileStore(),
             retune=retune,
             save=save,
             fill=Fill(tokens=fill, repeats=asked),
@@ -158,7 +150,3 @@ def run(
             on_ready=err().print,
             on_stop=err().print,
         )
-
-
-def _opt(path: Path | None) -> str | None:
-    return str(path) if path is not None else None

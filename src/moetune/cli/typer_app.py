@@ -1,7 +1,6 @@
-"""The typer app: moetune's commands as typer builds them from the registry (cli/base.py),
-for everything the fast path (cli/fast.py) leaves to it: the help, usage errors with their
-did-you-mean, values typer coerces itself. ``register`` adds to ``app`` what the command
-modules imported so far declared.
+"""The typer app: moetune's commands and groups as the command modules declared them
+(cli/base.py's registry), with the help and usage errors moetune shows. ``register`` adds to
+``app`` what the command modules imported so far declared.
 """
 
 from __future__ import annotations
@@ -10,7 +9,9 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from pathlib import Path
+from types import NoneType, UnionType
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -18,26 +19,18 @@ from typer.core import TyperCommand, TyperGroup
 from moetune.cli.base import (
     PASS_THROUGH,
     REGISTRY,
-    CommandContext,
-    Flag,
+    BadValueParameter,
     State,
     error_document,
     fail,
-    say_error,
     version_line,
 )
-from moetune.cli.coercion import plain_coercion
 from moetune.cli.helpfmt import whole_short_help, write_commands
-from moetune.errors import BadValueError, ExitCode
-
-T = TypeVar("T")
+from moetune.errors import ExitCode
 
 
 class Group(TyperGroup):
-    """moetune's command group: its options (--debug, --version, --help) coerced plainly."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return plain_coercion(super().get_params(ctx))
+    """moetune's command group: each command's whole first paragraph in its help."""
 
     def get_short_help_str(self, limit: int = 45) -> str:
         return whole_short_help(self)
@@ -79,43 +72,28 @@ ClickError: type[Exception] = next(
 )
 
 
-class BadValueParameter(typer.BadParameter):
-    """A malformed option value: one line and BAD_VALUE, like any moetune error."""
-
-    exit_code = int(ExitCode.BAD_VALUE)
-
-    def __init__(self, error: BadValueError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-    def format_message(self) -> str:
-        name = self.param.opts[0] if self.param is not None and self.param.opts else None
-        return f"{name}: {self.error.message}" if name else self.error.message
-
-    def show(self, file: Any = None) -> None:
-        say_error(self.format_message(), self.error.hint, ExitCode.BAD_VALUE)
-
-
-def parser(parse: Callable[[str], T]) -> Callable[[str], T]:
-    """A typer parser: ``parse``, its BadValueError shown as moetune shows errors."""
-
-    def wrapped(value: str) -> T:
-        if not isinstance(value, str):  # a default given as the value itself, parsed already
-            return value
-        try:
-            return parse(value)
-        except BadValueError as exc:
-            raise BadValueParameter(exc) from None
-
-    wrapped.__name__ = parse.__name__
-    return wrapped
-
-
 # --- how commands parse and show their options ----------------------------------------------
 
 
 def _value_name(param: Any) -> str:
     return str(param.metavar or param.name.upper())
+
+
+# the value name of an option declared without one, by its type
+_METAVARS: dict[Any, str] = {int: "N", float: "NUMBER", str: "TEXT", Path: "PATH"}
+
+
+def declared_types(callback: Callable[..., Any] | None) -> dict[str, Any]:
+    """Each parameter's type as the command's function declares it (``X`` of ``X | None``)."""
+    if callback is None:
+        return {}
+    found: dict[str, Any] = {}
+    for name, hint in typing.get_type_hints(inspect.unwrap(callback)).items():
+        found[name] = hint
+        if isinstance(hint, UnionType) or typing.get_origin(hint) is typing.Union:
+            others = [a for a in typing.get_args(hint) if a is not NoneType]
+            found[name] = others[0] if len(others) == 1 else hint
+    return found
 
 
 class Command(TyperCommand):
@@ -127,16 +105,13 @@ class Command(TyperCommand):
     def get_short_help_str(self, limit: int = 45) -> str:
         return whole_short_help(self)
 
-    def get_params(self, ctx: Any) -> list[Any]:
-        return plain_coercion(super().get_params(ctx))
-
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """The options, and the arguments after ``--``. A value refused here is reported as
         the command's own errors are: with ``--json``, its document on stdout too."""
         given = args[: args.index("--")] if "--" in args else args
         as_json = "--json" in given and any(p.name == "as_json" for p in self.params)
         try:
-            return self._parse_args(ctx, args)
+            return self.parse_options(ctx, args)
         except ClickError as exc:
             if as_json and not ctx.resilient_parsing:
                 _usage_document(exc)
@@ -146,7 +121,8 @@ class Command(TyperCommand):
         except (Exception, KeyboardInterrupt) as exc:
             raise fail(exc, as_json) from None
 
-    def _parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+    def parse_options(self, ctx: Any, args: list[str]) -> list[str]:
+        """Click's parse of the arguments before ``--``; those after it in ``ctx.meta``."""
         rest: tuple[str, ...] = ()
         if "--" in args:
             index = args.index("--")
@@ -171,13 +147,14 @@ class Command(TyperCommand):
     def format_options(self, ctx: Any, formatter: Any) -> None:
         args: list[tuple[str, str]] = []
         opts: list[tuple[str, str]] = []
+        types = declared_types(self.callback)
         for param in self.get_params(ctx):
             if param.param_type_name == "argument":
                 required = "  [required]" if param.required else ""
                 args.append((_value_name(param), str(getattr(param, "help", "") or "") + required))
                 continue
             if not getattr(param, "is_flag", False) and param.metavar is None:
-                param.metavar = _METAVARS.get(getattr(param, "bare_type", str)(), "TEXT")
+                param.metavar = _METAVARS.get(types.get(str(param.name)), "TEXT")
             if (record := param.get_help_record(ctx)) is not None:
                 opts.append(record)
         for title, rows in (("Arguments", args), ("Options", opts)):
@@ -192,9 +169,6 @@ def _usage_document(exc: Any) -> None:
     code = ExitCode(exc.exit_code) if exc.exit_code in codes else ExitCode.USAGE
     hint = exc.error.hint if isinstance(exc, BadValueParameter) else None
     error_document(code, exc.format_message(), hint)
-
-
-_METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT", "path": "PATH", "Path": "PATH"}
 
 
 class PassThroughCommand(Command):
@@ -219,53 +193,6 @@ def register() -> typer.Typer:
             continue
         target = _groups[spec.group] if spec.group else app
         cls = PassThroughCommand if spec.pass_through else Command
-        target.command(spec.name, cls=cls)(typer_form(spec.func))
+        target.command(spec.name, cls=cls)(spec.func)
     _registered[0] = len(REGISTRY)
     return app
-
-
-def typer_form(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``func`` as typer reads a command: its Flags as typer's Option and Argument, its
-    CommandContext as typer's Context."""
-    hints = typing.get_type_hints(func, include_extras=True)
-    signature = inspect.signature(func)
-    annotations = {name: _typer_hint(hint) for name, hint in hints.items()}
-    parameters = [p.replace(annotation=annotations[p.name]) for p in signature.parameters.values()]
-
-    def command(*args: Any, **kwargs: Any) -> Any:
-        return func(*args, **kwargs)
-
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(command, name, getattr(func, name))
-    command.__annotations__ = annotations
-    command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-    return command
-
-
-def _typer_hint(hint: Any) -> Any:
-    if hint is CommandContext:
-        return typer.Context
-    if typing.get_origin(hint) is not Annotated:
-        return hint
-    meta = tuple(_typer_info(m) if isinstance(m, Flag) else m for m in hint.__metadata__)
-    params = (hint.__origin__, *meta)
-    return Annotated[params]
-
-
-def _typer_info(flag: Flag) -> Any:
-    settings = dict(flag.settings)
-    if "parser" in settings:
-        settings["parser"] = parser(settings["parser"])
-    if "callback" in settings:
-        settings["callback"] = _typer_callback(settings["callback"])
-    make = typer.Option if flag.kind == "option" else typer.Argument
-    return make(*flag.decls, **settings)
-
-
-def _typer_callback(callback: Callable[[CommandContext, Any], Any]) -> Callable[..., Any]:
-    """An option's callback as typer calls it (typer finds the context by its type)."""
-
-    def called(context: typer.Context, value: Any) -> Any:
-        return callback(context, value)
-
-    return called

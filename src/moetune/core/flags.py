@@ -42,6 +42,9 @@ class ServerFlag(NamedTuple):
     role: FlagRole = FlagRole.PASS
     fit: bool = True  # llama-fit-params takes it too (False: llama-server's own)
     file: bool = False  # its value is a file of the projector or the draft
+    # the key a router preset names it by (jobs/export.py: one of its names without dashes,
+    # the long one moetune writes); None: a preset key as the argv spells it
+    preset: str | None = None
 
     @property
     def n_values(self) -> int:
@@ -54,7 +57,7 @@ FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag(("--version",)),
     ServerFlag(("-cl", "--cache-list")),
     ServerFlag(("--completion-bash",)),
-    ServerFlag(("-t", "--threads"), "N"),
+    ServerFlag(("-t", "--threads"), "N", preset="threads"),
     ServerFlag(("-tb", "--threads-batch"), "N"),
     ServerFlag(("-C", "--cpu-mask"), "M"),
     ServerFlag(("-Cr", "--cpu-range"), "lo-hi"),
@@ -68,11 +71,11 @@ FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag(("--poll-batch",), "<0|1>"),
     ServerFlag(("-lcs", "--lookup-cache-static"), "FNAME", fit=False),
     ServerFlag(("-lcd", "--lookup-cache-dynamic"), "FNAME", fit=False),
-    ServerFlag(("-c", "--ctx-size"), "N", role=FlagRole.PLACEMENT),
+    ServerFlag(("-c", "--ctx-size"), "N", role=FlagRole.PLACEMENT, preset="ctx-size"),
     ServerFlag(("--kv-unified-per-slot",), "N", fit=False),
     ServerFlag(("-n", "--predict", "--n-predict"), "N"),
-    ServerFlag(("-b", "--batch-size"), "N"),
-    ServerFlag(("-ub", "--ubatch-size"), "N"),
+    ServerFlag(("-b", "--batch-size"), "N", preset="batch-size"),
+    ServerFlag(("-ub", "--ubatch-size"), "N", preset="ubatch-size"),
     ServerFlag(("--keep",), "N"),
     ServerFlag(("--swa-full",)),
     ServerFlag(("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"), "N", fit=False),
@@ -81,7 +84,9 @@ FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag(("-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"), fit=False),
     ServerFlag(("--cache-idle-slots", "--no-cache-idle-slots"), fit=False),
     ServerFlag(("--context-shift", "--no-context-shift"), fit=False),
-    ServerFlag(("-fa", "--flash-attn"), "[on|off|auto]", role=FlagRole.PLACEMENT),
+    ServerFlag(
+        ("-fa", "--flash-attn"), "[on|off|auto]", role=FlagRole.PLACEMENT, preset="flash-attn"
+    ),
     ServerFlag(("--perf", "--no-perf")),
     ServerFlag(("-e", "--escape", "--no-escape")),
     ServerFlag(("-r", "--reverse-prompt"), "PROMPT", fit=False),
@@ -135,18 +140,26 @@ FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag(("-kvo", "--kv-offload", "-nkvo", "--no-kv-offload")),
     ServerFlag(("--repack", "-nr", "--no-repack")),
     ServerFlag(("--no-host",)),
-    ServerFlag(("-ctk", "--cache-type-k"), "TYPE", role=FlagRole.PLACEMENT),
-    ServerFlag(("-ctv", "--cache-type-v"), "TYPE", role=FlagRole.PLACEMENT),
+    ServerFlag(("-ctk", "--cache-type-k"), "TYPE", role=FlagRole.PLACEMENT, preset="cache-type-k"),
+    ServerFlag(("-ctv", "--cache-type-v"), "TYPE", role=FlagRole.PLACEMENT, preset="cache-type-v"),
     ServerFlag(("-dt", "--defrag-thold"), "N"),
-    ServerFlag(("-np", "--parallel"), "N", role=FlagRole.PLACEMENT),
+    ServerFlag(("-np", "--parallel"), "N", role=FlagRole.PLACEMENT, preset="parallel"),
     ServerFlag(("-cb", "--cont-batching", "-nocb", "--no-cont-batching"), fit=False),
-    ServerFlag(("-mm", "--mmproj"), "FILE", role=FlagRole.PROJECTOR, fit=False, file=True),
+    ServerFlag(
+        ("-mm", "--mmproj"), "FILE", role=FlagRole.PROJECTOR, fit=False, file=True, preset="mmproj"
+    ),
     ServerFlag(("-mmu", "--mmproj-url"), "URL", role=FlagRole.PROJECTOR, fit=False),
     ServerFlag(
         ("--mmproj-auto", "--no-mmproj", "--no-mmproj-auto"), role=FlagRole.PROJECTOR, fit=False
     ),
     ServerFlag(("--mmproj-offload", "--no-mmproj-offload"), role=FlagRole.PROJECTOR, fit=False),
-    ServerFlag(("-mmdev", "--mmproj-device"), "DEVICE", role=FlagRole.PROJECTOR, fit=False),
+    ServerFlag(
+        ("-mmdev", "--mmproj-device"),
+        "DEVICE",
+        role=FlagRole.PROJECTOR,
+        fit=False,
+        preset="mmproj-device",
+    ),
     ServerFlag(("--image-min-tokens",), "N", role=FlagRole.PROJECTOR, fit=False),
     ServerFlag(("--image-max-tokens",), "N", role=FlagRole.PROJECTOR, fit=False),
     ServerFlag(("--mtmd-batch-max-tokens",), "N", role=FlagRole.PROJECTOR, fit=False),
@@ -154,24 +167,32 @@ FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag(("--video-timestamp-interval",), "N", role=FlagRole.PROJECTOR, fit=False),
     ServerFlag(("--video-ffmpeg-dir",), "DIR", role=FlagRole.PROJECTOR, fit=False),
     ServerFlag(("--rpc",), "SERVERS", role=FlagRole.DEVICE),
-    ServerFlag(("-lm", "--load-mode"), "MODE"),
+    ServerFlag(("-lm", "--load-mode"), "MODE", preset="load-mode"),
     ServerFlag(("-lzm", "--lazy-mode"), "MODE"),
     ServerFlag(("--numa",), "TYPE"),
-    ServerFlag(("-dev", "--device"), "<dev1,dev2,..>", role=FlagRole.DEVICE),
+    ServerFlag(("-dev", "--device"), "<dev1,dev2,..>", role=FlagRole.DEVICE, preset="device"),
     ServerFlag(("--list-devices",)),
     ServerFlag(
         ("-ot", "--override-tensor"),
         "<tensor name pattern>=<buffer type>,...",
         role=FlagRole.PLACEMENT,
+        preset="override-tensor",
     ),
-    ServerFlag(("-cmoe", "--cpu-moe"), role=FlagRole.PLACEMENT),
-    ServerFlag(("-ncmoe", "--n-cpu-moe"), "N", role=FlagRole.PLACEMENT),
+    ServerFlag(("-cmoe", "--cpu-moe"), role=FlagRole.PLACEMENT, preset="cpu-moe"),
+    ServerFlag(("-ncmoe", "--n-cpu-moe"), "N", role=FlagRole.PLACEMENT, preset="n-cpu-moe"),
     ServerFlag(("-ncffn", "--n-cpu-ffn"), "N"),
-    ServerFlag(("-ngl", "--gpu-layers", "--n-gpu-layers"), "N", role=FlagRole.PLACEMENT),
-    ServerFlag(("-sm", "--split-mode"), "{none,layer,row,tensor}"),
-    ServerFlag(("-ts", "--tensor-split"), "N0,N1,N2,...", role=FlagRole.PLACEMENT),
-    ServerFlag(("-mg", "--main-gpu"), "INDEX", role=FlagRole.DEVICE),
-    ServerFlag(("-fit", "--fit"), "[on|off]", role=FlagRole.PLACEMENT),
+    ServerFlag(
+        ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+        "N",
+        role=FlagRole.PLACEMENT,
+        preset="n-gpu-layers",
+    ),
+    ServerFlag(("-sm", "--split-mode"), "{none,layer,row,tensor}", preset="split-mode"),
+    ServerFlag(
+        ("-ts", "--tensor-split"), "N0,N1,N2,...", role=FlagRole.PLACEMENT, preset="tensor-split"
+    ),
+    ServerFlag(("-mg", "--main-gpu"), "INDEX", role=FlagRole.DEVICE, preset="main-gpu"),
+    ServerFlag(("-fit", "--fit"), "[on|off]", role=FlagRole.PLACEMENT, preset="fit"),
     ServerFlag(("-fitt", "--fit-target"), "MiB0,MiB1,MiB2,..."),
     ServerFlag(("-fitc", "--fit-ctx"), "N"),
     ServerFlag(("--check-tensors",)),
@@ -184,10 +205,15 @@ FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag(("--control-vector-layer-range",), "START", "END"),
     ServerFlag(("-a", "--alias"), "STRING", fit=False),
     ServerFlag(("--tags",), "STRING", fit=False),
-    ServerFlag(("-m", "--model"), "FNAME", role=FlagRole.PLACEMENT),
-    ServerFlag(("-mu", "--model-url"), "MODEL_URL", role=FlagRole.MODEL),
+    ServerFlag(("-m", "--model"), "FNAME", role=FlagRole.PLACEMENT, preset="model"),
+    ServerFlag(("-mu", "--model-url"), "MODEL_URL", role=FlagRole.MODEL, preset="model-url"),
     ServerFlag(("-dr", "--docker-repo"), "[<repo>/]<model>[:quant]"),
-    ServerFlag(("-hf", "-hfr", "--hf-repo"), "<user>/<model>[:quant]", role=FlagRole.MODEL),
+    ServerFlag(
+        ("-hf", "-hfr", "--hf-repo"),
+        "<user>/<model>[:quant]",
+        role=FlagRole.MODEL,
+        preset="hf-repo",
+    ),
     ServerFlag(("-hff", "--hf-file"), "FILE"),
     ServerFlag(("-hft", "--hf-token"), "TOKEN"),
     ServerFlag(("--embd-normalize",), "N", fit=False),
@@ -311,25 +337,36 @@ FLAGS: tuple[ServerFlag, ...] = (
         fit=False,
     ),
     ServerFlag(
-        ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"), "TYPE", role=FlagRole.DRAFT
+        ("--spec-draft-type-k", "-ctkd", "--cache-type-k-draft"),
+        "TYPE",
+        role=FlagRole.DRAFT,
+        preset="spec-draft-type-k",
     ),
     ServerFlag(
-        ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"), "TYPE", role=FlagRole.DRAFT
+        ("--spec-draft-type-v", "-ctvd", "--cache-type-v-draft"),
+        "TYPE",
+        role=FlagRole.DRAFT,
+        preset="spec-draft-type-v",
     ),
     ServerFlag(
         ("--spec-draft-override-tensor", "-otd", "--override-tensor-draft"),
         "<tensor name pattern>=<buffer type>,...",
         role=FlagRole.DRAFT,
         fit=False,
+        preset="spec-draft-override-tensor",
     ),
     ServerFlag(
-        ("--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft"), role=FlagRole.DRAFT, fit=False
+        ("--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft"),
+        role=FlagRole.DRAFT,
+        fit=False,
+        preset="spec-draft-cpu-moe",
     ),
     ServerFlag(
         ("--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "-ncmoed", "--n-cpu-moe-draft"),
         "N",
         role=FlagRole.DRAFT,
         fit=False,
+        preset="spec-draft-n-cpu-moe",
     ),
     ServerFlag(("--spec-draft-n-max",), "N", role=FlagRole.DRAFT, fit=False),
     ServerFlag(("--spec-draft-n-min",), "N", role=FlagRole.DRAFT, fit=False),
@@ -350,12 +387,14 @@ FLAGS: tuple[ServerFlag, ...] = (
         "<dev1,dev2,..>",
         role=FlagRole.DRAFT,
         fit=False,
+        preset="spec-draft-device",
     ),
     ServerFlag(
         ("--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"),
         "N",
         role=FlagRole.DRAFT,
         fit=False,
+        preset="spec-draft-ngl",
     ),
     ServerFlag(
         ("--spec-draft-model", "-md", "--model-draft"),
@@ -363,6 +402,7 @@ FLAGS: tuple[ServerFlag, ...] = (
         role=FlagRole.DRAFT,
         fit=False,
         file=True,
+        preset="model-draft",
     ),
     ServerFlag(
         ("--spec-type",),

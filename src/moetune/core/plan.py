@@ -12,7 +12,7 @@ from dataclasses import field, replace
 from typing import ClassVar
 
 from moetune.core.calibrate import Measured, SpeedFit, fit_of, fitted_forecast
-from moetune.core.command import args_for, server_argv
+from moetune.core.command import args_for, buft_notes, server_argv
 from moetune.core.devices import DeviceSpec
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
@@ -170,6 +170,9 @@ class PlacementResult:
     fits: bool  # on the GPU, within the budget (several devices: each within its own)
     tensor_split: list[float] = field(default_factory=list)  # -ts (several devices)
     placement: Placement = field(metadata=HIDDEN)  # what the command says, for llama.cpp
+    # what the command's -ot rules name differently from llama.cpp's devices (buft_notes):
+    # printed under it, not in the JSON
+    notes: list[str] = field(default_factory=list, metadata=HIDDEN)
 
 
 @record(kw_only=True)
@@ -231,6 +234,7 @@ def placement_result(
         model_flag=req.model_flag,
     )
     ngl = placement.n_gpu_layers
+    command = server_argv(args)
     return PlacementResult(
         n_cpu_moe=placement.n_cpu_moe,
         override_tensor=[]
@@ -239,7 +243,8 @@ def placement_result(
         n_gpu_layers=SERVER_ALL_LAYERS if ngl >= ALL_LAYERS else ngl,
         n_ctx=settings.n_ctx,
         memory=plan.memory,
-        command=server_argv(args),
+        command=command,
+        notes=buft_notes(command),
         moved_layers=list(plan.moved_layers),
         partial_layer=plan.partial_layer,
         partial_parts=list(plan.partial_parts),

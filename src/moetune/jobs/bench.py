@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Literal, NamedTuple, TypedDict
 
 from moetune import __version__
 from moetune.core.facts import ModelFacts
@@ -36,14 +36,21 @@ from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths
 from moetune.jobs.names import CONFIG_NAMES, ENDPOINTS
 from moetune.jobs.speed import machine_of
-from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
+from moetune.jobs.status import NO_STATUS, LiveStatus, StatusSink, probe_reader, sampling
 from moetune.llamacpp.client import ServerClient
 from moetune.llamacpp.log import parse_fit_log
 from moetune.llamacpp.memprobe import MemoryProbe
 from moetune.llamacpp.process import RunningServer
 from moetune.record import record
-from moetune.records.results import BenchResult, ConfigRun, DepthResult, Sample, verdicts
-from moetune.units import format_bytes, parse_tokens
+from moetune.records.results import (
+    BenchResult,
+    ConfigRun,
+    DepthResult,
+    Sample,
+    capped_depths,
+    verdicts,
+)
+from moetune.units import Ctx, Sizes, counts_option, format_bytes, parse_tokens
 
 Event = Callable[[str], None]
 
@@ -565,3 +572,163 @@ def require_measured(result: BenchResult) -> None:
         f"nothing was measured: {first.name}: {first.message or 'failed'}",
         hint=f"full log: {first.log_path}" if first.log_path else None,
     )
+
+
+# --- the command's steps ------------------------------------------------------------------------
+
+
+def bench_pass_through(
+    pass_through: tuple[str, ...],
+    *,
+    mmproj: Path | None,
+    draft: Path | None,
+    image: Path | None,
+    server_url: str | None,
+) -> tuple[str, ...]:
+    """The arguments after ``--`` with ``--mmproj`` and ``--draft`` among them; an ``--image``
+    launched without a projector to encode it is refused."""
+    from moetune.core.extras import parse_extras_flags
+    from moetune.jobs.models import with_companions
+
+    pass_through = with_companions(pass_through, mmproj=mmproj, draft=draft)
+    if image is not None and server_url is None and parse_extras_flags(pass_through).mmproj is None:
+        raise BadValueError("--image needs a projector to encode it: give --mmproj FILE")
+    return pass_through
+
+
+class BenchChoice(NamedTuple):
+    """What ``moetune bench MODEL`` launches: the configurations, each at each ``--ubatch`` and
+    ``--threads``, the context and cache type, the budget and the devices."""
+
+    configs: str
+    ubatch: str | None
+    threads: str | None
+    ctx: Ctx | None
+    cache_type: str
+    target: Sizes | None
+    force: bool
+    headroom: Sizes
+    overhead: Sizes | None
+    server: str | None
+    rpc: str | None
+
+
+class BenchLaunch(NamedTuple):
+    """The model opened and checked, its launch spec, and the configurations asked for."""
+
+    facts: ModelFacts
+    spec: LaunchSpec
+    names: tuple[str, ...]
+    variants: tuple[Variant, ...]
+
+
+def bench_launch(
+    model: str, pass_through: tuple[str, ...], workload: BenchRequests, choice: BenchChoice
+) -> BenchLaunch:
+    """Everything said before a device is set up: the configurations and the variants, the
+    depths against ``--ctx``, then the model and llama-server."""
+    from moetune.jobs.models import launch_spec
+
+    names = tuple(parse_configs(choice.configs))
+    at = _variants(choice, pass_through)
+    if choice.ctx is not None and choice.ctx.tokens is not None:  # before finding llama-server
+        capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
+    facts, spec = launch_spec(
+        model, pass_through, server=choice.server, cache_type=choice.cache_type
+    )
+    return BenchLaunch(facts, spec, names, at)
+
+
+def bench_launched(
+    launch: BenchLaunch,
+    workload: BenchRequests,
+    choice: BenchChoice,
+    *,
+    live: LiveStatus,
+    warn: Callable[[str], None],
+) -> BenchResult:
+    """The devices set up for ``launch`` (its context resolved), then each configuration
+    launched and measured (told to ``live``)."""
+    from moetune.jobs.launch import prepare_launch
+
+    spec, setup = prepare_launch(
+        launch.facts,
+        launch.spec,
+        ctx=choice.ctx,
+        target_bytes=choice.target,
+        headroom_bytes=choice.headroom,
+        overhead=choice.overhead,
+        rpc=choice.rpc,
+        warn=warn,
+        force=choice.force,
+    )
+    capped_depths(workload.depths, spec.settings.n_ctx, workload.n_predict, 1)
+    req = BenchRequest(
+        spec=spec, setup=setup, names=launch.names, workload=workload, variants=launch.variants
+    )
+    return bench_model(launch.facts, req, live.message, live=live)
+
+
+def _variants(choice: BenchChoice, pass_through: tuple[str, ...]) -> tuple[Variant, ...]:
+    """``--ubatch`` x ``--threads``; each refused beside its llama-server flag after --."""
+    from moetune.core.command import pass_through_value
+
+    lists: dict[str, tuple[int, ...]] = {}
+    for option, given, flags in (
+        ("--ubatch", choice.ubatch, ("-ub", "--ubatch-size")),
+        ("--threads", choice.threads, ("-t", "--threads")),
+    ):
+        if given is None:
+            continue
+        if pass_through_value(pass_through, *flags) is not None:
+            raise BadValueError(f"give {option} or {flags[0]} after --, not both")
+        lists[option] = counts_option(option, given)
+    return tuple(variants(lists.get("--ubatch", ()), lists.get("--threads", ())))
+
+
+def keep_result(
+    result: BenchResult,
+    text: str,
+    out_file: Path | None,
+    *,
+    save: bool,
+    note: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> None:
+    """Write ``result``'s JSON ``text`` under the data dir (``save``) and to ``out_file``, each
+    said through ``note``; with ``save``, its measurements kept as speed points (a warning
+    when they cannot be)."""
+    from moetune.jobs.speed import bench_points, keep_points
+    from moetune.store.bench import default_result_path, write_result
+
+    paths = [default_result_path(result)] if save else []
+    paths += [out_file] if out_file is not None else []
+    for path in paths:
+        note(f"saved {write_result(path, text)}")
+    if not save:
+        return
+    points = bench_points(result, str(paths[0]))
+    if points and keep_points(points, f"bench-{points[0].model.file_name}", warn) is not None:
+        note(f"kept {len(points)} speed points")
+
+
+def finish_bench(
+    result: BenchResult,
+    *,
+    schema_version: int,
+    show: Callable[[BenchResult], None],
+    json_text: Callable[[BenchResult], str],
+    out_file: Path | None,
+    save: bool,
+    note: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> None:
+    """``result`` with its forecast beside each row, shown; its JSON kept (keep_result); then
+    an error where nothing was measured (require_measured)."""
+    from moetune.jobs.bench_forecast import with_forecast
+
+    if result.results:
+        result = with_forecast(result, schema_version=schema_version, warn=warn)
+    show(result)
+    keep_result(result, json_text(result), out_file, save=save, note=note, warn=warn)
+    require_measured(result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from moetune.core.backends import kind_of
@@ -225,3 +226,18 @@ def with_forecast(
         points_for(model, speed_from=None, schema_version=schema_version, warn=warn) if here else []
     )
     return result.model_copy(update={"forecast": bench_forecast(result, facts, kept)})
+
+
+def saved_results(
+    files: Sequence[Path], *, schema_version: int, warn: Callable[[str], None]
+) -> BenchResult:
+    """Saved bench results read again, each with its forecast made again, compared as one
+    (configurations named NAME@FILE where names clash)."""
+    from moetune.records.results import merge_results
+    from moetune.store.bench import load_result
+
+    results = [
+        with_forecast(load_result(path, schema_version), schema_version=schema_version, warn=warn)
+        for path in files
+    ]
+    return merge_results(results, [path.stem for path in files])

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from moetune.jobs.pick import Pick
     from moetune.store.tuned import ProfileStore, TunedProfile
 
-from moetune.core.flags import Pair, pairs, words
+from moetune.core.flags import FLAGS, FlagRole, Pair, flag, pairs, words
 from moetune.errors import BadValueError
 from moetune.jobs.quoting import visible, word_bytes
 
@@ -36,43 +36,13 @@ FORMATS = ("preset", "llama-swap")
 MARK = "moetune:"  # the comment that starts each of moetune's entries
 KEPT = "--- below this line: your own, kept on re-export ---"
 SHARED_MACRO = "moetune-shared"
-# the source of a model: never shared, never in [*]
-_SOURCE_KEYS = ("model", "hf-repo", "model-url", "mmproj", "model-draft")
-# llama-server's long names for the short flags moetune writes (common/arg.cpp, build 11434)
-LONG_NAMES = {
-    "-m": "model",
-    "-hf": "hf-repo",
-    "-hfr": "hf-repo",
-    "-mu": "model-url",
-    "-mm": "mmproj",
-    "-md": "model-draft",
-    "-ngl": "n-gpu-layers",
-    "-fa": "flash-attn",
-    "-ctk": "cache-type-k",
-    "-ctv": "cache-type-v",
-    "-c": "ctx-size",
-    "-ot": "override-tensor",
-    "-ts": "tensor-split",
-    "-t": "threads",
-    "-ub": "ubatch-size",
-    "-b": "batch-size",
-    "-np": "parallel",
-    "-dev": "device",
-    "-sm": "split-mode",
-    "-mg": "main-gpu",
-    "-ncmoe": "n-cpu-moe",
-    "-cmoe": "cpu-moe",
-    "-fit": "fit",
-    "-ngld": "spec-draft-ngl",
-    "-devd": "spec-draft-device",
-    "-ctkd": "spec-draft-type-k",
-    "-ctvd": "spec-draft-type-v",
-    "-otd": "spec-draft-override-tensor",
-    "-ncmoed": "spec-draft-n-cpu-moe",
-    "-cmoed": "spec-draft-cpu-moe",
-    "-mmdev": "mmproj-device",
-    "-lm": "load-mode",
-}
+# the source of a model, never shared, never in [*]: the preset keys of the flags that name the
+# model (-m, -hf, -mu) or a companion's file (-mm, -md)
+_SOURCE_KEYS = frozenset(
+    f.preset
+    for f in FLAGS
+    if f.preset is not None and (f.role is FlagRole.MODEL or f.file or f is flag("-m"))
+)
 
 
 class ServeEntry(NamedTuple):
@@ -100,8 +70,11 @@ def preset_keys(args: Sequence[str]) -> dict[str, str]:
 
 
 def _key(pair: Pair) -> str:
-    """The pair's preset key: its long name without dashes."""
-    return LONG_NAMES.get(pair.key, pair.key.lstrip("-"))
+    """The pair's preset key, without dashes: a short flag by its long name (the flag table's
+    ``preset``), a long one as written."""
+    if pair.flag is not None and pair.flag.preset is not None and not pair.key.startswith("--"):
+        return pair.flag.preset
+    return pair.key.lstrip("-")
 
 
 def _shared(entries: Sequence[dict[str, str]]) -> dict[str, str]:
@@ -510,6 +483,31 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
             hint="write those two keys in block style, or export to a new file",
         )
     return text
+
+
+def export_text(
+    fmt: str, entries: Sequence[ServeEntry], binary: str, existing: str | None = None
+) -> str:
+    """``fmt``'s text of ``entries`` (a preset, or a llama-swap config whose commands run
+    ``binary``), merged into ``existing``."""
+    if fmt == "preset":
+        return preset_text(entries, existing)
+    return llama_swap_text(entries, binary, existing)
+
+
+def check_out(path: Path) -> None:
+    """Refuse at once an ``--out`` file moetune could not write (before any plan is made)."""
+    from moetune.store.files import check_writable
+
+    check_writable(path)
+
+
+def write_export(path: Path, fmt: str, entries: Sequence[ServeEntry], binary: str) -> None:
+    """Update ``path`` with ``fmt``'s text of ``entries``: moetune's own entries replaced,
+    everything written by hand kept (a read-merge-write under the file's lock)."""
+    from moetune.store.files import update_text
+
+    update_text(path, lambda existing: export_text(fmt, entries, binary, existing))
 
 
 # --- each model's entry: its tuned profile, else its plan -----------------------------------------

@@ -34,11 +34,18 @@ from moetune.errors import BadValueError, UnsupportedModelError
 from moetune.hardware.base import GpuProbe
 from moetune.jobs.devices import require_devices, specs_from_listed, split_endpoints
 from moetune.jobs.loader import with_extras
+from moetune.llamacpp import process
 from moetune.llamacpp.memprobe import MemoryProbe, choose_probe
 from moetune.llamacpp.process import RunningServer, launch, server_info
 from moetune.record import record
 from moetune.records.server import Device, ServerInfo
 from moetune.units import MIB, Ctx, Sizes, format_bytes, per_device
+
+
+def install_signal_handlers(acknowledge: bytes = b"") -> None:
+    """Ctrl-C, SIGTERM and SIGHUP unwind, so that the llama-server (or llama-bench) a command
+    started is stopped; ``acknowledge`` is written to stderr at the first (llamacpp/process.py)."""
+    process.install_signal_handlers(acknowledge)
 
 
 @record(frozen=True)

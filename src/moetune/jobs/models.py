@@ -17,9 +17,11 @@ from moetune.errors import ModelFileError
 from moetune.record import record
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from moetune.core.facts import ModelFacts
     from moetune.core.projector import ProjectorFacts
-    from moetune.hub import ModelName, Quant, RepoListing
+    from moetune.hub import ModelName, ModelUrl, Quant, RepoListing
     from moetune.jobs.launch import LaunchSpec
 
 
@@ -59,9 +61,15 @@ class Model:
 
 def open_model(text: str | Path) -> Model:
     """The model ``text`` names, its headers read (a name: the quant llama.cpp would pick)."""
-    from moetune.hub import ModelName, ModelUrl, parse_model_arg
+    from moetune.hub import parse_model_arg
 
-    arg = parse_model_arg(str(text))
+    return open_named(parse_model_arg(str(text)))
+
+
+def open_named(arg: Path | ModelName | ModelUrl) -> Model:
+    """The model a parsed MODEL argument names (hub.parse_model_arg), its headers read."""
+    from moetune.hub import ModelName, ModelUrl
+
     if isinstance(arg, ModelName):
         from moetune.hub import list_repo
 
@@ -103,6 +111,35 @@ def model_of_quant(name: ModelName, listing: RepoListing, quant: Quant) -> Model
         sibling_path=sibling_path,
         hf_files=files,
     )
+
+
+def with_companions(
+    pass_through: tuple[str, ...],
+    *,
+    mmproj: Path | None,
+    draft: Path | None,
+    absolute: bool = False,
+) -> tuple[str, ...]:
+    """The arguments after ``--`` with moetune's ``--mmproj`` and ``--draft`` as llama-server's
+    flags among them (plan, run and bench count and load them so); ``absolute``: the
+    projector's and the draft's files named absolutely (run's saved command and the aliases
+    made from it run from any folder)."""
+    from moetune.core.extras import absolute_files, add_extras_flags
+
+    found = add_extras_flags(
+        pass_through,
+        mmproj=str(mmproj) if mmproj else None,
+        draft=str(draft) if draft else None,
+    )
+    return absolute_files(found) if absolute else found
+
+
+def network_timeout(seconds: float) -> AbstractContextManager[None]:
+    """``--timeout``: how long each network step may take while this is entered (a name's
+    listing, a model's headers)."""
+    from moetune.hub.env import network_timeout as timeout
+
+    return timeout(seconds)
 
 
 def require_weights(model: Model) -> Model:

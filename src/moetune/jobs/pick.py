@@ -32,6 +32,41 @@ class Pick(NamedTuple):
     ram: int | None = None
 
 
+def pick(
+    command: str,
+    *,
+    ctx: Ctx | None,
+    cache_type: str | None,
+    profile: str | None,
+    target_vram: Sizes | None,
+    rpc: str | None,
+    gpu: str | None,
+    vram: Sizes | None,
+    ram: int | None = None,
+) -> Pick:
+    """What ``command`` (alias, export) chooses a tuned profile by, as run tunes one (context,
+    cache type, target, device set, name), and plans for when none is tuned."""
+    from moetune.errors import BadValueError
+
+    if ctx is not None and ctx.is_max:
+        raise BadValueError(f"{command} picks the profile tuned at one context: give --ctx N")
+    gpu_name, sizes = None, vram.values if vram else None
+    if gpu is not None:
+        from moetune.store.hardware import find_hardware_profile, load_hardware_profiles
+
+        card = find_hardware_profile(gpu, load_hardware_profiles())
+        gpu_name, sizes = card.name, sizes or (card.vram_bytes,)
+    servers = tuple(e.strip() for e in rpc.split(",") if e.strip()) if rpc else None
+    select = Selectors(
+        name=profile,
+        targets=target_vram.values if target_vram else None,
+        rpc=servers,
+        vram=sizes,
+        gpu_name=gpu_name,
+    )
+    return Pick(ctx, cache_type, select, gpu, vram, target_vram, rpc, ram)
+
+
 def tuned_profile(
     store: ProfileStore,
     named: Model,

@@ -5,17 +5,19 @@ the plan alias and export fall back to when nothing is tuned (``predicted_plan``
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from moetune.errors import BadValueError, MoetuneError, NoGpuError
-from moetune.units import Ctx, Sizes
+from moetune.units import Ctx, Sizes, Workload
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from moetune.core.calibrate import Measured
+    from moetune.core.facts import ModelFacts
     from moetune.core.frontier import Frontier
     from moetune.core.goal import Goal
     from moetune.core.plan import PlanRequest, PlanResult
@@ -48,10 +50,8 @@ def predicted_plan(
     against each device), ``ram``: the host RAM it plans for (``--ram``; default: this
     machine's). ``missing``: why nothing was tuned, said in the NO_GPU error when there is no
     GPU to plan for either."""
-    from moetune.core.plan import check_targets, make_plan
-    from moetune.core.planner import DEFAULT_HEADROOM_BYTES
-    from moetune.jobs.devices import host_ram, plan_devices
-    from moetune.units import per_device
+    from moetune.core.plan import make_plan
+    from moetune.jobs.devices import plan_devices
 
     try:
         found = plan_devices(
@@ -63,22 +63,55 @@ def predicted_plan(
         hint = (missing.hint + "; " if missing.hint else "") + "or give --gpu ID or --vram SIZE"
         # what stops it is the GPU: nothing to plan for (the missing profile is why it plans)
         raise NoGpuError(f"{missing.message}, and no GPU here to plan for", hint=hint) from exc
-    headrooms = (DEFAULT_HEADROOM_BYTES,) * len(found.devices)  # plan's default --headroom
-    per_target = tuple(per_device(targets, len(found.devices), "--target-vram") or ())
-    check_targets(found.devices, per_target)
-    inputs = PlanInputs(
+    inputs = plan_inputs(
+        found, pass_through=pass_through, ctx=ctx, cache_type=cache_type, targets=targets, ram=ram
+    )
+    return make_plan(chosen.facts, plan_request(chosen, inputs)), found.source
+
+
+def plan_inputs(
+    found: DeviceSet,
+    *,
+    pass_through: tuple[str, ...],
+    ctx: Ctx | None,
+    cache_type: str,
+    targets: Sizes | None,
+    ram: int | None,
+    headroom: Sizes | None = None,
+    force: bool = False,
+    ubatch: int = DEFAULT_UBATCH,
+    parallel: int | None = None,
+    n_cpu_moe: int | None = None,
+) -> PlanInputs:
+    """What a plan on ``found`` is asked for, from the options of ``moetune plan`` (their
+    defaults: what alias and export plan for): ``targets`` (``--target-vram``, checked
+    against each device unless ``force``), ``headroom`` (default: plan's 1.5G), ``ram``
+    (``--ram``; default: this machine's)."""
+    from moetune.core.plan import check_targets
+    from moetune.core.planner import DEFAULT_HEADROOM_BYTES
+    from moetune.jobs.devices import host_ram
+    from moetune.units import per_device
+
+    n = len(found.devices)
+    per_target = tuple(per_device(targets, n, "--target-vram") or ())
+    if not force:
+        check_targets(found.devices, per_target)
+    if headroom is None:
+        headrooms = (DEFAULT_HEADROOM_BYTES,) * n
+    else:
+        headrooms = tuple(per_device(headroom, n, "--headroom") or headroom)
+    return PlanInputs(
         found=found,
         pass_through=pass_through,
         ctx=ctx,
         cache_type=cache_type,
-        ubatch=DEFAULT_UBATCH,
-        parallel=None,
-        n_cpu_moe=None,
+        ubatch=ubatch,
+        parallel=parallel,
+        n_cpu_moe=n_cpu_moe,
         targets=per_target,
         headrooms=headrooms,
         ram=host_ram(ram),
     )
-    return make_plan(chosen.facts, plan_request(chosen, inputs)), found.source
 
 
 class PlanInputs(NamedTuple):
@@ -330,3 +363,105 @@ def _described_here(found: DeviceSet) -> bool:
     from moetune.hardware import detect_gpu_probe, nvidia_driver_here
 
     return nvidia_driver_here() and wanted <= len(detect_gpu_probe().gpus())
+
+
+class ModelPlan(NamedTuple):
+    """``moetune plan MODEL``: the plan, the model's facts, where the devices came from, and
+    the speed frontier where it was asked for."""
+
+    result: PlanResult
+    facts: ModelFacts
+    source: str
+    speeds: Frontier | None
+
+
+class RepoPlan(NamedTuple):
+    """``moetune plan user/model``: every quant of the repository planned."""
+
+    quants: QuantsResult
+    source: str
+    repo: str
+
+
+def plan_command(
+    model: str,
+    *,
+    pass_through: tuple[str, ...],
+    mmproj: Path | None,
+    draft: Path | None,
+    vram: Sizes | None,
+    gpu: str | None,
+    rpc: str | None,
+    gpu_index: int | None,
+    overhead: Sizes | None,
+    server: str | None,
+    ram: int | None,
+    ctx: Ctx | None,
+    cache_type: str,
+    targets: Sizes | None,
+    force: bool,
+    headroom: Sizes,
+    ubatch: int,
+    parallel: int | None,
+    n_cpu_moe: int | None,
+    verify: bool,
+    ram_bandwidth: int | None,
+    objective: str | None,
+    workload: Workload | None,
+    frontier: bool,
+    speed_from: Path | None,
+    schema_version: int,
+    warn: Callable[[str], None],
+) -> ModelPlan | RepoPlan:
+    """What ``moetune plan`` shows: ``model`` opened (its own errors before any device is
+    detected), the devices found, the plan (checked by llama.cpp where it can be) and its
+    speed frontier (with ``frontier``, ``objective`` or ``workload``); a repository named
+    without a quant: every quant planned."""
+    from moetune.core.command import check_pass_through
+    from moetune.core.goal import goal_of
+    from moetune.hub import ModelName, parse_model_arg
+    from moetune.jobs.devices import plan_devices
+    from moetune.jobs.models import open_named, with_companions
+    from moetune.jobs.speed_from import points_for
+
+    pass_through = with_companions(pass_through, mmproj=mmproj, draft=draft)
+    check_pass_through(pass_through)
+    goal = goal_of(objective, workload)
+    arg = parse_model_arg(model)
+    repo = isinstance(arg, ModelName) and arg.quant is None  # plan user/model: every quant
+    if repo and speed_from is not None:
+        raise BadValueError(
+            "--speed-from calibrates one model's forecast", hint=f"name a quant: {model}:Q4_K_M"
+        )
+    chosen = None if repo else open_named(arg)
+    found = plan_devices(
+        vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu, overhead=overhead, server=server
+    )
+    inputs = plan_inputs(
+        found,
+        pass_through=pass_through,
+        ctx=ctx,
+        cache_type=cache_type,
+        targets=targets,
+        ram=ram,
+        headroom=headroom,
+        force=force,
+        ubatch=ubatch,
+        parallel=parallel,
+        n_cpu_moe=n_cpu_moe,
+    )
+    inputs = inputs._replace(figures=machine_figures(len(found.devices), gpu, ram_bandwidth))
+    if chosen is None:
+        assert isinstance(arg, ModelName)
+        return RepoPlan(plan_repo(arg, inputs), found.source, arg.repo)
+    points = points_for(
+        str(chosen.path) if chosen.path else (chosen.hf_files or (model,))[0],
+        speed_from=speed_from,
+        schema_version=schema_version,
+        warn=warn,
+    )
+    inputs = inputs._replace(speed_points=tuple(points))
+    result = plan_model(chosen, inputs, verify=verify, server=server)
+    wants_frontier = frontier or objective is not None or workload is not None
+    speeds = plan_frontier(chosen, inputs, result, goal) if wants_frontier else None
+    return ModelPlan(result, chosen.facts, found.source, speeds)

@@ -619,15 +619,20 @@ def tune_with_profiles(
     spec: LaunchSpec,
     setup: DeviceSetup,
     *,
-    store: ProfileStore,
     retune: bool,
     save: bool,
     fill: Fill,
     progress: Progress,
     goal: Goal | None = None,
+    store: ProfileStore | None = None,
 ) -> RunResult:
     """Launch a matching saved profile once to confirm it, else tune (and with ``goal``,
-    measure the forecast's best candidates for it); save the winner."""
+    measure the forecast's best candidates for it); save the winner (in ``store``, default
+    the user's tuned profiles)."""
+    if store is None:
+        from moetune.store.tuned import ProfileStore
+
+        store = ProfileStore()
     key = run_key(spec, setup, goal)
     match = store.match(key)
     for note in match.notes:

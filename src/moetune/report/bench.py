@@ -1,5 +1,6 @@
 """Rendering of `moetune bench` results: tables, the forecast beside the measurements, the
-verdict in words, a terminal bar chart and a chart of measured against forecast."""
+verdict in words, a chart of decode speed against depth and one of measured against forecast
+(drawn by report/chart.py, which alone imports the plotting library)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,6 @@ from moetune.records.results import (
 from moetune.report.common import fitted, new_table, plural, short_path
 from moetune.units import format_bytes, format_spread
 
-BAR_WIDTH = 40
-_EIGHTHS = " ▏▎▍▌▋▊▉"
-_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 _STATUS_STYLE = {"ok": "green", "skipped": "yellow", "failed": "red"}
 _METRIC_WORD = {"decode_tps": "decode", "prefill_tps": "prefill"}
 
@@ -346,95 +344,95 @@ def render_bench(result: BenchResult) -> RenderableType:
     return Group(*parts)
 
 
-def _bar(value: float, scale: float, width: int = BAR_WIDTH) -> str:
-    """A bar of ``value / scale * width`` cells in eighths of a block."""
-    eighths = round(max(0.0, value) / scale * width * 8) if scale > 0 else 0
-    full, rest = divmod(min(eighths, width * 8), 8)
-    return "█" * full + (_EIGHTHS[rest] if rest else "")
+def _series(result: BenchResult) -> list[tuple[str, str]]:
+    """Each measured configuration's name and its mark, in the configurations' order."""
+    from moetune.report.chart import marks_for
+
+    names = [c.name for c in result.configs if any(r.config == c.name for r in result.results)]
+    names += sorted({r.config for r in result.results} - set(names))
+    return list(zip(names, marks_for(len(names)), strict=True))
 
 
-def render_chart(result: BenchResult, width: int = BAR_WIDTH) -> RenderableType:
-    """Decode tok/s by depth, one bar per configuration (the median; the range in numbers)."""
+def render_chart(result: BenchResult) -> RenderableType:
+    """Decode tok/s (the median) against depth, one series per configuration, drawn by
+    report/chart.py at 80 columns (the ranges are in the measurements' table)."""
+    from moetune.report.chart import Series, plot
+
     if not result.results:
         return Text("")
-    scale = max(r.decode_tps.max for r in result.results)
-    names = [c.name for c in result.configs if any(r.config == c.name for r in result.results)]
-    pad = max(len(n) for n in names)
-    lines: list[Text] = [Text("decode tok/s by depth (median, min-max)", style="bold")]
-    for depth in sorted({r.depth for r in result.results}):
-        lines.append(Text(f"depth {depth}"))
-        for index, name in enumerate(names):
-            row = next((r for r in result.results if r.config == name and r.depth == depth), None)
-            if row is None:
-                continue
-            bar = _bar(row.decode_tps.median, scale, width).ljust(width)
-            line = Text(f"  {name.ljust(pad)} ")
-            line.append(bar, style=_COLOURS[index % len(_COLOURS)])
-            line.append(f" {format_stat(row.decode_tps)}")
-            lines.append(line)
-    return Group(*lines)
+    series = [
+        Series(
+            label=name,
+            mark=mark,
+            points=tuple(
+                (float(r.depth), r.decode_tps.median) for r in result.results if r.config == name
+            ),
+        )
+        for name, mark in _series(result)
+    ]
+    lines = plot(
+        series,
+        title="decode tok/s (median) against depth",
+        x_label="depth (prompt tokens)",
+        y_label="tok/s",
+    )
+    return Text("\n".join(lines))
 
 
-_MEASURED, _FORECAST, _BOTH = "o", "x", "*"
-_CHART_COLUMNS = 80
+def _metric_chart(result: BenchResult, metric: str) -> list[str]:
+    """Measured tok/s of ``metric`` (decode or prefill) against its forecast, a point per
+    configuration and depth, beside the line where they agree; and the median error."""
+    from moetune.report.chart import Series, plot
 
-
-def _axis(measured: float, forecast: float | None, scale: float, width: int) -> str:
-    """``|   o    x   |``: the measured mark and the forecast's on one scale (a value that is
-    not a finite number has no mark)."""
-    cells = [" "] * width
-
-    def at(value: float | None) -> int | None:
-        if value is None or not math.isfinite(value) or not scale > 0:
-            return None
-        return min(width - 1, round(max(value, 0.0) / scale * (width - 1)))
-
-    where = at(forecast)
-    if where is not None:
-        cells[where] = _FORECAST
-    where = at(measured)
-    if where is not None:
-        cells[where] = _BOTH if cells[where] == _FORECAST else _MEASURED
-    return "|" + "".join(cells) + "|"
-
-
-def _metric_chart(result: BenchResult, metric: str) -> list[Text]:
-    """One line per configuration and depth: measured and forecast tok/s of ``metric``
-    (decode or prefill), and the median error."""
-    rows = sorted(result.results, key=lambda r: (_order(result, r.config), r.depth))
-    pairs = []
-    for row in rows:
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    errors: list[float] = []
+    for row in result.results:
         found = forecast_of(result, row.config, row.depth)
+        value: float | None = getattr(found, f"{metric}_tps") if found else None
         measured: float = getattr(row, f"{metric}_tps").median
-        value = getattr(found, f"{metric}_tps") if found else None
-        error = getattr(found, f"{metric}_error") if found else None
-        pairs.append((f"{row.config} {row.depth}", measured, value, error))
-    pad = max(len(label) for label, *_ in pairs)
-    width = max(10, min(BAR_WIDTH, _CHART_COLUMNS - pad - 24))
-    finite = [v for _, m, f, _ in pairs for v in (m, f) if v is not None and math.isfinite(v)]
-    scale = max(finite, default=0.0)
-    head = f"{metric} tok/s by configuration and depth: measured {_MEASURED}, forecast {_FORECAST}"
-    lines = [Text(head, style="bold")]
-    for label, measured, value, error in pairs:
-        shown = f" {_num(measured)} vs {_maybe(value)}"
+        if value is None or not math.isfinite(value) or not math.isfinite(measured):
+            continue
+        pairs.setdefault(row.config, []).append((value, measured))
+        error = getattr(found, f"{metric}_error")
         if error is not None:
-            shown += f" ({_error(error)})"
-        lines.append(Text(f"  {label.ljust(pad)} {_axis(measured, value, scale, width)}{shown}"))
-    errors = [e for *_, e in pairs if e is not None]
+            errors.append(error)
+    if not pairs:
+        return [f"{metric} tok/s: no forecast: measurements only"]
+    every = [v for points in pairs.values() for point in points for v in point]
+    span = (min(every), max(every))
+    span = (span[0] * 0.95, span[1] * 1.05) if span[0] < span[1] else (span[0] - 1, span[1] + 1)
+    series = [
+        Series(
+            label="measured = forecast",
+            mark=".",
+            points=((span[0], span[0]), (span[1], span[1])),
+            line=True,
+        ),
+        *(
+            Series(label=n, mark=m, points=tuple(pairs[n]))
+            for n, m in _series(result)
+            if n in pairs
+        ),
+    ]
+    lines = plot(
+        series,
+        title=f"{metric} tok/s: measured against forecast",
+        x_label="forecast tok/s",
+        y_label="tok/s",
+        x_range=span,
+        y_range=span,
+    )
     if errors:
-        summary = f"  median error {_error(median(errors))} over {plural(len(errors), 'row')}"
-    else:
-        summary = "  no forecast: measurements only"
-    lines.append(Text(summary, style="dim"))
+        lines.append(f"median error {_error(median(errors))} over {plural(len(errors), 'row')}")
     return lines
 
 
 def render_forecast_chart(result: BenchResult) -> RenderableType:
-    """Measured against forecast, decode then prefill, one mark each (``*``: both in one
-    cell), at 80 columns."""
+    """Measured against forecast, decode then prefill, at 80 columns: above the dotted line
+    a configuration ran faster than its forecast, below it slower."""
     if not result.results:
         return Text("")
-    return Group(*_metric_chart(result, "decode"), *_metric_chart(result, "prefill"))
+    return Text("\n".join([*_metric_chart(result, "decode"), *_metric_chart(result, "prefill")]))
 
 
 def render_report(result: BenchResult) -> RenderableType:

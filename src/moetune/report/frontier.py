@@ -1,9 +1,8 @@
-"""`moetune plan`'s speed frontier: the table of candidates and a chart of decode and prefill
-tok/s against N, one mark per ubatch, in plain characters within 80 columns."""
+"""`moetune plan`'s speed frontier: the table of candidates and charts of decode and prefill
+tok/s against N, one series per ubatch, in plain characters within 80 columns (drawn by
+report/chart.py, which alone imports the plotting library)."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from rich.console import RenderableType
 from rich.table import Table
@@ -13,10 +12,7 @@ from moetune.core.frontier import Frontier, FrontierEntry, describe
 from moetune.report.common import new_table
 from moetune.units import format_bytes
 
-CHART_WIDTH = 60  # the plot's columns; with the axis labels within 80
-CHART_HEIGHT = 10
-MARKS = {512: "5", 1024: "1", 2048: "2", 4096: "4"}  # the ubatch's mark
-OTHER_MARK = "*"
+MARKS = {512: "5", 1024: "1", 2048: "2", 4096: "4"}  # the ubatch's mark in the chart
 TABLE_ROWS = 12  # the first rows in the goal's order (and the pick); --json has them all
 
 
@@ -64,48 +60,41 @@ def _table(found: Frontier) -> Table:
     return table
 
 
-def _plot(title: str, points: Sequence[tuple[int, float, str]], n_max: int) -> list[str]:
-    """One panel: ``points`` (N, tok/s, mark) on a grid, N across, tok/s up from 0."""
-    top = max(value for _, value, _ in points)
-    grid = [[" "] * CHART_WIDTH for _ in range(CHART_HEIGHT)]
-    for n, value, mark in points:
-        x = round(n / max(n_max, 1) * (CHART_WIDTH - 1))
-        y = CHART_HEIGHT - 1 - round(value / top * (CHART_HEIGHT - 1)) if top > 0 else 0
-        cell = grid[y][x]
-        grid[y][x] = mark if cell in (" ", mark) else "+"
-    label = f"{top:.0f}"
-    width = max(len(label), 1)
-    lines = [title]
-    for row_index, row in enumerate(grid):
-        axis = label if row_index == 0 else "0" if row_index == CHART_HEIGHT - 1 else ""
-        lines.append(f"{axis:>{width}} |{''.join(row).rstrip()}")
-    lines.append(f"{'':>{width}} +{'-' * CHART_WIDTH}")
-    ticks = f"N 0{n_max!s:>{CHART_WIDTH - 3}}"
-    lines.append(f"{'':>{width}}  {ticks}")
-    return lines
+def _mark(n_ubatch: int, others: list[int]) -> str:
+    """``5`` for ``-ub 512`` and so on; another ubatch takes one of the chart's own marks."""
+    if n_ubatch in MARKS:
+        return MARKS[n_ubatch]
+    from moetune.report.chart import marks_for
+
+    return marks_for(len(others))[others.index(n_ubatch)]
 
 
 def chart_lines(found: Frontier, n_layers: int) -> list[str]:
     """Decode and prefill tok/s against N (the ``--n-cpu-moe`` candidates on every device),
-    one mark per ubatch (``+`` where two meet); what is unknown is said instead."""
+    one series per ubatch, marked by its ubatch (``+`` where two meet), drawn by
+    report/chart.py at 80 columns; what is unknown is said instead."""
+    from moetune.report.chart import Series, plot
+
     entries = [e for e in found.entries if e.form == "n_cpu_moe" and e.all_devices]
-    lines: list[str] = []
-    for title, values in (
-        ("decode tok/s", [(e, e.forecast.decode_tok_s) for e in entries]),
-        ("prefill tok/s", [(e, e.forecast.prefill_tok_s) for e in entries]),
-    ):
-        points = [
-            (e.n_cpu_moe or 0, v, MARKS.get(e.n_ubatch, OTHER_MARK))
-            for e, v in values
-            if v is not None
-        ]
-        if not points:
-            lines.append(f"{title}: unknown (no forecast has the figures it needs)")
-            continue
-        lines += _plot(f"{title} against --n-cpu-moe N", points, n_layers)
     used = sorted({e.n_ubatch for e in entries})
-    legend = ", ".join(f"{MARKS.get(u, OTHER_MARK)} -ub {u}" for u in used)
-    lines.append(f"marks: {legend}; + two or more")
+    others = [u for u in used if u not in MARKS]
+    lines: list[str] = []
+    for title, metric in (("decode tok/s", "decode_tok_s"), ("prefill tok/s", "prefill_tok_s")):
+        series = []
+        for ubatch in used:
+            points = tuple(
+                (float(e.n_cpu_moe or 0), value)
+                for e in entries
+                if e.n_ubatch == ubatch and (value := getattr(e.forecast, metric)) is not None
+            )
+            series.append(Series(label=f"-ub {ubatch}", mark=_mark(ubatch, others), points=points))
+        chart = plot(
+            series,
+            title=f"{title} against --n-cpu-moe N",
+            x_label=f"--n-cpu-moe N (of {n_layers} layers)",
+            y_label="tok/s",
+        )
+        lines += chart or [f"{title}: unknown (no forecast has the figures it needs)"]
     return lines
 
 

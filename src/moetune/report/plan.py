@@ -6,7 +6,6 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from moetune.core.command import buft_notes
 from moetune.core.facts import ModelFacts
 from moetune.core.frontier import Frontier
 from moetune.core.memory import MemoryEstimate
@@ -285,8 +284,8 @@ def _commands(result: PlanResult) -> list[RenderableType]:
         parts.append(shell_line(rec.command))
         if alt is not None:
             parts += [Text("-ot form:", style="bold"), shell_line(alt.command)]
-        for command in (rec.command, *((alt.command,) if alt is not None else ())):
-            parts += [Text(f"note: {n}", style="dim") for n in buft_notes(command)]
+        for placed in (rec, *((alt,) if alt is not None else ())):
+            parts += [Text(f"note: {n}", style="dim") for n in placed.notes]
         return parts
     parts = [Text(f"does NOT fit: {result.reason}", style="bold red")]
     parts += [Text(f"  - {s}", style="yellow") for s in result.suggestions]

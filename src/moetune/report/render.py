@@ -66,7 +66,7 @@ class RunView(NamedTuple):
 
 
 class BenchView(NamedTuple):
-    """``bench`` (``chart`` off) and ``report`` (with the bar chart of decode speeds)."""
+    """``bench`` (``chart`` off) and ``report`` (with the charts of report/chart.py)."""
 
     result: BenchResult
     chart: bool = False

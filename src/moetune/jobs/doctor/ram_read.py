@@ -1,0 +1,106 @@
+"""This machine's RAM read bandwidth: measured now (in about a second) and saved for plan
+and calibrate, or, with ``--no-measure``, the figure saved for this machine before."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from moetune.errors import MoetuneError
+from moetune.hardware.base import HostInfo, RamBandwidth
+from moetune.jobs.doctor.findings import DoctorInputs, Finding, RamRead, gbps
+from moetune.store.machine import (
+    MachineIdentity,
+    SavedRamBandwidth,
+    save_ram_bandwidth,
+    saved_ram_bandwidth,
+)
+from moetune.units import format_bytes
+
+
+def _machine(host: HostInfo) -> MachineIdentity:
+    return MachineIdentity(
+        cpu_model=host.cpu_model or "unknown CPU", ram_total_bytes=host.ram_total_bytes
+    )
+
+
+def _saved(figure: RamBandwidth, host: HostInfo) -> SavedRamBandwidth:
+    return SavedRamBandwidth(
+        machine=_machine(host),
+        bytes_per_s=figure.bytes_per_s,
+        threads=figure.threads,
+        buffer_bytes=figure.buffer_bytes,
+        passes=figure.passes,
+        by_threads=figure.by_threads,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _describe(figure: SavedRamBandwidth) -> str:
+    """What a figure is: how it was measured."""
+    threads = "1 thread" if figure.threads == 1 else f"{figure.threads} threads"
+    passes = "1 pass" if figure.passes == 1 else f"the median of {figure.passes} passes"
+    text = (
+        f"RAM read {gbps(figure.bytes_per_s)} (a read-only streaming figure: {threads} "
+        f"over a {format_bytes(figure.buffer_bytes)} buffer, {passes}"
+    )
+    single = figure.by_threads.get(1)
+    if figure.threads > 1 and single:
+        text += f"; 1 thread: {gbps(single)}"
+    return text + ")"
+
+
+def ram_read_bandwidth(
+    inputs: DoctorInputs, host: HostInfo
+) -> tuple[RamRead | None, Finding | None]:
+    """Measure the RAM read bandwidth and keep it (``inputs.machine_file``), or, with
+    ``--no-measure``, read the one kept for this machine; the figure and its finding (none
+    when there is neither a probe nor a file)."""
+    file = inputs.machine_file
+    if inputs.ram_probe is None:
+        if file is None:
+            return None, None
+        try:
+            saved = saved_ram_bandwidth(_machine(host), file)
+        except MoetuneError as exc:
+            return None, Finding(
+                check="ram-bandwidth",
+                status="warn",
+                message=f"no saved RAM read bandwidth: {exc.message}",
+                fix="run `moetune doctor` without --no-measure to measure it again",
+            )
+        if saved is None:
+            return None, Finding(
+                check="ram-bandwidth",
+                status="ok",
+                message="RAM read bandwidth not measured (--no-measure) and none saved for "
+                "this machine",
+            )
+        message = f"{_describe(saved)}, measured {saved.measured_at} and saved in {file}"
+        found = RamRead(figure=saved, source="saved", file=str(file))
+        return found, Finding(check="ram-bandwidth", status="ok", message=message)
+    cores = host.physical_cores or host.logical_cores
+    measured = inputs.ram_probe.measure(cores, min(host.ram_available_bytes, host.ram_total_bytes))
+    if measured is None:
+        return None, Finding(
+            check="ram-bandwidth",
+            status="warn",
+            message=f"RAM read bandwidth {inputs.ram_probe.why or 'not measured'}",
+            fix="free RAM and run doctor again, or pass --ram-bandwidth GB/s",
+        )
+    figure = _saved(measured, host)
+    message = f"{_describe(figure)} in {measured.seconds:.1f} s"
+    if file is None:
+        return RamRead(figure=figure, source="measured", file=None), Finding(
+            check="ram-bandwidth", status="ok", message=message
+        )
+    try:
+        save_ram_bandwidth(figure, file)
+    except MoetuneError as exc:
+        return RamRead(figure=figure, source="measured", file=None), Finding(
+            check="ram-bandwidth",
+            status="warn",
+            message=f"{message}; not saved: {exc.message}",
+            fix="make $MOETUNE_HOME writable, so that plan and calibrate can use the figure",
+        )
+    found = RamRead(figure=figure, source="measured", file=str(file))
+    return found, Finding(check="ram-bandwidth", status="ok", message=f"{message}; saved in {file}")
