@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import typer
 
 from moetune.errors import BadValueError, ExitCode
+from moetune.record import record
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -99,23 +100,16 @@ def Argument(*, parser: Callable[[str], Any] | None = None, **settings: Any) -> 
     return typer.Argument(**settings)
 
 
+@record(frozen=True)
 class Spec:
     """A registered command (or group, ``func`` None): its name, the group it is in, and
     whether llama-server's arguments follow ``--``."""
 
-    __slots__ = ("func", "group", "help", "name", "pass_through")
-
-    def __init__(
-        self,
-        name: str,
-        func: Callable[..., Any] | None,
-        *,
-        group: str | None = None,
-        pass_through: bool = False,
-        help: str | None = None,
-    ) -> None:
-        self.name, self.func, self.group = name, func, group
-        self.pass_through, self.help = pass_through, help
+    name: str
+    func: Callable[..., Any] | None
+    group: str | None = None
+    pass_through: bool = False
+    help: str | None = None
 
 
 REGISTRY: list[Spec] = []  # in the order the modules declared them (the help lists them so)
@@ -130,7 +124,7 @@ def command(
 
     def declare(func: Callable[P, R]) -> Callable[P, R]:
         named = name or func.__name__.replace("_", "-")
-        REGISTRY.append(Spec(named, func, group=group, pass_through=pass_through))
+        REGISTRY.append(Spec(name=named, func=func, group=group, pass_through=pass_through))
         return func
 
     return declare
@@ -138,7 +132,7 @@ def command(
 
 def group(name: str, *, help: str) -> None:
     """Declare a group of commands (``moetune profiles list``)."""
-    REGISTRY.append(Spec(name, None, help=help))
+    REGISTRY.append(Spec(name=name, func=None, help=help))
 
 
 def version_line() -> str:

@@ -14,16 +14,18 @@ Every shared name means one thing wherever it appears:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any
 
 from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
 from moetune.errors import BadValueError
+from moetune.record import record
 from moetune.units import (
     Ctx,
     Sizes,
@@ -282,7 +284,8 @@ RequireTunedOpt = Annotated[
 ]
 
 
-class PickOptions(NamedTuple):
+@record(frozen=True)
+class PickOptions:
     """The options alias and export choose a tuned profile by (as run tunes one: context,
     cache type, name, target, device set) and whether they may plan instead, declared once:
     a command takes them as one parameter of this type (``pick_options``), each field an
@@ -332,17 +335,18 @@ def pick_options(func: Callable[..., None]) -> Callable[..., None]:
             continue
         parameters += [
             inspect.Parameter(
-                field,
+                field.name,
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                default=PickOptions._field_defaults[field],
-                annotation=fields[field],
+                default=field.default,
+                annotation=fields[field.name],
             )
-            for field in PickOptions._fields
+            for field in dataclasses.fields(PickOptions)
         ]
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> None:
-        given = {field: kwargs.pop(field) for field in PickOptions._fields if field in kwargs}
+        names = [field.name for field in dataclasses.fields(PickOptions)]
+        given = {name: kwargs.pop(name) for name in names if name in kwargs}
         func(*args, **kwargs, **{group: PickOptions(**given)})
 
     command.__annotations__ = {p.name: p.annotation for p in parameters}
