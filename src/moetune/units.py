@@ -20,27 +20,49 @@ KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
 TIB = 1024**4
+PIB = 1024**5
+
+# The bounds of what the options take: finite, and far above any real use. A size is below
+# 1 PiB, a bandwidth at most 100 TB/s, a token count at most 16M (16384k, above the longest
+# training context).
+MAX_SIZE_BYTES = PIB
+MAX_RATE = 100 * 10**12  # bytes per second
+MAX_TOKENS = 16 * 1024**2
 
 _SUFFIX = {"": 1, "K": KIB, "M": MIB, "G": GIB, "T": TIB}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([KMGT]?)(I?B)?\s*$", re.IGNORECASE)
 _TOKENS_RE = re.compile(r"^\s*(\d+)\s*(k?)\s*$", re.IGNORECASE)
 SIZE_HINT = "use a number with a unit, e.g. 24G, 22.5GiB, 800M or 24000MiB"
+SHOWN = 24  # the characters of a refused value an error shows
+
+
+def shown(text: str) -> str:
+    """``text`` quoted as an error shows it: its first characters where it is long (a
+    5,000-digit number is one short line)."""
+    if len(text) <= SHOWN:
+        return repr(text)
+    return repr(text[:SHOWN]) + f"... ({len(text)} characters)"
 
 
 def parse_size(text: str, allow_zero: bool = False) -> int:
     """Parse ``"22G"``, ``"1.5GiB"``, ``"800M"``, ``"24000MiB"`` or ``"512B"`` into bytes.
 
     A number without a unit is refused (nobody means 16 bytes by ``--vram 16``), but for 0.
-    Sizes must be positive, except where ``allow_zero`` (a headroom or overhead of 0)."""
+    Sizes must be positive, except where ``allow_zero`` (a headroom or overhead of 0), and
+    below 1 PiB (``MAX_SIZE_BYTES``)."""
     match = _SIZE_RE.match(text)
     if match is None:
-        raise BadValueError(f"not a size: {text!r}", hint=SIZE_HINT)
+        raise BadValueError(f"not a size: {shown(text)}", hint=SIZE_HINT)
     number, unit, byte = match.groups()
-    value = float(number) * _SUFFIX[unit.upper()]
+    value = float(number) * _SUFFIX[unit.upper()]  # a long digit string: inf, refused below
     if not unit and not byte and value != 0:
-        raise BadValueError(f"{text.strip()!r} has no unit", hint=f"did you mean {number}G?")
+        raise BadValueError(
+            f"{shown(text.strip())} has no unit", hint=f"did you mean {number[:SHOWN]}G?"
+        )
     if value < 0 or (value == 0 and not allow_zero):
-        raise BadValueError(f"size must be positive: {text!r}")
+        raise BadValueError(f"size must be positive: {shown(text)}")
+    if not value < MAX_SIZE_BYTES:
+        raise BadValueError(f"a size must be below 1 PiB (1024T), got {shown(text)}")
     return round(value)
 
 
@@ -50,19 +72,25 @@ RATE_HINT = "use GB/s as a number (e.g. 60, as doctor prints it) or a size per s
 def parse_rate(text: str) -> int:
     """A bandwidth in bytes per second: a bare number is GB/s (10^9 bytes, as vendors and
     ``doctor`` give it: ``60``), else a size per second in moetune's binary units (``56G/s``,
-    ``58.5GiB/s``)."""
+    ``58.5GiB/s``); above 0 and at most 100 TB/s (``MAX_RATE``)."""
     size, slash, per = text.strip().rpartition("/")
     if not slash:
         try:
             value = float(text)
         except ValueError:
-            raise BadValueError(f"not a bandwidth: {text!r}", hint=RATE_HINT) from None
+            raise BadValueError(f"not a bandwidth: {shown(text)}", hint=RATE_HINT) from None
         if not math.isfinite(value) or value <= 0:
-            raise BadValueError(f"a bandwidth must be positive: {text!r}", hint=RATE_HINT)
-        return round(value * 1e9)
-    if per.strip().lower() != "s":
-        raise BadValueError(f"not a bandwidth: {text!r}", hint=RATE_HINT)
-    return parse_size(size)
+            raise BadValueError(f"a bandwidth must be positive: {shown(text)}", hint=RATE_HINT)
+        rate = value * 1e9
+    elif per.strip().lower() != "s":
+        raise BadValueError(f"not a bandwidth: {shown(text)}", hint=RATE_HINT)
+    else:
+        rate = parse_size(size)
+    if rate > MAX_RATE:
+        raise BadValueError(
+            f"a bandwidth must be at most 100 TB/s (100000 GB/s), got {shown(text)}"
+        )
+    return round(rate)
 
 
 @record(frozen=True)
@@ -90,7 +118,7 @@ def parse_sizes(text: str, allow_zero: bool = False) -> Sizes:
     """One size, or one per device: ``24G`` or ``24G,12G``."""
     parts = text.split(",")
     if not all(part.strip() for part in parts):
-        raise BadValueError(f"not a size list: {text!r}", hint="e.g. 24G or 24G,12G")
+        raise BadValueError(f"not a size list: {shown(text)}", hint="e.g. 24G or 24G,12G")
     return Sizes(tuple(parse_size(part, allow_zero) for part in parts))
 
 
@@ -123,11 +151,18 @@ def size_arg(n_bytes: int) -> str:
 
 
 def parse_tokens(text: str) -> int:
-    """A token count: ``32768``, ``32k`` or ``128K`` (k = 1024, as context sizes go)."""
+    """A token count: ``32768``, ``32k`` or ``128K`` (k = 1024, as context sizes go), at most
+    ``MAX_TOKENS`` (16M)."""
     match = _TOKENS_RE.match(text.replace("_", ""))
     if match is None:
-        raise BadValueError(f"not a token count: {text!r}", hint="e.g. 32768, 32k or 128K")
+        raise BadValueError(f"not a token count: {shown(text)}", hint="e.g. 32768, 32k or 128K")
     number, k = match.groups()
+    digits = number.lstrip("0")  # the bound before int(): Python refuses 4,300 digits and more
+    if len(digits) > len(str(MAX_TOKENS)) or int(digits or 0) * (1024 if k else 1) > MAX_TOKENS:
+        raise BadValueError(
+            f"a token count must be at most {MAX_TOKENS} ({tokens_arg(MAX_TOKENS)}), "
+            f"got {shown(text)}"
+        )
     return int(number) * (1024 if k else 1)
 
 
@@ -142,36 +177,40 @@ def parse_positive_tokens(text: str) -> int:
     """A token count of at least 1: ``4096`` or ``4k``."""
     tokens = parse_tokens(text)
     if tokens < 1:
-        raise BadValueError(f"need at least 1 token, got {text!r}")
+        raise BadValueError(f"need at least 1 token, got {shown(text)}")
     return tokens
 
 
-def parse_counts(text: str) -> tuple[int, ...]:
-    """``512,2048``: counts of at least 1 (``2k`` = 2048), in the order given, once each."""
+def parse_counts(text: str, most: int = MAX_TOKENS) -> tuple[int, ...]:
+    """``512,2048``: counts from 1 to ``most`` (``2k`` = 2048), in the order given, once each."""
     found: list[int] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
-        found.append(parse_positive_tokens(part))
+        count = parse_positive_tokens(part)
+        if count > most:
+            raise BadValueError(f"need counts from 1 to {most}, got {shown(part)}")
+        found.append(count)
     if not found:
-        raise BadValueError(f"need one or more counts, got {text!r}", hint="e.g. 512,2048")
+        raise BadValueError(f"need one or more counts, got {shown(text)}", hint="e.g. 512,2048")
     return tuple(dict.fromkeys(found))
 
 
-def counts_option(option: str, text: str) -> tuple[int, ...]:
+def counts_option(option: str, text: str, most: int = MAX_TOKENS) -> tuple[int, ...]:
     """``parse_counts`` of an option's value; its error names the option."""
     try:
-        return parse_counts(text)
+        return parse_counts(text, most)
     except BadValueError as exc:
         raise BadValueError(f"{option}: {exc.message}", hint=exc.hint) from None
 
 
 def parse_workload(text: str) -> Workload:
-    """``8k:512``: a prompt of 8192 tokens, then 512 generated."""
+    """``8k:512``: a prompt of 8192 tokens, then 512 generated (each a token count, at most
+    ``MAX_TOKENS``; the plan holds the request to its context)."""
     prompt, sep, gen = text.partition(":")
     if not sep:
-        raise BadValueError(f"not a workload: {text!r}", hint="PROMPT:GEN, e.g. 8k:512")
+        raise BadValueError(f"not a workload: {shown(text)}", hint="PROMPT:GEN, e.g. 8k:512")
     found = Workload(parse_tokens(prompt.strip()), parse_tokens(gen.strip()))
     if found.n_gen <= 0:
-        raise BadValueError(f"a workload generates at least one token: {text!r}")
+        raise BadValueError(f"a workload generates at least one token: {shown(text)}")
     return found
 
 
@@ -213,7 +252,7 @@ def parse_ctx(text: str) -> Ctx:
         return Ctx(None)
     tokens = parse_tokens(text)
     if tokens <= 0:
-        raise BadValueError(f"context must be positive, got {text!r}")
+        raise BadValueError(f"context must be positive, got {shown(text)}")
     return Ctx(tokens)
 
 

@@ -120,11 +120,13 @@ def test_without_json_stdout_stays_empty(tmp_path: Path) -> None:
 
 
 # Refused while the options are parsed, after the command was chosen: click's usage errors
-# (USAGE, click's own lines on stderr) and moetune's value parsers (BAD_VALUE, one line).
+# (USAGE, click's own lines on stderr; a value typer refuses: one line) and moetune's value
+# parsers (BAD_VALUE, one line).
 PARSING: dict[str, tuple[list[str], ExitCode, bool]] = {
     "plan-size": (["plan", QWEN, "--vram", "24Q"], ExitCode.BAD_VALUE, True),
     "plan-no-model": (["plan", "--vram", "24G"], ExitCode.USAGE, False),
-    "plan-range": (["plan", QWEN, "--ubatch", "0"], ExitCode.USAGE, False),
+    "plan-range": (["plan", QWEN, "--ubatch", "0"], ExitCode.BAD_VALUE, True),
+    "inspect-after-dashes": (["inspect", QWEN, "--json", "--", "-c", "1"], ExitCode.USAGE, True),
     "inspect-unknown-option": (["inspect", QWEN, "--bogus"], ExitCode.USAGE, False),
     "run-tokens": (["run", QWEN, "--fill", "zero"], ExitCode.BAD_VALUE, True),
     "bench-tokens": (["bench", QWEN, "--n-predict", "0"], ExitCode.BAD_VALUE, True),
@@ -147,7 +149,7 @@ def test_an_option_refused_without_json_prints_nothing_on_stdout() -> None:
     code, out, _ = cli("plan", QWEN, "--vram", "24Q")
     assert code == ExitCode.BAD_VALUE and out == ""
     code, out, _ = cli("plan", QWEN, "--ubatch", "0", "--", "--json")  # llama-server's word
-    assert code == ExitCode.USAGE and out == ""
+    assert code == ExitCode.BAD_VALUE and out == ""
 
 
 def test_does_not_fit_puts_the_error_into_the_plan_document() -> None:

@@ -196,6 +196,8 @@ SAMPLES: dict[str, list[str]] = {
     "--depths": ["0,16k"],
     "--n-prompt": ["512"],
     "--ubatch": ["512", "2048"],
+    "--parallel": ["1", "7", "256"],
+    "--gpu-index": ["0", "7", "63"],
 }
 BY_TYPE: dict[Any, list[str]] = {
     int: ["1", "7", "512"],

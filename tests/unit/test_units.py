@@ -112,3 +112,32 @@ def test_parse_rate_takes_gb_per_s_or_a_size_per_second() -> None:
     for bad in ("0", "-1", "nan", "inf", "60G", "60G/h", "fast"):
         with pytest.raises(BadValueError):
             parse_rate(bad)
+
+
+def test_the_bounds_of_sizes_rates_and_token_counts() -> None:
+    """Finite, and far above any real use: a size below 1 PiB, a bandwidth at most 100 TB/s,
+    a token count at most 16M; a long digit string is refused, not an OverflowError."""
+    from moetune.units import MAX_RATE, MAX_TOKENS, PIB, parse_counts, parse_rate
+
+    huge = "9" * 5000
+    assert parse_size("1023T") == 1023 * 1024 * GIB
+    assert parse_rate("100000") == MAX_RATE and parse_rate(f"{1024 * 90}G/s") == 90 * 1024 * GIB
+    assert parse_tokens("16384k") == MAX_TOKENS == parse_tokens(f"000{MAX_TOKENS}")
+    refused = [
+        (parse_size, "1024T"),
+        (parse_size, f"{PIB}B"),
+        (parse_size, f"{huge}G"),
+        (parse_rate, "100001"),
+        (parse_rate, "1e300"),
+        (parse_rate, f"{huge}G/s"),
+        (parse_tokens, "16385k"),
+        (parse_tokens, str(MAX_TOKENS + 1)),
+        (parse_tokens, huge),
+        (parse_counts, f"512,{huge}"),
+    ]
+    for parse, text in refused:
+        with pytest.raises(BadValueError) as info:
+            parse(text)  # type: ignore[operator]
+        assert len(info.value.message) < 200, info.value.message  # the value shown cut
+    with pytest.raises(BadValueError, match="from 1 to 2048"):
+        parse_counts("512,4096", 2048)

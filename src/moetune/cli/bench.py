@@ -16,6 +16,7 @@ from moetune.cli.base import (
     stop_on_signals,
 )
 from moetune.cli.options import (
+    TOKENS_BOUND,
     CacheTypeOpt,
     CtxOpt,
     DraftOpt,
@@ -32,6 +33,7 @@ from moetune.cli.options import (
     ServerOpt,
     TargetVramOpt,
     TimeoutOpt,
+    bounds,
     pass_through_of,
 )
 from moetune.errors import BadValueError
@@ -44,6 +46,8 @@ from moetune.jobs.names import (
     DEFAULT_N_PREDICT,
     DEFAULT_REPEATS,
     DEFAULT_TIMEOUT_S,
+    MAX_THREADS,
+    MAX_UBATCH,
 )
 from moetune.units import parse_positive_tokens
 
@@ -66,21 +70,23 @@ def bench(
     depths: Annotated[
         str,
         Option(
-            help="Context depths in tokens, capped by the context (16k = 16384).", metavar="N,..."
+            help=f"Context depths in tokens, capped by the context (16k = 16384; {TOKENS_BOUND}).",
+            metavar="N,...",
         ),
     ] = "0,4096,16384",
     ubatch: Annotated[
         str | None,
         Option(
-            help="Launch each configuration at each micro-batch size (-ub), e.g. 512,2048.",
+            help="Launch each configuration at each micro-batch size (-ub), e.g. 512,2048 "
+            f"(each {bounds(1, MAX_UBATCH)}).",
             metavar="N,...",
         ),
     ] = None,
     threads: Annotated[
         str | None,
         Option(
-            help="Launch each configuration at each thread count (-t), e.g. 4,8 "
-            "(default: the physical cores).",
+            help="Launch each configuration at each thread count (-t), e.g. 4,8, each "
+            f"{bounds(1, MAX_THREADS)} (default: the physical cores).",
             metavar="N,...",
         ),
     ] = None,
@@ -90,7 +96,11 @@ def bench(
     max_time: MaxTimeOpt = DEFAULT_MAX_TIME_S,
     n_predict: Annotated[
         int,
-        Option(help="Tokens generated per request.", parser=parse_positive_tokens, metavar="N"),
+        Option(
+            help=f"Tokens generated per request, {TOKENS_BOUND}.",
+            parser=parse_positive_tokens,
+            metavar="N",
+        ),
     ] = DEFAULT_N_PREDICT,
     endpoint: Annotated[
         str,

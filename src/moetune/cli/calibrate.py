@@ -15,6 +15,7 @@ from moetune.cli.base import (
     stop_on_signals,
 )
 from moetune.cli.options import (
+    TOKENS_BOUND,
     CacheTypeOpt,
     CtxOpt,
     ForceOpt,
@@ -24,9 +25,18 @@ from moetune.cli.options import (
     RpcOpt,
     ServerOpt,
     TargetVramOpt,
+    bounds,
+    parse_repeats,
+    parse_threads,
 )
 from moetune.errors import BadValueError
-from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM
+from moetune.jobs.names import (
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_HEADROOM,
+    MAX_REPEATS,
+    MAX_THREADS,
+    MAX_UBATCH,
+)
 from moetune.units import counts_option, parse_positive_tokens
 
 
@@ -50,14 +60,19 @@ def calibrate(
     ] = None,
     ubatch: Annotated[
         str,
-        Option(help="--measure: micro-batch sizes (each at most the prompt).", metavar="N,..."),
+        Option(
+            help=f"--measure: micro-batch sizes, each {bounds(1, MAX_UBATCH)} and at most the "
+            "prompt.",
+            metavar="N,...",
+        ),
     ] = "512,2048",
     n_prompt: Annotated[
         int | None,
         Option(
             "--n-prompt",
             "-p",
-            help="--measure: prompt tokens of each test (default: the largest ubatch).",
+            help=f"--measure: prompt tokens of each test, {TOKENS_BOUND} (default: the largest "
+            "ubatch).",
             parser=parse_positive_tokens,
             metavar="N",
         ),
@@ -67,18 +82,29 @@ def calibrate(
         Option(
             "--n-gen",
             "-n",
-            help="--measure: generated tokens of each test.",
+            help=f"--measure: generated tokens of each test, {TOKENS_BOUND}.",
             parser=parse_positive_tokens,
             metavar="N",
         ),
     ] = 64,
     repetitions: Annotated[
-        int, Option("--repetitions", "-r", help="--measure: repetitions of each test.")
+        int,
+        Option(
+            "--repetitions",
+            "-r",
+            help=f"--measure: repetitions of each test, {bounds(1, MAX_REPEATS)}.",
+            parser=parse_repeats,
+            metavar="N",
+        ),
     ] = 2,
     threads: Annotated[
         int | None,
         Option(
-            "--threads", "-t", help="--measure: threads (default: the physical cores).", metavar="N"
+            "--threads",
+            "-t",
+            help=f"--measure: threads, {bounds(1, MAX_THREADS)} (default: the physical cores).",
+            parser=parse_threads,
+            metavar="N",
         ),
     ] = None,
     ctx: CtxOpt = None,
@@ -114,8 +140,6 @@ def calibrate(
         return
     if files:
         raise BadValueError("--measure runs llama-bench itself: leave out FILE...")
-    if threads is not None and threads < 1:
-        raise BadValueError(f"--threads must be at least 1, got {threads}")
     from moetune.jobs.calibrate import MeasureRequest
     from moetune.jobs.calibrate import measure as measure_job
 
@@ -129,7 +153,7 @@ def calibrate(
         overhead=overhead,
         ctx=ctx,
         cache_type=cache_type,
-        ubatches=counts_option("--ubatch", ubatch),
+        ubatches=counts_option("--ubatch", ubatch, MAX_UBATCH),
         n_prompt=n_prompt,
         n_gen=n_gen,
         repetitions=repetitions,

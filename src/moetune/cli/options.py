@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +26,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
 from moetune.errors import BadValueError
+from moetune.jobs.names import MAX_REPEATS, MAX_SECONDS, MAX_SHARE, MAX_THREADS
 from moetune.record import record
 from moetune.units import (
+    MAX_TOKENS,
     Ctx,
     Sizes,
     Workload,
@@ -35,12 +38,16 @@ from moetune.units import (
     parse_size,
     parse_sizes,
     parse_workload,
+    shown,
+    tokens_arg,
 )
 
 if TYPE_CHECKING:
     from moetune.jobs.pick import Pick
 
 CTX_DEFAULT_HELP = "default: 32768, or the training context if shorter"
+SIZE_BOUND = "below 1024T"  # units.MAX_SIZE_BYTES, 1 PiB
+TOKENS_BOUND = f"at most {tokens_arg(MAX_TOKENS)}"  # units.MAX_TOKENS
 
 
 def parse_positive_sizes(text: str) -> Sizes:
@@ -56,27 +63,64 @@ def parse_positive_size(text: str) -> int:
 
 
 def parse_seconds(text: str) -> float:
-    """A duration above 0 in seconds: ``30``, ``2.5``."""
+    """A duration above 0 in seconds, at most a day: ``30``, ``2.5``."""
     try:
         seconds = float(text)
     except ValueError:
-        raise BadValueError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise BadValueError(f"need a number of seconds above 0, got {text!r}")
+        raise BadValueError(f"{shown(text)} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_SECONDS):
+        raise BadValueError(
+            f"need a number of seconds above 0 and at most {MAX_SECONDS:.0f}, got {shown(text)}"
+        )
     return seconds
 
 
 def parse_share(text: str) -> float:
-    """A share of 0 or more: ``10%`` or ``0.1``."""
+    """A share from 0 to 10: ``10%`` or ``0.1`` (at most ``1000%``)."""
     body = text.strip()
     percent = body.endswith("%")
     try:
         value = float(body.removesuffix("%").strip())
     except ValueError:
-        raise BadValueError(f"{text!r} is not a share", hint="e.g. 10% or 0.1") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise BadValueError(f"need a share of 0 or more, got {text!r}")
-    return value / 100 if percent else value
+        raise BadValueError(f"{shown(text)} is not a share", hint="e.g. 10% or 0.1") from None
+    share = value / 100 if percent else value
+    if not (math.isfinite(share) and 0 <= share <= MAX_SHARE):
+        raise BadValueError(f"need a share from 0 to {MAX_SHARE:.0f} (1000%), got {shown(text)}")
+    return share
+
+
+MAX_DIGITS = 18  # a longer whole number is out of every option's range
+_WHOLE_RE = re.compile(r"^\s*([+-]?)0*(\d+)\s*$")
+
+
+def whole(least: int, most: int) -> Callable[[str], int]:
+    """The parser of an option's whole number from ``least`` to ``most`` (``1 to 256``, as
+    ``bounds`` writes it in the help): anything else, ``abc``, ``1e3``, ``inf`` or 5,000
+    digits, is refused with the range."""
+
+    def parse_whole(text: str) -> int:
+        match = _WHOLE_RE.match(text)
+        if match is None:
+            raise BadValueError(f"not a whole number: {shown(text)}", hint=bounds(least, most))
+        sign, digits = match.groups()
+        # the length first: int() refuses 4,300 digits and more
+        value = int(sign + digits) if len(digits) <= MAX_DIGITS else None
+        if value is None or not least <= value <= most:
+            raise BadValueError(
+                f"need a whole number from {bounds(least, most)}, got {shown(text)}"
+            )
+        return value
+
+    return parse_whole
+
+
+def bounds(least: int, most: int) -> str:
+    """A whole number's range as the help and the errors say it: ``1 to 256``."""
+    return f"{least} to {most}"
+
+
+parse_repeats = whole(1, MAX_REPEATS)  # timed requests, llama-bench's repetitions
+parse_threads = whole(1, MAX_THREADS)  # llama-bench's -t
 
 
 def _network_timeout(context: CommandContext, seconds: float) -> float:
@@ -108,14 +152,18 @@ JsonOpt = Annotated[bool, Option("--json", help="Machine-readable output.")]
 RepeatsOpt = Annotated[
     int,
     Option(
-        help="Timed requests at the least; more until they agree within --max-spread.",
+        help="Timed requests at the least; more until they agree within --max-spread "
+        f"({bounds(1, MAX_REPEATS)}).",
+        parser=parse_repeats,
         metavar="N",
     ),
 ]
 MaxRepeatsOpt = Annotated[
     int | None,
     Option(
-        help="Timed requests at the most, while they disagree (default: 10, or --repeats if more).",
+        help="Timed requests at the most, while they disagree (default: 10, or --repeats if "
+        f"more; {bounds(1, MAX_REPEATS)}).",
+        parser=parse_repeats,
         metavar="N",
     ),
 ]
@@ -123,7 +171,7 @@ MaxSpreadOpt = Annotated[
     float,
     Option(
         help="How far the requests may spread, (max-min)/median of decode and of prefill "
-        "tok/s: 10% or 0.1.",
+        "tok/s: 10% or 0.1 (0 to 1000%).",
         parser=parse_share,
         metavar="SHARE",
     ),
@@ -132,7 +180,7 @@ MaxTimeOpt = Annotated[
     float,
     Option(
         help="No more repeats after this many seconds at one depth (run: one launch); the "
-        "spread is then shown as it is.",
+        f"spread is then shown as it is (above 0, at most {MAX_SECONDS:.0f}).",
         parser=parse_seconds,
         metavar="SECONDS",
     ),
@@ -152,7 +200,7 @@ PickCacheTypeOpt = Annotated[
 CtxOpt = Annotated[
     Ctx | None,
     Option(
-        help=f"Context: tokens (32768, 32k) or max ({CTX_DEFAULT_HELP}).",
+        help=f"Context: tokens (32768, 32k; {TOKENS_BOUND}) or max ({CTX_DEFAULT_HELP}).",
         parser=parse_ctx,
         metavar="N|max",
     ),
@@ -161,7 +209,7 @@ VramOpt = Annotated[
     Sizes | None,
     Option(
         help="Device memory, one size or one per device in llama.cpp's order (RPC hosts, "
-        "then GPUs), e.g. 24G or 24G,12G (default: detect).",
+        f"then GPUs), e.g. 24G or 24G,12G, each {SIZE_BOUND} (default: detect).",
         parser=parse_positive_sizes,
         metavar=SIZES,
     ),
@@ -169,7 +217,7 @@ VramOpt = Annotated[
 RamOpt = Annotated[
     int | None,
     Option(
-        help="Host RAM, e.g. 64G (default: detect).",
+        help=f"Host RAM, e.g. 64G, {SIZE_BOUND} (default: detect).",
         parser=parse_positive_size,
         metavar=SIZE,
     ),
@@ -195,7 +243,8 @@ ObjectiveOpt = Annotated[
 WorkloadOpt = Annotated[
     Workload | None,
     Option(
-        help="Order the speed frontier by time per request: PROMPT:GEN tokens (8k:512).",
+        help="Order the speed frontier by time per request: PROMPT:GEN tokens (8k:512), "
+        f"each {TOKENS_BOUND}; the request must fit the context (one slot's with --parallel).",
         parser=parse_workload,
         metavar="PROMPT:GEN",
     ),
@@ -203,8 +252,8 @@ WorkloadOpt = Annotated[
 RamBandwidthOpt = Annotated[
     int | None,
     Option(
-        help="Host RAM read bandwidth: GB/s (60) or a size per second (56G/s) "
-        "(default: as doctor measured it).",
+        help="Host RAM read bandwidth: GB/s (60) or a size per second (56G/s), above 0 and "
+        "at most 100 TB/s (default: as doctor measured it).",
         parser=parse_rate,
         metavar="GB/s",
     ),
@@ -223,8 +272,8 @@ RpcOpt = Annotated[
 TargetVramOpt = Annotated[
     Sizes | None,
     Option(
-        help="Peak device memory allowed, one size or one per device (default: each "
-        "device's total - --headroom).",
+        help=f"Peak device memory allowed, one size or one per device, each {SIZE_BOUND} "
+        "(default: each device's total - --headroom).",
         parser=parse_positive_sizes,
         metavar=SIZES,
     ),
@@ -241,8 +290,8 @@ PickTargetOpt = Annotated[
     Sizes | None,
     Option(
         "--target-vram",
-        help="Pick the profile tuned for this peak, one size or one per device; without one, "
-        "plan for it.",
+        help=f"Pick the profile tuned for this peak, one size or one per device ({SIZE_BOUND}); "
+        "without one, plan for it.",
         parser=parse_positive_sizes,
         metavar=SIZES,
     ),
@@ -271,7 +320,7 @@ PickVramOpt = Annotated[
     Option(
         "--vram",
         help="Pick the profile tuned on devices of this memory (within 10 %), one size or one "
-        "per device; without one, plan for it (default: detect).",
+        f"per device ({SIZE_BOUND}); without one, plan for it (default: detect).",
         parser=parse_positive_sizes,
         metavar=SIZES,
     ),
@@ -366,7 +415,8 @@ HeadroomOpt = Annotated[
     Sizes,
     Workload,
     Option(
-        help="Left free when no --target-vram is given, one size or one per device.",
+        help="Left free when no --target-vram is given, one size or one per device "
+        f"(0 or more, {SIZE_BOUND}).",
         parser=parse_sizes_or_zero,
         metavar=SIZES,
     ),
@@ -374,8 +424,8 @@ HeadroomOpt = Annotated[
 OverheadOpt = Annotated[
     Sizes | None,
     Option(
-        help="Runtime overhead per device beyond llama.cpp's buffers (default: 512M on "
-        "CUDA, 0 on RPC).",
+        help=f"Runtime overhead per device beyond llama.cpp's buffers, 0 or more, {SIZE_BOUND} "
+        "(default: 512M on CUDA, 0 on RPC).",
         parser=parse_sizes_or_zero,
         metavar=SIZES,
     ),
@@ -395,7 +445,7 @@ TimeoutOpt = Annotated[
     Option(
         "--timeout",
         help="Seconds one network step may take in all (a repository's listing, one "
-        "model's headers) before it fails with NETWORK.",
+        f"model's headers) before it fails with NETWORK (above 0, at most {MAX_SECONDS:.0f}).",
         parser=parse_seconds,
         callback=_network_timeout,
         metavar="SECONDS",

@@ -26,10 +26,20 @@ from moetune.cli.options import (
     TimeoutOpt,
     VramOpt,
     WorkloadOpt,
+    bounds,
     pass_through_of,
+    whole,
 )
 from moetune.errors import DoesNotFitError
-from moetune.jobs.names import DEFAULT_CACHE_TYPE, DEFAULT_HEADROOM, DEFAULT_TIMEOUT_S
+from moetune.jobs.names import (
+    DEFAULT_CACHE_TYPE,
+    DEFAULT_HEADROOM,
+    DEFAULT_TIMEOUT_S,
+    MAX_GPU_INDEX,
+    MAX_N_CPU_MOE,
+    MAX_PARALLEL,
+    MAX_UBATCH,
+)
 
 
 @command(pass_through=True)
@@ -48,17 +58,38 @@ def plan(
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
     n_cpu_moe: Annotated[
         int | None,
-        Option(help="Fix N (with --ctx max: the largest context at N).", min=0),
+        Option(
+            help=f"Fix N (with --ctx max: the largest context at N), {bounds(0, MAX_N_CPU_MOE)}.",
+            parser=whole(0, MAX_N_CPU_MOE),
+            metavar="N",
+        ),
     ] = None,
     overhead: OverheadOpt = None,
     parallel: Annotated[
         int | None,
-        Option(help="llama-server slots, -np (default: auto, 4 sharing one cache).", min=1),
+        Option(
+            help=f"llama-server slots, -np, {bounds(1, MAX_PARALLEL)} (default: auto, 4 sharing "
+            "one cache).",
+            parser=whole(1, MAX_PARALLEL),
+            metavar="N",
+        ),
     ] = None,
-    ubatch: Annotated[int, Option(help="Micro-batch (-ub).", min=1)] = 512,
+    ubatch: Annotated[
+        int,
+        Option(
+            help=f"Micro-batch (-ub), {bounds(1, MAX_UBATCH)}.",
+            parser=whole(1, MAX_UBATCH),
+            metavar="N",
+        ),
+    ] = 512,
     gpu_index: Annotated[
         int | None,
-        Option(help="Plan for this one detected GPU (nvidia-smi's index; default: all)."),
+        Option(
+            help="Plan for this one detected GPU (nvidia-smi's index, "
+            f"{bounds(0, MAX_GPU_INDEX)}; default: all).",
+            parser=whole(0, MAX_GPU_INDEX),
+            metavar="N",
+        ),
     ] = None,
     server: ServerOpt = None,
     mmproj: MmprojOpt = None,

@@ -14,6 +14,7 @@ from moetune.cli.base import (
     stop_on_signals,
 )
 from moetune.cli.options import (
+    TOKENS_BOUND,
     CacheTypeOpt,
     CtxOpt,
     DraftOpt,
@@ -33,7 +34,9 @@ from moetune.cli.options import (
     TargetVramOpt,
     TimeoutOpt,
     WorkloadOpt,
+    bounds,
     pass_through_of,
+    whole,
 )
 from moetune.jobs.names import (
     DEFAULT_CACHE_TYPE,
@@ -64,7 +67,8 @@ def run(
     fill: Annotated[
         int | None,
         Option(
-            help="Tokens to fill before measuring (default: the context; 4k = 4096).",
+            help=f"Tokens to fill before measuring, {TOKENS_BOUND} (default: the context; "
+            "4k = 4096).",
             parser=parse_positive_tokens,
             metavar="N",
         ),
@@ -73,7 +77,14 @@ def run(
     max_repeats: MaxRepeatsOpt = None,
     max_spread: MaxSpreadOpt = DEFAULT_MAX_SPREAD,
     max_time: MaxTimeOpt = DEFAULT_MAX_TIME_S,
-    port: Annotated[int | None, Option(help="Port for llama-server (default: free).")] = None,
+    port: Annotated[
+        int | None,
+        Option(
+            help=f"Port for llama-server, {bounds(1, 65535)} (default: free).",
+            parser=whole(1, 65535),
+            metavar="N",
+        ),
+    ] = None,
     keep: Annotated[bool, Option(help="Leave the best server running until Ctrl-C.")] = False,
     retune: Annotated[bool, Option(help="Tune again even when a saved profile matches.")] = False,
     save: Annotated[

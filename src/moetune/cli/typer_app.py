@@ -20,9 +20,11 @@ from moetune.cli.base import (
     PASS_THROUGH,
     REGISTRY,
     BadValueParameter,
+    Exit,
     State,
     error_document,
     fail,
+    say_error,
     version_line,
 )
 from moetune.cli.helpfmt import whole_short_help, write_commands
@@ -107,7 +109,8 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """The options, and the arguments after ``--``. A value refused here is reported as
-        the command's own errors are: with ``--json``, its document on stdout too."""
+        the command's own errors are: with ``--json``, its document on stdout too; a value
+        typer itself refuses (``typer.BadParameter``) is one line and USAGE."""
         given = args[: args.index("--")] if "--" in args else args
         as_json = "--json" in given and any(p.name == "as_json" for p in self.params)
         try:
@@ -115,7 +118,10 @@ class Command(TyperCommand):
         except ClickError as exc:
             if as_json and not ctx.resilient_parsing:
                 _usage_document(exc)
-            raise  # click prints its line on stderr and exits with its code
+            if isinstance(exc, typer.BadParameter) and not isinstance(exc, BadValueParameter):
+                say_error(exc.format_message(), None, ExitCode.USAGE)
+                raise Exit(int(ExitCode.USAGE)) from None
+            raise  # click prints its lines on stderr and exits with its code
         except typer.Exit:  # --help, --version
             raise
         except (Exception, KeyboardInterrupt) as exc:

@@ -34,7 +34,7 @@ from moetune.core.planner import fixed_split, floor_plan, plan_layers, plan_n_cp
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths
-from moetune.jobs.names import CONFIG_NAMES, ENDPOINTS
+from moetune.jobs.names import CONFIG_NAMES, ENDPOINTS, MAX_THREADS, MAX_UBATCH
 from moetune.jobs.speed import machine_of
 from moetune.jobs.status import NO_STATUS, LiveStatus, StatusSink, probe_reader, sampling
 from moetune.llamacpp.client import ServerClient
@@ -50,7 +50,7 @@ from moetune.records.results import (
     capped_depths,
     verdicts,
 )
-from moetune.units import Ctx, Sizes, counts_option, format_bytes, parse_tokens
+from moetune.units import Ctx, Sizes, counts_option, format_bytes, parse_tokens, shown
 
 Event = Callable[[str], None]
 
@@ -61,8 +61,10 @@ def parse_depths(text: str) -> list[int]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         try:
             depths.append(parse_tokens(part))
-        except BadValueError:
-            raise BadValueError(f"not a depth: {part!r}", hint="e.g. --depths 0,4096,16k") from None
+        except BadValueError as exc:  # not a token count, or above units.MAX_TOKENS
+            raise BadValueError(
+                f"not a depth: {shown(part)} ({exc.message})", hint="e.g. --depths 0,4096,16k"
+            ) from None
     return depths
 
 
@@ -674,15 +676,15 @@ def _variants(choice: BenchChoice, pass_through: tuple[str, ...]) -> tuple[Varia
     from moetune.core.command import pass_through_value
 
     lists: dict[str, tuple[int, ...]] = {}
-    for option, given, flags in (
-        ("--ubatch", choice.ubatch, ("-ub", "--ubatch-size")),
-        ("--threads", choice.threads, ("-t", "--threads")),
+    for option, given, flags, most in (
+        ("--ubatch", choice.ubatch, ("-ub", "--ubatch-size"), MAX_UBATCH),
+        ("--threads", choice.threads, ("-t", "--threads"), MAX_THREADS),
     ):
         if given is None:
             continue
         if pass_through_value(pass_through, *flags) is not None:
             raise BadValueError(f"give {option} or {flags[0]} after --, not both")
-        lists[option] = counts_option(option, given)
+        lists[option] = counts_option(option, given, most)
     return tuple(variants(lists.get("--ubatch", ()), lists.get("--threads", ())))
 
 

@@ -16,6 +16,17 @@ DEFAULT_MAX_SPREAD = 0.10  # more until they agree: (max - min) / median at most
 DEFAULT_MAX_TIME_S = 60.0  # no further repeat of a depth after this long
 DEFAULT_N_PREDICT = 128
 
+# The bounds of the options' whole numbers, stated in their help: what llama.cpp takes where
+# it has a limit, else far above any real use.
+MAX_N_CPU_MOE = 10_000  # blocks (llama.cpp has at most 512; more means every block)
+MAX_PARALLEL = 256  # slots: LLAMA_MAX_SEQ (core/kvcache.MAX_SEQ)
+MAX_UBATCH = 65_536  # -ub (and -b): tokens of one micro-batch
+MAX_THREADS = 512  # -t: GGML_MAX_N_THREADS
+MAX_GPU_INDEX = 63  # nvidia-smi's index
+MAX_REPEATS = 1000  # timed requests or llama-bench repetitions
+MAX_SECONDS = 86_400.0  # a timeout or a time limit: a day
+MAX_SHARE = 10.0  # a spread: 1000 %
+
 __all__ = [
     "CONFIG_NAMES",
     "DEFAULT_CACHE_TYPE",
@@ -28,4 +39,12 @@ __all__ = [
     "DEFAULT_REPEATS",
     "DEFAULT_TIMEOUT_S",
     "ENDPOINTS",
+    "MAX_GPU_INDEX",
+    "MAX_N_CPU_MOE",
+    "MAX_PARALLEL",
+    "MAX_REPEATS",
+    "MAX_SECONDS",
+    "MAX_SHARE",
+    "MAX_THREADS",
+    "MAX_UBATCH",
 ]
