@@ -26,7 +26,7 @@ from typing import Literal
 from moetune.core.calibrate import SpeedFit
 from moetune.core.command import pass_through_value
 from moetune.core.facts import ModelFacts
-from moetune.core.goal import UBATCHES, Goal
+from moetune.core.goal import UBATCHES, Goal, check_workload
 from moetune.core.plan import (
     PlanRequest,
     PlanResult,
@@ -262,7 +262,9 @@ def frontier(
 ) -> Frontier | None:
     """The frontier of ``result`` (None for a dense model or a plan that does not fit);
     ``error``: the forecast's relative error (default: the fit's leave-one-out median error;
-    None while it is uncalibrated)."""
+    None while it is uncalibrated). A workload that does not fit the plan's context is a
+    BadValueError (goal.check_workload)."""
+    check_workload(goal.workload, result.settings)
     if not facts.is_moe or not result.fits:
         return None
     basis = speed_basis(req)

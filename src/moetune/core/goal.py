@@ -15,6 +15,7 @@ from moetune.record import record
 from moetune.units import Workload
 
 if TYPE_CHECKING:
+    from moetune.core.settings import Settings
     from moetune.core.speed import Forecast
 
 # what plan's forecast is for: llama-bench's defaults, a 512-token prompt and decode at depth 0
@@ -76,6 +77,29 @@ def goal_of(objective: str | None, workload: Workload | None) -> Goal:
     if workload is not None:
         return Goal(None, workload)
     return Goal(parse_objective(objective or "decode"))
+
+
+def check_workload(workload: Workload | None, settings: Settings) -> None:
+    """BadValueError where one request of ``workload`` (its prompt and the tokens it
+    generates) does not fit the context a request gets: the whole context, or with an
+    explicit ``--parallel N`` (its own cache per slot) one slot's share of it. Refused rather
+    than capped: a forecast for a shorter request is not the one asked for."""
+    if workload is None:
+        return
+    need = workload.n_prompt + workload.n_gen
+    shared = settings.kv_unified or settings.n_seq == 1
+    room = settings.n_ctx if shared else settings.n_ctx // settings.n_seq
+    if need <= room:
+        return
+    where = (
+        f"the context of {settings.n_ctx} tokens"
+        if shared
+        else f"one slot's context of {room} tokens ({settings.n_ctx} over {settings.n_seq} slots)"
+    )
+    raise BadValueError(
+        f"--workload {workload.n_prompt}:{workload.n_gen} needs {need} tokens, more than {where}",
+        hint="raise --ctx, or give a shorter workload",
+    )
 
 
 def request_seconds(found: Forecast, workload: Workload) -> float | None:

@@ -628,7 +628,12 @@ def tune_with_profiles(
 ) -> RunResult:
     """Launch a matching saved profile once to confirm it, else tune (and with ``goal``,
     measure the forecast's best candidates for it); save the winner (in ``store``, default
-    the user's tuned profiles)."""
+    the user's tuned profiles). A ``goal`` whose workload does not fit the context is
+    refused before any launch."""
+    if goal is not None:
+        from moetune.core.goal import check_workload
+
+        check_workload(goal.workload, spec.settings)
     if store is None:
         from moetune.store.tuned import ProfileStore
 
