@@ -49,14 +49,17 @@ def assert_json_failure(
     assert set(data) == {"schema_version", "error"}, data
     error: dict[str, Any] = data["error"]
     assert error["code"] == int(expected) and error["name"] == expected.name, error
-    assert error["message"] and set(error) <= {"code", "name", "message", "hint"}, error
+    assert error["message"] and set(error) == {"code", "name", "message", "hint"}, error
     if one_line:  # the line on stderr says the same
         lines = err.strip().splitlines()
         assert len(lines) == 1, err
         assert lines[0].startswith("moetune: error: ") and error["message"] in lines[0]
         assert f"[{expected.name}, exit {int(expected)}]" in lines[0]
-        if "hint" in error:
-            assert f"({error['hint']})" in lines[0]
+        hint = f" ({error['hint']})" if error["hint"] is not None else ""  # null: none
+        assert error["hint"] != "", error
+        assert lines[0].endswith(
+            f"{error['message']}{hint} [{expected.name}, exit {int(expected)}]"
+        )
     return error
 
 
@@ -156,6 +159,9 @@ def test_does_not_fit_puts_the_error_into_the_plan_document() -> None:
     data = one_document(out)
     assert data["fits"] is False and data["error"]["name"] == "DOES_NOT_FIT"
     assert "does not fit" in err and len(err.strip().splitlines()) == 1
+    # every field is there, a hint the line has none of too (null)
+    assert set(data["error"]) == {"code", "name", "message", "hint"}
+    assert data["error"]["hint"] is None and ") [DOES_NOT_FIT" not in err
 
 
 def test_a_failed_check_puts_the_error_into_the_report_document(no_search: Path) -> None:

@@ -213,10 +213,14 @@ def doctor_payload(report: DoctorReport) -> dict[str, Any]:
 
 
 def error_payload(code: ExitCode, message: str, hint: str | None) -> dict[str, Any]:
-    """A failure's document: the exit code, its name, the one line's message (and hint)."""
-    error: dict[str, Any] = {"code": int(code), "name": code.name, "message": _line(message)}
-    if hint:
-        error["hint"] = _line(hint)
+    """A failure's document: the exit code, its name, the one line's message and its hint
+    (null where it has none: every field is always there)."""
+    error: dict[str, Any] = {
+        "code": int(code),
+        "name": code.name,
+        "message": _line(message),
+        "hint": _line(hint) if hint else None,
+    }
     return {"error": error}
 
 
