@@ -86,14 +86,14 @@ def test_out_that_is_immutable_or_read_only(tmp_path: Path) -> None:
         shutil.which("chattr")
         and subprocess.run(["chattr", "+i", str(ini)], check=False).returncode == 0
     ):
-        try:
-            _refused(ini, ExitCode.BAD_VALUE, "cannot write")
+        try:  # EPERM
+            _refused(ini, ExitCode.PERMISSION_DENIED, "cannot write")
         finally:
             subprocess.run(["chattr", "-i", str(ini)], check=True)
         assert ini.read_text() == HAND
     if os.geteuid() != 0:  # root writes a read-only file
         ini.chmod(0o444)
-        _refused(ini, ExitCode.BAD_VALUE, "cannot write")
+        _refused(ini, ExitCode.PERMISSION_DENIED, f"cannot write {ini}: permission denied")
         assert ini.read_text() == HAND
 
 

@@ -176,8 +176,8 @@ def test_profiles_list_failure_is_a_document(monkeypatch: pytest.MonkeyPatch) ->
         raise PermissionError(13, "Permission denied", "/home/me/.config/moetune/hardware")
 
     monkeypatch.setattr("moetune.store.hardware.scan_hardware_profiles", refused)
-    error = assert_json_failure(cli("profiles", "list", "--json"), ExitCode.FILE_NOT_FOUND)
-    assert error["message"] == "/home/me/.config/moetune/hardware: Permission denied"
+    error = assert_json_failure(cli("profiles", "list", "--json"), ExitCode.PERMISSION_DENIED)
+    assert error["message"] == "/home/me/.config/moetune/hardware: permission denied"
 
 
 # --- the last-resort mapping: exceptions from outside moetune's hierarchy ---------------------
@@ -229,8 +229,13 @@ FAMILIES: dict[str, tuple[Callable[[Path], BaseException], ExitCode, str]] = {
     ),
     "PermissionError": (
         lambda t: PermissionError(13, "Permission denied", "/proc/version"),
-        ExitCode.FILE_NOT_FOUND,
-        "/proc/version: Permission denied",
+        ExitCode.PERMISSION_DENIED,
+        "/proc/version: permission denied",
+    ),
+    "PermissionError EPERM": (
+        lambda t: PermissionError(1, "Operation not permitted", "/etc/immutable"),
+        ExitCode.PERMISSION_DENIED,
+        "/etc/immutable: permission denied (Operation not permitted)",
     ),
     "UnicodeDecodeError": (
         lambda t: raised(lambda: b"\xff[*]\n".decode("utf-8")),
