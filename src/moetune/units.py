@@ -8,7 +8,6 @@ still binary; this is deliberate and documented in docs/reference.md.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -44,25 +43,60 @@ def parse_size(text: str, allow_zero: bool = False) -> int:
     return round(value)
 
 
-RATE_HINT = "use GB/s as a number (e.g. 60, as doctor prints it) or a size per second (56G/s)"
+RATE_HINT = (
+    "use GB/s (60, 60G or 60GB/s), a size per second (56G/s) or the RAM's type, "
+    "rate and channels (ddr5-6000x2)"
+)
+_GBPS_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*(?:G|GB/s)?$", re.IGNORECASE)
+_RAM_RE = re.compile(r"^(ddr4|ddr5|lpddr4x?|lpddr5x?)-(\d+)(?:\s*x\s*(\d+))?$", re.IGNORECASE)
+BUS_BYTES = 8  # a channel of the RAM: 64 bits (DDR4, DDR5: one DIMM channel; LPDDR: 64 bits)
 
 
-def parse_rate(text: str) -> int:
-    """A bandwidth in bytes per second: a bare number is GB/s (10^9 bytes, as vendors and
-    ``doctor`` give it: ``60``), else a size per second in moetune's binary units (``56G/s``,
-    ``58.5GiB/s``)."""
-    size, slash, per = text.strip().rpartition("/")
-    if not slash:
-        try:
-            value = float(text)
-        except ValueError:
-            raise BadValueError(f"not a bandwidth: {text!r}", hint=RATE_HINT) from None
-        if not math.isfinite(value) or value <= 0:
+@record(frozen=True)
+class RamRate:
+    """A RAM bandwidth given on the command line: ``bytes_per_s``, and where the RAM's type,
+    rate and channels were given (``ddr5-6000x2``), them as written (``DDR5-6000 x2``):
+    ``bytes_per_s`` is then their peak, MT/s x 8 bytes x channels."""
+
+    bytes_per_s: int
+    ram: str | None = None
+
+
+def parse_rate(text: str) -> RamRate:
+    """A bandwidth in bytes per second: GB/s (10^9 bytes, as vendors and ``doctor`` give it:
+    ``60``, ``60G``, ``60GB/s``), a size per second in moetune's binary units (``56G/s``,
+    ``58.5GiB/s``), or the RAM's type, rate and channels, its peak: ``ddr5-6000x2`` is
+    6000 MT/s x 8 bytes x 2 channels, 96 GB/s (a channel is a 64-bit bus, LPDDR's too:
+    a 128-bit LPDDR5X bus is ``lpddr5x-8533x2``)."""
+    stripped = text.strip()
+    ram = _RAM_RE.match(stripped)
+    if ram is not None:
+        kind, rate, channels = ram.groups()
+        if channels is None:
+            raise BadValueError(
+                f"{stripped!r} does not say how many channels",
+                hint=f"add them, e.g. {stripped}x2 (a channel is 64 bits wide)",
+            )
+        if int(rate) <= 0 or int(channels) <= 0:
+            raise BadValueError(f"a RAM's rate and channels must be positive: {text!r}")
+        name = f"{kind.upper()}-{int(rate)} x{int(channels)}"
+        return RamRate(int(rate) * 1_000_000 * BUS_BYTES * int(channels), ram=name)
+    gbps = _GBPS_RE.match(stripped)
+    if gbps is not None:
+        value = float(gbps.group(1))
+        if value <= 0:
             raise BadValueError(f"a bandwidth must be positive: {text!r}", hint=RATE_HINT)
-        return round(value * 1e9)
-    if per.strip().lower() != "s":
+        return RamRate(round(value * 1e9))
+    size, slash, per = stripped.rpartition("/")
+    if not slash or per.strip().lower() != "s":
         raise BadValueError(f"not a bandwidth: {text!r}", hint=RATE_HINT)
-    return parse_size(size)
+    return RamRate(parse_size(size))
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """A bandwidth in GB/s (10^9 bytes): whole from 100 GB/s, else to one decimal."""
+    value = bytes_per_s / 1e9
+    return f"{value:.0f} GB/s" if bytes_per_s >= 1e11 else f"{value:.1f} GB/s"
 
 
 @record(frozen=True)

@@ -28,6 +28,7 @@ from moetune.errors import BadValueError
 from moetune.record import record
 from moetune.units import (
     Ctx,
+    RamRate,
     Sizes,
     Workload,
     parse_ctx,
@@ -201,10 +202,11 @@ WorkloadOpt = Annotated[
     ),
 ]
 RamBandwidthOpt = Annotated[
-    int | None,
+    RamRate | None,
     Option(
-        help="Host RAM read bandwidth: GB/s (60) or a size per second (56G/s) "
-        "(default: as doctor measured it).",
+        help="Host RAM read bandwidth: GB/s (60, 60GB/s), a size per second (56G/s) or the "
+        "RAM's type, rate and channels, its peak (ddr5-6000x2) (default: this machine's, "
+        "as doctor measured and saved it, else measured once and saved).",
         parser=parse_rate,
         metavar="GB/s",
     ),
