@@ -8,8 +8,10 @@ never shows output moetune no longer prints.
 
 tests/unit/test_readme.py runs the check. What would make the output this machine's own is
 fixed: the RAM (--ram 64G), the terminal (100 columns), an empty MOETUNE_HOME (no saved speed
-points or RAM bandwidth) and the physical cores llama-server's -t is set to (8: psutil's
-count is replaced in the child, which is the only change to the program).
+points or RAM bandwidth), no RAM bandwidth measured for the forecast (MOETUNE_NO_MEASURE=1, as
+--no-measure: the line that says this machine's figure is left out) and the physical cores
+llama-server's -t is set to (8: psutil's count is replaced in the child, which is the only
+change to the program).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def _child() -> None:
 def example() -> str:
     """The section: the command and what it printed, between the markers."""
     with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "COLUMNS": COLUMNS, "MOETUNE_HOME": home}
+        env = {**os.environ, "COLUMNS": COLUMNS, "MOETUNE_HOME": home, "MOETUNE_NO_MEASURE": "1"}
         env.pop("MOETUNE_LLAMA_SERVER", None)
         done = subprocess.run(
             [sys.executable, __file__, "--child"],

@@ -100,7 +100,11 @@ def _moetune_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
     """Every test (and every ``moetune`` it starts) gets its own empty ``MOETUNE_HOME``, so
-    no test reads or writes the user's tuned profiles."""
+    no test reads or writes the user's tuned profiles, and ``MOETUNE_NO_MEASURE=1``, so no
+    forecast measures this machine's RAM bandwidth (a second each, and a figure that is the
+    machine's own: golden outputs stay the same everywhere). A test of the measurement
+    unsets it and replaces the probe (jobs/figures.py ``streaming_probe``)."""
     home = tmp_path_factory.mktemp("moetune_home")
     monkeypatch.setenv("MOETUNE_HOME", str(home))
+    monkeypatch.setenv("MOETUNE_NO_MEASURE", "1")
     return home

@@ -5,6 +5,7 @@ code; anything else is a bug of moetune's."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
@@ -28,6 +29,7 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 12
     NETWORK = 13
     HUB_AUTH = 14
+    PERMISSION_DENIED = 15
     INTERRUPTED = 130
 
 
@@ -135,6 +137,13 @@ class InterruptedByUser(MoetuneError):
     exit_code = ExitCode.INTERRUPTED
 
 
+class PermissionDeniedError(MoetuneError):
+    """A file or folder moetune may not read, list or write (its owner or mode, as root a
+    dropped capability): a model, a profile, a folder of MOETUNE_HOME's, ``export --out``."""
+
+    exit_code = ExitCode.PERMISSION_DENIED
+
+
 class FolderNotFoundError(MoetuneError):
     """A file is to be written into a folder that does not exist (``export --out``)."""
 
@@ -215,12 +224,26 @@ def _os_error(exc: OSError) -> MoetuneError:
     """A path that cannot be used (missing, a directory, refused, full, a loop), or a socket's
     failure (refused, reset, timed out; socket.gaierror: a name that does not resolve)."""
     reason = exc.strerror or str(exc) or type(exc).__name__
+    paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+    if isinstance(exc, PermissionError):
+        return denied(paths or None, exc)
     if exc.filename is not None:
-        paths = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
         return ModelFileError(f"{paths}: {reason}")
     if isinstance(exc, ConnectionError | TimeoutError) or type(exc).__module__ == "socket":
         return NetworkError(f"connection failed: {reason}")
     return ModelFileError(f"cannot read or write a file: {reason}")
+
+
+def denied(
+    path: object, exc: OSError | None = None, *, doing: str = "", hint: str | None = None
+) -> PermissionDeniedError:
+    """``PATH: permission denied``, or ``DOING PATH: ...`` (``cannot write``); after it the
+    errno's own words where they are not EACCES's (EPERM: ``Operation not permitted``)."""
+    said = ""
+    if exc is not None and exc.errno != errno.EACCES and exc.strerror:
+        said = f" ({exc.strerror})"
+    where = " ".join(str(part) for part in (doing, path) if part)
+    return PermissionDeniedError(f"{where + ': ' if where else ''}permission denied{said}", hint)
 
 
 def _http_error(exc: Exception) -> MoetuneError:

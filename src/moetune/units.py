@@ -8,10 +8,9 @@ still binary; this is deliberate and documented in docs/reference.md.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from moetune.errors import BadValueError
 from moetune.record import record
@@ -66,31 +65,78 @@ def parse_size(text: str, allow_zero: bool = False) -> int:
     return round(value)
 
 
-RATE_HINT = "use GB/s as a number (e.g. 60, as doctor prints it) or a size per second (56G/s)"
+RATE_HINT = (
+    "use GB/s (60, 60G or 60GB/s), a size per second (56G/s) or the RAM's type, "
+    "rate and channels (ddr5-6000x2)"
+)
+_GBPS_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*(?:G|GB/s)?$", re.IGNORECASE)
+_RAM_RE = re.compile(r"^(ddr4|ddr5|lpddr4x?|lpddr5x?)-(\d+)(?:\s*x\s*(\d+))?$", re.IGNORECASE)
+BUS_BYTES = 8  # a channel of the RAM: 64 bits (DDR4, DDR5: one DIMM channel; LPDDR: 64 bits)
 
 
-def parse_rate(text: str) -> int:
-    """A bandwidth in bytes per second: a bare number is GB/s (10^9 bytes, as vendors and
-    ``doctor`` give it: ``60``), else a size per second in moetune's binary units (``56G/s``,
-    ``58.5GiB/s``); above 0 and at most 100 TB/s (``MAX_RATE``)."""
-    size, slash, per = text.strip().rpartition("/")
-    if not slash:
-        try:
-            value = float(text)
-        except ValueError:
-            raise BadValueError(f"not a bandwidth: {shown(text)}", hint=RATE_HINT) from None
-        if not math.isfinite(value) or value <= 0:
+@record(frozen=True)
+class RamRate:
+    """A RAM bandwidth given on the command line: ``bytes_per_s``, and where the RAM's type,
+    rate and channels were given (``ddr5-6000x2``), them as written (``DDR5-6000 x2``):
+    ``bytes_per_s`` is then their peak, MT/s x 8 bytes x channels."""
+
+    bytes_per_s: int
+    ram: str | None = None
+
+
+def parse_rate(text: str) -> RamRate:
+    """A bandwidth in bytes per second: GB/s (10^9 bytes, as vendors and ``doctor`` give it:
+    ``60``, ``60G``, ``60GB/s``), a size per second in moetune's binary units (``56G/s``,
+    ``58.5GiB/s``), or the RAM's type, rate and channels, its peak: ``ddr5-6000x2`` is
+    6000 MT/s x 8 bytes x 2 channels, 96 GB/s (a channel is a 64-bit bus, LPDDR's too:
+    a 128-bit LPDDR5X bus is ``lpddr5x-8533x2``); above 0 and at most 100 TB/s
+    (``MAX_RATE``)."""
+    stripped = text.strip()
+    ram = _RAM_RE.match(stripped)
+    if ram is not None:
+        kind, rate, channels = ram.groups()
+        if channels is None:
+            raise BadValueError(
+                f"{shown(stripped)} does not say how many channels",
+                hint=f"add them, e.g. {stripped[:SHOWN]}x2 (a channel is 64 bits wide)",
+            )
+        if len(rate) + len(channels) > MAX_RAM_DIGITS:  # before int(): 4,300 digits fail
+            _above_max_rate(text)
+        if int(rate) <= 0 or int(channels) <= 0:
+            raise BadValueError(f"a RAM's rate and channels must be positive: {shown(text)}")
+        name = f"{kind.upper()}-{int(rate)} x{int(channels)}"
+        return _bounded(RamRate(int(rate) * 1_000_000 * BUS_BYTES * int(channels), ram=name), text)
+    gbps = _GBPS_RE.match(stripped)
+    if gbps is not None:
+        value = float(gbps.group(1))  # a long digit string: inf, refused by _bounded
+        if value <= 0:
             raise BadValueError(f"a bandwidth must be positive: {shown(text)}", hint=RATE_HINT)
-        rate = value * 1e9
-    elif per.strip().lower() != "s":
+        if not value * 1e9 <= MAX_RATE:
+            _above_max_rate(text)
+        return RamRate(round(value * 1e9))
+    size, slash, per = stripped.rpartition("/")
+    if not slash or per.strip().lower() != "s":
         raise BadValueError(f"not a bandwidth: {shown(text)}", hint=RATE_HINT)
-    else:
-        rate = parse_size(size)
-    if rate > MAX_RATE:
-        raise BadValueError(
-            f"a bandwidth must be at most 100 TB/s (100000 GB/s), got {shown(text)}"
-        )
-    return round(rate)
+    return _bounded(RamRate(parse_size(size)), text)
+
+
+MAX_RAM_DIGITS = 12  # a RAM's rate and channels: more digits are far above MAX_RATE
+
+
+def _bounded(rate: RamRate, text: str) -> RamRate:
+    if rate.bytes_per_s > MAX_RATE:
+        _above_max_rate(text)
+    return rate
+
+
+def _above_max_rate(text: str) -> NoReturn:
+    raise BadValueError(f"a bandwidth must be at most 100 TB/s (100000 GB/s), got {shown(text)}")
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """A bandwidth in GB/s (10^9 bytes): whole from 100 GB/s, else to one decimal."""
+    value = bytes_per_s / 1e9
+    return f"{value:.0f} GB/s" if bytes_per_s >= 1e11 else f"{value:.1f} GB/s"
 
 
 @record(frozen=True)

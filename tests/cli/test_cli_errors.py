@@ -10,13 +10,8 @@ import pytest
 
 from moetune.errors import ExitCode
 
-from support.helpers import assert_one_line_error, moetune
+from support.helpers import as_ordinary_user, assert_one_line_error, moetune
 from support.rawgguf import RawGGUF, small_model
-
-# Root reads any file; without these two capabilities it is refused like anyone else.
-NO_DAC = "-dac_override,-dac_read_search"
-AS_ORDINARY_ROOT = ("setpriv", "--bounding-set", NO_DAC, "--inh-caps", NO_DAC, "--")
-
 
 CASES = {
     "not-gguf": (b"PK\x03\x04 this is a zip file", ExitCode.BAD_MODEL, "not a GGUF file"),
@@ -61,10 +56,9 @@ def test_unreadable_file(tmp_path: Path) -> None:
     path = tmp_path / "secret.gguf"
     path.write_bytes(small_model().build())
     path.chmod(0)
-    prefix = AS_ORDINARY_ROOT if os.geteuid() == 0 else ()
-    result = moetune("inspect", str(path), prefix=prefix)
-    line = assert_one_line_error(result, ExitCode.FILE_NOT_FOUND)
-    assert "permission denied" in line
+    result = moetune("inspect", str(path), prefix=as_ordinary_user())
+    line = assert_one_line_error(result, ExitCode.PERMISSION_DENIED)
+    assert f"cannot read {path}: permission denied" in line
 
 
 def test_missing_shard(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ from moetune.errors import ExitCode
 
 from support.factory import write_model
 from support.helpers import MOETUNE, assert_one_line_error, cli, default_signals, moetune_env
+from support.llama_swap import load_swap
+from support.preset_ini import load_preset
 from support.profiles import a_key, saved
 
 HAND = """; my presets, written by hand
@@ -84,14 +86,14 @@ def test_out_that_is_immutable_or_read_only(tmp_path: Path) -> None:
         shutil.which("chattr")
         and subprocess.run(["chattr", "+i", str(ini)], check=False).returncode == 0
     ):
-        try:
-            _refused(ini, ExitCode.BAD_VALUE, "cannot write")
+        try:  # EPERM
+            _refused(ini, ExitCode.PERMISSION_DENIED, "cannot write")
         finally:
             subprocess.run(["chattr", "-i", str(ini)], check=True)
         assert ini.read_text() == HAND
     if os.geteuid() != 0:  # root writes a read-only file
         ini.chmod(0o444)
-        _refused(ini, ExitCode.BAD_VALUE, "cannot write")
+        _refused(ini, ExitCode.PERMISSION_DENIED, f"cannot write {ini}: permission denied")
         assert ini.read_text() == HAND
 
 
@@ -181,3 +183,18 @@ def test_an_export_stopped_mid_write_leaves_the_old_file(tuned: Path, tmp_path: 
     assert ini.read_text() == hand
     assert "cannot write" in assert_one_line_error(done, ExitCode.BAD_VALUE)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize("fmt", ["preset", "llama-swap"])
+def test_exporting_another_model_keeps_the_first_ones_entry(fmt: str, tmp_path: Path) -> None:
+    """`export FMT B --out F` after `export FMT A --out F`: both are in F (B's entry added,
+    A's as it was); `export FMT A` again replaces A's entry and keeps B's."""
+    a, b = (write_model(tmp_path / f"{n}.gguf", "qwen3moe", n_layers=4) for n in "ab")
+    out = tmp_path / ("models.ini" if fmt == "preset" else "swap.yaml")
+    for model in (a, b, a):
+        code, _, err = cli("export", fmt, str(model), "--vram", "4G", "--out", str(out))
+        assert code == 0, err
+    text = out.read_text()
+    models = set(load_preset(text).models) if fmt == "preset" else set(load_swap(text))
+    assert models == {"a", "b"}, text
+    assert text.count(str(a)) == 1 and text.count(str(b)) == 1, text

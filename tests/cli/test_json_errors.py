@@ -49,14 +49,17 @@ def assert_json_failure(
     assert set(data) == {"schema_version", "error"}, data
     error: dict[str, Any] = data["error"]
     assert error["code"] == int(expected) and error["name"] == expected.name, error
-    assert error["message"] and set(error) <= {"code", "name", "message", "hint"}, error
+    assert error["message"] and set(error) == {"code", "name", "message", "hint"}, error
     if one_line:  # the line on stderr says the same
         lines = err.strip().splitlines()
         assert len(lines) == 1, err
         assert lines[0].startswith("moetune: error: ") and error["message"] in lines[0]
         assert f"[{expected.name}, exit {int(expected)}]" in lines[0]
-        if "hint" in error:
-            assert f"({error['hint']})" in lines[0]
+        hint = f" ({error['hint']})" if error["hint"] is not None else ""  # null: none
+        assert error["hint"] != "", error
+        assert lines[0].endswith(
+            f"{error['message']}{hint} [{expected.name}, exit {int(expected)}]"
+        )
     return error
 
 
@@ -158,6 +161,9 @@ def test_does_not_fit_puts_the_error_into_the_plan_document() -> None:
     data = one_document(out)
     assert data["fits"] is False and data["error"]["name"] == "DOES_NOT_FIT"
     assert "does not fit" in err and len(err.strip().splitlines()) == 1
+    # every field is there, a hint the line has none of too (null)
+    assert set(data["error"]) == {"code", "name", "message", "hint"}
+    assert data["error"]["hint"] is None and ") [DOES_NOT_FIT" not in err
 
 
 def test_a_failed_check_puts_the_error_into_the_report_document(no_search: Path) -> None:
@@ -172,8 +178,8 @@ def test_profiles_list_failure_is_a_document(monkeypatch: pytest.MonkeyPatch) ->
         raise PermissionError(13, "Permission denied", "/home/me/.config/moetune/hardware")
 
     monkeypatch.setattr("moetune.store.hardware.scan_hardware_profiles", refused)
-    error = assert_json_failure(cli("profiles", "list", "--json"), ExitCode.FILE_NOT_FOUND)
-    assert error["message"] == "/home/me/.config/moetune/hardware: Permission denied"
+    error = assert_json_failure(cli("profiles", "list", "--json"), ExitCode.PERMISSION_DENIED)
+    assert error["message"] == "/home/me/.config/moetune/hardware: permission denied"
 
 
 # --- the last-resort mapping: exceptions from outside moetune's hierarchy ---------------------
@@ -225,8 +231,13 @@ FAMILIES: dict[str, tuple[Callable[[Path], BaseException], ExitCode, str]] = {
     ),
     "PermissionError": (
         lambda t: PermissionError(13, "Permission denied", "/proc/version"),
-        ExitCode.FILE_NOT_FOUND,
-        "/proc/version: Permission denied",
+        ExitCode.PERMISSION_DENIED,
+        "/proc/version: permission denied",
+    ),
+    "PermissionError EPERM": (
+        lambda t: PermissionError(1, "Operation not permitted", "/etc/immutable"),
+        ExitCode.PERMISSION_DENIED,
+        "/etc/immutable: permission denied (Operation not permitted)",
     ),
     "UnicodeDecodeError": (
         lambda t: raised(lambda: b"\xff[*]\n".decode("utf-8")),

@@ -20,7 +20,7 @@ import typer.main
 from moetune.cli import app
 from moetune.cli.typer_app import declared_types
 from moetune.errors import BadValueError, ExitCode
-from moetune.units import Ctx, Sizes, Workload
+from moetune.units import Ctx, RamRate, Sizes, Workload
 
 from support.helpers import EXAMPLE_QWEN, assert_one_line_error, cli, moetune
 
@@ -42,14 +42,14 @@ HEAD: dict[str, list[str]] = {
     "doctor": [],
 }
 # how an edge is written into an option's value (default "{}"): a size with its unit, a
-# workload in either of its places, a bandwidth bare (GB/s) or per second
+# workload in either of its places, a bandwidth bare (GB/s), per second or as a RAM's rate
 TEMPLATES: dict[str, tuple[str, ...]] = {
     "--vram": ("{}G",),
     "--target-vram": ("{}G",),
     "--headroom": ("{}G",),
     "--overhead": ("{}G",),
     "--ram": ("{}G",),
-    "--ram-bandwidth": ("{}", "{}G/s"),
+    "--ram-bandwidth": ("{}", "{}G/s", "ddr5-{}x2"),
     "--workload": ("{}:512", "8k:{}"),
     "--ctx": ("{}", "{}k"),
 }
@@ -65,7 +65,7 @@ ZERO_TAKEN = {
 }
 # the word the error line names (default: the option)
 NAMED = {"--depths": "depth"}
-NUMERIC_TYPES = (int, float, Sizes, Ctx, Workload)
+NUMERIC_TYPES = (int, float, Sizes, Ctx, Workload, RamRate)
 
 
 def commands() -> dict[str, Any]:

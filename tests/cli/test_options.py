@@ -189,7 +189,7 @@ SAMPLES: dict[str, list[str]] = {
     "--cache-type": ["F16", "q4_0"],
     "--objective": ["prefill", "balanced"],
     "--workload": ["8k:512"],
-    "--ram-bandwidth": ["60", "56G/s"],
+    "--ram-bandwidth": ["60", "60G", "56G/s", "ddr5-6000x2"],
     "--max-spread": ["10%", "0.2"],
     "--max-time": ["30"],
     "--fill": ["4k"],

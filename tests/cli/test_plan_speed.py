@@ -86,10 +86,10 @@ def test_everything_on_the_gpu_needs_no_ram_figure() -> None:
     assert compute["seconds"] == pytest.approx(compute["amount"] / rate)
 
 
-def test_a_bandwidth_needs_per_second() -> None:
-    code, _, err = cli("plan", QWEN, "--gpu", "rtx4090", "--ram-bandwidth", "60G")
+def test_a_bandwidth_needs_gb_or_per_second() -> None:
+    code, _, err = cli("plan", QWEN, "--gpu", "rtx4090", "--ram-bandwidth", "60M")
     assert code == ExitCode.BAD_VALUE
-    assert "not a bandwidth: '60G'" in err
+    assert "not a bandwidth: '60M'" in err
     assert len(err.strip().splitlines()) == 1
 
 

@@ -3,8 +3,11 @@ line, user profiles, and `moetune profiles list/show/rm`."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +17,7 @@ from moetune.store.tuned import ProfileStore
 from moetune.units import GIB, MIB
 
 from support.factory import write_model
-from support.helpers import EXAMPLE_QWEN, cli
+from support.helpers import EXAMPLE_QWEN, as_ordinary_user, assert_one_line_error, cli, moetune
 from support.profiles import GOOD, a_key, saved
 
 QWEN = str(EXAMPLE_QWEN)
@@ -156,3 +159,73 @@ def test_show_and_rm_take_a_unique_prefix(tiny: Path) -> None:
     assert code == 0 and ProfileStore().names() == [first]
     code, _, err = cli("profiles", "rm", "Nothing")
     assert code == ExitCode.FILE_NOT_FOUND and "no tuned profile" in err
+
+
+# --- a profiles folder or file moetune may not read --------------------------------------------
+
+
+def _one_denied_line(result: tuple[int, str, str], path: Path) -> None:
+    code, out, err = result
+    assert code == ExitCode.PERMISSION_DENIED, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("moetune: error: "), err
+    assert f"{path}: permission denied" in lines[0] and "PERMISSION_DENIED, exit 15" in lines[0]
+
+
+def test_a_profiles_folder_that_may_not_be_listed_is_permission_denied(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing the folder refused (at the store's boundary, os.scandir): `profiles list`
+    never says "no tuned profiles yet", `show`/`rm` never FILE_NOT_FOUND."""
+    name = saved(a_key(tiny)).stem
+    root = ProfileStore().root
+    scandir = os.scandir
+
+    def refused(path: Any = ".") -> Any:
+        if Path(path) == root:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refused)
+    for args in (("list",), ("show", name), ("rm", name), ("show", name[:8])):
+        _one_denied_line(cli("profiles", *args), root)
+    code, out, _ = cli("profiles", "list", "--json")
+    error = json.loads(out)["error"]
+    assert code == ExitCode.PERMISSION_DENIED and error["name"] == "PERMISSION_DENIED"
+    assert error["message"] == f"{root}: permission denied" and "MOETUNE_HOME" in error["hint"]
+
+
+def test_a_tuned_profile_that_may_not_be_read_is_permission_denied(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the file refused (store/files.read_text, as the store reads it)."""
+    path = saved(a_key(tiny))
+
+    def refused(file: Path) -> str:
+        raise PermissionError(errno.EACCES, "Permission denied", str(file))
+
+    monkeypatch.setattr("moetune.store.tuned.read_text", refused)
+    for args in (("list",), ("show", path.stem), ("list", "--json")):
+        _one_denied_line(cli("profiles", *args), path)
+
+
+def test_a_profiles_folder_of_mode_0_refuses_an_ordinary_user(tiny: Path) -> None:
+    """The real thing: the folder's mode refuses the user (root: without CAP_DAC_*)."""
+    prefix = as_ordinary_user()
+    path = saved(a_key(tiny))
+    root = path.parent
+    path.chmod(0)
+    try:
+        result = moetune("profiles", "show", path.stem, prefix=prefix)
+        line = assert_one_line_error(result, ExitCode.PERMISSION_DENIED)
+        assert f"{path}: permission denied" in line
+        root.chmod(0)
+        for args in (("list",), ("show", path.stem), ("rm", path.stem)):
+            line = assert_one_line_error(
+                moetune("profiles", *args, prefix=prefix), ExitCode.PERMISSION_DENIED
+            )
+            assert f"{root}: permission denied" in line, args
+    finally:
+        root.chmod(0o755)
+        path.chmod(0o644)
+    assert path.exists()

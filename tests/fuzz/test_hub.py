@@ -266,7 +266,7 @@ def check(code: int, out: str, err: str, took: float, steps: int) -> None:
         if code not in (0, ExitCode.DOES_NOT_FIT):
             error = document["error"]
             assert error["code"] == code and error["name"] == ExitCode(code).name, error
-            assert error["message"], error
+            assert error["message"] and "hint" in error, error
 
 
 def test_hostile_hub_answers(

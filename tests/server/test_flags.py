@@ -3,6 +3,7 @@ and ``llama-fit-params --help`` of the build the tests run."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 from moetune.core.flags import FLAGS, ServerFlag
@@ -46,6 +47,34 @@ def test_the_table_is_llama_servers_help() -> None:
     assert sorted(heads - table) == []  # in llama-server, not in the table
     assert sorted(table - heads) == []  # in the table, not in llama-server
     assert len(heads) == len(FLAGS)
+
+
+_ENV_RE = re.compile(r"\(env: ([A-Za-z0-9_]+)\)")
+
+
+def _help_envs(text: str) -> dict[str, str]:
+    """Each flag's head (as ``_help_heads`` reads it) and the variable its help text ends
+    with (``common_arg::set_env`` adds ``(env: NAME)``), for the flags that have one."""
+    found: dict[str, str] = {}
+    head = None
+    for line in text.splitlines():
+        if line.startswith("-") and not line.startswith("-----"):
+            short = len(line) > 40 and line[37:40] == "   "
+            head = line[:40].rstrip() if short else line.rstrip()
+        elif not line.startswith(" "):
+            head = None  # a blank line or a section's title: no flag's help
+        if head is not None and (match := _ENV_RE.search(line)):
+            assert head not in found, head
+            found[head] = match.group(1)
+    return found
+
+
+def test_env_is_the_variable_llama_server_reads() -> None:
+    """Each row's ``env`` is the variable ``--help`` names for that flag, and the flags that
+    name none have none: a launch leaves out the right names (llamacpp/process.py)."""
+    envs = _help_envs(_help("llama-server"))
+    assert len(envs) > 100  # the help still says (env: ...)
+    assert {_head(e): e.env for e in FLAGS if e.env is not None} == envs
 
 
 def test_fit_says_which_flags_llama_fit_params_takes() -> None:

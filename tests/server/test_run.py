@@ -381,3 +381,43 @@ def test_converges_with_a_projector_and_a_draft(
     command = data["best"]["command"]
     assert "--mmproj" in command and "-md" in command
     assert device_mib(model, rpc, *command[3:]) * MIB <= data["target_bytes"]
+
+
+def test_the_environment_does_not_move_the_placement(
+    model_factory: ModelFactory, rpc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp applies LLAMA_ARG_* before the command line and -ncmoe/-ot add their rules to
+    those the variables set: moetune leaves them out of llama-server's environment (named in
+    one warning), and run measures and picks what it does without them."""
+    model = str(model_factory("qwen3moe", n_layers=8))
+    # N=4 fits 25 MiB here, N=3 does not; each run searches (no profile saved)
+    args = (
+        "run",
+        model,
+        "--target-vram",
+        "25M",
+        *COMMON,
+        "--no-save",
+        "--json",
+        "--",
+        "--rpc",
+        rpc,
+    )
+    plain = moetune(*args)
+    assert plain.returncode == 0, plain.stderr
+    assert "environment" not in plain.stderr
+    monkeypatch.setenv("LLAMA_ARG_N_CPU_MOE", "8")  # every expert on the CPU
+    monkeypatch.setenv("LLAMA_ARG_OVERRIDE_TENSOR", "blk\\.0\\.=CPU")
+    monkeypatch.setenv("LLAMA_ARG_ALIAS", "passes")  # changes nothing: left in
+    moved = moetune(*args)
+    assert moved.returncode == 0, moved.stderr
+    warned = [line for line in moved.stderr.splitlines() if "environment" in line]
+    assert len(warned) == 1 and warned[0].startswith(
+        "warning: ignoring LLAMA_ARG_N_CPU_MOE, LLAMA_ARG_OVERRIDE_TENSOR from the environment"
+    ), moved.stderr
+    first, second = json.loads(plain.stdout), json.loads(moved.stdout)
+    assert 0 < first["best"]["n_cpu_moe"] < 8  # the variable would have moved it
+    assert second["best"]["n_cpu_moe"] == first["best"]["n_cpu_moe"]
+    assert second["best"]["command"] == first["best"]["command"]
+    measured = [[a["measured_bytes"] for a in d["attempts"]] for d in (first, second)]
+    assert measured[0] == measured[1]

@@ -5,7 +5,8 @@ bounded in time, and hold its outcome to what every command promises a user:
 - on failure stderr ends in exactly one ``moetune: error: ... [NAME, exit N]`` line (only
   ``warning:`` lines before it), and nothing anywhere is a traceback;
 - with ``--json`` stdout is exactly one JSON document, on failure
-  ``{"schema_version", "error": {"code", "name", "message"}}``;
+  ``{"schema_version", "error": {"code", "name", "message", "hint"}}`` (``hint`` null where
+  there is none);
 - the case ends within ``limit_s``;
 - a case marked ``refuse`` (an input llama.cpp refuses, or one it reads with a default) is
   refused, or moetune warns of it; one marked ``succeed`` (a broken file beside the
@@ -198,4 +199,6 @@ def json_problems(code: int, out: str) -> list[str]:
     want = {"code": code, "name": ExitCode(code).name if code in CODES else None}
     if {k: error.get(k) for k in want} != want or not isinstance(error.get("message"), str):
         return [f"--json: the error object is {error!r}, not code/name/message of exit {code}"]
+    if "hint" not in error or not isinstance(error["hint"], str | None):
+        return [f"--json: the error object is {error!r}: no hint (a string, or null)"]
     return []

@@ -25,6 +25,21 @@ EXAMPLES = ROOT / "examples" / "models"
 EXAMPLE_QWEN = EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf"
 EXAMPLE_GPT_OSS = EXAMPLES / "gpt-oss-120b-MXFP4.header.gguf"
 MOETUNE = (sys.executable, "-m", "moetune")
+# Root reads any file; without these two capabilities it is refused like anyone else.
+NO_DAC = "-dac_override,-dac_read_search"
+AS_ORDINARY_ROOT = ("setpriv", "--bounding-set", NO_DAC, "--inh-caps", NO_DAC, "--")
+
+
+def as_ordinary_user() -> tuple[str, ...]:
+    """The prefix that runs a child as a user whom a file's mode binds: none for one already,
+    for root ``setpriv`` without the capabilities that read past it (skipped without it)."""
+    if os.geteuid() != 0:
+        return ()
+    if shutil.which("setpriv") is None:
+        import pytest
+
+        pytest.skip("running as root without setpriv: a file's mode cannot refuse root")
+    return AS_ORDINARY_ROOT
 
 
 def default_signals() -> None:

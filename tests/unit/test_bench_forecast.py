@@ -118,6 +118,35 @@ def test_with_forecast_reads_the_kept_points_of_this_machine(tmp_path: Path) -> 
     assert elsewhere.forecast is not None and elsewhere.forecast.kept_points == 0
 
 
+def test_with_forecast_uses_this_machine_s_saved_ram_bandwidth() -> None:
+    """A bench run here: its forecast takes the RAM read bandwidth saved for this machine
+    (jobs/figures.py, as plan does), says so in the text and the JSON; one run elsewhere
+    does not."""
+    from moetune.hardware.host import LiveHostProbe
+    from moetune.jobs.figures import machine_identity
+    from moetune.store.machine import SavedRamBandwidth, save_ram_bandwidth
+
+    entry = SavedRamBandwidth(
+        machine=machine_identity(LiveHostProbe().host()),
+        bytes_per_s=8_100_000_000,
+        threads=2,
+        buffer_bytes=512 * 1024**2,
+        passes=5,
+        measured_at="2026-12-07T10:00:00+00:00",
+    )
+    save_ram_bandwidth(entry)
+    here = SPEED_MACHINE.model_copy(update={"cpu_info": cpu_model()})
+    result = with_forecast(speed_bench({"plan": SPEEDS["plan"]}, machine=here), schema_version=1)
+    assert result.forecast is not None and result.forecast.ram_read_bandwidth is not None
+    assert result.forecast.ram_read_bandwidth.source == "saved"
+    assert result.forecast.ram_read_bandwidth.bytes_per_s == 8_100_000_000
+    document = json.loads(to_json(payloads.bench_payload(result)))
+    assert document["forecast"]["ram_read_bandwidth"]["source"] == "saved"
+    assert "RAM read 8.1 GB/s, measured on this machine 2026-12-07" in _text(result, 200)
+    elsewhere = with_forecast(speed_bench({"plan": SPEEDS["plan"]}), schema_version=1)
+    assert elsewhere.forecast is not None and elsewhere.forecast.ram_read_bandwidth is None
+
+
 def test_with_forecast_without_the_model_or_a_placement() -> None:
     gone = with_forecast(
         speed_bench(SPEEDS, model="/nowhere/m.gguf"), schema_version=SCHEMA_VERSION

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import httpx
 import pytest
 
-from moetune.errors import BadValueError, ExitCode, named_error
+from moetune.errors import BadValueError, ExitCode, PermissionDeniedError, denied, named_error
+from moetune.store.files import json_files
 
 
 @pytest.mark.parametrize(
@@ -38,6 +40,47 @@ def test_a_rename_names_both_paths(tmp_path: Path) -> None:
     named = named_error(info.value)
     assert named is not None and named.exit_code == ExitCode.FILE_NOT_FOUND
     assert named.message == f"{tmp_path}/a.tmp -> {tmp_path}/out.ini: No such file or directory"
+
+
+@pytest.mark.parametrize(
+    ("exc", "message"),
+    [
+        (PermissionError(errno.EACCES, "Permission denied", "/m/p"), "/m/p: permission denied"),
+        (
+            PermissionError(errno.EPERM, "Operation not permitted", "/m/p"),
+            "/m/p: permission denied (Operation not permitted)",
+        ),
+        (PermissionError(errno.EACCES, "Permission denied"), "permission denied"),
+    ],
+    ids=["EACCES", "EPERM", "no path"],
+)
+def test_a_permission_error_is_named_as_such(exc: OSError, message: str) -> None:
+    named = named_error(exc)
+    assert isinstance(named, PermissionDeniedError) and named.message == message
+    assert named.exit_code == ExitCode.PERMISSION_DENIED
+    assert denied("/m/p", exc, doing="cannot write").message.startswith("cannot write /m/p: ")
+
+
+def test_every_exit_code_is_on_the_exit_codes_page() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "exit-codes.md").read_text()
+    for code in ExitCode:
+        assert f"\n| {int(code)} | {code.name} |" in page, code
+
+
+def test_json_files_of_a_folder_moetune_may_not_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert json_files(tmp_path / "none") == [] and json_files(Path(__file__) / "x") == []
+    for name in ("b.json", "a.json", ".a.json.1234.tmp", ".hidden.json", "c.toml"):
+        (tmp_path / name).write_text("{}")
+    assert json_files(tmp_path) == [tmp_path / "a.json", tmp_path / "b.json"]
+
+    def refused(path: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr("moetune.store.files.os.scandir", refused)
+    with pytest.raises(PermissionDeniedError, match=f"^{tmp_path}: permission denied$"):
+        json_files(tmp_path)
 
 
 def test_http_errors_name_the_url_without_its_query() -> None:

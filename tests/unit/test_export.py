@@ -266,3 +266,51 @@ def test_a_long_shared_macro_is_inlined() -> None:
     text = llama_swap_text(entries, BINARY)
     assert "${moetune-shared}" not in text
     assert load_swap(text)["b"] == [BINARY, "--port", "5801", "-m", "/m/b.gguf", "-ot", rule]
+
+
+def _argv(text: str) -> dict[str, list[str]]:
+    """Each model's argv, ``${PORT}`` aside (load_swap numbers the ports in name order)."""
+    return {name: [*argv[:2], *argv[3:]] for name, argv in load_swap(text).items()}
+
+
+def _block(text: str, name: str) -> str:
+    """moetune's marked block of ``name`` in ``text``, its lines."""
+    start = text.index(f"  # moetune: begin {name}\n")
+    end = text.index(f"  # moetune: end {name}\n", start)
+    return text[start : end + len(f"  # moetune: end {name}\n")]
+
+
+def test_llama_swap_reexport_keeps_other_models_entries() -> None:
+    """`export llama-swap B --out F` after `export llama-swap A --out F` keeps A's entry, as
+    `export preset` keeps A's section; re-exporting A replaces its entry where it stands."""
+    a = ServeEntry("a", ("-m", "/m/a.gguf", "-c", "4096"), True, "tuned")
+    b = ServeEntry("b", ("-m", "/m/b.gguf", "-c", "8192"), True, "tuned")
+    hand = "# mine\nmodels:\n  my-model:\n    cmd: /bin/x --port ${PORT}\n"
+    first = llama_swap_text([a], BINARY, hand)
+    both = llama_swap_text([b], BINARY, first)
+    assert first.replace("models:\n", "models:\n" + _block(both, "b")) == both  # A's kept
+    assert set(load_swap(both)) == {"a", "b", "my-model"}
+    a5 = a._replace(args=("-m", "/m/a.gguf", "-c", "5000"))
+    again = llama_swap_text([a5], BINARY, both)
+    assert _argv(again)["a"] == [BINARY, "--port", "-m", "/m/a.gguf", "-c", "5000"]
+    assert _argv(again)["b"] == _argv(both)["b"] and again.count("begin a\n") == 1
+    assert again.replace(_block(again, "a"), _block(both, "a")) == both  # where it stood
+
+
+def test_llama_swap_reexport_keeps_the_commands_of_models_that_share_the_macro() -> None:
+    """A and C exported together share a macro; exporting B (alone, then with C) changes it:
+    A's kept entry gets the old macro's value written in, so its command stays the same."""
+    a, b, c = (
+        ServeEntry(n, ("-m", f"/m/{n}.gguf", "-c", "4096", "-fa", "on"), True, "t") for n in "abc"
+    )
+    b = b._replace(args=("-m", "/m/b.gguf", "-c", "8192"))
+    first = llama_swap_text([a, c], BINARY)
+    assert "${moetune-shared}" in first
+    alone = llama_swap_text([b], BINARY, first)
+    assert "${moetune-shared}" not in alone and not yaml.safe_load(alone)["macros"]
+    assert _argv(alone) == {**_argv(first), "b": _argv(llama_swap_text([b], BINARY))["b"]}
+    with_c = llama_swap_text([b, c], BINARY, first)  # a new macro (-c 8192's not in it)
+    assert _argv(with_c)["a"] == _argv(first)["a"] and _argv(with_c)["c"] == _argv(first)["c"]
+    assert yaml.safe_load(with_c)["models"]["a"]["cmd"].count("${moetune-shared}") == 0
+    same = llama_swap_text([a, c], BINARY, alone)  # the macro back; b kept as it was
+    assert _argv(same) == _argv(alone)

@@ -24,7 +24,7 @@ from moetune.core.extras import (
     with_draft,
     without_extras_flags,
 )
-from moetune.core.flags import FLAGS, FlagRole, Pair, flag, lookup, pairs, words
+from moetune.core.flags import FLAGS, FlagRole, Pair, flag, lookup, moving_env, pairs, words
 from moetune.errors import BadValueError
 from moetune.jobs.export import arg_pairs, preset_keys
 from moetune.jobs.verify import on_disk
@@ -265,3 +265,66 @@ def test_a_preset_key_is_one_of_the_flags_long_names() -> None:
         "model-draft": "d.gguf",
         "n": "8",
     }
+
+
+# --- the environment's variables ---------------------------------------------------------------
+
+
+def test_env_names_add_the_negations_twin() -> None:
+    """common_arg::get_env: a flag with negations is read from its LLAMA_ARG_NO_ twin too."""
+    assert flag("-kvo").env_names == ("LLAMA_ARG_KV_OFFLOAD", "LLAMA_ARG_NO_KV_OFFLOAD")
+    assert flag("-no-kvu").env_names == ("LLAMA_ARG_KV_UNIFIED", "LLAMA_ARG_NO_KV_UNIFIED")
+    assert flag("--no-host").env_names == ("LLAMA_ARG_NO_HOST",)  # a flag, not a negation
+    assert flag("-ncmoe").env_names == ("LLAMA_ARG_N_CPU_MOE",)
+    assert flag("-mmdev").env_names == ("MTMD_BACKEND_DEVICE",)  # no LLAMA_ARG_ prefix
+    assert flag("-tb").env_names == ()
+    names = [name for row in FLAGS for name in row.env_names]
+    assert len(names) == len(set(names))  # one variable, one flag
+
+
+def test_moves_marks_pass_flags_with_a_variable() -> None:
+    """``moves`` is read for the environment only: a PASS flag's, one that has a variable."""
+    for row in FLAGS:
+        if row.moves:
+            assert row.role is FlagRole.PASS and row.env is not None, row
+
+
+def test_moving_env_is_what_would_move_the_placement() -> None:
+    moving = moving_env()
+    placement = {row.env for row in FLAGS if row.role is FlagRole.PLACEMENT and row.env}
+    assert placement <= moving
+    for name in (
+        "N_CPU_MOE",
+        "CPU_MOE",
+        "OVERRIDE_TENSOR",
+        "N_GPU_LAYERS",
+        "TENSOR_SPLIT",
+        "MODEL",
+        "HF_REPO",
+        "CTX_SIZE",
+        "BATCH",
+        "UBATCH",
+        "CACHE_TYPE_K",
+        "FLASH_ATTN",
+        "N_PARALLEL",
+        "THREADS",
+        "KV_OFFLOAD",
+        "NO_KV_OFFLOAD",
+        "NO_HOST",
+        "SPLIT_MODE",
+        "N_CPU_FFN",
+        "FIT",
+        "FIT_TARGET",
+        "RPC",
+        "DEVICE",
+        "MAIN_GPU",
+        "MMPROJ",
+        "NO_MMPROJ_OFFLOAD",
+        "SPEC_DRAFT_MODEL",
+        "N_GPU_LAYERS_DRAFT",
+        "PORT",
+    ):
+        assert f"LLAMA_ARG_{name}" in moving, name
+    assert "MTMD_BACKEND_DEVICE" in moving  # the projector's device
+    passing = ("LLAMA_ARG_TEMPERATURE", "LLAMA_ARG_ALIAS", "LLAMA_ARG_JINJA", "LLAMA_API_KEY")
+    assert not moving & {*passing, "HF_TOKEN", "LLAMA_ARG_CHAT_TEMPLATE", "LLAMA_ARG_N_PREDICT"}

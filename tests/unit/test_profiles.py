@@ -112,12 +112,15 @@ def test_fp16_tflops_is_optional_and_positive() -> None:
 
 def test_a_plans_figures_take_the_profiles_flops() -> None:
     """`plan --gpu`: the device's FLOP/s is its profile's figure, or unknown without one."""
+    from moetune.core.ram import RamFigure
     from moetune.jobs.plan import machine_figures
 
     profiles = {p.id: p for p in load_hardware_profiles()}
     with_figure = next(p for p in profiles.values() if p.fp16_tflops is not None)
     without = next(p for p in profiles.values() if p.fp16_tflops is None)
-    first = machine_figures(2, with_figure.id, 60 * 10**9).devices
+    first = machine_figures(
+        2, with_figure.id, RamFigure(bytes_per_s=60 * 10**9, source="given")
+    ).devices
     assert first[0].flops_per_s == with_figure.flops_per_s
     assert first[0].memory_bytes_per_s == with_figure.memory_bandwidth_bytes_per_s
     assert first[1].flops_per_s is None  # --gpu is one device
@@ -137,7 +140,7 @@ def test_the_bench_forecast_takes_the_flops_of_the_device_s_profile() -> None:
         DeviceSpec(name="ROCm0", buft="ROCm0", description=rocm.name),
         DeviceSpec(name="Vulkan0", buft="Vulkan0", description="Some Unknown GPU"),
     )
-    found = figures_here(devices).devices
+    found = figures_here(devices, None).devices
     assert found[0].flops_per_s == cuda.flops_per_s and found[0].flops_per_s is not None
     assert found[1].memory_bytes_per_s == rocm.memory_bandwidth_bytes_per_s
     assert found[1].flops_per_s == rocm.flops_per_s

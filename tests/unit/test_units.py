@@ -101,17 +101,57 @@ def test_bad_tokens(text: str) -> None:
         parse_tokens(text)
 
 
-def test_parse_rate_takes_gb_per_s_or_a_size_per_second() -> None:
-    """One --ram-bandwidth for plan and doctor: a bare number is GB/s as doctor prints it
-    (10^9 bytes), a size per second is in the sizes' binary units."""
+@pytest.mark.parametrize(
+    ("text", "bytes_per_s", "ram"),
+    [
+        ("60", 60_000_000_000, None),
+        ("58.5", 58_500_000_000, None),
+        ("60G", 60_000_000_000, None),
+        ("60gb/s", 60_000_000_000, None),
+        ("60 GB/s", 60_000_000_000, None),
+        ("56G/s", 56 * GIB, None),
+        ("58.5GiB/s", round(58.5 * GIB), None),
+        ("ddr5-6000x2", 6000 * 10**6 * 8 * 2, "DDR5-6000 x2"),
+        ("DDR4-3200 x 4", 3200 * 10**6 * 8 * 4, "DDR4-3200 x4"),
+        ("lpddr5x-8533x2", 8533 * 10**6 * 8 * 2, "LPDDR5X-8533 x2"),
+        ("LPDDR5-6400x4", 6400 * 10**6 * 8 * 4, "LPDDR5-6400 x4"),
+    ],
+)
+def test_parse_rate(text: str, bytes_per_s: int, ram: str | None) -> None:
+    """One --ram-bandwidth for plan and doctor: GB/s (10^9 bytes) as doctor prints it and
+    vendors state it, a size per second in the sizes' binary units, or the RAM's type, rate
+    and channels (its peak: MT/s x 8 bytes x channels)."""
+    from moetune.units import RamRate, parse_rate
+
+    assert parse_rate(text) == RamRate(bytes_per_s, ram=ram)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "0",
+        "-1",
+        "nan",
+        "inf",
+        "60G/h",
+        "60GB",
+        "60M",
+        "fast",
+        "ddr5-6000",
+        "ddr3-1600x2",
+        "ddr5-0x2",
+        "ddr5-6000x0",
+        "ddr5-6000x2x2",
+        "",
+    ],
+)
+def test_parse_rate_refuses(bad: str) -> None:
+    """A refusal is one BAD_VALUE line (with the forms' hint)."""
     from moetune.units import parse_rate
 
-    assert parse_rate("60") == 60_000_000_000
-    assert parse_rate("58.5") == 58_500_000_000
-    assert parse_rate("56G/s") == 56 * GIB
-    for bad in ("0", "-1", "nan", "inf", "60G", "60G/h", "fast"):
-        with pytest.raises(BadValueError):
-            parse_rate(bad)
+    with pytest.raises(BadValueError) as caught:
+        parse_rate(bad)
+    assert "\n" not in caught.value.message
 
 
 def test_the_bounds_of_sizes_rates_and_token_counts() -> None:
@@ -121,7 +161,8 @@ def test_the_bounds_of_sizes_rates_and_token_counts() -> None:
 
     huge = "9" * 5000
     assert parse_size("1023T") == 1023 * 1024 * GIB
-    assert parse_rate("100000") == MAX_RATE and parse_rate(f"{1024 * 90}G/s") == 90 * 1024 * GIB
+    assert parse_rate("100000").bytes_per_s == MAX_RATE
+    assert parse_rate(f"{1024 * 90}G/s").bytes_per_s == 90 * 1024 * GIB
     assert parse_tokens("16384k") == MAX_TOKENS == parse_tokens(f"000{MAX_TOKENS}")
     refused = [
         (parse_size, "1024T"),
@@ -130,6 +171,10 @@ def test_the_bounds_of_sizes_rates_and_token_counts() -> None:
         (parse_rate, "100001"),
         (parse_rate, "1e300"),
         (parse_rate, f"{huge}G/s"),
+        (parse_rate, huge),
+        (parse_rate, f"{huge}GB/s"),
+        (parse_rate, f"ddr5-{huge}x2"),
+        (parse_rate, "ddr5-999999x9999"),
         (parse_tokens, "16385k"),
         (parse_tokens, str(MAX_TOKENS + 1)),
         (parse_tokens, huge),

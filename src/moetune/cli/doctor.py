@@ -72,7 +72,7 @@ def doctor(
         gpu=gpu,
         rpc=rpc,
         ram=ram,
-        ram_bandwidth=ram_bandwidth,
+        ram_bandwidth=ram_bandwidth.bytes_per_s if ram_bandwidth else None,
         ctx=ctx,
         cache_type=cache_type,
         target_vram=target_vram,

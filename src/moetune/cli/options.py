@@ -31,6 +31,7 @@ from moetune.record import record
 from moetune.units import (
     MAX_TOKENS,
     Ctx,
+    RamRate,
     Sizes,
     Workload,
     parse_ctx,
@@ -250,10 +251,12 @@ WorkloadOpt = Annotated[
     ),
 ]
 RamBandwidthOpt = Annotated[
-    int | None,
+    RamRate | None,
     Option(
-        help="Host RAM read bandwidth: GB/s (60) or a size per second (56G/s), above 0 and "
-        "at most 100 TB/s (default: as doctor measured it).",
+        help="Host RAM read bandwidth: GB/s (60, 60GB/s), a size per second (56G/s) or the "
+        "RAM's type, rate and channels, its peak (ddr5-6000x2), above 0 and at most 100 TB/s "
+        "(default: this machine's, as doctor measured and saved it, else measured once and "
+        "saved).",
         parser=parse_rate,
         metavar="GB/s",
     ),

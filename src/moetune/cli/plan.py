@@ -102,6 +102,15 @@ def plan(
         ),
     ] = True,
     ram_bandwidth: RamBandwidthOpt = None,
+    measure: Annotated[
+        bool,
+        Option(
+            "--measure/--no-measure",
+            help="Measure this machine's RAM read bandwidth (about a second, once: it is "
+            "saved) where no --ram-bandwidth is given and none is saved; --no-measure "
+            "leaves it missing.",
+        ),
+    ] = True,
     objective: ObjectiveOpt = None,
     workload: WorkloadOpt = None,
     show_frontier: Annotated[
@@ -157,6 +166,7 @@ def plan(
         n_cpu_moe=n_cpu_moe,
         verify=verify,
         ram_bandwidth=ram_bandwidth,
+        measure=measure,
         objective=objective,
         workload=workload,
         frontier=show_frontier,
@@ -169,6 +179,7 @@ def plan(
         if planned.quants.best is None:
             raise DoesNotFitError(f"no quant of {planned.repo} fits: {planned.quants.reason}")
         return
-    render(PlanView(planned.result, planned.facts, planned.source, planned.speeds), as_json)
+    view = PlanView(planned.result, planned.facts, planned.source, planned.speeds, planned.ram)
+    render(view, as_json)
     if not planned.result.fits:  # the document is out; the exit code and one line on stderr say it
         raise DoesNotFitError(f"does not fit: {planned.result.reason}")

@@ -30,6 +30,7 @@ from moetune.errors import (
     ModelFileError,
     TruncatedHeaderError,
     UnsupportedModelError,
+    denied,
 )
 from moetune.gguf import keys
 from moetune.gguf.types import (
@@ -215,7 +216,7 @@ def _open_buffer(path: Path) -> tuple[mmap.mmap | bytes, int]:
     except IsADirectoryError as exc:
         raise ModelFileError(f"{path} is a directory, not a GGUF file") from exc
     except PermissionError as exc:
-        raise ModelFileError(f"cannot read {path}: permission denied") from exc
+        raise denied(path, exc, doing="cannot read") from exc
     except OSError as exc:
         raise ModelFileError(f"cannot open {path}: {exc.strerror or exc}") from exc
     try:

@@ -17,6 +17,7 @@ from moetune.core.backends import kind_of
 from moetune.core.calibrate import SpeedFit, fit_of, point_forecast, relative_error
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts
+from moetune.core.ram import RamFigure
 from moetune.core.settings import Settings
 from moetune.core.speed import (
     DeviceFigures,
@@ -164,13 +165,10 @@ def bench_forecast(
     return BenchForecast(rows=rows, kept_points=len(kept))
 
 
-def figures_here(devices: Sequence[DeviceSpec]) -> MachineFigures:
+def figures_here(devices: Sequence[DeviceSpec], ram: RamFigure | None) -> MachineFigures:
     """What this machine's figures say: a device's memory bandwidth, PCIe link and FP16 FLOP/s
-    from the hardware profile of its name, the RAM read bandwidth `moetune doctor` saved; else
-    None."""
-    from moetune.hardware.host import LiveHostProbe
+    from the hardware profile of its name, else None; ``ram`` (``jobs.figures.ram_figure``)."""
     from moetune.store.hardware import match_detected, scan_hardware_profiles
-    from moetune.store.machine import MachineIdentity, saved_ram_bandwidth
 
     profiles, _ = scan_hardware_profiles()
     found = []
@@ -185,16 +183,8 @@ def figures_here(devices: Sequence[DeviceSpec]) -> MachineFigures:
             if profile is not None
             else DeviceFigures()
         )
-    host = LiveHostProbe().host()
-    try:
-        machine = MachineIdentity(
-            cpu_model=host.cpu_model or "unknown CPU", ram_total_bytes=host.ram_total_bytes
-        )
-        saved = saved_ram_bandwidth(machine)
-    except (MoetuneError, ValueError):
-        saved = None
-    ram = saved.bytes_per_s if saved is not None else None
-    return MachineFigures(devices=tuple(found), ram_bytes_per_s=ram)
+    ram_bytes_per_s = ram.bytes_per_s if ram is not None else None
+    return MachineFigures(devices=tuple(found), ram_bytes_per_s=ram_bytes_per_s)
 
 
 def with_forecast(
@@ -208,6 +198,7 @@ def with_forecast(
     given; the points kept for it and this machine's figures where it ran here. A bench of
     a running server, or a model file not readable here, gets a note instead."""
     from moetune.hardware.host import cpu_model
+    from moetune.jobs.figures import ram_figure
     from moetune.jobs.loader import load_model_facts
     from moetune.jobs.speed_from import points_for
 
@@ -222,10 +213,15 @@ def with_forecast(
             note = f"the model file {model} is not readable here: measurements only"
             return result.model_copy(update={"forecast": BenchForecast(note=note)})
     here = result.machine is not None and result.machine.cpu_info == cpu_model()
-    kept = (
-        points_for(model, speed_from=None, schema_version=schema_version, warn=warn) if here else []
+    if not here:
+        return result.model_copy(update={"forecast": bench_forecast(result, facts)})
+    kept = points_for(model, speed_from=None, schema_version=schema_version, warn=warn)
+    ram = ram_figure(None, warn=warn)
+    figures = figures_here(devices_of(result), ram)
+    found = bench_forecast(result, facts, kept, figures).model_copy(
+        update={"ram_read_bandwidth": ram}
     )
-    return result.model_copy(update={"forecast": bench_forecast(result, facts, kept)})
+    return result.model_copy(update={"forecast": found})
 
 
 def saved_results(

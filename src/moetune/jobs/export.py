@@ -9,9 +9,10 @@
   shared flags are one macro, ``${moetune-shared}``.
 
 Each model's entry comes from its tuned profile (the measured winner), else from its plan
-(marked predicted). Re-exporting into an existing file replaces moetune's own entries (they
-are marked) and keeps everything written by hand: other sections and models, and in
-moetune's entries whatever follows the "kept" line.
+(marked predicted). Re-exporting into an existing file replaces moetune's own entries of the
+models exported (they are marked) and keeps the rest: other models' entries, and everything
+written by hand (other sections and models, and in a preset's entries whatever follows the
+"kept" line).
 """
 
 from __future__ import annotations
@@ -372,40 +373,103 @@ def _opens(line: str, key: str) -> bool:
     return re.match(rf"^{key}:[ \t]*(#.*)?$", line) is not None
 
 
-def _swap_merge(existing: str, blocks: dict[str, list[str]], macro: list[str] | None) -> list[str]:
-    """``existing`` with moetune's marked blocks and macro replaced by ``blocks``/``macro``
-    (None: dropped), new blocks after ``models:``; everything else kept as written."""
-    blocks = dict(blocks)
+_BEGIN = re.compile(rf"^\s*# {MARK} begin (.+)$")
+_END = re.compile(rf"^\s*# {MARK} end ")
+_MACRO_LINE = re.compile(rf'^  "?{SHARED_MACRO}"?:')
+
+
+def _swap_merge(
+    existing: str,
+    blocks: dict[str, list[str]],
+    macro: list[str] | None,
+    keep: Callable[[list[str]], list[str]] | None = None,
+) -> list[str]:
+    """``existing`` with moetune's marked blocks of ``blocks``' models replaced where they
+    stand and its macro replaced by ``macro`` (None: dropped); new blocks after ``models:``;
+    the marked block of another model through ``keep`` (None: dropped); everything else kept
+    as written."""
+    lines = _lines(existing)
+    present = {begin[1] for line in lines if (begin := _BEGIN.match(line))}
+    replaced = set(blocks)
+    new = {name: block for name, block in blocks.items() if name not in present}
     out: list[str] = []
-    skipping = False
-    for line in _lines(existing):
-        if skipping:
-            skipping = re.match(rf"^\s*# {MARK} end ", line) is None
+
+    def closed(name: str, block: list[str]) -> list[str]:
+        if name in replaced:
+            return blocks.get(name, [])
+        return keep(block) if keep else []
+
+    current: tuple[str, list[str]] | None = None  # the marked block being read
+    for line in lines:
+        if current is not None:
+            current[1].append(line)
+            if _END.match(line):
+                out += closed(*current)
+                current = None
             continue
-        begin = re.match(rf"^\s*# {MARK} begin (.+)$", line)
-        if begin:
-            out += blocks.pop(begin[1], [])
-            skipping = True
+        if begin := _BEGIN.match(line):
+            current = (begin[1], [line])
             continue
-        if re.match(rf'^  "?{SHARED_MACRO}"?:', line):
+        if _MACRO_LINE.match(line):
             out += macro or []
             macro = None
             continue
         out.append(line)
         if _opens(line, "models"):
-            for block in blocks.values():
+            for block in new.values():
                 out += block
-            blocks = {}
+            new = {}
         if _opens(line, "macros") and macro:
             out += macro
             macro = None
+    if current is not None:  # the file ends inside a marked block
+        out += closed(*current)
     if macro:
         out[:0] = ["macros:", *macro]
-    if blocks:
+    if new:
         out.append("models:")
-        for block in blocks.values():
+        for block in new.values():
             out += block
     return out
+
+
+def _shared_value(text: str) -> str | None:
+    """The value of moetune's shared macro in a llama-swap file, None where it has none (or
+    is not YAML: _swap_keys says so)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError):
+        return None
+    macros = doc.get("macros") if isinstance(doc, dict) else None
+    value = macros.get(SHARED_MACRO) if isinstance(macros, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _kept_block(block: list[str], old: str | None, new: str) -> list[str]:
+    """Another model's marked block, kept on re-export: as it was, unless its ``cmd`` uses the
+    shared macro and the macro's value changes (from ``old`` to ``new``, "" for none): then
+    with the old value written in the macro's place, so that its command stays the same."""
+    import yaml
+
+    macro = "${" + SHARED_MACRO + "}"
+    if old is None or old == new or not any(macro in line for line in block):
+        return block
+    try:
+        doc = yaml.safe_load("\n".join(block))
+    except (yaml.YAMLError, RecursionError):
+        return block
+    if not isinstance(doc, dict) or len(doc) != 1:
+        return block
+    name, entry = next(iter(doc.items()))
+    if not isinstance(entry, dict) or not isinstance(entry.get("cmd"), str):
+        return block
+    entry = {**entry, "cmd": entry["cmd"].replace(macro, old)}
+    body = [i for i, line in enumerate(block) if not line.lstrip().startswith("#")]
+    if not body:
+        return block
+    return [*block[: body[0]], *_yaml_lines({name: entry}, "  "), *block[body[-1] + 1 :]]
 
 
 def _swap_keys(text: str, what: str) -> tuple[dict[str, object], list[str]]:
@@ -436,7 +500,9 @@ def _swap_keys(text: str, what: str) -> tuple[dict[str, object], list[str]]:
 
 def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | None = None) -> str:
     """The llama-swap config for ``entries``, merged into ``existing`` when given: moetune's
-    model blocks (between its begin/end comments) and its macro are replaced, the rest kept.
+    blocks (between its begin/end comments) of these models and its macro are replaced, the
+    rest kept (other models' blocks too, the old macro's value written into those that use
+    it when it changes).
     Every value goes through PyYAML's safe dumper; the result is read back to check that it
     holds exactly the entries meant and every model written by hand."""
     for entry in entries:
@@ -450,6 +516,7 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
     blocks = {e.name: _swap_block(e, cmds[e.name]) for e in entries}
     macro = _yaml_lines({SHARED_MACRO: shared}, "  ") if shared_pairs else None
     hand: list[str] = []
+    kept: list[str] = []  # the models of moetune's blocks that this export leaves as they are
     if existing:
         _, hand = _swap_keys("\n".join(_swap_merge(existing, {}, None)), "the llama-swap file")
         clash = next((e.name for e in entries if e.name in hand), None)
@@ -459,7 +526,18 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
                 "moetune's entry would be a second one",
                 hint="rename or remove that entry, or leave the model out of the export",
             )
-        lines = _swap_merge(existing, blocks, macro)
+        old_shared = _shared_value(existing)
+        kept = [
+            name
+            for line in _lines(existing)
+            if (begin := _BEGIN.match(line)) and (name := begin[1]) not in cmds
+        ]
+        lines = _swap_merge(
+            existing,
+            blocks,
+            macro,
+            lambda block: _kept_block(block, old_shared, shared),
+        )
     else:
         lines = ["# llama-swap config written by moetune export llama-swap"]
         lines += ["macros:", *macro] if macro else []
@@ -473,7 +551,7 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
     meant = (
         isinstance(got, dict)
         and all(isinstance(got.get(n), dict) and got[n].get("cmd") == c for n, c in cmds.items())
-        and set(models) == set(hand) | set(cmds)
+        and set(models) == set(hand) | set(kept) | set(cmds)
         and (not shared_pairs or (isinstance(macros, dict) and macros.get(SHARED_MACRO) == shared))
     )
     if not meant:

@@ -292,6 +292,16 @@ def resolve_context(
     return replace(spec, settings=replace(settings, n_ctx=n_ctx))
 
 
+def moved_env_warning(names: list[str]) -> str:
+    """The one warning that names the variables ``process.child_env`` leaves out."""
+    them = "it" if len(names) == 1 else "them"
+    return (
+        f"ignoring {', '.join(names)} from the environment: llama.cpp would apply {them} "
+        f"before moetune's flags and load a placement moetune did not plan (set {them} with "
+        "moetune's options or after --)"
+    )
+
+
 def prepare_launch(
     facts: ModelFacts,
     spec: LaunchSpec,
@@ -305,9 +315,13 @@ def prepare_launch(
     force: bool = False,
 ) -> tuple[LaunchSpec, DeviceSetup]:
     """What run and bench do before the first launch: the devices set up (the GPUs detected
-    here, the ``--rpc`` servers), and the spec at the context asked for."""
+    here, the ``--rpc`` servers), and the spec at the context asked for. The environment's
+    variables that every launch leaves out (they would move the placement) are named in one
+    warning."""
     from moetune.hardware import detect_gpu_probe
 
+    if moved := process.moved_env():
+        warn(moved_env_warning(moved))
     spec, setup = prepare_device(
         spec,
         target_bytes=target_bytes,

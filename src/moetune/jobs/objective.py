@@ -14,7 +14,9 @@ from moetune.core.frontier import Frontier, FrontierEntry, frontier
 from moetune.core.goal import Goal
 from moetune.core.objective import Candidate, measure_candidates
 from moetune.core.plan import PlanRequest, make_plan, speed_basis
+from moetune.core.ram import RamFigure
 from moetune.core.speed import DeviceFigures, MachineFigures
+from moetune.jobs.figures import ram_figure
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.speed import measured_of
 from moetune.records.results import ObjectiveLaunch, ObjectiveRun, RunResult
@@ -50,9 +52,11 @@ def run_request(
     facts: ModelFacts,
     n_cpu_moe: int,
     points: list[SpeedPoint],
+    *,
+    ram_bytes_per_s: int | None = None,
 ) -> PlanRequest:
     """The plan request of the run's devices and budgets at its converged N, calibrated on
-    ``points``."""
+    ``points``; ``ram_bytes_per_s``: this machine's RAM read bandwidth (jobs/figures.py)."""
     return PlanRequest(
         model_path=spec.model,
         devices=setup.devices,
@@ -64,7 +68,9 @@ def run_request(
         device_args=setup.device_args,
         pass_through=spec.pass_through,
         extras=spec.extras,
-        figures=MachineFigures(devices=tuple(DeviceFigures() for _ in setup.devices)),
+        figures=MachineFigures(
+            devices=tuple(DeviceFigures() for _ in setup.devices), ram_bytes_per_s=ram_bytes_per_s
+        ),
         measured=tuple(measured_of(points, facts, spec.settings, setup.devices)),
     )
 
@@ -94,9 +100,11 @@ def _forecast(
     *,
     points: list[SpeedPoint],
     goal: Goal,
+    ram: RamFigure | None,
 ) -> tuple[Frontier | None, SpeedFit | None]:
     """The frontier beside the converged N, forecast on ``points``, and their fit."""
-    req = run_request(spec, setup, facts, n_cpu_moe, points)
+    ram_bytes_per_s = ram.bytes_per_s if ram is not None else None
+    req = run_request(spec, setup, facts, n_cpu_moe, points, ram_bytes_per_s=ram_bytes_per_s)
     return frontier(facts, req, make_plan(facts, req), goal), speed_basis(req)[1]
 
 
@@ -121,7 +129,8 @@ def tune_for_goal(
     if best is None:
         return result
     goal = replace(goal, prompt=n_prompt)
-    found, fit = _forecast(facts, spec, setup, best.n_cpu_moe, points=points, goal=goal)
+    ram = ram_figure(None)  # no server is up: measured now if none is saved
+    found, fit = _forecast(facts, spec, setup, best.n_cpu_moe, points=points, goal=goal, ram=ram)
     calibration = fit.calibration.label if fit else "uncalibrated"
     base_ub = spec.settings.n_ubatch
     base_score = goal.score_of(best.decode_tps, best.prompt_tps)
@@ -173,7 +182,9 @@ def tune_for_goal(
     def reforecast() -> tuple[list[Candidate], Candidate, float | None]:
         """The forecasts calibrated on the points the launches added too."""
         nonlocal calibration
-        again, refit = _forecast(facts, spec, setup, n, points=merged(points, added), goal=goal)
+        again, refit = _forecast(
+            facts, spec, setup, n, points=merged(points, added), goal=goal, ram=ram
+        )
         calibration = refit.calibration.label if refit else "uncalibrated"
         entry = _base(again)
         if again is None or entry is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from moetune.errors import BadValueError, MoetuneError, NoGpuError
-from moetune.units import Ctx, Sizes, Workload
+from moetune.units import Ctx, RamRate, Sizes, Workload
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from moetune.core.frontier import Frontier
     from moetune.core.goal import Goal
     from moetune.core.plan import PlanRequest, PlanResult
+    from moetune.core.ram import RamFigure
     from moetune.core.speed import MachineFigures
     from moetune.hub import ModelName, Quant, RepoListing
     from moetune.jobs.devices import DeviceSet
@@ -132,10 +133,11 @@ class PlanInputs(NamedTuple):
 
 
 def machine_figures(
-    n_devices: int, gpu_profile: str | None, ram_bytes_per_s: int | None
+    n_devices: int, gpu_profile: str | None, ram: RamFigure | None
 ) -> MachineFigures:
     """The figures a plan's forecast has: a ``--gpu`` hardware profile's memory bandwidth,
-    PCIe link and FP16 FLOP/s (where the profile has it), and ``--ram-bandwidth``; the rest
+    PCIe link and FP16 FLOP/s (where the profile has it), and the RAM read bandwidth
+    (``jobs.figures.ram_figure``: given, saved or measured on this machine); the rest
     unknown."""
     from moetune.core.speed import DeviceFigures, MachineFigures
 
@@ -149,6 +151,7 @@ def machine_figures(
             link_bytes_per_s=profile.pcie_bytes_per_s,
             flops_per_s=profile.flops_per_s,
         )
+    ram_bytes_per_s = ram.bytes_per_s if ram is not None else None
     return MachineFigures(devices=tuple(devices), ram_bytes_per_s=ram_bytes_per_s)
 
 
@@ -373,6 +376,7 @@ class ModelPlan(NamedTuple):
     facts: ModelFacts
     source: str
     speeds: Frontier | None
+    ram: RamFigure | None = None  # the RAM read bandwidth the forecast used, and its source
 
 
 class RepoPlan(NamedTuple):
@@ -405,7 +409,8 @@ def plan_command(
     parallel: int | None,
     n_cpu_moe: int | None,
     verify: bool,
-    ram_bandwidth: int | None,
+    ram_bandwidth: RamRate | None,
+    measure: bool,
     objective: str | None,
     workload: Workload | None,
     frontier: bool,
@@ -421,6 +426,7 @@ def plan_command(
     from moetune.core.goal import goal_of
     from moetune.hub import ModelName, parse_model_arg
     from moetune.jobs.devices import plan_devices
+    from moetune.jobs.figures import ram_figure
     from moetune.jobs.models import open_named, with_companions
     from moetune.jobs.speed_from import points_for
 
@@ -450,7 +456,8 @@ def plan_command(
         parallel=parallel,
         n_cpu_moe=n_cpu_moe,
     )
-    inputs = inputs._replace(figures=machine_figures(len(found.devices), gpu, ram_bandwidth))
+    ram_read = ram_figure(ram_bandwidth, measure=measure, warn=warn)
+    inputs = inputs._replace(figures=machine_figures(len(found.devices), gpu, ram_read))
     if chosen is None:
         assert isinstance(arg, ModelName)
         return RepoPlan(plan_repo(arg, inputs), found.source, arg.repo)
@@ -464,4 +471,4 @@ def plan_command(
     result = plan_model(chosen, inputs, verify=verify, server=server)
     wants_frontier = frontier or objective is not None or workload is not None
     speeds = plan_frontier(chosen, inputs, result, goal) if wants_frontier else None
-    return ModelPlan(result, chosen.facts, found.source, speeds)
+    return ModelPlan(result, chosen.facts, found.source, speeds, ram_read)

@@ -9,6 +9,9 @@ build 11434 (the parsers of what it prints are in info.py and log.py):
 - ``--fit`` (default on) loads the model in a dry run (``no_alloc = 1``) before the real load; its
   lines are demoted to debug level (shown only at ``-lv 5``) but are filtered out anyway.
 - SIGTERM/SIGINT are handled (graceful stop) only once the model is loaded; a second one exits.
+- Each flag's variable (``LLAMA_ARG_N_CPU_MOE``) is applied before the command line, and -ot,
+  -cmoe and -ncmoe add override rules to those it set: ``child_env`` leaves out the ones that
+  would move the placement.
 
 Nothing happens at import: the handler that stops every server at exit is registered by the
 first ``launch``.
@@ -29,11 +32,11 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from moetune.core.flags import FlagRole, pairs
+from moetune.core.flags import FlagRole, moving_env, pairs
 from moetune.errors import (
     BadValueError,
     MoetuneError,
@@ -61,7 +64,8 @@ from moetune.llamacpp.log import (
 from moetune.records.server import ServerInfo
 
 LOG_FLAGS: tuple[str, ...] = ("-lv", "4", "--no-log-prefix")
-# Environment settings that would change the log's format (the flags above win over the rest).
+# Environment settings that would change the log's format (the flags above win over the rest):
+# left out of every child's environment without a word.
 _SCRUBBED_ENV_PREFIX = "LLAMA_ARG_LOG_"
 KEEP_LOGS = 50
 # Logged right after the HTTP socket is bound (server.cpp binds, then loads the model).
@@ -123,6 +127,35 @@ def find_server(explicit: str | None = None) -> Path:
     raise ServerNotFoundError("llama-server not found", hint=INSTALL_HINT)
 
 
+# --- the environment of a child ---------------------------------------------------------------
+
+
+def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The one environment of every llama.cpp tool moetune starts (llama-server, its queries,
+    llama-fit-params, llama-bench): ``environ`` (this process's) without the LLAMA_ARG_LOG_*
+    variables and without those that would move the placement (``core.flags.moving_env``:
+    the variables of the flags moetune sets or that change memory or speed). The others
+    pass through."""
+    source = os.environ if environ is None else environ
+    moving = moving_env()
+    return {
+        key: value
+        for key, value in source.items()
+        if not key.startswith(_SCRUBBED_ENV_PREFIX) and key not in moving
+    }
+
+
+def moved_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The variables of ``environ`` (this process's) that ``child_env`` leaves out because
+    they would move the placement, sorted: what a job names in its one warning (the
+    LLAMA_ARG_LOG_* ones, left out for the log's sake, are not among them)."""
+    source = os.environ if environ is None else environ
+    moving = moving_env()
+    return sorted(
+        key for key in source if key in moving and not key.startswith(_SCRUBBED_ENV_PREFIX)
+    )
+
+
 # --- asking it what it is ----------------------------------------------------------------------
 
 
@@ -137,6 +170,7 @@ def _run_quick(argv: Sequence[str], timeout_s: float) -> str:
             text=True,
             errors="replace",
             stdin=subprocess.DEVNULL,
+            env=child_env(),
             timeout=timeout_s,
             check=False,
         )
@@ -482,7 +516,7 @@ def _spawn(
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` with its output in ``log_path`` (its stdout in ``stdout_path`` when
     given), in a new session, dying with us."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_ENV_PREFIX)}
+    env = child_env()
     with contextlib.ExitStack() as files:
         log = files.enter_context(log_path.open("wb"))
         out = files.enter_context(stdout_path.open("wb")) if stdout_path is not None else None

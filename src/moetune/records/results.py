@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, PlainSerializer, computed_field, model_validator
 
+from moetune.core.ram import RamFigure
 from moetune.core.search import Attempt
 from moetune.core.settings import Settings
 from moetune.core.speed import ForecastCalibration
@@ -26,6 +27,7 @@ RESULT_KIND = "moetune.bench"
 # A run's attempt (a record of the core) as these models hold it: validated from its fields
 # (a saved ``noisy`` ignored), written as ``record.jsonable`` writes it (``noisy`` after them).
 AttemptField = Annotated[Attempt, PlainSerializer(jsonable)]
+RamFigureField = Annotated[RamFigure, PlainSerializer(jsonable)]
 
 
 # --- run --------------------------------------------------------------------------------------
@@ -225,6 +227,7 @@ class BenchForecast(FrozenModel):
     rows: list[RowForecast] = []
     kept_points: int = 0  # the points of the model kept on this machine it drew on
     note: str | None = None
+    ram_read_bandwidth: RamFigureField | None = None  # the RAM figure it used, its source
 
 
 class BenchResult(FrozenModel):

@@ -22,7 +22,7 @@ from moetune.records.results import (
     Stat,
     Verdict,
 )
-from moetune.report.common import fitted, new_table, plural, short_path
+from moetune.report.common import fitted, new_table, plural, ram_line, short_path
 from moetune.units import format_bytes, format_spread
 
 _STATUS_STYLE = {"ok": "green", "skipped": "yellow", "failed": "red"}
@@ -309,6 +309,8 @@ def _forecast_notes(result: BenchResult, forecast: BenchForecast) -> list[Text]:
         lines.append(Text(f"forecast: {forecast.note}", style="yellow"))
     if forecast.rows:
         lines.append(Text("each configuration's forecast, without its own points:", style="dim"))
+    if forecast.rows and forecast.ram_read_bandwidth is not None:
+        lines.append(Text(f"  {ram_line(forecast.ram_read_bandwidth)}", style="dim"))
     for name in dict.fromkeys(f.config for f in forecast.rows):
         first = next(f for f in forecast.rows if f.config == name)
         if first.note:

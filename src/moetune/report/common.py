@@ -12,9 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from moetune.core.command import shell_join
+from moetune.core.ram import RamFigure
 from moetune.errors import ExitCode
 from moetune.report.line import LEAD, error_pieces
 from moetune.report.wrap import Phrases, phrased
+from moetune.units import format_rate
 
 
 class ShellLine(Text):
@@ -146,3 +148,15 @@ class _Fitted:
 def fitted(*choices: RenderableType) -> RenderableType:
     """``choices`` from widest to narrowest: the renderer picks the first that fits."""
     return _Fitted(choices)
+
+
+def ram_line(ram: RamFigure) -> str:
+    """Where a forecast's RAM read bandwidth came from: ``RAM read 8.1 GB/s, measured on this
+    machine 2026-12-07 (saved in FILE)``, ``... the peak of DDR5-6000 x2 (--ram-bandwidth)``."""
+    text = f"RAM read {format_rate(ram.bytes_per_s)}"
+    if ram.source == "given":
+        peak = f", the peak of {ram.ram}" if ram.ram else ""
+        return f"{text}{peak} (--ram-bandwidth)"
+    when = "now" if ram.source == "measured" else (ram.measured_at or "")[:10]
+    kept = f"saved in {ram.file}" if ram.file else "not saved"
+    return f"{text}, measured on this machine {when} ({kept})"

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from moetune.core.frontier import Frontier
     from moetune.core.memory import MemoryEstimate
     from moetune.core.plan import PlanResult
+    from moetune.core.ram import RamFigure
     from moetune.errors import ExitCode, ProfileError
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.quants import QuantsResult
@@ -33,9 +34,12 @@ def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, 
     }
 
 
-def plan_payload(result: PlanResult, frontier: Frontier | None = None) -> dict[str, Any]:
+def plan_payload(
+    result: PlanResult, frontier: Frontier | None = None, ram: RamFigure | None = None
+) -> dict[str, Any]:
     """The recommended placement's figures at the top level, everything else nested; the
-    speed frontier where it was asked for."""
+    speed frontier where it was asked for; ``ram_read_bandwidth``: the RAM read bandwidth the
+    forecast used and where it came from (only where it had one)."""
     rec = result.recommended
     mem = rec.memory
     top: dict[str, Any] = {
@@ -72,6 +76,8 @@ def plan_payload(result: PlanResult, frontier: Frontier | None = None) -> dict[s
         "forecast": jsonable(result.forecast) if result.forecast else None,
         **extras_payload(mem),
     }
+    if result.forecast is not None and ram is not None:  # given, saved or measured, when
+        top["ram_read_bandwidth"] = jsonable(ram)
     if result.overhead_sources:  # device -> the runtime overhead measured on its card, how
         top["overhead_measured"] = result.overhead_sources
     if frontier is not None:  # the candidates that fit, each with command, memory, forecast
@@ -213,10 +219,14 @@ def doctor_payload(report: DoctorReport) -> dict[str, Any]:
 
 
 def error_payload(code: ExitCode, message: str, hint: str | None) -> dict[str, Any]:
-    """A failure's document: the exit code, its name, the one line's message (and hint)."""
-    error: dict[str, Any] = {"code": int(code), "name": code.name, "message": _line(message)}
-    if hint:
-        error["hint"] = _line(hint)
+    """A failure's document: the exit code, its name, the one line's message and its hint
+    (null where it has none: every field is always there)."""
+    error: dict[str, Any] = {
+        "code": int(code),
+        "name": code.name,
+        "message": _line(message),
+        "hint": _line(hint) if hint else None,
+    }
     return {"error": error}
 
 

@@ -10,8 +10,9 @@ from moetune.core.facts import ModelFacts
 from moetune.core.frontier import Frontier
 from moetune.core.memory import MemoryEstimate
 from moetune.core.plan import PlanResult
+from moetune.core.ram import RamFigure
 from moetune.core.speed import Forecast
-from moetune.report.common import ShellLine, new_table, plural, shell_line
+from moetune.report.common import ShellLine, new_table, plural, ram_line, shell_line
 from moetune.units import format_bytes, format_speed
 
 
@@ -313,7 +314,11 @@ def forecast_line(found: Forecast) -> str:
 
 
 def render_plan(
-    result: PlanResult, facts: ModelFacts, gpu_source: str, frontier: Frontier | None = None
+    result: PlanResult,
+    facts: ModelFacts,
+    gpu_source: str,
+    frontier: Frontier | None = None,
+    ram: RamFigure | None = None,
 ) -> RenderableType:
     header = Text(
         f"{facts.architecture}, {facts.n_layers} blocks, {facts.n_experts} experts "
@@ -339,6 +344,8 @@ def render_plan(
         parts.append(Text(f"hint: {result.ubatch_hint}", style="dim"))
     if result.forecast is not None:
         parts.append(Text(forecast_line(result.forecast), style="dim"))
+        if ram is not None:
+            parts.append(Text(f"  {ram_line(ram)}", style="dim"))
     commands = _commands(result)
     if frontier is not None:
         from moetune.report.frontier import render_frontier

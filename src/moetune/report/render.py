@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from moetune.core.facts import ModelFacts
     from moetune.core.frontier import Frontier
     from moetune.core.plan import PlanResult
+    from moetune.core.ram import RamFigure
     from moetune.errors import ExitCode, ProfileError
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.quants import QuantsResult
@@ -49,6 +50,7 @@ class PlanView(NamedTuple):
     facts: ModelFacts
     source: str
     frontier: Frontier | None = None  # --frontier, --objective, --workload
+    ram: RamFigure | None = None  # the RAM read bandwidth the forecast used, and its source
 
 
 class QuantsView(NamedTuple):
@@ -191,7 +193,7 @@ def payload(view: View) -> dict[str, Any]:
         case InspectView():
             return p.inspect_payload(view.facts, with_tensors=view.tensors)
         case PlanView():
-            return p.plan_payload(view.result, view.frontier)
+            return p.plan_payload(view.result, view.frontier, view.ram)
         case QuantsView():
             return p.quants_payload(view.result)
         case RunView():
@@ -222,7 +224,7 @@ def text(view: View) -> RenderableType:
         case PlanView():
             from moetune.report.plan import render_plan
 
-            return render_plan(view.result, view.facts, view.source, view.frontier)
+            return render_plan(view.result, view.facts, view.source, view.frontier, view.ram)
         case QuantsView():
             from moetune.report.quants import render_quants
 

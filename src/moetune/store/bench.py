@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from moetune.errors import BadValueError, ModelFileError
+from moetune.errors import BadValueError, ModelFileError, denied
 from moetune.records.results import RESULT_KIND, BenchResult
 from moetune.store.files import parse_json, read_text, save_text
 from moetune.store.paths import bench_dir
@@ -31,6 +31,8 @@ def load_result(path: Path, schema_version: int) -> BenchResult:
     """A saved bench result; ModelFileError when unreadable, BadValueError when not one."""
     try:
         data: Any = parse_json(read_text(path))
+    except PermissionError as exc:
+        raise denied(path, exc, doing="cannot read") from exc
     except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror}") from exc
     except ValueError as exc:  # JSON, UTF-8

@@ -17,7 +17,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from moetune.errors import BadValueError, FolderNotFoundError
+from moetune.errors import BadValueError, FolderNotFoundError, denied
+
+# a folder or file of moetune's own that it may not read, list or write
+DENIED_HINT = "check its owner and mode, or set MOETUNE_HOME to a folder of yours"
 
 
 def _temp_beside(path: Path) -> tuple[Path, int]:
@@ -77,6 +80,8 @@ def save_text(path: Path, text: str) -> Path:
         real = Path(os.path.realpath(path))
         real.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(real, text.encode("utf-8"))
+    except PermissionError as exc:
+        raise denied(path, exc, doing="cannot write", hint=DENIED_HINT) from None
     except OSError as exc:
         raise BadValueError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
@@ -139,6 +144,8 @@ def check_writable(path: Path) -> None:
     a folder, a missing folder, not a regular file, not writable; one clear error."""
     try:
         _check_target(path)
+    except PermissionError as exc:
+        raise denied(path, exc, doing="cannot write") from None
     except OSError as exc:
         raise BadValueError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -161,6 +168,8 @@ def update_text(path: Path, merge: Callable[[str | None], str]) -> None:
                     hint="give another file, or convert this one to UTF-8",
                 ) from None
             write_atomic(real, merge(old).encode("utf-8"))
+    except PermissionError as exc:
+        raise denied(path, exc, doing="cannot write") from None
     except OSError as exc:
         raise BadValueError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -177,6 +186,20 @@ def read_text(path: Path) -> str:
         if not stat.S_ISREG(mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
         return file.read().decode("utf-8")
+
+
+def json_files(folder: Path) -> list[Path]:
+    """The ``*.json`` files in one of moetune's folders, in name order, hidden ones (a
+    temporary ``.NAME.tmp``) left out; none where there is no such folder. A folder moetune
+    may not list is a PermissionDeniedError naming it (never an empty list)."""
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries if e.name.endswith(".json")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except PermissionError as exc:
+        raise denied(folder, exc, hint=DENIED_HINT) from None
+    return [folder / name for name in sorted(names) if not name.startswith(".")]
 
 
 def parse_json(text: str) -> Any:

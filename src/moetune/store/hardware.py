@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
-from moetune.store.files import read_text, update_text
+from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError, denied
+from moetune.store.files import DENIED_HINT, read_text, update_text
 from moetune.store.paths import user_hardware_dir
 from moetune.store.validate import validated
 from moetune.units import MIB, parse_size
@@ -148,6 +148,8 @@ def _read_one(entry: Traversable, shipped: bool) -> HardwareProfile:
         text = read_text(entry) if isinstance(entry, Path) else entry.read_text("utf-8")
     except UnicodeDecodeError:
         raise ProfileError(f"{source}: not UTF-8 text", hint=PROFILES_HINT) from None
+    except PermissionError as exc:
+        raise denied(source, exc, hint=DENIED_HINT) from None
     except OSError as exc:
         raise ProfileError(f"{source}: cannot read: {exc.strerror or exc}") from None
     profile = parse_hardware_profile(text, stem, source)

@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError
+from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError, denied
 from moetune.gguf.split import SPLIT_NAME_RE, read_model
 from moetune.records.server import Device, ServerInfo
-from moetune.store.files import parse_json, read_text, save_text
+from moetune.store.files import DENIED_HINT, json_files, parse_json, read_text, save_text
 from moetune.store.hardware import gpu_key, same_memory
 from moetune.store.paths import tuned_dir
 from moetune.store.validate import validated
@@ -324,6 +324,8 @@ class ProfileStore:
             ) from None
         except UnicodeDecodeError:
             raise ProfileError(f"{path}: not UTF-8 text", hint=hint) from None
+        except PermissionError as exc:
+            raise denied(path, exc, hint=DENIED_HINT) from None
         except OSError as exc:
             raise ProfileError(f"{path}: cannot read: {exc.strerror or exc}", hint=hint) from None
         return parse_tuned_profile(text, str(path))
@@ -346,9 +348,9 @@ class ProfileStore:
         )
 
     def names(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.stem for p in self.root.glob("*.json") if not p.name.startswith("."))
+        """The saved profiles' names; none where there is no folder yet (PermissionDeniedError
+        where it may not be listed)."""
+        return sorted(p.stem for p in json_files(self.root))
 
     def scan(self) -> list[TunedProfile | ProfileError]:
         """Every tuned profile; a broken file is returned as its error."""
@@ -376,12 +378,14 @@ class ProfileStore:
 
     def remove(self, name: str) -> Path:
         path = self.path_for(name)
-        if not os.path.lexists(path):
-            raise ProfileNotFoundError(
-                f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
-            )
         try:
             path.unlink()
+        except FileNotFoundError:
+            raise ProfileNotFoundError(
+                f"no tuned profile {name!r}", hint="`moetune profiles list` shows them"
+            ) from None
+        except PermissionError as exc:
+            raise denied(path, exc, doing="cannot remove", hint=DENIED_HINT) from None
         except OSError as exc:
             raise ProfileError(f"cannot remove {path}: {exc.strerror or exc}") from None
         return path

@@ -130,4 +130,6 @@ class DoctorInputs:
 
 def gbps(rate: float) -> str:
     """A rate in GB/s: whole from 100 GB/s, else to one decimal."""
-    return f"{rate / 1e9:.0f} GB/s" if rate >= 1e11 else f"{rate / 1e9:.1f} GB/s"
+    from moetune.units import format_rate
+
+    return format_rate(rate)

@@ -3,36 +3,12 @@ and calibrate, or, with ``--no-measure``, the figure saved for this machine befo
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from moetune.errors import MoetuneError
-from moetune.hardware.base import HostInfo, RamBandwidth
+from moetune.hardware.base import HostInfo
 from moetune.jobs.doctor.findings import DoctorInputs, Finding, RamRead, gbps
-from moetune.store.machine import (
-    MachineIdentity,
-    SavedRamBandwidth,
-    save_ram_bandwidth,
-    saved_ram_bandwidth,
-)
+from moetune.jobs.figures import machine_identity, saved_entry
+from moetune.store.machine import SavedRamBandwidth, save_ram_bandwidth, saved_ram_bandwidth
 from moetune.units import format_bytes
-
-
-def _machine(host: HostInfo) -> MachineIdentity:
-    return MachineIdentity(
-        cpu_model=host.cpu_model or "unknown CPU", ram_total_bytes=host.ram_total_bytes
-    )
-
-
-def _saved(figure: RamBandwidth, host: HostInfo) -> SavedRamBandwidth:
-    return SavedRamBandwidth(
-        machine=_machine(host),
-        bytes_per_s=figure.bytes_per_s,
-        threads=figure.threads,
-        buffer_bytes=figure.buffer_bytes,
-        passes=figure.passes,
-        by_threads=figure.by_threads,
-        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
 
 
 def _describe(figure: SavedRamBandwidth) -> str:
@@ -60,7 +36,7 @@ def ram_read_bandwidth(
         if file is None:
             return None, None
         try:
-            saved = saved_ram_bandwidth(_machine(host), file)
+            saved = saved_ram_bandwidth(machine_identity(host), file)
         except MoetuneError as exc:
             return None, Finding(
                 check="ram-bandwidth",
@@ -87,7 +63,7 @@ def ram_read_bandwidth(
             message=f"RAM read bandwidth {inputs.ram_probe.why or 'not measured'}",
             fix="free RAM and run doctor again, or pass --ram-bandwidth GB/s",
         )
-    figure = _saved(measured, host)
+    figure = saved_entry(measured, host)
     message = f"{_describe(figure)} in {measured.seconds:.1f} s"
     if file is None:
         return RamRead(figure=figure, source="measured", file=None), Finding(
