@@ -10,7 +10,7 @@ import pytest
 
 from moetune.errors import ExitCode
 
-from support.helpers import as_ordinary_user, assert_one_line_error, moetune
+from support.helpers import EXAMPLE_QWEN, as_ordinary_user, assert_one_line_error, moetune
 from support.rawgguf import RawGGUF, small_model
 
 CASES = {
@@ -82,3 +82,26 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 def test_version_and_help() -> None:
     assert moetune("--version").stdout.startswith("moetune ")
     assert "inspect" in moetune("--help").stdout
+
+
+USAGE_ERRORS = {
+    "unknown command": (("pln",), "No such command 'pln'. Did you mean 'plan'?"),
+    "unknown command of a group": (("profiles", "lst"), "Did you mean 'list'?"),
+    "unknown option of the app": (("--bogus",), "No such option: --bogus"),
+    "unknown option": (
+        ("plan", "EXAMPLE", "--vrma", "16G"),
+        "No such option: --vrma (Possible options: --overhead, --ram, --vram)",
+    ),
+    "missing argument": (("plan",), "Missing argument 'MODEL'."),
+}
+
+
+@pytest.mark.parametrize("case", USAGE_ERRORS)
+def test_usage_errors_are_one_line_with_their_suggestion(case: str) -> None:
+    """Every usage error, the app's, a group's or a command's, ends as any error a user can
+    cause does: one line with its code (click's usage box would end with no code), its
+    suggestion kept."""
+    args, words = USAGE_ERRORS[case]
+    argv = [str(EXAMPLE_QWEN) if a == "EXAMPLE" else a for a in args]
+    line = assert_one_line_error(moetune(*argv), ExitCode.USAGE)
+    assert words in line and line.endswith("[USAGE, exit 2]"), line

@@ -30,15 +30,44 @@ from moetune.cli.base import (
 from moetune.cli.helpfmt import whole_short_help, write_commands
 from moetune.errors import ExitCode
 
+# click's ClickException and UsageError, of whichever click typer carries (its own copy in
+# recent typers): found through typer's public BadParameter
+ClickError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+UsageError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+
+
+def usage_line(exc: Any) -> Exit:
+    """A usage error (no such command or option, a missing argument, a value typer refuses)
+    as every error a user can cause ends: one line with its code, its suggestion kept."""
+    say_error(exc.format_message(), None, ExitCode.USAGE)
+    return Exit(int(ExitCode.USAGE))
+
 
 class Group(TyperGroup):
-    """moetune's command group: each command's whole first paragraph in its help."""
+    """moetune's command group: each command's whole first paragraph in its help; a usage
+    error (an unknown command or option) one line."""
 
     def get_short_help_str(self, limit: int = 45) -> str:
         return whole_short_help(self)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         write_commands(self, ctx, formatter)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return list(super().parse_args(ctx, args))
+        except UsageError as exc:
+            raise usage_line(exc) from None
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:
+            raise usage_line(exc) from None
 
 
 app = typer.Typer(
@@ -66,12 +95,6 @@ def _main(
     ] = False,
 ) -> None:
     State.debug = debug
-
-
-# click's ClickException, of whichever click typer carries (its own copy in recent typers)
-ClickError: type[Exception] = next(
-    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
-)
 
 
 # --- how commands parse and show their options ----------------------------------------------
@@ -109,8 +132,9 @@ class Command(TyperCommand):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """The options, and the arguments after ``--``. A value refused here is reported as
-        the command's own errors are: with ``--json``, its document on stdout too; a value
-        typer itself refuses (``typer.BadParameter``) is one line and USAGE."""
+        the command's own errors are: with ``--json``, its document on stdout too; any other
+        usage error (an unknown option, a missing argument, a value typer itself refuses) is
+        one line and USAGE."""
         given = args[: args.index("--")] if "--" in args else args
         as_json = "--json" in given and any(p.name == "as_json" for p in self.params)
         try:
@@ -118,10 +142,9 @@ class Command(TyperCommand):
         except ClickError as exc:
             if as_json and not ctx.resilient_parsing:
                 _usage_document(exc)
-            if isinstance(exc, typer.BadParameter) and not isinstance(exc, BadValueParameter):
-                say_error(exc.format_message(), None, ExitCode.USAGE)
-                raise Exit(int(ExitCode.USAGE)) from None
-            raise  # click prints its lines on stderr and exits with its code
+            if isinstance(exc, UsageError) and not isinstance(exc, BadValueParameter):
+                raise usage_line(exc) from None
+            raise  # BAD_VALUE: its own line (BadValueParameter.show)
         except typer.Exit:  # --help, --version
             raise
         except (Exception, KeyboardInterrupt) as exc:
