@@ -135,9 +135,20 @@ def test_bad_files(tmp_path: Path, content: str | bytes, message: str) -> None:
     ],
 )
 def test_a_bad_row(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    """A bad row is refused, named, the rest kept; a file of bad rows only is the error."""
     path = _bad_row(tmp_path, change)
+    data = calibrate(str(path))
+    (imported,) = data["files"]
+    assert len(imported["points"]) == 1 and imported["refused"] == 1
+    assert imported["refusals"][0].startswith(f"{path} {message}")
+    code, out, _ = cli("calibrate", str(path))
+    assert code == 0 and "1 point, 1 row refused" in out
+    for stored in speed_files():
+        stored.unlink()
+    rows = json.loads(path.read_text())
+    path.write_text(json.dumps(rows[1:]))
     line, _ = _error([str(path)], ExitCode.BAD_VALUE)
-    assert f"{path} {message}" in line
+    assert f"{path} {message.replace('row 2', 'row 1')}" in line
 
 
 def test_a_missing_file_and_a_folder(tmp_path: Path) -> None:

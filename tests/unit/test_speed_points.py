@@ -11,7 +11,7 @@ import pytest
 
 from moetune.errors import BadValueError
 from moetune.jobs.speed import bench_points, settings_of_args
-from moetune.llamacpp.bench_results import parse_bench_text
+from moetune.llamacpp.bench_results import parse_bench_rows, parse_bench_text
 from moetune.records.speed import SpeedMachine, SpeedPoint
 from moetune.store.speed import SpeedStore
 
@@ -127,13 +127,18 @@ def test_what_is_not_a_llama_bench_file(text: str, message: str) -> None:
     ],
 )
 def test_a_bad_row_names_its_field(change: dict[str, Any], message: str) -> None:
+    """A bad row beside a good one is refused, named, the good one kept; alone, the error."""
     row = {k: v for k, v in (cuda_row() | change).items() if v is not None}
-    with pytest.raises(BadValueError) as caught:
-        parse_bench_text(json.dumps([cuda_row(), row]), "x.json")
-    assert caught.value.message.startswith("x.json " + message.replace("row 1", "row 2"))
+    rows = parse_bench_rows(json.dumps([cuda_row(), row]), "x.json")
+    assert len(rows.points) == 1 and rows.refused == 1
+    assert rows.refusals[0].startswith("x.json " + message.replace("row 1", "row 2"))
     jsonl = "\n".join(json.dumps(r) for r in (cuda_row(), row))
-    with pytest.raises(BadValueError, match="row 2"):
-        parse_bench_text(jsonl, "x.jsonl")
+    assert "row 2" in parse_bench_rows(jsonl, "x.jsonl").refusals[0]
+    with pytest.raises(BadValueError) as caught:
+        parse_bench_text(json.dumps([row]), "x.json")
+    assert caught.value.message.startswith("x.json " + message)
+    with pytest.raises(BadValueError, match=r"\(and every other row: 2 refused\)"):
+        parse_bench_text(json.dumps([row, row]), "x.json")
 
 
 def test_a_broken_jsonl_line_is_named() -> None:

@@ -20,7 +20,7 @@ from moetune.core.settings import Settings
 from moetune.errors import BadValueError, DoesNotFitError, ModelFileError
 from moetune.jobs.devices import host_ram, split_endpoints
 from moetune.jobs.speed import bench_points, model_of
-from moetune.llamacpp.bench_results import parse_bench_text
+from moetune.llamacpp.bench_results import BenchRows, parse_bench_rows
 from moetune.record import record
 from moetune.records.results import RESULT_KIND
 from moetune.records.speed import CalibrateResult, ImportedFile, SpeedPoint, Tool
@@ -55,7 +55,8 @@ def _is_bench_result(text: str) -> bool:
 
 def _with_identity(points: list[SpeedPoint]) -> list[SpeedPoint]:
     """llama-bench's points with moetune's identity of each model file found here."""
-    models = {p.model.path: model_of(p.model.path) for p in points if p.model.path}
+    paths = {p.model.path for p in points if p.model.path}
+    models = {path: model_of(path) for path in paths}  # each header read once, not per row
     found = []
     for point in points:
         here = models.get(point.model.path) if point.model.path else None
@@ -67,8 +68,8 @@ def _with_identity(points: list[SpeedPoint]) -> list[SpeedPoint]:
     return found
 
 
-def read_points(path: Path, schema_version: int) -> tuple[Tool, list[SpeedPoint]]:
-    """The points of one file: which tool wrote it, and its measurements."""
+def read_rows(path: Path, schema_version: int) -> tuple[Tool, BenchRows]:
+    """The points of one file: which tool wrote it, its measurements and the rows refused."""
     text = read_text_file(path)
     if _is_bench_result(text):
         points = bench_points(load_result(path, schema_version), str(path))
@@ -77,8 +78,28 @@ def read_points(path: Path, schema_version: int) -> tuple[Tool, list[SpeedPoint]
                 f"{path} has no measurements of a placement moetune launched",
                 hint="a bench of --server-url or one that measured nothing has none",
             )
-        return "moetune bench", points
-    return "llama-bench", _with_identity(parse_bench_text(text, str(path)))
+        return "moetune bench", BenchRows(points)
+    rows = parse_bench_rows(text, str(path))
+    return "llama-bench", BenchRows(_with_identity(rows.points), rows.refused, rows.refusals)
+
+
+def read_points(path: Path, schema_version: int) -> tuple[Tool, list[SpeedPoint]]:
+    """The points of one file: which tool wrote it, and its measurements (rows refused left
+    out)."""
+    tool, rows = read_rows(path, schema_version)
+    return tool, rows.points
+
+
+def _imported(path: Path, tool: Tool, rows: BenchRows, saved: Path, known: bool) -> ImportedFile:
+    return ImportedFile(
+        file=str(path),
+        tool=tool,
+        points=rows.points,
+        saved_path=str(saved),
+        already_saved=known,
+        refused=rows.refused,
+        refusals=list(rows.refusals),
+    )
 
 
 def import_files(
@@ -91,15 +112,11 @@ def import_files(
     """Read every file first (one bad file: its error, nothing kept), then keep each one's
     points; the same points imported again are not kept twice."""
     store = store or SpeedStore()
-    read = [(path, *read_points(path, schema_version)) for path in paths]
+    read = [(path, *read_rows(path, schema_version)) for path in paths]
     files = []
-    for path, tool, points in read:
-        saved, known = store.save(points, f"{tool.split()[-1]}-{path.stem}")
-        files.append(
-            ImportedFile(
-                file=str(path), tool=tool, points=points, saved_path=str(saved), already_saved=known
-            )
-        )
+    for path, tool, rows in read:
+        saved, known = store.save(rows.points, f"{tool.split()[-1]}-{path.stem}")
+        files.append(_imported(path, tool, rows, saved, known))
     return CalibrateResult(files=files, store=str(store.root), total_points=len(store.points(warn)))
 
 
@@ -274,12 +291,10 @@ def measure_model(
         finally:
             part.unlink(missing_ok=True)
     path.write_text("".join(text if text.endswith("\n") else text + "\n" for text in rows))
-    tool_name, points = read_points(path, schema_version)
+    tool_name, read = read_rows(path, schema_version)
     same = f"measure-{measure_key(argvs, devices)}-"
-    saved, known = store.save(points, same + stem, replacing=same)
-    imported = ImportedFile(
-        file=str(path), tool=tool_name, points=points, saved_path=str(saved), already_saved=known
-    )
+    saved, known = store.save(read.points, same + stem, replacing=same)
+    imported = _imported(path, tool_name, read, saved, known)
     return CalibrateResult(
         files=[imported], store=str(store.root), total_points=len(store.points(warn))
     )

@@ -24,12 +24,15 @@ from moetune.errors import MoetuneError
 from moetune.hardware.host import cpu_model
 from moetune.records.results import BenchResult, DepthResult
 from moetune.records.speed import (
+    MAX_TPS,
     FlashAttn,
+    PointRefused,
     SpeedMachine,
     SpeedModel,
     SpeedPlacement,
     SpeedPoint,
     SpeedSource,
+    checked,
 )
 from moetune.store.speed import SpeedStore
 from moetune.store.tuned import model_identity
@@ -151,8 +154,8 @@ def depth_points(
     }
     points = []
     if prompt_n > 0:
-        points.append(
-            SpeedPoint(
+        points.extend(
+            _measured(
                 kind="prompt",
                 n_prompt=prompt_n,
                 n_gen=0,
@@ -162,8 +165,8 @@ def depth_points(
             )
         )
     if predicted_n > 0:
-        points.append(
-            SpeedPoint(
+        points.extend(
+            _measured(
                 kind="generation",
                 n_depth=prompt_n,
                 n_prompt=0,
@@ -219,8 +222,8 @@ def launch_points(
     placement, settings = settings_of_args(args)
     points = []
     if fill.prompt_n > 0 and fill.prompt_per_second > 0:
-        points.append(
-            SpeedPoint(
+        points.extend(
+            _measured(
                 kind="prompt",
                 model=known,
                 placement=placement,
@@ -237,6 +240,16 @@ def launch_points(
         timed = depth_points(speed, args, model=known, machine=machine, source=source)
         points += [p for p in timed if p.kind == "generation"]
     return points
+
+
+def _measured(**fields: Any) -> list[SpeedPoint]:
+    """The point of ``fields``; none where a timing is past what records/speed.py bounds (a
+    sample of 0 tok/s is left out of the samples; a median past them, the point)."""
+    fields["samples_tps"] = [s for s in fields.get("samples_tps", []) if 0 < s <= MAX_TPS]
+    try:
+        return [checked(lambda: SpeedPoint(**fields))]
+    except PointRefused:
+        return []
 
 
 def _now() -> str:

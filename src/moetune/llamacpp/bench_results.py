@@ -7,7 +7,10 @@ The fields and their types are llama-bench's (tools/llama-bench/llama-bench.cpp 
 strings for the rest; ``samples_ts`` is an array. A field older builds did not write
 (``n_cpu_moe``, ``n_depth``, ``devices``, ``tensor_buft_overrides``) takes the meaning its
 absence had there. ``tensor_buft_overrides`` lists ``-ot`` only: ``--n-cpu-moe`` is its
-own field. Bad input is one BadValueError naming the file, the row and the field.
+own field. A file that is not llama-bench's is one BadValueError naming it; a row that is
+wrong, or past what a real measurement can be (records/speed.py's bounds, the same a stored
+point is read back through), is refused naming the file, the row, the field and its value,
+and the rest of the file is kept (a file of refused rows only: its first refusal's error).
 """
 
 from __future__ import annotations
@@ -17,13 +20,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from moetune.errors import BadValueError
+from moetune.record import record
 from moetune.records.speed import (
     FlashAttn,
+    PointRefused,
     SpeedMachine,
     SpeedModel,
     SpeedPlacement,
     SpeedPoint,
     SpeedSource,
+    checked,
     kind_of,
 )
 from moetune.store.files import parse_json
@@ -58,15 +64,50 @@ _MARKS = ("avg_ts", "samples_ts", "n_prompt", "n_gen", "model_filename", "build_
 _FLASH: dict[int, FlashAttn] = {-1: "auto", 0: "off", 1: "on"}
 
 
-def parse_bench_text(text: str, source: str) -> list[SpeedPoint]:
+REFUSALS_NAMED = 3  # a file's refused rows named one by one; the rest are counted
+
+
+@record(frozen=True)
+class BenchRows:
+    """A llama-bench file's points, and the rows it refused: how many, the first few why."""
+
+    points: list[SpeedPoint]
+    refused: int = 0
+    refusals: tuple[str, ...] = ()
+
+
+def parse_bench_rows(text: str, source: str) -> BenchRows:
     """The points of a llama-bench results file's ``text`` (``source``: its name, for the
-    errors and the points)."""
+    errors and the points), each row that is wrong refused; BadValueError when the file is not
+    llama-bench's or every row is refused."""
     if not text.strip():
         raise BadValueError(f"{source} is empty", hint="pass llama-bench -o json or -o jsonl")
     rows = list(_rows(text, source))
     if not rows:
         raise BadValueError(f"{source} holds no llama-bench results")
-    return [point_of_row(row, source, index) for index, row in enumerate(rows, 1)]
+    points: list[SpeedPoint] = []
+    first: BadValueError | None = None
+    refusals: list[str] = []
+    refused = 0
+    for index, row in enumerate(rows, 1):
+        try:
+            points.append(point_of_row(row, source, index))
+        except BadValueError as exc:
+            first = first or exc
+            refused += 1
+            if len(refusals) < REFUSALS_NAMED:
+                refusals.append(exc.message)
+    if not points:
+        assert first is not None
+        if refused > 1:
+            raise BadValueError(f"{first.message} (and every other row: {refused} refused)")
+        raise first
+    return BenchRows(points, refused, tuple(refusals))
+
+
+def parse_bench_text(text: str, source: str) -> list[SpeedPoint]:
+    """The points of ``parse_bench_rows``, the refused rows left out."""
+    return parse_bench_rows(text, source).points
 
 
 def _rows(text: str, source: str) -> Iterator[dict[str, Any]]:
@@ -135,9 +176,10 @@ class _CheckedRow:
         value = self.row[field]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.bad(field, "a number")
-        if not math.isfinite(value) or value < 0:
+        number = _float(value)
+        if number is None or not math.isfinite(number) or number < 0:
             raise self.bad(field, "a finite number, 0 or more")
-        return float(value)
+        return number
 
     def str_(self, field: str, required: bool = False) -> str | None:
         if field not in self.row:
@@ -153,10 +195,15 @@ class _CheckedRow:
         value = self.row.get("samples_ts", [])
         if not isinstance(value, list):
             raise self.bad("samples_ts", "an array of numbers")
+        samples = []
         for sample in value:
             if isinstance(sample, bool) or not isinstance(sample, int | float):
                 raise self.bad("samples_ts", "an array of numbers")
-        return [float(s) for s in value]
+            number = _float(sample)
+            if number is None or not math.isfinite(number):
+                raise self.bad("samples_ts", "an array of finite numbers")
+            samples.append(number)
+        return samples
 
     def flag(self, field: str) -> bool:
         """A 0/1 integer or a bool (older builds)."""
@@ -176,6 +223,23 @@ class _CheckedRow:
         if isinstance(value, int) and value in _FLASH:
             return _FLASH[value]
         raise self.bad("flash_attn", "-1, 0, 1 or a bool")
+
+
+def _float(value: int | float) -> float | None:
+    """``value`` as a float; None for an integer too large for one (400 digits)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+# the fields of a point that a llama-bench field of another name becomes
+_BENCH_NAMES = {"tps": "avg_ts", "tps_stddev": "stddev_ts", "samples_tps": "samples_ts"}
+
+
+def _refusal(exc: PointRefused, where: str) -> BadValueError:
+    """A point past records/speed.py's bounds: the row, llama-bench's field and its value."""
+    return BadValueError(f"{where}: {exc.describe(_BENCH_NAMES.get(exc.field, exc.field))}")
 
 
 def _overrides(text: str | None) -> list[str]:
@@ -224,50 +288,55 @@ def point_of_row(row: dict[str, Any], source: str, index: int) -> SpeedPoint:
     for field in OPTIONAL_STRINGS:
         r.str_(field)
     backends = r.str_("backends")
-    return SpeedPoint(
-        kind=kind,
-        model=SpeedModel(
-            file_name=name.replace("\\", "/").rsplit("/", 1)[-1],
-            path=name,
-            model_bytes=r.count("model_size"),
-            n_params=r.count("model_n_params"),
-            model_type=r.str_("model_type"),
-        ),
-        placement=SpeedPlacement(
-            n_cpu_moe=r.count("n_cpu_moe") or 0,
-            override_tensor=_overrides(r.str_("tensor_buft_overrides")),
-            n_gpu_layers=ngl,
-            tensor_split=_split(r.str_("tensor_split"), r),
-            split_mode=r.str_("split_mode"),
-            no_op_offload=r.flag("no_op_offload"),
-            fit=(r.count("fit_target") or 0) > 0,
-        ),
-        n_ubatch=_positive(ubatch, r, "n_ubatch"),
-        n_batch=_positive(batch, r, "n_batch"),
-        n_threads=_positive(threads, r, "n_threads"),
-        type_k=r.str_("type_k"),
-        type_v=r.str_("type_v"),
-        flash_attn=r.flash(),
-        n_depth=r.count("n_depth") or 0,
-        n_prompt=n_prompt,
-        n_gen=n_gen,
-        tps=r.float_("avg_ts", required=True) or 0.0,
-        tps_stddev=r.float_("stddev_ts"),
-        samples_tps=r.samples(),
-        machine=SpeedMachine(
-            cpu_info=r.str_("cpu_info"),
-            gpu_info=r.str_("gpu_info"),
-            backends=[b for b in (backends or "").split(",") if b],
-            devices=_devices(r.str_("devices")),
-        ),
-        source=SpeedSource(
-            tool="llama-bench",
-            file=source,
-            build_number=r.int_("build_number") or None,  # 0: the build did not record it
-            build_commit=_commit(r.str_("build_commit")),
-            measured_at=r.str_("test_time"),
-        ),
-    )
+    try:
+        return checked(
+            lambda: SpeedPoint(
+                kind=kind,
+                model=SpeedModel(
+                    file_name=name.replace("\\", "/").rsplit("/", 1)[-1],
+                    path=name,
+                    model_bytes=r.count("model_size"),
+                    n_params=r.count("model_n_params"),
+                    model_type=r.str_("model_type"),
+                ),
+                placement=SpeedPlacement(
+                    n_cpu_moe=r.count("n_cpu_moe") or 0,
+                    override_tensor=_overrides(r.str_("tensor_buft_overrides")),
+                    n_gpu_layers=ngl,
+                    tensor_split=_split(r.str_("tensor_split"), r),
+                    split_mode=r.str_("split_mode"),
+                    no_op_offload=r.flag("no_op_offload"),
+                    fit=(r.count("fit_target") or 0) > 0,
+                ),
+                n_ubatch=_positive(ubatch, r, "n_ubatch"),
+                n_batch=_positive(batch, r, "n_batch"),
+                n_threads=_positive(threads, r, "n_threads"),
+                type_k=r.str_("type_k"),
+                type_v=r.str_("type_v"),
+                flash_attn=r.flash(),
+                n_depth=r.count("n_depth") or 0,
+                n_prompt=n_prompt,
+                n_gen=n_gen,
+                tps=r.float_("avg_ts", required=True) or 0.0,
+                tps_stddev=r.float_("stddev_ts"),
+                samples_tps=r.samples(),
+                machine=SpeedMachine(
+                    cpu_info=r.str_("cpu_info"),
+                    gpu_info=r.str_("gpu_info"),
+                    backends=[b for b in (backends or "").split(",") if b],
+                    devices=_devices(r.str_("devices")),
+                ),
+                source=SpeedSource(
+                    tool="llama-bench",
+                    file=source,
+                    build_number=r.int_("build_number") or None,  # 0: the build did not record it
+                    build_commit=_commit(r.str_("build_commit")),
+                    measured_at=r.str_("test_time"),
+                ),
+            )
+        )
+    except PointRefused as exc:
+        raise _refusal(exc, r.where) from None
 
 
 def _positive(value: int | None, row: _CheckedRow, field: str) -> int:

@@ -8,9 +8,10 @@ cache, at ``tps`` tokens per second. store/speed.py keeps them; the speed model 
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError, model_validator
 
 from moetune.records.frozen import FrozenModel
 
@@ -18,6 +19,21 @@ SPEED_KIND = "moetune.speed"
 SpeedKind = Literal["prompt", "generation", "combined"]
 Tool = Literal["llama-bench", "moetune bench", "moetune run"]
 FlashAttn = Literal["on", "off", "auto"]
+
+# What a real measurement can be: the one place the bounds are, checked at import (llama-bench's
+# rows become points through these models) and at every read of a stored file. A value past
+# them cannot have been measured, and the speed model's loops and sums would not end or would
+# overflow on it.
+MAX_TOKENS = 2**24  # n_prompt, n_gen, n_depth, n_ubatch, n_batch: past any context llama.cpp has
+MAX_UBATCHES = 2**16  # a prompt's ubatches (n_prompt / n_ubatch): the speed model walks each
+MAX_THREADS = 4096
+MAX_BLOCKS = 10_000  # n_cpu_moe, n_gpu_layers (llama-bench's -ngl 99 or 999 and the like)
+MAX_TPS = 1e7  # tokens per second: above any machine
+MAX_SPLIT = 1e9  # a -ts proportion
+
+Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
+Speed = Annotated[float, Field(gt=0, le=MAX_TPS, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0, le=MAX_SPLIT, allow_inf_nan=False)]
 
 
 class SpeedModel(FrozenModel):
@@ -36,10 +52,11 @@ class SpeedModel(FrozenModel):
 class SpeedPlacement(FrozenModel):
     """Where the weights were: ``--n-cpu-moe``, ``-ot`` rules as written, ``-ngl``, ``-ts``."""
 
-    n_cpu_moe: int = Field(default=0, ge=0)
+    n_cpu_moe: int = Field(default=0, ge=0, le=MAX_BLOCKS)
     override_tensor: list[str] = []  # "PATTERN=BUFT", in order
-    n_gpu_layers: int | None = None  # None: not given (llama.cpp's default: every layer)
-    tensor_split: list[float] = []  # empty: by free memory
+    # None: not given (llama.cpp's default: every layer); -1: every layer
+    n_gpu_layers: int | None = Field(default=None, ge=-1, le=MAX_BLOCKS)
+    tensor_split: list[Share] = []  # empty: by free memory
     split_mode: str | None = None
     no_op_offload: bool = False
     fit: bool = False  # llama.cpp's --fit chose it (the rules above are not all of it)
@@ -77,20 +94,57 @@ class SpeedPoint(FrozenModel):
     kind: SpeedKind
     model: SpeedModel
     placement: SpeedPlacement
-    n_ubatch: int | None = Field(default=None, ge=1)
-    n_batch: int | None = Field(default=None, ge=1)
-    n_threads: int | None = Field(default=None, ge=1)
+    n_ubatch: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    n_batch: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    n_threads: int | None = Field(default=None, ge=1, le=MAX_THREADS)
     type_k: str | None = None
     type_v: str | None = None
     flash_attn: FlashAttn | None = None
-    n_depth: int = Field(default=0, ge=0)
-    n_prompt: int = Field(ge=0)
-    n_gen: int = Field(ge=0)
-    tps: float = Field(ge=0)  # llama-bench's avg_ts; moetune's median of the repeats
-    tps_stddev: float | None = Field(default=None, ge=0)
-    samples_tps: list[float] = []
+    n_depth: Tokens = 0
+    n_prompt: Tokens
+    n_gen: Tokens
+    tps: Speed  # llama-bench's avg_ts; moetune's median of the repeats
+    tps_stddev: float | None = Field(default=None, ge=0, le=MAX_TPS, allow_inf_nan=False)
+    samples_tps: list[Speed] = []
     machine: SpeedMachine
     source: SpeedSource
+
+    @model_validator(mode="after")
+    def _few_ubatches(self) -> SpeedPoint:
+        ubatches = -(-self.n_prompt // (self.n_ubatch or 512))  # llama.cpp's default ubatch
+        if ubatches > MAX_UBATCHES:
+            raise ValueError(
+                f"n_prompt {self.n_prompt} in ubatches of {self.n_ubatch or 512} is"
+                f" {ubatches} ubatches, more than {MAX_UBATCHES}"
+            )
+        return self
+
+
+class PointRefused(ValueError):
+    """A point past the bounds above: its field (``tensor_split``, ``tps``; ``the point`` for
+    one of several fields together), the value and why."""
+
+    def __init__(self, field: str, value: Any, reason: str) -> None:
+        self.field, self.value, self.reason = field, value, reason
+        super().__init__(self.describe(field))
+
+    def describe(self, field: str) -> str:
+        """``avg_ts 1e+308 is refused: ...`` with ``field`` as the field's name."""
+        value = "" if self.field == "the point" else f" {self.value!r}"
+        return f"{field}{value} is refused: {self.reason}"
+
+
+def checked(build: Callable[[], SpeedPoint]) -> SpeedPoint:
+    """``build()``, its refusal by the bounds as one PointRefused (the first field wrong)."""
+    try:
+        return build()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = [str(part) for part in error["loc"] if not isinstance(part, int)]
+        if loc and loc[0] in ("model", "placement", "machine", "source"):
+            loc = loc[1:]
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        raise PointRefused(loc[0] if loc else "the point", error.get("input"), reason) from None
 
 
 def kind_of(n_prompt: int, n_gen: int) -> SpeedKind | None:
@@ -121,6 +175,8 @@ class ImportedFile(FrozenModel):
     points: list[SpeedPoint]
     saved_path: str
     already_saved: bool  # the store had these points already (the same file imported again)
+    refused: int = 0  # rows refused (wrong, or past what a measurement can be)
+    refusals: list[str] = []  # the first few refused rows: the row, the field, its value
 
 
 class CalibrateResult(FrozenModel):

@@ -78,9 +78,13 @@ def render_calibrate(result: CalibrateResult) -> RenderableType:
         state = "already kept in" if imported.already_saved else "kept in"
         lines = [
             short_path(imported.file, 76),
-            f"  {imported.tool}: {plural(len(imported.points), 'point')}",
+            f"  {imported.tool}: {plural(len(imported.points), 'point')}"
+            + (f", {plural(imported.refused, 'row')} refused" if imported.refused else ""),
             f"  {state} {short_path(imported.saved_path, 66)}",
         ]
+        lines += [f"  refused: {text}" for text in imported.refusals]
+        if imported.refused > len(imported.refusals):
+            lines.append(f"  and {imported.refused - len(imported.refusals)} more refused")
         parts.append(Text("\n".join(lines)))
         for (model, machine), points in _group(imported.points).items():
             parts += [Text(f"{model}\n  on {machine}", style="bold"), _table(points)]

@@ -158,7 +158,8 @@ def bench_payload(result: BenchResult) -> dict[str, Any]:
 
 
 def calibrate_payload(result: CalibrateResult) -> dict[str, Any]:
-    """``files`` (each with ``file``, ``tool``, ``points``, ``saved_path``, ``already_saved``),
+    """``files`` (each with ``file``, ``tool``, ``points``, ``saved_path``, ``already_saved``,
+    ``refused`` (rows refused) and ``refusals`` (the first few, why)),
     ``store`` (the folder) and ``total_points`` (every point kept there)."""
     return jsonable(result)
 

@@ -3,7 +3,9 @@ source (an imported llama-bench file, a bench, one run launch).
 
 A file is named by a digest of its points (the file they were read from aside), so the same
 measurements saved again, from the same file or a copy of it, land on the same file: nothing
-is counted twice. A file that does not load is named in a warning and skipped, never fatal.
+is counted twice. A file that does not load, or holds a point past records/speed.py's bounds
+(the ones every import is checked against), is named in a warning with the field and skipped,
+never fatal.
 """
 
 from __future__ import annotations
@@ -57,7 +59,13 @@ class SpeedStore:
         if not points:
             raise ValueError("no points to save")
         tag = point_digest(points)[:_DIGEST_CHARS]
-        same = [p for p in self._files() if p.stem.endswith(f"-{tag}")]
+        # a file of that name that does not load (hand-edited, an older version) is written
+        # again: the points are not kept until a file holds them
+        same = [
+            p
+            for p in self._files()
+            if p.stem.endswith(f"-{tag}") and not isinstance(_load(p), BadValueError)
+        ]
         if same:
             path, known = same[0], True
         else:
