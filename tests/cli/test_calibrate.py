@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,8 @@ def _bad_row(tmp_path: Path, change: dict[str, Any]) -> Path:
         ("[{", "is not valid JSON"),
         ('{"hello": "world"}', "is not a llama-bench result"),
         (b"\xff\xfe[]", "is not UTF-8 text"),
+        (b"GGUF\x03\x00\x00\x00" + b"\x00" * 64, "is a GGUF model, not measurements"),
+        (b'[{"avg_ts": 1\x00}]', "is not UTF-8 text"),
     ],
 )
 def test_bad_files(tmp_path: Path, content: str | bytes, message: str) -> None:
@@ -149,6 +152,18 @@ def test_a_bad_row(tmp_path: Path, change: dict[str, Any], message: str) -> None
     path.write_text(json.dumps(rows[1:]))
     line, _ = _error([str(path)], ExitCode.BAD_VALUE)
     assert f"{path} {message.replace('row 2', 'row 1')}" in line
+
+
+def test_a_large_model_is_refused_from_its_first_bytes(tmp_path: Path) -> None:
+    """A 2 GB (sparse) model passed by mistake: refused without reading it whole."""
+    model = tmp_path / "big.gguf"
+    with model.open("wb") as file:
+        file.write(b"GGUF\x03\x00\x00\x00")
+        file.truncate(2 * 1024**3)
+    start = time.monotonic()
+    line, _ = _error([str(model)], ExitCode.BAD_VALUE)
+    assert time.monotonic() - start < 2.0  # two commands (text and --json)
+    assert "is a GGUF model" in line
 
 
 def test_a_missing_file_and_a_folder(tmp_path: Path) -> None:

@@ -29,10 +29,24 @@ from moetune.store.files import parse_json, read_text
 from moetune.store.speed import SpeedStore
 from moetune.units import Ctx, Sizes
 
+_SNIFF_BYTES = 4096
+
+
+def _sniff(path: Path) -> None:
+    """Refuse a binary file (a model passed by mistake) from its first bytes, before reading
+    all of it: a GGUF's magic, or a NUL byte, which no JSON text has."""
+    with path.open("rb") as file:
+        head = file.read(_SNIFF_BYTES)
+    if head.startswith(b"GGUF"):
+        raise BadValueError(f"{path} is a GGUF model, not measurements", hint=_HINT)
+    if b"\0" in head:
+        raise BadValueError(f"{path} is not UTF-8 text", hint=_HINT)
+
 
 def read_text_file(path: Path) -> str:
-    """A file's UTF-8 text; one clear error when it cannot be read."""
+    """A file's UTF-8 text; one clear error when it cannot be read or is not text."""
     try:
+        _sniff(path)
         return read_text(path)
     except FileNotFoundError:
         raise ModelFileError(f"cannot read {path}: no such file") from None
