@@ -81,7 +81,7 @@ def test_a_hostile_row_is_refused_and_plan_answers(
     assert f"row 4: {field}" in result.stdout, result.stdout
     assert "8 speed points kept" in result.stdout
     (stored,) = (home / "speed").glob("*.json")
-    assert "NaN" not in stored.read_text() and "null" not in stored.read_text().lower()[:0]
+    assert "NaN" not in stored.read_text() and "Infinity" not in stored.read_text()
     again = moetune("calibrate", str(path), "--json", home=home, timeout=TIMEOUT_S)
     assert again.returncode == 0 and json.loads(again.stdout)["total_points"] == 8
     assert json.loads(again.stdout)["files"][0]["refused"] == 1
