@@ -77,11 +77,13 @@ def ram_figure(
     from moetune.store.paths import machine_file
 
     file = machine_file()
+    host: HostInfo | None = None  # read once: for the saved figure's machine, for measuring
     if file.exists():  # else nothing of the store is loaded (plan starts fast)
         from moetune.store.machine import saved_ram_bandwidth
 
+        host = LiveHostProbe().host()
         try:
-            saved = saved_ram_bandwidth(machine_identity(LiveHostProbe().host()), file)
+            saved = saved_ram_bandwidth(machine_identity(host), file)
         except MoetuneError as exc:
             warn(f"no saved RAM read bandwidth: {exc.message}")
             saved = None
@@ -98,7 +100,7 @@ def ram_figure(
         return None
     from moetune.store.machine import save_ram_bandwidth
 
-    host = LiveHostProbe().host()
+    host = host or LiveHostProbe().host()
     probe = streaming_probe()
     cores = host.physical_cores or host.logical_cores
     measured = probe.measure(cores, min(host.ram_available_bytes, host.ram_total_bytes))
