@@ -27,7 +27,7 @@ def test_unknown_gpu_lists_the_known_ones() -> None:
     with pytest.raises(BadValueError) as info:
         find_hardware_profile("rtx9999", load_hardware_profiles())
     assert "rtx4090" in (info.value.hint or "")
-    code, _, err = cli("plan", QWEN, "--gpu", "4080", "--ram", "64G")
+    code, _, err = cli("plan", QWEN, "--gpu", "9999", "--ram", "64G")
     assert code == ExitCode.BAD_VALUE and "rtx4090" in err, err
 
 
@@ -84,6 +84,15 @@ def test_plan_with_gpu_profile() -> None:
     assert code == 0 and "hardware profile rtx4090" in out
     code, _, err = cli("plan", QWEN, "--gpu", "rtx9999", "--ram", "64G")
     assert code == ExitCode.BAD_VALUE and "no hardware profile 'rtx9999'" in err
+
+
+def test_a_shortened_gpu_name_names_every_card_it_fits() -> None:
+    code, _, err = cli("plan", QWEN, "--gpu", "4080", "--ram", "64G")
+    assert code == ExitCode.BAD_VALUE, err
+    assert "'4080' is ambiguous: rtx4080 (NVIDIA GeForce RTX 4080)" in err
+    assert "rtx4080-laptop" in err and "rtx4080super" in err and len(err.splitlines()) == 1
+    code, out, err = cli("plan", QWEN, "--gpu", "4060 ti 16", "--ram", "64G")  # one card fits
+    assert code == 0 and "hardware profile rtx4060ti-16g" in out, err
 
 
 @pytest.mark.parametrize("command", ["plan", "doctor"])

@@ -231,6 +231,17 @@ def find_hardware_profile(
     for error in broken:
         if error.path is not None and gpu_key(Path(error.path).stem) == wanted:
             raise error
+    # a shortened name (``4080``) that is part of one card's names is that card; of several
+    # cards' names, ambiguous: name them all
+    partial = [p for p in profiles if wanted and any(wanted in name for name in _names(p))]
+    if len(partial) == 1:
+        return partial[0]
+    if len(partial) > 1:
+        which = ", ".join(f"{p.id} ({p.name})" for p in partial)
+        raise BadValueError(
+            f"GPU profile {query!r} is ambiguous: {which}",
+            hint="name one of them with --gpu ID",
+        )
     raise BadValueError(
         f"no hardware profile {query!r}",
         hint=f"known: {known}; add yours as {user_hardware_dir() / 'NAME.toml'}",
