@@ -143,7 +143,7 @@ def bench(
     Each configuration gets one untimed request first (its prompt past one ubatch); each depth
     is repeated until the requests agree within --max-spread (or --max-repeats or --max-time
     comes first).
-    Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
+    Arguments after -- are passed to llama-server (e.g. -- -ub 2048 --mlock).
     """
     from moetune.jobs.bench import (
         BenchChoice,

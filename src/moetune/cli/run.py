@@ -99,7 +99,7 @@ def run(
 
     The winner is saved as a tuned profile; a later run with the same model file, devices,
     llama.cpp build and settings launches it directly (once, to confirm) unless --retune.
-    Arguments after -- are passed to llama-server (e.g. -- --rpc 127.0.0.1:50052 -ub 2048).
+    Arguments after -- are passed to llama-server (e.g. -- -ub 2048 --mlock).
     With --objective or --workload, the forecast's best other placements (N, -ub) are
     measured too (at most 4 more launches) and the fastest measured is kept.
     Each launch that fits times requests of a 64-token prompt generating 64 tokens, as

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from moetune.core.command import hf_argv
 from moetune.core.devices import DeviceSpec, default_overhead
 from moetune.core.facts import ModelFacts
+from moetune.core.flags import pairs
 from moetune.core.memory import MemoryEstimate, estimate
 from moetune.core.placement import Placement
 from moetune.core.planner import _Search, counts_split, distribute, moved_blocks, plan_n_cpu_moe
@@ -429,7 +430,14 @@ def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
     pass_through = (
         hf_argv(spec.pass_through, spec.hf, spec.hf_sibling) if spec.hf else list(spec.pass_through)
     )
-    return [*command, "--", *pass_through] if pass_through else command
+    # the RPC servers as moetune's own --rpc (how they were typed; run puts them after --)
+    rest: list[str] = []
+    for pair in pairs(pass_through):
+        if pair.is_("--rpc") and pair.value and not pair.missing:
+            command += ["--rpc", pair.value]
+        else:
+            rest += pair.words()
+    return [*command, "--", *rest] if rest else command
 
 
 def run_key(spec: LaunchSpec, setup: DeviceSetup, goal: Goal | None = None) -> TuneKey:
