@@ -165,8 +165,7 @@ def require_devices(info: ServerInfo) -> tuple[Device, ...]:
     if not info.devices:
         raise NoGpuError(
             "llama-server sees no GPU: everything would run on the CPU",
-            hint="run on a machine with a GPU, or name an offload device, "
-            "e.g. --rpc HOST:PORT",
+            hint="run on a machine with a GPU, or name an offload device, e.g. --rpc HOST:PORT",
         )
     return info.devices
 
