@@ -19,7 +19,10 @@ from support.factory import write_model
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    assert __doc__ is not None
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("path", type=Path, help="where to write the .gguf file")
     parser.add_argument("--blocks", type=int, default=8, help="number of blocks (default: 8)")
     args = parser.parse_args()

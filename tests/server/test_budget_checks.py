@@ -53,3 +53,12 @@ def test_force_plans_it(rpc: str, model_factory: ModelFactory) -> None:
     data = json.loads(result.stdout)
     assert data["budget_bytes"] == 4 * TIB and data["fits"], data
     assert re.search(r"--rpc 127\.0\.0\.1:\d+", " ".join(data["command"]))
+
+
+def test_an_rpc_device_is_not_called_a_gpu(rpc: str, model_factory: ModelFactory) -> None:
+    """One RPC device: the memory table names it (RPC0), with no CUDA context."""
+    model = model_factory("qwen3moe", n_layers=8)
+    result = moetune("plan", str(model), *COMMON, "--rpc", rpc)
+    assert result.returncode == 0, result.stderr
+    assert "RPC0 total" in result.stdout and "experts on the RPC0" in result.stdout
+    assert "CUDA context" not in result.stdout and "GPU total" not in result.stdout

@@ -102,3 +102,22 @@ def test_slug_is_githubs() -> None:
     assert slug("Tuned profiles: `moetune profiles` and `moetune alias`") == (
         "tuned-profiles-moetune-profiles-and-moetune-alias"
     )
+
+
+def test_devices_page_counts_the_shipped_profiles() -> None:
+    """docs/devices.md says how many cards moetune ships a profile of: the count is the files'."""
+    shipped = len(list((ROOT / "src" / "moetune" / "profiles_data").glob("*.toml")))
+    text = " ".join((ROOT / "docs" / "devices.md").read_text().split())
+    assert f"`--json` with VRAM, bandwidth and PCIe): {shipped} cards," in text
+
+
+def test_make_tiny_help_says_its_whole_first_paragraph() -> None:
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "models" / "make_tiny.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    description = run.stdout.split("\n\n")[1]
+    assert description.rstrip().endswith('(README, "Try it without a GPU").'), run.stdout

@@ -16,6 +16,19 @@ from moetune.report.common import ShellLine, new_table, plural, ram_line, shell_
 from moetune.units import format_bytes, format_speed
 
 
+def device_word(mem: MemoryEstimate) -> str:
+    """What one device is called in the memory table: ``GPU``; an RPC server by its name
+    (``RPC0``: a process serving a backend, not a card)."""
+    names = [d.name for d in mem.devices]
+    return names[0] if len(names) == 1 and names[0].startswith("RPC") else "GPU"
+
+
+def _overhead_label(mem: MemoryEstimate) -> str:
+    names = [d.name for d in mem.devices]
+    cuda = bool(names) and all(name.startswith("CUDA") for name in names)
+    return "runtime overhead (CUDA context)" if cuda or not names else "runtime overhead"
+
+
 def _memory_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
     return [
         (
@@ -26,7 +39,7 @@ def _memory_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
         ("experts on the GPU", mem.gpu_expert_bytes, "GPU"),
         ("KV cache (+ recurrent state)", mem.gpu_kv_bytes, "GPU"),
         ("compute buffer", mem.gpu_compute_bytes, "GPU"),
-        ("runtime overhead (CUDA context)", mem.gpu_overhead_bytes, "GPU"),
+        (_overhead_label(mem), mem.gpu_overhead_bytes, "GPU"),
         ("experts on the CPU", mem.cpu_expert_bytes, "RAM"),
         (
             "other weights on the CPU (embedding)",
@@ -73,12 +86,13 @@ def _extras_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
 def _memory_table(result: PlanResult) -> Table:
     mem = result.recommended.memory
     table = new_table("memory", ("component", "size", "where"), right=("size",))
+    word = device_word(mem)
     for label, n_bytes, where in _memory_rows(mem):
-        table.add_row(label, format_bytes(n_bytes), where)
+        table.add_row(label.replace("GPU", word), format_bytes(n_bytes), where.replace("GPU", word))
     gpu_style = "green" if mem.gpu_bytes <= result.budget_bytes else "red"
     table.add_section()
     table.add_row(
-        Text("GPU total", style="bold"),
+        Text(f"{word} total", style="bold"),
         Text(format_bytes(mem.gpu_bytes), style=gpu_style),
         f"budget {format_bytes(result.budget_bytes)}",
     )
