@@ -45,6 +45,21 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
     assert "directory" in line
 
 
+def test_a_missing_file_names_what_was_meant(tmp_path: Path) -> None:
+    """The shipped examples are header-only copies: the full name points at the copy; a
+    near name in the folder is suggested."""
+    full = EXAMPLE_QWEN.with_name(EXAMPLE_QWEN.name.replace(".header.gguf", ".gguf"))
+    line = assert_one_line_error(moetune("inspect", str(full)), ExitCode.FILE_NOT_FOUND)
+    assert f"plan and inspect read its header-only copy, {EXAMPLE_QWEN}" in line
+    near = EXAMPLE_QWEN.with_name(EXAMPLE_QWEN.name.replace("Q4_K_M", "Q4_K_S"))
+    line = assert_one_line_error(moetune("inspect", str(near)), ExitCode.FILE_NOT_FOUND)
+    assert f"did you mean {EXAMPLE_QWEN}?" in line
+    line = assert_one_line_error(
+        moetune("inspect", str(tmp_path / "x.gguf")), ExitCode.FILE_NOT_FOUND
+    )
+    assert "did you mean" not in line
+
+
 def test_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.gguf"
     os.mkfifo(fifo)

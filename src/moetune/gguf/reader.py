@@ -16,6 +16,7 @@ header does raises :class:`TruncatedHeaderError` with the number of bytes to fet
 
 from __future__ import annotations
 
+import difflib
 import mmap
 import os
 import stat
@@ -204,6 +205,22 @@ class _Cursor:
         self.walked.append((start, n, pos))
 
 
+def _near(path: Path) -> str | None:
+    """What the user may have meant by a missing ``path``: its header-only copy beside it
+    (``X.header.gguf``, what moetune ships for the examples: everything plan reads), else a
+    GGUF file of its folder with a close name."""
+    if path.suffix == ".gguf" and not path.name.endswith(".header.gguf"):
+        header = path.with_name(path.stem + ".header.gguf")
+        if header.is_file():
+            return f"plan and inspect read its header-only copy, {header}"
+    try:
+        names = [p.name for p in path.parent.glob("*.gguf")] if path.parent.is_dir() else []
+    except OSError:
+        return None
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.8)
+    return f"did you mean {path.with_name(close[0])}?" if close else None
+
+
 def _open_buffer(path: Path) -> tuple[mmap.mmap | bytes, int]:
     """Map the file read-only; refuse what is not a readable regular file.
 
@@ -212,7 +229,7 @@ def _open_buffer(path: Path) -> tuple[mmap.mmap | bytes, int]:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError as exc:
-        raise ModelFileError(f"no such file: {path}") from exc
+        raise ModelFileError(f"no such file: {path}", hint=_near(path)) from exc
     except IsADirectoryError as exc:
         raise ModelFileError(f"{path} is a directory, not a GGUF file") from exc
     except PermissionError as exc:
