@@ -13,7 +13,9 @@ _FLAG_RE = re.compile(r"^--?[a-z][a-z0-9-]*$")
 # a line that ends inside a phrase: a figure whose unit starts the next line, "KV" or "ctx"
 # without what follows, a flag without its value
 _ENDS_IN_FIGURE = re.compile(r"\d$")
-_STARTS_WITH_UNIT = re.compile(r"^(B|KiB|MiB|GiB|TiB|kB|MB|GB|TB|tok/s|GB/s|%)([\s,;:.)\]]|$)")
+_STARTS_WITH_UNIT = re.compile(r"^\(?(B|KiB|MiB|GiB|TiB|kB|MB|GB|TB|tok/s|GB/s|%)([\s,;:.)\]]|$)")
+# a unit opening an aside that the next line closes: "(MiB ⏎ kept free)"
+_ENDS_IN_OPEN_UNIT = re.compile(r"(^|\s)\((B|KiB|MiB|GiB|TiB|tok/s|GB/s)$")
 _ENDS_IN_LABEL = re.compile(r"(^|\s)\(?(KV|ctx)$")
 _ENDS_IN_FLAG = re.compile(r"(^|\s)\(?--?[a-z][a-z0-9-]*$")
 _STARTS_WITH_VALUE = re.compile(r"^(\d|[qf]\d|bf16|iq\d|on\b|off\b)")
@@ -51,7 +53,8 @@ def check(narrow: str, wide: str) -> None:
 def broken_phrases(text: str) -> list[str]:
     """Each pair of lines (joined by ``⏎``) where the first ends inside a phrase: a size
     whose unit starts the next line (``216.00 ⏎ MiB``), ``KV ⏎ q8_0/q8_0``, ``ctx ⏎
-    32768``, a flag whose value starts the next line (``-ctk ⏎ q8_0``); a table's last
+    32768``, a flag whose value starts the next line (``-ctk ⏎ q8_0``), a unit that opens an
+    aside the next line closes (``(MiB ⏎ kept free)``); a table's last
     row and the line under it are not one phrase."""
     lines, rows = text.splitlines(), set(table_lines(text))
     found = []
@@ -60,6 +63,7 @@ def broken_phrases(text: str) -> list[str]:
         if line not in rows and (
             (_ENDS_IN_FIGURE.search(end) and _STARTS_WITH_UNIT.match(start))
             or (_ENDS_IN_LABEL.search(end) and start)
+            or (_ENDS_IN_OPEN_UNIT.search(end) and start)
             or (_ENDS_IN_FLAG.search(end) and _STARTS_WITH_VALUE.match(start))
         ):
             found.append(f"{end} ⏎ {start}")

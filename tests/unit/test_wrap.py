@@ -71,6 +71,17 @@ def test_the_styles_are_kept() -> None:
     assert "\x1b[1;32m41.5 tok/s" in console.export_text(styles=True)
 
 
+def test_a_value_its_unit_and_a_short_aside_are_one_phrase() -> None:
+    """The bench's margin line broke as "-fitt 24075 (MiB" / "kept free)"."""
+    line = (
+        "every configuration: --fit on -fitt 24075 (MiB kept free), then a longer aside "
+        "(one that goes on for more words than fit) ends"
+    )
+    found = [line[start:end] for start, end in phrases(line)]
+    assert "-fitt 24075 (MiB kept free)," in found
+    assert "(one" in found and "fit)" in found  # a long aside breaks as prose
+
+
 def test_the_phrases_of_a_line() -> None:
     line = "keeps 216.00 MiB more (-ub 2048 -b 2048), --overhead sets yours"
     found = [line[start:end] for start, end in phrases(line)]
@@ -78,8 +89,7 @@ def test_the_phrases_of_a_line() -> None:
         "keeps",
         "216.00 MiB",
         "more",
-        "(-ub 2048",
-        "-b 2048),",
+        "(-ub 2048 -b 2048),",  # a short aside is whole
         "--overhead",
         "sets",
         "yours",

@@ -1,7 +1,7 @@
 """Wrapping prose between phrases: a size and its unit (``216.00 MiB``), a flag and its value
 (``-ctk q8_0``, ``--n-cpu-moe 12``), a label and its figure (``ctx 32768``, ``KV q8_0/q8_0``)
-are never broken over two lines, nor is a path where a line holds it (one wider than the line
-is cut, never lost).
+and a short bracketed aside (``(MiB kept free)``) are never broken over two lines, nor is a
+path where a line holds it (one wider than the line is cut, never lost).
 
 Rich breaks at any space, a non-breaking one too, so the text is cut here, at the width rich
 asks for, and each line handed back fits it: :class:`Phrases` is a Text whose wrapping is
@@ -19,9 +19,10 @@ from rich.text import Text
 
 # a figure: 216.00, 32,768, -1.5, ~40 (an opening bracket before it)
 _NUMBER_RE = re.compile(r"^[(\[]?[-+~≈]?\d[\d,.]*$")
-# what a figure is counted in (a comma, a closing bracket or a full stop may follow it)
+# what a figure is counted in (a comma, a closing bracket or a full stop may follow it; an
+# opening bracket may come before it: ``24075 (MiB kept free)``)
 _UNIT_RE = re.compile(
-    r"^(B|KiB|MiB|GiB|TiB|kB|MB|GB|TB|[KMGT]iB/s|[kMGT]B/s|tok/s|tokens|ms|s|%)[,;:.)\]]*$"
+    r"^\(?(B|KiB|MiB|GiB|TiB|kB|MB|GB|TB|[KMGT]iB/s|[kMGT]B/s|tok/s|tokens|ms|s|%)[,;:.)\]]*$"
 )
 # a flag of llama.cpp's or moetune's (an opening bracket or a backtick before it)
 _FLAG_RE = re.compile(r"^[(\[`]?--?[a-zA-Z][a-zA-Z0-9-]*$")
@@ -41,15 +42,37 @@ def _glued(word: str, after: str) -> bool:
     return word.lstrip("(") in _LABELS and (after[:1].isdigit() or "/" in after)
 
 
+_ASIDE_CHARS = 24  # a bracketed aside this short stays whole: ``(MiB kept free)``
+
+
+def _aside_end(line: str, words: list[tuple[int, int]], index: int) -> int | None:
+    """Where a short bracketed aside that opens at word ``index`` closes (its last word's
+    index), or None: not an aside, or too long to keep whole."""
+    start, end = words[index]
+    if not line[start:end].startswith("(") or ")" in line[start:end]:
+        return None
+    for last in range(index + 1, min(index + 4, len(words))):
+        if words[last][1] - start > _ASIDE_CHARS:
+            return None
+        if ")" in line[words[last][0] : words[last][1]]:
+            return last
+    return None
+
+
 def phrases(line: str) -> list[tuple[int, int]]:
     """The unbreakable runs of ``line`` (one line, no newline), as (start, end) offsets."""
     words = [(m.start(), m.end()) for m in _WORD_RE.finditer(line)]
     runs: list[tuple[int, int]] = []
+    aside_to = -1  # the last word of the aside being read
     for index, (start, end) in enumerate(words):
-        if index and _glued(line[words[index - 1][0] : words[index - 1][1]], line[start:end]):
+        glued = index <= aside_to or (
+            index > 0 and _glued(line[words[index - 1][0] : words[index - 1][1]], line[start:end])
+        )
+        if glued:
             runs[-1] = (runs[-1][0], end)
         else:
             runs.append((start, end))
+        aside_to = max(aside_to, _aside_end(line, words, index) or -1)
     return runs
 
 
