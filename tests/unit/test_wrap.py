@@ -82,6 +82,16 @@ def test_a_value_its_unit_and_a_short_aside_are_one_phrase() -> None:
     assert "(one" in found and "fit)" in found  # a long aside breaks as prose
 
 
+@pytest.mark.parametrize("width", range(32, 60))
+def test_a_path_wider_than_the_line_is_cut_after_a_slash(width: int) -> None:
+    """Not inside a name ("...profiles/Qwen3-30B-A3B-32k-q8_0-22G.j" / "son"), where a line
+    holds the name (31 characters)."""
+    lines = _printed(Text(f"saved in {PATH}"), width).splitlines()
+    assert "".join("".join(line.split()) for line in lines) == f"savedin{PATH}"
+    for line in lines[:-1]:
+        assert line.rstrip().endswith(("/", "saved in")), lines
+
+
 def test_the_phrases_of_a_line() -> None:
     line = "keeps 216.00 MiB more (-ub 2048 -b 2048), --overhead sets yours"
     found = [line[start:end] for start, end in phrases(line)]

@@ -88,9 +88,11 @@ def break_offsets(line: str, width: int, indent: int = 0) -> list[int]:
         if run_start > start and line[start:run_start].strip():
             offsets.append(run_start)
             start, room = run_start, max(1, width - indent)
-        while run_end - start > room:  # a phrase wider than a line: at a space, else anywhere
+        while run_end - start > room:  # a phrase wider than a line: at a space, after a
+            # path's slash, else anywhere
             space = line.rfind(" ", start + 1, start + room + 1)
-            cut = space + 1 if space > start else start + room
+            slash = line.rfind("/", start + 1, start + room)
+            cut = space + 1 if space > start else slash + 1 if slash > start else start + room
             offsets.append(cut)
             start, room = cut, max(1, width - indent)
     return offsets
