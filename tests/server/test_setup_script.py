@@ -36,4 +36,5 @@ def test_a_rerun_is_quick_and_quiet() -> None:
     lines = done.stderr.splitlines()
     assert all(LINE.match(line) for line in lines), done.stderr
     assert "warn" not in done.stderr.lower() and "deprecat" not in done.stderr.lower()
-    assert "backends is built" in done.stderr and lines[-1].endswith("done")
+    assert "llama.cpp 11434.0.0: installed (nothing to build)" in lines[3]  # said first
+    assert "llama.cpp 11434.0.0 is built:" in done.stderr and lines[-1].endswith("done")
