@@ -146,17 +146,20 @@ def save_on(model: Path, gpu: str, vram: int, target: int, n: int) -> TunedProfi
 
 
 def test_cli_picks_the_profile_by_the_gpu_it_was_tuned_on(tiny: Path) -> None:
-    """Two profiles of one model, tuned on an RTX 4090 and on an RTX 3060: alias refuses to
-    guess (naming --vram, which tells them apart), and the device set picks one: --gpu ID (a
-    hardware profile) or --vram (each device's memory, within 10 %). The device-set selector
-    knew RPC servers only."""
+    """Two profiles of one model, tuned on an RTX 4090 and on an RTX 3060: alias takes the
+    newest and names the other with --vram, which tells them apart; the device set picks one:
+    --gpu ID (a hardware profile) or --vram (each device's memory, within 10 %). The
+    device-set selector knew RPC servers only."""
     big = save_on(tiny, "NVIDIA GeForce RTX 4090", 24564 * MIB, 22 * GIB, 3)
     small = save_on(tiny, "NVIDIA GeForce RTX 3060", 12288 * MIB, 10 * GIB, 7)
     runner = CliRunner()
-    guessed = runner.invoke(app, ["alias", "tiny", str(tiny)])
-    assert guessed.exit_code == ExitCode.BAD_VALUE, guessed.output
-    assert big.name in guessed.stderr and small.name in guessed.stderr
-    assert "--vram 24564M" in guessed.stderr and "--vram 12G" in guessed.stderr
+    newest = runner.invoke(app, ["alias", "tiny", str(tiny)])
+    assert newest.exit_code == 0, newest.output
+    said = " ".join(newest.stderr.split())
+    assert big.name in said and small.name in said and "using the newest, " in said
+    assert "--vram 24564M" in said and "--vram 12G" in said
+    used = big if f"using the newest, {big.name}" in said else small
+    assert f"--n-cpu-moe {3 if used is big else 7} " in newest.stdout
     for args, n in ((["--gpu", "rtx4090"], 3), (["--vram", "24G"], 3), (["--vram", "12G"], 7)):
         picked = runner.invoke(app, ["alias", "tiny", str(tiny), *args])
         assert picked.exit_code == 0, (args, picked.output)

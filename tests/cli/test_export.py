@@ -125,10 +125,10 @@ def test_a_hand_written_section_of_an_exported_name_is_refused(tmp_path: Path) -
         assert out.read_text() == hand
 
 
-def test_every_tuned_model_is_exported_by_the_selectors_never_guessed() -> None:
-    """export with no model named: a model with two tuned profiles that match is refused,
-    both listed with what tells them apart, as alias refuses it (it took the newest); a
-    selector (--target-vram, --profile) picks one."""
+def test_of_several_tuned_profiles_the_newest_is_exported_and_the_others_named() -> None:
+    """export with no model named: of a model's two tuned profiles that match, the newest, as
+    alias takes it, and a warning names the other with what tells it apart; a selector
+    (--target-vram, --profile) picks one."""
     first = make_profile([SERVER, "-m", "/models/m.gguf", "--n-cpu-moe", "3"])
     settings = first.settings.model_copy(update={"target_bytes": 20 * GIB})
     second = first.model_copy(
@@ -141,10 +141,12 @@ def test_every_tuned_model_is_exported_by_the_selectors_never_guessed() -> None:
     )
     ProfileStore().save(first)
     ProfileStore().save(second)
-    guessed = moetune("export", "preset")
-    assert guessed.returncode == ExitCode.BAD_VALUE, guessed.stderr
-    assert first.name in guessed.stderr and second.name in guessed.stderr
-    assert "--target-vram 22G" in guessed.stderr and "--target-vram 20G" in guessed.stderr
+    newest = moetune("export", "preset")
+    assert newest.returncode == 0, newest.stderr
+    assert "n-cpu-moe = 5" in newest.stdout and "n-cpu-moe = 3" not in newest.stdout
+    said = " ".join(newest.stderr.split())
+    assert f"using the newest, {second.name} (--target-vram 20G)" in said, said
+    assert f"{first.name} (--target-vram 22G) also" in said, said
     older = moetune("export", "preset", "--target-vram", "22G")
     assert older.returncode == 0, older.stderr
     assert "n-cpu-moe = 3" in older.stdout and "n-cpu-moe = 5" not in older.stdout

@@ -65,11 +65,14 @@ def test_run_saves_then_reuses(tmp_path: Path, rpc: str, _moetune_home: Path) ->
     third = moetune(*args)
     assert json.loads(third.stdout)["profile"]["reused"] is True, third.stderr
 
-    # two tuned profiles of the model now: alias refuses to guess, and a selector picks one
-    code, _, err = cli("alias", "tiny", str(model), "--shell", "bash")
-    assert code == 5 and "--target-vram" in err, err
+    # two tuned profiles of the model now: alias takes the newest (the 40M one, confirmed
+    # last), names the other with the selector that picks it
+    code, newest, err = cli("alias", "tiny", str(model), "--shell", "bash")
+    said = " ".join(err.split())
+    assert code == 0 and f"using the newest, {path.stem} (--target-vram 40M)" in said, said
+    assert f"{other.stem} (--target-vram 30M) also" in said, said
     code, out, _ = cli("alias", "tiny", str(model), "--shell", "bash", "--target-vram", "40M")
-    assert code == 0
+    assert code == 0 and out == newest
     subprocess.run(["bash", "-n"], input=out, text=True, check=True)
     # the whole re-tune command; the RPC servers typed after -- come back as moetune's --rpc
     assert f"--rpc {rpc} --retune" in out and "-- --rpc" not in out

@@ -202,26 +202,32 @@ def test_example_dotfiles_parse(shell: str, suffix: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_several_tuned_profiles_are_chosen_by_selectors_never_guessed(tmp_path: Path) -> None:
+def test_of_several_tuned_profiles_the_newest_unless_a_selector_says(tmp_path: Path) -> None:
     from moetune.store.tuned import ProfileStore, Selectors, model_profile
 
     store = ProfileStore(tmp_path)
     first = make_profile(["llama-server", "-m", "/m.gguf"])
     settings = first.settings.model_copy(update={"target_bytes": 20 * GIB})
-    second = first.model_copy(update={"name": first.name + "-b", "settings": settings})
+    second = first.model_copy(
+        update={
+            "name": first.name + "-b",
+            "settings": settings,
+            "tuned_at": "2030-01-01T00:00:00+00:00",
+        }
+    )
     store.save(first)
     store.save(second)
     identity = first.model
 
-    def pick(select: Selectors | None = None) -> str:
-        return model_profile(store, identity, warn=lambda _: None, select=select).name
+    warned: list[str] = []
 
-    with pytest.raises(BadValueError) as refused:
-        pick()
-    said = refused.value.message
-    assert first.name in said and second.name in said, said
-    assert "--target-vram 22G" in said and "--target-vram 20G" in said, said
-    assert "--profile" in (refused.value.hint or "")
+    def pick(select: Selectors | None = None) -> str:
+        return model_profile(store, identity, warn=warned.append, select=select).name
+
+    assert pick() == second.name  # the newest
+    (said,) = warned
+    assert f"using the newest, {second.name} (--target-vram 20G)" in said, said
+    assert f"{first.name} (--target-vram 22G) also" in said and "--profile NAME" in said
     assert pick(Selectors(targets=(20 * GIB,))) == second.name
     assert pick(Selectors(targets=(22 * GIB,))) == first.name
     assert pick(Selectors(name=first.name)) == first.name  # exact, though a prefix of both

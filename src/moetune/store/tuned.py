@@ -541,16 +541,18 @@ def model_profile(
 ) -> TunedProfile:
     """The tuned profile for this model file (at ``n_ctx``/``cache_type`` if given, tuned
     with the files ``beside`` it among its arguments: ``("--mmproj", FILE)``, ``("--draft",
-    FILE)``, and as ``select`` says); several that match are refused (listed, with what tells
-    them apart); ``warn`` names each broken profile file, and when none is found the error
-    says how many were skipped."""
+    FILE)``, and as ``select`` says); of several that match, the newest, named in a warning
+    beside the others (with what tells each apart: how to choose it); ``warn`` names each
+    broken profile file, and when none is found the error says how many were skipped."""
     broken: list[str] = []
 
     def skipped(line: str) -> None:
         broken.append(line)
         warn(line)
 
-    found = _chosen(store.for_model(identity, skipped), n_ctx, cache_type, beside, select)
+    found = _chosen(
+        _newest(store.for_model(identity, skipped)), n_ctx, cache_type, beside, select, warn=warn
+    )
     if not found:
         with_files = f" with {', '.join(Path(f).name for _, f in beside)}" if beside else ""
         raise ProfileNotFoundError(
@@ -580,15 +582,15 @@ def every_model_profile(
     select: Selectors | None = None,
 ) -> list[TunedProfile]:
     """The tuned profile of each model file that has one (at ``n_ctx``/``cache_type`` if
-    given, and as ``select`` says), newest first; a model with several that match is refused
-    as model_profile refuses it."""
+    given, and as ``select`` says), newest first; of a model with several that match, the
+    newest, as model_profile chooses it."""
     by_model: dict[str, list[TunedProfile]] = {}
     for profile in store.good(warn):
         by_model.setdefault(profile.model.path, []).append(profile)
     found = [
         chosen[0]
         for profiles in by_model.values()
-        if (chosen := _chosen(_newest(profiles), n_ctx, cache_type, (), select))
+        if (chosen := _chosen(_newest(profiles), n_ctx, cache_type, (), select, warn=warn))
     ]
     return _newest(found)
 
@@ -603,10 +605,13 @@ def _chosen(
     cache_type: str | None,
     beside: Sequence[tuple[str, str]],
     select: Selectors | None,
+    *,
+    warn: Callable[[str], None],
 ) -> list[TunedProfile]:
-    """The ``profiles`` of one model that match (at most one: a profile named exactly by
-    ``--profile`` is the one; several others are refused, each listed with what tells it
-    apart from the rest)."""
+    """The ``profiles`` of one model (newest first) that match: at most one. A profile named
+    exactly by ``--profile`` is the one; of several others, the newest (what a user who tuned
+    one model on two device sets, or at two targets, means by the model), and ``warn`` says
+    so, each other one listed with what tells it apart (the option that chooses it)."""
     chosen = select or Selectors()
     found = [
         p
@@ -619,9 +624,11 @@ def _chosen(
     exact = [p for p in found if p.name == chosen.name]
     found = exact or found
     if len(found) > 1:
-        raise BadValueError(
-            f"{len(found)} tuned profiles of {found[0].model.file_name} match: "
-            + "; ".join(f"{p.name} ({_telling(p, found)})" for p in found),
-            hint="choose one with --profile NAME, or with the option shown beside it",
+        newest, others = found[0], found[1:]
+        warn(
+            f"{len(found)} tuned profiles of {newest.model.file_name} match: using the newest, "
+            f"{newest.name} ({_telling(newest, found)}); "
+            + "; ".join(f"{p.name} ({_telling(p, found)})" for p in others)
+            + " also (choose one with --profile NAME, or with the option shown beside it)"
         )
-    return found
+    return found[:1]
