@@ -32,8 +32,8 @@ from moetune.errors import (
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths
 from moetune.jobs.objective import merged, tune_for_goal, with_ubatch
-from moetune.jobs.speed import PointSink, launch_points, model_of
-from moetune.jobs.speed_from import kept_points
+from moetune.jobs.speed import PointSink, launch_points, machine_of, model_of
+from moetune.jobs.speed_from import machine_points
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
@@ -692,7 +692,7 @@ def _tune_for(
     if tuned.best is None:
         return tuned
     known = model_of(spec.model)
-    kept = kept_points(known.file_name, known.header_sha256, progress.on_note)
+    kept = machine_points(machine_of(setup), known, progress.on_note)
     zeros = (0,) * len(setup.devices)
 
     def measure_at(at: LaunchSpec, n: int) -> tuple[RunResult, list[SpeedPoint]]:
