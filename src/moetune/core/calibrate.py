@@ -245,12 +245,20 @@ def solve_bounded(
     return _solve_normal(_Normal.of(a, b), lower, tolerance)
 
 
-def _solve_normal(eq: _Normal, lower: Sequence[float], tolerance: float = TOLERANCE) -> list[float]:
+def _solve_normal(
+    eq: _Normal,
+    lower: Sequence[float],
+    tolerance: float = TOLERANCE,
+    last: Sequence[bool] = (),
+) -> list[float]:
     """``solve_bounded`` on the normal equations, on unit-norm columns (few unknowns: the
-    enumeration costs nothing next to the rows; an all-zero column stays at its bound)."""
+    enumeration costs nothing next to the rows; an all-zero column stays at its bound). Of
+    as many unknowns off their bound, those with fewer of ``last`` (the fixed times: kept at
+    0 unless the points demand them) win within ``tolerance``."""
     n = len(lower)
     norm = [math.sqrt(max(eq.gram[j][j], 0.0)) for j in range(n)]
-    found: list[tuple[int, float, list[float]]] = []
+    later = [j < len(last) and last[j] for j in range(n)]
+    found: list[tuple[int, int, float, list[float]]] = []
     for size in range(n + 1):
         for free in itertools.combinations(range(n), size):
             x = [0.0 if j in free else lower[j] for j in range(n)]
@@ -270,9 +278,9 @@ def _solve_normal(eq: _Normal, lower: Sequence[float], tolerance: float = TOLERA
                     continue
                 for j, v in zip(free, values, strict=True):
                     x[j] = v
-            found.append((size, eq.rms(x), x))
-    best = min(rms for _, rms, _ in found)
-    return min((f for f in found if f[1] <= best + tolerance), key=lambda f: (f[0], f[1]))[2]
+            found.append((size, sum(later[j] for j in free), eq.rms(x), x))
+    best = min(f[2] for f in found)
+    return min((f for f in found if f[2] <= best + tolerance), key=lambda f: f[:3])[3]
 
 
 def _usable(m: Measured) -> bool:
@@ -321,9 +329,10 @@ def _fit(
     a = [[r.values[k] / r.seconds for k in names] for r in rows]
     ones = [1.0] * len(rows)
     lower = [1.0 if k in known else 0.0 for k in names]
+    last = [k in FIXED for k in names]
     eq = _Normal.of(a, ones)
-    y = dict(zip(names, _solve_normal(eq, lower), strict=True))
-    errors = [e for e in _loo_errors(eq, a, lower) if e is not None]
+    y = dict(zip(names, _solve_normal(eq, lower, last=last), strict=True))
+    errors = [e for e in _loo_errors(eq, a, lower, last) if e is not None]
     eff = {k: 1 / y[k] for k in KINDS if k in known and k in y}
     rates: dict[str, float | None] = {
         k: (1 / y[k] if y[k] > 0 else None) for k in KINDS if k not in known and k in y
@@ -349,7 +358,9 @@ def _fit(
     )
 
 
-def _loo_errors(eq: _Normal, a: Matrix, lower: Sequence[float]) -> list[float | None]:
+def _loo_errors(
+    eq: _Normal, a: Matrix, lower: Sequence[float], last: Sequence[bool] = ()
+) -> list[float | None]:
     """Each point's relative error of tok/s, forecast by the fit of the others (rows of time
     over measured time: the forecast's tok/s over the measured is ``1 / (row . x)``); None
     where the others do not reach one of its terms whose figure is missing, or too few."""
@@ -358,7 +369,7 @@ def _loo_errors(eq: _Normal, a: Matrix, lower: Sequence[float]) -> list[float | 
     errors: list[float | None] = []
     for row in a:
         others = eq.without(row, 1.0)
-        x = _solve_normal(others, lower)
+        x = _solve_normal(others, lower, last=last)
         unreached = any(v and others.gram[j][j] <= 0 and lower[j] == 0 for j, v in enumerate(row))
         ratio = _dot(row, x)
         errors.append(None if unreached or ratio <= 0 else abs(1 / ratio - 1))
