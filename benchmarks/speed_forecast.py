@@ -367,7 +367,7 @@ def cross_model() -> list[str]:
             others = [u for u in units if u.model != target.model]
             if len(others) < 2:
                 continue
-            train = [m for u in others for m in (u.calibrate or u.points)]
+            train = tuple(m for u in others for m in (u.calibrate or u.points))
             text, median = _summary(_cross(train, others[0].figures, target))
             lines.append(
                 f"    every other model ({len(train)} points) -> {_short(target.model)}: "

@@ -103,7 +103,7 @@ def test_a_file_of_another_model_not_here(tiny: Path, tmp_path: Path) -> None:
     assert len(err.strip().splitlines()) == 1
 
 
-def _rig_of(model: Path, cpu: str, path: Path) -> Path:
+def _rig_of(model: Path, cpu: str | None, path: Path) -> Path:
     """The rig's points as if measured with ``model`` on the CPU ``cpu``."""
     text = RIG.read_text().replace('"/tmp/fit-rig/tiny-moe.gguf"', json.dumps(str(model)))
     path.write_text(text.replace('"Intel(R) Xeon(R) Processor"', json.dumps(cpu)))

@@ -5,8 +5,12 @@ calibrated it (core/speed.py ``ForecastCalibration``)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +148,32 @@ def test_a_plan_for_devices_not_found_here_is_this_cpu() -> None:
     assert same_machine(two, cpu_only)
     here = RTX.model_copy(update={"devices": ["CUDA0"]})
     assert not same_machine(two.model_copy(update={"devices": ["CUDA0", "CUDA1"]}), here)
+
+
+def test_the_benchmark_prints_cross_model_calibration() -> None:
+    """benchmarks/speed_forecast.py: each pair of models of one machine, every pair together,
+    and the same-model calibrated error over every public sweep."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "speed_forecast.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--no-rig"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    lines = done.stdout.splitlines()
+    start = lines.index(
+        "cross-model calibration (calibrated on one model, forecasting another, same machine)"
+    )
+    pairs = [
+        line for line in lines[start:] if re.match(r"^    \S+ \(\d+ points\) -> \S+: median ", line)
+    ]
+    # the Arc B580 box: Qwen3-30B-A3B, gpt-oss-120b, gpt-oss-20b, each to the two others
+    assert len(pairs) == 6
+    assert any(
+        re.match(r"^  cross-model, every pair: median \d+\.\d%, max", line) for line in lines
+    )
+    assert any(
+        re.match(r"^same-model calibration, every public sweep together: median \d+\.\d%", line)
+        for line in lines
+    )

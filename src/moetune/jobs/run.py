@@ -681,7 +681,7 @@ def _tune_for(
     progress: Progress,
 ) -> RunResult:
     """Tune as run does, then measure the forecast's best candidates for ``goal`` (on the
-    points the tuning kept and those kept for the model on this machine)."""
+    points the tuning kept and those kept on this machine, of every model)."""
     measured: list[SpeedPoint] = []
 
     def keep(points: list[SpeedPoint]) -> None:
