@@ -38,6 +38,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -57,7 +58,7 @@ from moetune.jobs.speed import measured_of
 from moetune.llamacpp.bench_results import parse_bench_text
 from moetune.records.speed import SpeedPoint
 
-from support.public_sweeps import ALL_ON_GPU, PUBLIC, Key, fit_prior
+from support.public_sweeps import ALL_ON_GPU, PUBLIC, Key, Sweep, fit_prior
 
 CALIBRATED_TARGET = 0.15
 UNCALIBRATED_TARGET = 0.35
@@ -230,12 +231,181 @@ def rig(rounds: int = RIG_ROUNDS) -> list[str]:
     return evaluate(name, measured, keys, RIG_CALIBRATE, machine, prior=PUBLIC_PRIOR)
 
 
+# --- one calibration per machine: calibrated on one model, forecasting another ----------------
+
+CROSS_TARGET = 0.20  # calibrated on one model's points, forecasting another on the same machine
+SAME_MODEL_TARGET = 0.10  # calibrated on the model's own points, over every public sweep
+
+# sweeps of a machine that has sweeps of other models too, beside PUBLIC (same rules)
+CROSS_EXTRA = (
+    Sweep(
+        file="moearc-b580-sycl-gptoss20b-mxfp4-ncmoe-tg.json",
+        model="gpt-oss-20b-MXFP4.header.gguf",
+        machine="Arc B580 + Core Ultra 7 265K",
+        # what `calibrate --measure` runs: every expert on the CPU (N 24) and the smallest N
+        # that fits (0, in the next file)
+        calibrate=((24, 512),),
+        gpu_profile=None,
+        note="the same machine, gpt-oss-20b, N 24..14 (two invocations)",
+        device="SYCL0",
+        skip_first=True,
+    ),
+    Sweep(
+        file="moearc-b580-sycl-gptoss20b-mxfp4-ncmoe-low-tg.json",
+        model="gpt-oss-20b-MXFP4.header.gguf",
+        machine="Arc B580 + Core Ultra 7 265K",
+        calibrate=((0, 512),),
+        gpu_profile=None,
+        note="the same machine, gpt-oss-20b, N 12..0",
+        device="SYCL0",
+        skip_first=True,
+    ),
+)
+
+# sweeps of machines with several models whose model has no example header (examples/models/):
+# no layout, no forecast; named so the gap shows
+CROSS_NO_HEADER = (
+    (
+        "Arc B580 + Core Ultra 7 265K",
+        "Qwen3.6-35B-A3B",
+        "moearc-b580-sycl-qwen36-35b-a3b-q4km-ncmoe-tg.json",
+    ),
+    (
+        "RTX 4080 + Ryzen 7950X",
+        "DeepSeek-V2-Lite",
+        "ik_llama-pr698-deepseeklite-4080-7950x-cpuexps-ubatch.json",
+    ),
+    (
+        "R9700 + Ryzen 5700X",
+        "Qwen3.6-35B-A3B",
+        "cicero-r9700-rocm-qwen36-35b-a3b-q5kxl-ncmoe-ubatch.json",
+    ),
+    (
+        "R9700 + Ryzen 5700X",
+        "gemma-4-26B-A4B",
+        "cicero-r9700-rocm-gemma4-26b-a4b-iq4xs-ncmoe-ubatch.json",
+    ),
+    (
+        "R9700 + Ryzen 5700X",
+        "Qwen3.5-122B-A10B",
+        "cicero-r9700-rocm-qwen35-122b-a10b-q4kxl-ncmoe-ubatch.json",
+    ),
+)
+
+
+class _Unit(NamedTuple):
+    """One model's rows on one machine (its sweeps of the same figures together)."""
+
+    machine: str
+    model: str
+    files: tuple[str, ...]
+    figures: MachineFigures
+    points: tuple[Measured, ...]
+    calibrate: tuple[Measured, ...]  # the points of its calibration configurations
+
+
+def _units() -> list[_Unit]:
+    units: dict[tuple[str, str, str], _Unit] = {}
+    known = {sweep.file for sweep in (*PUBLIC, *ALL_ON_GPU)}
+    extra = tuple(sweep for sweep in CROSS_EXTRA if sweep.file not in known)
+    for sweep in (*PUBLIC, *ALL_ON_GPU, *extra):
+        figures = sweep.figures()
+        points = [m._replace(model=sweep.model) for m in sweep.points()]
+        keys = set(sweep.calibrate)
+        calibrate = [m for m, k in zip(points, sweep.keys(), strict=True) if k in keys]
+        at = (sweep.machine, sweep.model, repr(figures))
+        if at in units:
+            unit = units[at]
+            units[at] = unit._replace(
+                files=(*unit.files, sweep.file),
+                points=(*unit.points, *points),
+                calibrate=(*unit.calibrate, *calibrate),
+            )
+        else:
+            units[at] = _Unit(
+                sweep.machine, sweep.model, (sweep.file,), figures, tuple(points), tuple(calibrate)
+            )
+    return list(units.values())
+
+
+def _short(model: str) -> str:
+    return model.removesuffix(".header.gguf")
+
+
+def _cross(train: Sequence[Measured], figures: MachineFigures, test: _Unit) -> list[float | None]:
+    fit = fit_speed(train, figures)
+    return [relative_error(point_forecast(m, test.figures, fit), m.tps) for m in test.points]
+
+
+def cross_model() -> list[str]:
+    """Each machine with sweeps of two or more models: calibrated on one model's calibration
+    configurations (all its points where it has none), forecasting every row of each other
+    model; and on every other model's together. The fit's factors are the machine's
+    (core/calibrate.py), each point laid out with its own model's facts."""
+    lines = ["cross-model calibration (calibrated on one model, forecasting another, same machine)"]
+    by_machine: dict[str, list[_Unit]] = {}
+    for unit in _units():
+        by_machine.setdefault(unit.machine, []).append(unit)
+    overall: list[float | None] = []
+    for machine, units in by_machine.items():
+        if len({u.model for u in units}) < 2:
+            continue
+        lines.append(f"  {machine}:")
+        for source in units:
+            train = source.calibrate or source.points
+            for target in units:
+                if target.model == source.model:
+                    continue
+                errors = _cross(train, source.figures, target)
+                overall += errors
+                text, median = _summary(errors)
+                lines.append(
+                    f"    {_short(source.model)} ({len(train)} points) -> {_short(target.model)}: "
+                    f"{text}{_behind(median, CROSS_TARGET)}"
+                )
+        for target in units:
+            others = [u for u in units if u.model != target.model]
+            if len(others) < 2:
+                continue
+            train = tuple(m for u in others for m in (u.calibrate or u.points))
+            text, median = _summary(_cross(train, others[0].figures, target))
+            lines.append(
+                f"    every other model ({len(train)} points) -> {_short(target.model)}: "
+                f"{text}{_behind(median, CROSS_TARGET)}"
+            )
+    text, median = _summary(overall)
+    lines.append(f"  cross-model, every pair: {text}{_behind(median, CROSS_TARGET)}")
+    for machine, model, file in CROSS_NO_HEADER:
+        lines.append(f"  not forecast: {file} ({machine}, {model}): no example header of the model")
+    lines += _same_model_overall()
+    return lines
+
+
+def _same_model_overall() -> list[str]:
+    """The calibrated error (each sweep on its own calibration configurations) over every
+    public sweep's points it was not calibrated on, together."""
+    errors: list[float | None] = []
+    for sweep in PUBLIC:
+        points, keys, figures = sweep.points(), sweep.keys(), sweep.figures()
+        train = [m for m, k in zip(points, keys, strict=True) if k in sweep.calibrate]
+        test = [m for m, k in zip(points, keys, strict=True) if k not in sweep.calibrate]
+        if len(train) < 2 or not test:
+            continue
+        fit = fit_speed(train, figures)
+        errors += [relative_error(point_forecast(m, figures, fit), m.tps) for m in test]
+    text, median = _summary(errors)
+    return [
+        f"same-model calibration, every public sweep together: "
+        f"{text}{_behind(median, SAME_MODEL_TARGET)}"
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-rig", action="store_true", help="the public sweeps only")
     parser.add_argument("--rounds", type=int, default=RIG_ROUNDS, help="sweeps of the rig")
     args = parser.parse_args()
-    for line in public() + ([] if args.no_rig else rig(args.rounds)):
+    for line in public() + cross_model() + ([] if args.no_rig else rig(args.rounds)):
         print(line)
 
 

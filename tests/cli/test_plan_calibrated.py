@@ -1,6 +1,6 @@
 """`moetune plan`'s forecast calibrated on measured speeds: ``--speed-from FILE`` (the real
 llama-bench's output on the test rig, tests/data/llama_bench/rig_tiny_rpc.*), and without it
-the points kept for the model on this machine (`moetune calibrate`)."""
+the points kept on this machine (`moetune calibrate`), of this model and of others."""
 
 from __future__ import annotations
 
@@ -56,6 +56,8 @@ def test_speed_from_a_jsonl_file(tiny: Path) -> None:
         "points": 16,
         "median_error": fit.loo_median_error,
         "max_error": fit.loo_max_error,
+        "own_points": 16,
+        "other_models": [],
     }
     assert found["decode_tok_s"] == pytest.approx(want.decode_tok_s)
     assert found["prefill_tok_s"] == pytest.approx(want.prefill_tok_s)
@@ -70,8 +72,8 @@ def test_speed_from_a_json_file_in_text(tiny: Path) -> None:
 
 
 def test_points_kept_for_this_model_and_machine(tiny: Path, tmp_path: Path) -> None:
-    """Without --speed-from: uncalibrated until `moetune calibrate` keeps points of this model
-    measured on this CPU; points of another CPU are not this machine's."""
+    """Without --speed-from: uncalibrated until `moetune calibrate` keeps points measured on
+    this CPU; points of another CPU are not this machine's."""
     code, out, _ = _plan(tiny, "--json")
     assert code == 0
     assert json.loads(out)["forecast"]["calibration"]["points"] == 0
@@ -88,12 +90,67 @@ def test_points_kept_for_this_model_and_machine(tiny: Path, tmp_path: Path) -> N
     assert json.loads(out)["forecast"]["calibration"]["points"] == 16
 
 
-def test_a_file_of_another_model(tiny: Path, tmp_path: Path) -> None:
+def test_a_file_of_another_model_not_here(tiny: Path, tmp_path: Path) -> None:
+    """The file's points are of a model whose file (/tmp/fit-rig/tiny-moe.gguf) is not
+    here: none can be laid out, one error."""
     other = write_model(tmp_path / "other-model.gguf", "qwen3moe", n_layers=4)
     code, _, err = _plan(other, "--speed-from", str(RIG))
     assert code == ExitCode.BAD_VALUE
-    assert "has no measurements of other-model.gguf (it has tiny-moe.gguf)" in err
+    assert (
+        "has no measurements of other-model.gguf, nor of a model whose file is readable here"
+        " (it has tiny-moe.gguf)" in err
+    )
     assert len(err.strip().splitlines()) == 1
+
+
+def _rig_of(model: Path, cpu: str | None, path: Path) -> Path:
+    """The rig's points as if measured with ``model`` on the CPU ``cpu``."""
+    text = RIG.read_text().replace('"/tmp/fit-rig/tiny-moe.gguf"', json.dumps(str(model)))
+    path.write_text(text.replace('"Intel(R) Xeon(R) Processor"', json.dumps(cpu)))
+    return path
+
+
+def test_a_file_of_another_model_here_calibrates(tiny: Path, tmp_path: Path) -> None:
+    """Measured with tiny-moe.gguf, whose file is here: its 16 points, laid out with its own
+    facts, calibrate the forecast of another model (the factors are the machine's)."""
+    other = write_model(tmp_path / "other-model.gguf", "qwen3moe", n_layers=4)
+    measured = _rig_of(tiny, "Intel(R) Xeon(R) Processor", tmp_path / "rig.jsonl")
+    code, out, err = _plan(other, "--speed-from", str(measured), "--json")
+    assert code == 0, err
+    found = json.loads(out)["forecast"]
+    assert found["calibration"]["points"] == 16
+    assert found["calibration"]["own_points"] == 0
+    assert found["calibration"]["other_models"] == ["tiny-moe.gguf"]
+    assert found["decode_tok_s"] is not None and found["prefill_tok_s"] is not None
+    code, out, _ = _plan(other, "--speed-from", str(measured))
+    assert "speed (calibrated on 16 points of 1 other model, leave-one-out error " in " ".join(
+        out.split()
+    )
+
+
+def test_points_of_another_model_on_this_machine(tiny: Path, tmp_path: Path) -> None:
+    """Kept points of tiny-moe.gguf measured on this CPU calibrate another model's plan;
+    those of another CPU do not; a kept model whose file is gone is left out, counted."""
+    other = write_model(tmp_path / "other-model.gguf", "qwen3moe", n_layers=4)
+    elsewhere = _rig_of(tiny, "Some Other CPU", tmp_path / "elsewhere.jsonl")
+    assert cli("calibrate", str(elsewhere))[0] == 0
+    code, out, _ = _plan(other, "--json")
+    assert json.loads(out)["forecast"]["calibration"]["points"] == 0
+    here = _rig_of(tiny, cpu_model(), tmp_path / "here.jsonl")
+    assert cli("calibrate", str(here))[0] == 0
+    code, out, err = _plan(other, "--json")
+    assert code == 0, err
+    calibration = json.loads(out)["forecast"]["calibration"]
+    assert calibration["points"] == 16 and calibration["own_points"] == 0
+    assert calibration["other_models"] == ["tiny-moe.gguf"]
+    gone = tmp_path / "gone" / "tiny-moe.gguf"
+    assert cli("calibrate", str(_rig_of(gone, cpu_model(), tmp_path / "gone.jsonl")))[0] == 0
+    code, out, err = _plan(other, "--json")
+    assert json.loads(out)["forecast"]["calibration"]["points"] == 16
+    assert (
+        "16 speed points of this machine left out of the calibration: the model file is not"
+        " readable here (tiny-moe.gguf)" in " ".join(err.split())
+    )
 
 
 def test_one_measurement_is_no_calibration(tiny: Path, tmp_path: Path) -> None:

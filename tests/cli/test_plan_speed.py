@@ -47,7 +47,13 @@ def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
     fixed = 48 * prior.block_token_s
     expected = 1 / (gpu / (504e9 * eff.device_memory) + ram / (60 * GIB * eff.ram) + fixed)
     assert abs(found["decode_tok_s"] - expected) < 1e-9 * expected
-    assert found["calibration"] == {"points": 0, "median_error": None, "max_error": None}
+    assert found["calibration"] == {
+        "points": 0,
+        "median_error": None,
+        "max_error": None,
+        "own_points": 0,
+        "other_models": [],
+    }
     assert found["prefill_tok_s"] is None  # no FLOP/s figure
     assert found["missing"] == ["CUDA0 FLOP/s"]  # the CPU's experts cross PCIe: no CPU term
     link = next(t for t in found["prefill_terms"] if t["term"] == "CUDA0 link")

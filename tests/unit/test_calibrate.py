@@ -94,12 +94,13 @@ def test_recovers_set_factors() -> None:
 
 def test_fixed_time_only_when_the_data_demands_it() -> None:
     """2 ms more per generated token than any bandwidth explains: a fixed time per token,
-    found again; without it (above) the fixed time stays 0. (The GPU's memory at its figure:
-    a GPU term nearly constant over N and a fixed time are told apart only by noise-free
-    data, and the fit prefers the factor at its bound.)"""
+    found again (per block of the model's 48); without it (above) the fixed time stays 0.
+    (The GPU's memory at its figure: a GPU term nearly constant over N and a fixed time are
+    told apart only by noise-free data, and the fit prefers the factor at its bound.)"""
     true = replace(TRUE, device_memory=1.0)
     fit = fit_speed(_points(true, token_s=0.002), FIGURES)
-    assert fit.token_overhead_s == pytest.approx(0.002, rel=1e-4)
+    assert _facts().n_layers == 48
+    assert fit.token_overhead_s == pytest.approx(0.002 / 48, rel=1e-4)
     assert fit.efficiency.ram == pytest.approx(TRUE.ram, rel=1e-4)
     assert fit.efficiency.device_memory == 1.0
 

@@ -11,11 +11,16 @@ prompt): a generated token's time is ``sum(term * y_kind) + c_token``, a prompt'
 - a kind with a figure missing: ``y = 1 / rate`` on the term's amount (bytes or FLOPs), an
   effective rate fitted from the points (how a machine with no profile is calibrated),
   bounded ``y >= 0``; at 0 the term is too fast to show in the points (``negligible``);
-- a fixed time per generated token, per prompt ubatch and per hop between homes (the
-  layout's ``n_hops``, once per token and per ubatch; a prompt's hops only without op
-  offload, where its CPU experts run on the CPU), ``c >= 0``: kernel launches, the copy of
-  the activations and the wait (an RPC device: a network round trip), which a pure roofline
-  lacks; kept at 0 unless the points demand it.
+- a fixed time per block of the model per generated token and per prompt ubatch, and per hop
+  between homes (the layout's ``n_hops``, once per token and per ubatch; a prompt's hops
+  only without op offload, where its CPU experts run on the CPU), ``c >= 0``: kernel
+  launches (each block's), the copy of the activations and the wait (an RPC device: a
+  network round trip), which a pure roofline lacks; kept at 0 unless the points demand it.
+
+Every factor belongs to the machine (its devices, link, RAM, CPU), not to a model: the
+points may be of several models (each ``Measured`` laid out with its own model's facts, and
+its routing share its architecture's, core/routing.py), and the fit forecasts any model on
+that machine. ``Measured.model`` names a point of another model than the one forecast.
 
 Where a model has no points on a machine, ``fitted_forecast`` uses core/prior.py's typical
 factors instead: the same fit pooled over public measurements of several models and machines
@@ -70,6 +75,7 @@ class Measured(NamedTuple):
     n_gen: int
     n_depth: int
     tps: float
+    model: str | None = None  # another model's point: its file name (None: the one forecast)
 
     @property
     def is_prefill(self) -> bool:
@@ -83,20 +89,24 @@ class Measured(NamedTuple):
 @record(frozen=True, kw_only=True)
 class SpeedFit:
     """The fitted factors: ``efficiency`` where the figure is known, ``rates`` (bytes/s or
-    FLOP/s; None: negligible) where it is not, the fixed times, and the error."""
+    FLOP/s; None: negligible) where it is not, the fixed times (per block of the model per
+    token and per ubatch, per hop), and the error; ``own_points`` of the model forecast, the
+    rest of ``other_models``."""
 
     points: int
     decode_points: int
     prefill_points: int
     efficiency: Efficiency
     rates: dict[str, float | None]  # by kind: the fitted effective rate of a figure missing
-    token_overhead_s: float = 0.0
-    ubatch_overhead_s: float = 0.0
+    token_overhead_s: float = 0.0  # per block of the model, per generated token
+    ubatch_overhead_s: float = 0.0  # per block of the model, per prompt ubatch
     hop_overhead_s: float = 0.0
     fitted: list[str]  # the kinds the points reach (their terms moved something)
     fit_error: float  # RMS relative error of the time on the points themselves
     loo_median_error: float | None = None  # leave-one-out, relative error of tok/s
     loo_max_error: float | None = None
+    own_points: int | None = None  # None: every point is of the model forecast
+    other_models: tuple[str, ...] = ()  # the file names of the other models' points
 
     @property
     def calibration(self) -> ForecastCalibration:
@@ -104,6 +114,8 @@ class SpeedFit:
             points=self.points,
             median_error=self.loo_median_error,
             max_error=self.loo_max_error,
+            own_points=self.points if self.own_points is None else self.own_points,
+            other_models=self.other_models,
         )
 
 
@@ -142,11 +154,16 @@ def _known(points: Sequence[Measured], machine: MachineFigures) -> set[Kind]:
     return set(KINDS) - unknown
 
 
+def _blocks(layout: SpeedLayout) -> int:
+    return max(layout.n_blocks, 1)
+
+
 def _row(m: Measured, machine: MachineFigures, known: set[Kind], pooled: bool = False) -> _Row:
-    """The point's regressors. ``pooled`` (a prior over models and machines, core/prior.py):
-    the fixed time per token counted per block of the model, and no fixed time per ubatch or
-    hop (fitted on a few machines, those explain away one machine's compute and carry to no
-    other: benchmarks/speed_forecast.py, leaving a machine out)."""
+    """The point's regressors, the fixed times per token and per ubatch counted per block of
+    the model (so they carry from one model to another). ``pooled`` (a prior over models and
+    machines, core/prior.py): no fixed time per ubatch or hop (fitted on a few machines,
+    those explain away one machine's compute and carry to no other:
+    benchmarks/speed_forecast.py, leaving a machine out)."""
     terms, seconds, steps = _terms(m, machine)
     values = dict.fromkeys((*KINDS, *FIXED), 0.0)
     for term in terms:
@@ -155,9 +172,9 @@ def _row(m: Measured, machine: MachineFigures, known: set[Kind], pooled: bool = 
         else:
             values[term.kind] += term.amount
     if pooled:
-        values[TOKEN_OVERHEAD] = float(max(m.layout.n_blocks, 1)) if m.is_decode else 0.0
+        values[TOKEN_OVERHEAD] = float(_blocks(m.layout)) if m.is_decode else 0.0
         return _Row(values, seconds)
-    values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps)
+    values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps * _blocks(m.layout))
     values[HOP_OVERHEAD] = float(_hops(m.layout, steps, m.is_decode))
     return _Row(values, seconds)
 
@@ -228,12 +245,20 @@ def solve_bounded(
     return _solve_normal(_Normal.of(a, b), lower, tolerance)
 
 
-def _solve_normal(eq: _Normal, lower: Sequence[float], tolerance: float = TOLERANCE) -> list[float]:
+def _solve_normal(
+    eq: _Normal,
+    lower: Sequence[float],
+    tolerance: float = TOLERANCE,
+    last: Sequence[bool] = (),
+) -> list[float]:
     """``solve_bounded`` on the normal equations, on unit-norm columns (few unknowns: the
-    enumeration costs nothing next to the rows; an all-zero column stays at its bound)."""
+    enumeration costs nothing next to the rows; an all-zero column stays at its bound). Of
+    as many unknowns off their bound, those with fewer of ``last`` (the fixed times: kept at
+    0 unless the points demand them) win within ``tolerance``."""
     n = len(lower)
     norm = [math.sqrt(max(eq.gram[j][j], 0.0)) for j in range(n)]
-    found: list[tuple[int, float, list[float]]] = []
+    later = [j < len(last) and last[j] for j in range(n)]
+    found: list[tuple[int, int, float, list[float]]] = []
     for size in range(n + 1):
         for free in itertools.combinations(range(n), size):
             x = [0.0 if j in free else lower[j] for j in range(n)]
@@ -253,9 +278,9 @@ def _solve_normal(eq: _Normal, lower: Sequence[float], tolerance: float = TOLERA
                     continue
                 for j, v in zip(free, values, strict=True):
                     x[j] = v
-            found.append((size, eq.rms(x), x))
-    best = min(rms for _, rms, _ in found)
-    return min((f for f in found if f[1] <= best + tolerance), key=lambda f: (f[0], f[1]))[2]
+            found.append((size, sum(later[j] for j in free), eq.rms(x), x))
+    best = min(f[2] for f in found)
+    return min((f for f in found if f[2] <= best + tolerance), key=lambda f: f[:3])[3]
 
 
 def _usable(m: Measured) -> bool:
@@ -304,9 +329,10 @@ def _fit(
     a = [[r.values[k] / r.seconds for k in names] for r in rows]
     ones = [1.0] * len(rows)
     lower = [1.0 if k in known else 0.0 for k in names]
+    last = [k in FIXED for k in names]
     eq = _Normal.of(a, ones)
-    y = dict(zip(names, _solve_normal(eq, lower), strict=True))
-    errors = [e for e in _loo_errors(eq, a, lower) if e is not None]
+    y = dict(zip(names, _solve_normal(eq, lower, last=last), strict=True))
+    errors = [e for e in _loo_errors(eq, a, lower, last) if e is not None]
     eff = {k: 1 / y[k] for k in KINDS if k in known and k in y}
     rates: dict[str, float | None] = {
         k: (1 / y[k] if y[k] > 0 else None) for k in KINDS if k not in known and k in y
@@ -327,10 +353,14 @@ def _fit(
         fit_error=eq.rms(list(y.values())),
         loo_median_error=statistics.median(errors) if errors else None,
         loo_max_error=max(errors) if errors else None,
+        own_points=sum(m.model is None for m in points),
+        other_models=tuple(sorted({m.model for m in points if m.model is not None})),
     )
 
 
-def _loo_errors(eq: _Normal, a: Matrix, lower: Sequence[float]) -> list[float | None]:
+def _loo_errors(
+    eq: _Normal, a: Matrix, lower: Sequence[float], last: Sequence[bool] = ()
+) -> list[float | None]:
     """Each point's relative error of tok/s, forecast by the fit of the others (rows of time
     over measured time: the forecast's tok/s over the measured is ``1 / (row . x)``); None
     where the others do not reach one of its terms whose figure is missing, or too few."""
@@ -339,7 +369,7 @@ def _loo_errors(eq: _Normal, a: Matrix, lower: Sequence[float]) -> list[float | 
     errors: list[float | None] = []
     for row in a:
         others = eq.without(row, 1.0)
-        x = _solve_normal(others, lower)
+        x = _solve_normal(others, lower, last=last)
         unreached = any(v and others.gram[j][j] <= 0 and lower[j] == 0 for j, v in enumerate(row))
         ratio = _dot(row, x)
         errors.append(None if unreached or ratio <= 0 else abs(1 / ratio - 1))
@@ -364,16 +394,15 @@ def point_forecast(
     return found.decode_tok_s if m.is_decode else found.prefill_tok_s
 
 
-def prior_fit(layout: SpeedLayout, prior: SpeedPrior) -> SpeedFit:
-    """``prior`` as a fit of no points of ``layout``'s model: its efficiencies, and its
-    fixed time per block over the model's blocks."""
+def prior_fit(prior: SpeedPrior) -> SpeedFit:
+    """``prior`` as a fit of no points: its efficiencies, and its fixed time per block."""
     return SpeedFit(
         points=0,
         decode_points=0,
         prefill_points=0,
         efficiency=replace(prior.efficiency, points=0),
         rates={},
-        token_overhead_s=prior.block_token_s * max(layout.n_blocks, 1),
+        token_overhead_s=prior.block_token_s,
         fitted=list(KINDS),
         fit_error=0.0,
     )
@@ -418,10 +447,13 @@ def fitted_forecast(
     figure = "calibration"
     if fit is None:
         assert prior is not None
-        fit, figure = prior_fit(layout, prior), "typical (public measurements)"
-    per_token = _overhead("fixed time per token", 1, fit.token_overhead_s, figure)
+        fit, figure = prior_fit(prior), "typical (public measurements)"
+    blocks = _blocks(layout)
+    per_token = _overhead("fixed time per token", 1, fit.token_overhead_s * blocks, figure)
     n_ubatches = math.ceil(n_prompt / layout.n_ubatch)
-    per_ubatch = _overhead("fixed time per ubatch", n_ubatches, fit.ubatch_overhead_s, figure)
+    per_ubatch = _overhead(
+        "fixed time per ubatch", n_ubatches, fit.ubatch_overhead_s * blocks, figure
+    )
     decode_hops = _overhead("hops", _hops(layout, 1, True), fit.hop_overhead_s, figure)
     prefill_hops = _overhead("hops", _hops(layout, n_ubatches, False), fit.hop_overhead_s, figure)
     decode = _retimed(found.decode_terms, fit) + per_token + decode_hops

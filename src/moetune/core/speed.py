@@ -474,18 +474,31 @@ class TermTime:
 @record(frozen=True, kw_only=True)
 class ForecastCalibration:
     """What a forecast rests on: no points (``uncalibrated``), or the points of a fit and its
-    leave-one-out error (relative, of tok/s; None: too few points to leave one out)."""
+    leave-one-out error (relative, of tok/s; None: too few points to leave one out):
+    ``own_points`` of the model forecast, the rest of ``other_models`` (measured on the same
+    machine: core/calibrate.py)."""
 
     points: int = 0
     median_error: float | None = None
     max_error: float | None = None
+    own_points: int = 0
+    other_models: tuple[str, ...] = ()  # their file names
 
     @property
     def label(self) -> str:
-        """``uncalibrated``, ``calibrated on 6 points, leave-one-out error 8.1 % (max 14 %)``."""
+        """``uncalibrated``, ``calibrated on 6 points, leave-one-out error 8.1 % (max 14 %)``,
+        ``calibrated on 12 points (8 of this model, 4 of 1 other model), ...``."""
         if not self.points:
             return UNCALIBRATED
         text = f"calibrated on {self.points} points"
+        if self.other_models:
+            n = len(self.other_models)
+            others = f"{n} other model{'s' if n > 1 else ''}"
+            if self.own_points:
+                rest = self.points - self.own_points
+                text += f" ({self.own_points} of this model, {rest} of {others})"
+            else:
+                text += f" of {others}"
         if self.median_error is None or self.max_error is None:
             return text + ", too few to leave one out"
         return (
@@ -620,5 +633,5 @@ def forecast(
         decode_terms=decode,
         prefill_terms=prefill,
         missing=missing,
-        calibration=ForecastCalibration(points=eff.points),
+        calibration=ForecastCalibration(points=eff.points, own_points=eff.points),
     )

@@ -84,6 +84,8 @@ def _config_rows(
     facts: ModelFacts,
     pool: Sequence[SpeedPoint],
     figures: MachineFigures,
+    *,
+    model: SpeedModel | None,
 ) -> list[RowForecast]:
     devices = devices_of(result)
     _, found = settings_of_args(run.args)
@@ -93,7 +95,7 @@ def _config_rows(
     layout = own[0].layout if own else None
     others = []
     for point in pool:
-        measured = measured_of([point], facts, settings, devices)
+        measured = measured_of([point], facts, settings, devices, model=model)
         if measured and not (
             layout is not None and _same(measured[0].layout, layout) and point.n_threads == threads
         ):
@@ -149,9 +151,11 @@ def bench_forecast(
     facts: ModelFacts,
     kept: Sequence[SpeedPoint] = (),
     figures: MachineFigures | None = None,
+    model: SpeedModel | None = None,
 ) -> BenchForecast:
-    """Each measured row's forecast, calibrated on ``kept`` (the model's points kept on the
-    bench's machine) and the bench's own points, without those of the row's configuration."""
+    """Each measured row's forecast, calibrated on ``kept`` (the points kept on the bench's
+    machine: of ``model``, the bench's, and of other models, each laid out with its own
+    model's facts) and the bench's own points, without those of the row's configuration."""
     devices = devices_of(result)
     if not devices:
         return BenchForecast(note="no device recorded: nothing to forecast")
@@ -161,7 +165,7 @@ def bench_forecast(
         pool.setdefault(point_digest([point]), point)
     rows: list[RowForecast] = []
     for run in result.configs:
-        rows += _config_rows(result, run, facts, list(pool.values()), figures)
+        rows += _config_rows(result, run, facts, list(pool.values()), figures, model=model)
     return BenchForecast(rows=rows, kept_points=len(kept))
 
 
@@ -195,12 +199,13 @@ def with_forecast(
     facts: ModelFacts | None = None,
 ) -> BenchResult:
     """``result`` with its forecast: the model read from its file unless ``facts`` are
-    given; the points kept for it and this machine's figures where it ran here. A bench of
+    given; the points kept on this machine and its figures where it ran here. A bench of
     a running server, or a model file not readable here, gets a note instead."""
     from moetune.hardware.host import cpu_model
     from moetune.jobs.figures import ram_figure
     from moetune.jobs.loader import load_model_facts
-    from moetune.jobs.speed_from import points_for
+    from moetune.jobs.speed import model_of
+    from moetune.jobs.speed_from import machine_points
 
     model = result.model
     if result.server_url is not None or model is None:
@@ -212,13 +217,14 @@ def with_forecast(
         except (MoetuneError, OSError, ValueError):
             note = f"the model file {model} is not readable here: measurements only"
             return result.model_copy(update={"forecast": BenchForecast(note=note)})
-    here = result.machine is not None and result.machine.cpu_info == cpu_model()
-    if not here:
+    machine = result.machine
+    if machine is None or machine.cpu_info != cpu_model():
         return result.model_copy(update={"forecast": bench_forecast(result, facts)})
-    kept = points_for(model, speed_from=None, schema_version=schema_version, warn=warn)
+    known = model_of(model)
+    kept = machine_points(machine, known, warn)
     ram = ram_figure(None, warn=warn)
     figures = figures_here(devices_of(result), ram)
-    found = bench_forecast(result, facts, kept, figures).model_copy(
+    found = bench_forecast(result, facts, kept, figures, known).model_copy(
         update={"ram_read_bandwidth": ram}
     )
     return result.model_copy(update={"forecast": found})

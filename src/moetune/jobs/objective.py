@@ -1,6 +1,6 @@
 """`run --objective` / `--workload`: after memory converged, launch the frontier's best
-candidates by the forecast (calibrated on this run's points and those kept for the model on
-this machine), keep the fastest measured within memory (core/objective.py decides)."""
+candidates by the forecast (calibrated on this run's points and those kept on this machine,
+of every model), keep the fastest measured within memory (core/objective.py decides)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from moetune.core.ram import RamFigure
 from moetune.core.speed import DeviceFigures, MachineFigures
 from moetune.jobs.figures import ram_figure
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
-from moetune.jobs.speed import measured_of
+from moetune.jobs.speed import measured_of, model_of
 from moetune.records.results import ObjectiveLaunch, ObjectiveRun, RunResult
 from moetune.records.speed import SpeedPoint
 from moetune.store.speed import point_digest
@@ -71,7 +71,9 @@ def run_request(
         figures=MachineFigures(
             devices=tuple(DeviceFigures() for _ in setup.devices), ram_bytes_per_s=ram_bytes_per_s
         ),
-        measured=tuple(measured_of(points, facts, spec.settings, setup.devices)),
+        measured=tuple(
+            measured_of(points, facts, spec.settings, setup.devices, model=model_of(spec.model))
+        ),
     )
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from moetune.jobs.devices import DeviceSet
     from moetune.jobs.models import Model
     from moetune.jobs.quants import QuantsResult
-    from moetune.records.speed import SpeedPoint
+    from moetune.records.speed import SpeedModel, SpeedPoint
 
 DEFAULT_UBATCH = 512  # llama.cpp's -ub
 
@@ -130,6 +130,7 @@ class PlanInputs(NamedTuple):
     ram: tuple[int | None, int | None, int | None]
     figures: MachineFigures | None = None  # what the speed forecast knows of the machine
     speed_points: tuple[SpeedPoint, ...] = ()  # measured speeds it is calibrated on
+    speed_model: SpeedModel | None = None  # the model planned, as its points name it
 
 
 def machine_figures(
@@ -198,7 +199,9 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
     if inputs.speed_points:
         from moetune.jobs.speed import measured_of
 
-        measured = tuple(measured_of(inputs.speed_points, facts, settings, devices))
+        measured = tuple(
+            measured_of(inputs.speed_points, facts, settings, devices, model=inputs.speed_model)
+        )
     if inputs.parallel is not None:  # an explicit -np turns the unified KV cache off
         settings = replace(
             settings, n_seq=inputs.parallel, kv_unified=False, explicit_parallel=True
@@ -461,13 +464,18 @@ def plan_command(
     if chosen is None:
         assert isinstance(arg, ModelName)
         return RepoPlan(plan_repo(arg, inputs), found.source, arg.repo)
+    named = str(chosen.path) if chosen.path else (chosen.hf_files or (model,))[0]
     points = points_for(
-        str(chosen.path) if chosen.path else (chosen.hf_files or (model,))[0],
+        named,
         speed_from=speed_from,
         schema_version=schema_version,
         warn=warn,
+        devices=found.devices if found.here else None,
     )
-    inputs = inputs._replace(speed_points=tuple(points))
+    if points:
+        from moetune.jobs.speed import model_of
+
+        inputs = inputs._replace(speed_points=tuple(points), speed_model=model_of(named))
     result = plan_model(chosen, inputs, verify=verify, server=server)
     wants_frontier = frontier or objective is not None or workload is not None
     speeds = plan_frontier(chosen, inputs, result, goal) if wants_frontier else None

@@ -33,8 +33,8 @@ from moetune.errors import (
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths
 from moetune.jobs.objective import merged, tune_for_goal, with_ubatch
-from moetune.jobs.speed import PointSink, launch_points, model_of
-from moetune.jobs.speed_from import kept_points
+from moetune.jobs.speed import PointSink, launch_points, machine_of, model_of
+from moetune.jobs.speed_from import machine_points
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
 from moetune.llamacpp.client import ServerClient, fill_context
@@ -689,7 +689,7 @@ def _tune_for(
     progress: Progress,
 ) -> RunResult:
     """Tune as run does, then measure the forecast's best candidates for ``goal`` (on the
-    points the tuning kept and those kept for the model on this machine)."""
+    points the tuning kept and those kept on this machine, of every model)."""
     measured: list[SpeedPoint] = []
 
     def keep(points: list[SpeedPoint]) -> None:
@@ -700,7 +700,7 @@ def _tune_for(
     if tuned.best is None:
         return tuned
     known = model_of(spec.model)
-    kept = kept_points(known.file_name, known.header_sha256, progress.on_note)
+    kept = machine_points(machine_of(setup), known, progress.on_note)
     zeros = (0,) * len(setup.devices)
 
     def measure_at(at: LaunchSpec, n: int) -> tuple[RunResult, list[SpeedPoint]]:

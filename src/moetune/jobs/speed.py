@@ -6,6 +6,7 @@ points as the speed model's fit reads them (``measured_of``).
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -47,13 +48,21 @@ _BACKENDS = {"cuda": "CUDA", "vulkan": "Vulkan", "rpc": "RPC"}
 
 def machine_of(setup: DeviceSetup) -> SpeedMachine:
     """This machine with the devices a job ran on (llama.cpp's order)."""
-    kinds = [_BACKENDS.get(d.kind, d.kind.upper()) for d in setup.devices]
+    return machine_here(setup.devices)
+
+
+def machine_here(devices: Sequence[DeviceSpec] | None) -> SpeedMachine:
+    """This machine (its CPU) with ``devices`` (llama.cpp's order), found here; None: devices
+    given by size or named by a hardware profile, not found here (only the CPU is known)."""
+    if devices is None:
+        return SpeedMachine(cpu_info=cpu_model())
+    kinds = [_BACKENDS.get(d.kind, d.kind.upper()) for d in devices]
     backends = [k for k in dict.fromkeys(kinds) if k != "RPC"] + (["RPC"] if "RPC" in kinds else [])
     return SpeedMachine(
         cpu_info=cpu_model(),
-        gpu_info=", ".join(d.description for d in setup.devices if d.description) or None,
+        gpu_info=", ".join(d.description for d in devices if d.description) or None,
         backends=backends or ["CPU"],
-        devices=[d.name for d in setup.devices],
+        devices=[d.name for d in devices],
     )
 
 
@@ -71,6 +80,46 @@ def model_of(path: str) -> SpeedModel:
         file_bytes=identity.file_bytes,
         header_sha256=identity.header_sha256,
     )
+
+
+def same_model(point: SpeedModel, model: SpeedModel) -> bool:
+    """Whether a point of ``point`` is one of ``model``: by header digest where both have
+    one, else by file name."""
+    if point.header_sha256 is not None and model.header_sha256 is not None:
+        return point.header_sha256 == model.header_sha256
+    return point.file_name == model.file_name
+
+
+def readable_here(model: SpeedModel) -> bool:
+    """Whether ``model``'s file (the path it was measured at) is readable here and is still
+    that model (its header digest, where the point has one): its points can be laid out."""
+    return _facts_of(model) is not None
+
+
+def _facts_of(model: SpeedModel) -> ModelFacts | None:
+    if model.path is None:
+        return None
+    try:
+        stat = Path(model.path).stat()
+    except (OSError, ValueError):
+        return None
+    return _read_facts(model.path, stat.st_size, stat.st_mtime_ns, model.header_sha256)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_facts(
+    path: str, size: int, mtime_ns: int, header_sha256: str | None
+) -> ModelFacts | None:
+    """The facts of the model file at ``path`` (of that size and time: a file written again
+    is read again); None where it does not read, or its header is not ``header_sha256``."""
+    from moetune.jobs.loader import load_model_facts
+
+    try:
+        if header_sha256 is not None and model_identity(path).header_sha256 != header_sha256:
+            return None
+        return load_model_facts(path)
+    except (MoetuneError, OSError, ValueError):
+        return None
 
 
 def _int(text: str | None) -> int | None:
@@ -311,25 +360,38 @@ def measured_of(
     facts: ModelFacts,
     settings: Settings,
     devices: Sequence[DeviceSpec],
+    *,
+    model: SpeedModel | None = None,
 ) -> list[Measured]:
     """The points the speed model can place on ``devices`` (at ``settings`` with each one's
-    ubatch and batch), as the fit reads them."""
+    ubatch and batch), as the fit reads them: each laid out with ``facts``, or, given the
+    ``model`` they are of, the points of other models with their own model's facts (read
+    from the file they were measured with: a point whose file is not readable here is left
+    out, speed_from.py counts those)."""
     found = []
     for point in points:
         placement = placement_of(point.placement, devices)
         if placement is None:
             continue
+        own, other = facts, None
+        if model is not None and not same_model(point.model, model):
+            read = _facts_of(point.model)
+            if read is None:
+                continue
+            own, other = read, point.model.file_name
         update: dict[str, Any] = {}
         if point.n_ubatch is not None:
             update["n_ubatch"] = point.n_ubatch
         if point.n_batch is not None:
             update["n_batch"] = point.n_batch
+        if other is not None:
+            update["n_draft"] = 0  # the plan's speculation is its own model's
         layout = placement_layout(
-            facts,
+            own,
             placement,
             replace(settings, **update),
             devices,
             op_offload=not point.placement.no_op_offload,
         )
-        found.append(Measured(layout, point.n_prompt, point.n_gen, point.n_depth, point.tps))
+        found.append(Measured(layout, point.n_prompt, point.n_gen, point.n_depth, point.tps, other))
     return found

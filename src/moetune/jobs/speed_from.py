@@ -1,10 +1,13 @@
 """The measured speeds a plan's forecast is calibrated on: those of ``plan --speed-from
-FILE`` (read as `moetune calibrate` reads it), else those kept for the model measured on this
-machine's CPU. With no speed file kept, nothing more is loaded (plan starts fast)."""
+FILE`` (read as `moetune calibrate` reads it), else those kept that were measured on this
+machine, of every model (core/calibrate.py: the fitted factors are the machine's). A point of
+another model is laid out with that model's facts, read from its file: where the file is not
+readable here, the point is left out and a warning counts it. With no speed file kept,
+nothing more is loaded (plan starts fast)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,13 +15,8 @@ from moetune.core.calibrate import MIN_POINTS
 from moetune.errors import BadValueError
 
 if TYPE_CHECKING:
-    from moetune.records.speed import SpeedPoint
-
-
-def _same_model(point: SpeedPoint, file_name: str, header_sha256: str | None) -> bool:
-    if header_sha256 is not None and point.model.header_sha256 is not None:
-        return point.model.header_sha256 == header_sha256
-    return point.model.file_name == file_name
+    from moetune.core.devices import DeviceSpec
+    from moetune.records.speed import SpeedMachine, SpeedModel, SpeedPoint
 
 
 def points_for(
@@ -28,52 +26,87 @@ def points_for(
     schema_version: int,
     warn: Callable[[str], None] = lambda text: None,
     store_dir: Path | None = None,
+    devices: Sequence[DeviceSpec] | None = None,
 ) -> list[SpeedPoint]:
-    """The points of ``model`` (a path, or a file name): ``speed_from``'s (any machine; one
-    error when it has none of this model), else those kept (``store_dir``, default
-    $MOETUNE_HOME/speed) that were measured on this CPU."""
+    """The points that calibrate ``model``'s forecast (a path, or a file name):
+    ``speed_from``'s (any machine), of ``model`` and of the other models whose file is
+    readable here (one error when there are none); else those kept (``store_dir``, default
+    $MOETUNE_HOME/speed) that were measured on this machine (this CPU with ``devices``, found here;
+    None: whatever its devices; records/speed.py ``same_machine``), of every model whose file
+    is readable here."""
     from moetune.store.paths import speed_dir
 
     root = speed_dir() if store_dir is None else store_dir
     if speed_from is None and not (root.is_dir() and any(root.glob("*.json"))):
         return []
-    from moetune.jobs.speed import model_of
+    from moetune.jobs.speed import machine_here, model_of
 
     here = model_of(model)
-    name, digest = here.file_name, here.header_sha256
-    if speed_from is not None:
-        from moetune.jobs.calibrate import read_points
+    if speed_from is None:
+        return machine_points(machine_here(devices), here, warn, root)
+    from moetune.jobs.calibrate import read_points
 
-        _, points = read_points(speed_from, schema_version)
-        found = [p for p in points if _same_model(p, name, digest)]
-        if not found:
-            models = ", ".join(sorted({p.model.file_name for p in points}))
-            raise BadValueError(
-                f"{speed_from} has no measurements of {name} (it has {models})",
-                hint="pass a file measured with this model",
-            )
-        tests = [p for p in found if p.kind != "combined"]  # what a fit reads
-        if len(tests) < MIN_POINTS:
-            warn(
-                f"{speed_from} has {len(tests)} prompt or generation measurement of {name}: "
-                f"a calibration needs {MIN_POINTS}, the forecast is uncalibrated"
-            )
-        return found
-    return kept_points(name, digest, warn, root)
+    _, points = read_points(speed_from, schema_version)
+    found, left = usable_points(points, here)
+    if found:
+        _warn_left(left, str(speed_from), warn)
+    else:
+        models = ", ".join(sorted({p.model.file_name for p in points}))
+        raise BadValueError(
+            f"{speed_from} has no measurements of {here.file_name}, nor of a model whose file"
+            f" is readable here (it has {models})",
+            hint="pass a file measured with this model, or with a model file on this machine",
+        )
+    tests = [p for p in found if p.kind != "combined"]  # what a fit reads
+    if len(tests) < MIN_POINTS:
+        which = here.file_name
+        if any(p.model.file_name != which for p in tests):
+            which += " or of a model here"
+        warn(
+            f"{speed_from} has {len(tests)} prompt or generation measurement of {which}: "
+            f"a calibration needs {MIN_POINTS}, the forecast is uncalibrated"
+        )
+    return found
 
 
-def kept_points(
-    file_name: str,
-    header_sha256: str | None,
+def machine_points(
+    machine: SpeedMachine,
+    model: SpeedModel,
     warn: Callable[[str], None],
     store_dir: Path | None = None,
 ) -> list[SpeedPoint]:
-    """The points kept of the model (by header digest, else file name) measured on this CPU."""
-    from moetune.hardware.host import cpu_model
+    """The points kept that were measured on ``machine``, of ``model`` and of every other
+    model whose file is readable here (``usable_points``)."""
+    from moetune.records.speed import same_machine
     from moetune.store.speed import SpeedStore
 
-    cpu = cpu_model()
     kept = SpeedStore(store_dir).points(warn)
-    return [
-        p for p in kept if _same_model(p, file_name, header_sha256) and p.machine.cpu_info == cpu
-    ]
+    found, left = usable_points([p for p in kept if same_machine(p.machine, machine)], model)
+    _warn_left(left, "this machine", warn)
+    return found
+
+
+def usable_points(
+    points: Sequence[SpeedPoint], model: SpeedModel
+) -> tuple[list[SpeedPoint], dict[str, int]]:
+    """``points`` of ``model``, and those of other models whose file is readable here (and
+    still that model); and how many were left out, by model file name."""
+    from moetune.jobs.speed import readable_here, same_model
+
+    found: list[SpeedPoint] = []
+    left: dict[str, int] = {}
+    for point in points:
+        if same_model(point.model, model) or readable_here(point.model):
+            found.append(point)
+        else:
+            left[point.model.file_name] = left.get(point.model.file_name, 0) + 1
+    return found, left
+
+
+def _warn_left(left: dict[str, int], where: str, warn: Callable[[str], None]) -> None:
+    if left:
+        n, names = sum(left.values()), ", ".join(sorted(left))
+        warn(
+            f"{n} speed point{'s' if n > 1 else ''} of {where} left out of the calibration: "
+            f"the model file is not readable here ({names})"
+        )

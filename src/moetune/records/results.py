@@ -206,7 +206,7 @@ class Verdict(FrozenModel):
 
 class RowForecast(FrozenModel):
     """The speed model's forecast of one configuration at one depth, beside what was measured:
-    calibrated on the points kept for the model without this configuration's (out of sample),
+    calibrated on the points kept on this machine without this configuration's (out of sample),
     else from the machine's figures alone."""
 
     config: str

@@ -77,6 +77,22 @@ class SpeedMachine(FrozenModel):
         return " + ".join(parts) or "unknown machine"
 
 
+def same_machine(a: SpeedMachine, b: SpeedMachine) -> bool:
+    """Whether ``a`` and ``b`` are one machine, whose points calibrate each other's forecasts
+    (core/calibrate.py: the fitted factors are the machine's): the same CPU (both named),
+    and, where both say them, the same devices (their descriptions, their names in order)
+    and the same backends. What one of them does not say (a plan for devices given by
+    ``--vram`` or a hardware profile, a point that recorded no device) does not tell them
+    apart."""
+    if a.cpu_info is None or a.cpu_info != b.cpu_info:
+        return False
+    if a.gpu_info and b.gpu_info and a.gpu_info != b.gpu_info:
+        return False
+    if a.devices is not None and b.devices is not None and a.devices != b.devices:
+        return False
+    return not (a.backends and b.backends and set(a.backends) != set(b.backends))
+
+
 class SpeedSource(FrozenModel):
     """Who measured it, with which llama.cpp build, kept in which file."""
 
