@@ -50,3 +50,14 @@ def test_try_it_without_a_gpu(tmp_path: Path) -> None:
     profiles = tmp_path / "home" / "profiles"
     assert list(profiles.glob("tiny-moe-1k-q8_0-30M-*.json"))
     assert list(profiles.glob("tiny-moe-1k-q8_0-16M_14M-*.json"))
+    # the daily loop after it: alias and export serve the newest of the two tuned profiles
+    # (the two-server one), naming the other
+    said = " ".join(done.stderr.split())
+    assert (
+        "2 tuned profiles of tiny-moe.gguf match: using the newest, tiny-moe-1k-q8_0-16M_14M"
+        in said
+    )
+    alias = Path("/tmp/tiny.sh").read_text()
+    assert "tiny()" in alias and "--rpc" in alias and "--n-cpu-moe" in alias
+    preset = Path("/tmp/models.ini").read_text()
+    assert "[tiny-moe" in preset and "n-cpu-moe" in preset
