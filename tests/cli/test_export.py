@@ -11,7 +11,7 @@ from moetune.store.tuned import ProfileStore
 from moetune.units import GIB
 
 from support.factory import write_model
-from support.helpers import EXAMPLE_GPT_OSS, EXAMPLE_QWEN, assert_one_line_error, moetune
+from support.helpers import EXAMPLE_QWEN, assert_one_line_error, moetune
 from support.llama_swap import load_swap
 from support.preset_ini import load_preset
 from support.profiles import make_profile
@@ -31,17 +31,26 @@ def test_a_model_that_does_not_fit_the_ram_is_left_out_and_the_rest_exported(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "models.ini"
-    args = ("export", "preset", str(EXAMPLE_QWEN), str(EXAMPLE_GPT_OSS), "--vram", "24G")
-    done = moetune(*args, "--ram", "32G", "--out", str(out))
-    # gpt-oss-120b's CPU side needs 38.55 GiB: left out, said, and the exit code says so
+    small = write_model(tmp_path / "small.gguf", "qwen3moe", n_layers=4)
+    big = write_model(tmp_path / "big.gguf", "qwen3moe", n_layers=16)
+    args = ("export", "preset", str(small), str(big), "--vram", "1G", "--target-vram", "540M")
+    done = moetune(*args, "--ctx", "1k", "--ram", "24M", "--out", str(out))
+    # the big model's CPU side needs 42.21 MiB: left out, said, and the exit code says so
     assert done.returncode == ExitCode.DOES_NOT_FIT, done.stderr
-    assert "left out of the export" in done.stderr and EXAMPLE_GPT_OSS.name in done.stderr
-    assert f"[{EXAMPLE_QWEN.name.removesuffix('.gguf')}]" in out.read_text()
-    assert EXAMPLE_GPT_OSS.name not in out.read_text()
+    assert "left out of the export" in done.stderr and big.name in done.stderr
+    assert "[small]" in out.read_text() and big.name not in out.read_text()
     assert "wrote 1 model(s)" in done.stderr
-    both = moetune(*args, "--ram", "128G")
+    both = moetune(*args, "--ctx", "1k", "--ram", "64M")
     assert both.returncode == 0, both.stderr
-    assert EXAMPLE_GPT_OSS.name in both.stdout and EXAMPLE_QWEN.name in both.stdout
+    assert big.name in both.stdout and small.name in both.stdout
+
+
+def test_a_header_only_file_is_refused_as_alias_refuses_it() -> None:
+    """A preset entry of a file without its weights would not start: refused, one line."""
+    done = moetune("export", "preset", str(EXAMPLE_QWEN), "--vram", "24G")
+    line = assert_one_line_error(done, ExitCode.BAD_MODEL)
+    assert "holds no tensor data (a header-only file): an entry of it would not start" in line
+    assert done.stdout == ""
 
 
 # --- hostile names through tuned profiles ------------------------------------------------------

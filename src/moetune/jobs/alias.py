@@ -191,7 +191,8 @@ def alias_for_model(
     ``mmproj``/``draft`` files beside it, else (unless ``require_tuned``) moetune's plan for
     the devices of ``pick`` (default: detected)."""
     from moetune.core.extras import add_extras_flags
-    from moetune.errors import DoesNotFitError, UnsupportedModelError
+    from moetune.errors import DoesNotFitError
+    from moetune.jobs.launch import check_loadable
     from moetune.jobs.models import open_model
     from moetune.jobs.pick import fallback_plan, run_args, tuned_profile
     from moetune.llamacpp.process import server_for_commands
@@ -202,12 +203,7 @@ def alias_for_model(
         if path is not None
     ]
     named = open_model(model)
-    if named.facts.header_only:  # run refuses it, so nothing could be tuned or started
-        raise UnsupportedModelError(
-            f"{Path(named.facts.paths[0]).name} holds no tensor data (a header-only file): "
-            "an alias of it would not start llama-server",
-            hint="alias the whole model; `moetune plan` works on the header alone",
-        )
+    check_loadable(named.facts, "an alias", "alias")  # run refuses it: nothing was tuned
     found = tuned_profile(
         ProfileStore(), named, pick, beside, require_tuned=require_tuned, warn=warn
     )

@@ -652,11 +652,13 @@ def _entry(
     warn: Callable[[str], None],
 ) -> tuple[ServeEntry, str | None]:
     """One model's entry: its tuned profile, else its plan; and the binary it was tuned with."""
+    from moetune.jobs.launch import check_loadable
     from moetune.jobs.models import open_model
     from moetune.jobs.pick import tuned_profile
     from moetune.store.tuned import TunedProfile
 
     named = open_model(text).absolute()
+    check_loadable(named.facts, "an entry", "export")  # as alias refuses it
     found = tuned_profile(store, named, pick, require_tuned=require_tuned, warn=warn)
     if isinstance(found, TunedProfile):
         return _tuned(found), found.command[0]

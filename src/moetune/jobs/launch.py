@@ -255,13 +255,19 @@ def prepare_device(
     return spec, setup
 
 
-def check_loadable(facts: ModelFacts) -> None:
-    """UnsupportedModelError for a header-only file: llama-server cannot load what is not there."""
+def check_loadable(facts: ModelFacts, made: str = "", needs: str = "run and bench need") -> None:
+    """UnsupportedModelError for a header-only file: llama-server cannot load what is not
+    there (``made``: what would be made of it, ``an alias``; ``needs``: who needs the
+    weights). One check for run, bench, alias and export."""
     if facts.header_only:
         raise UnsupportedModelError(
             f"{Path(facts.paths[0]).name} holds no tensor data (a header-only file): "
-            "llama-server cannot load it",
-            hint="`moetune plan` works on it; run and bench need the whole model",
+            + (
+                f"{made} of it would not start llama-server"
+                if made
+                else "llama-server cannot load it"
+            ),
+            hint=f"`moetune plan` works on it; {needs} the whole model",
         )
 
 
