@@ -1,7 +1,7 @@
-"""The shipped hardware profiles as a set: how many, each figure sourced, names and aliases
-unambiguous, the cards moetune issue 14 asks for present, memory sizes plausible, the FP16
-figure where there is one sourced and the cards that are not NVIDIA's found by llama.cpp's
-name for them."""
+"""The shipped hardware profiles as a set: how many, every figure the forecast needs given and
+sourced (a derived one with its product of published specifications), names and aliases
+unambiguous, the cards moetune issue 14 asks for present, memory sizes plausible and the cards
+that are not NVIDIA's found by llama.cpp's name for them."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from moetune.errors import ProfileError
 from moetune.store.hardware import (
+    FIGURE_FIELDS,
     HardwareProfile,
     find_hardware_profile,
     load_hardware_profiles,
     match_detected,
+    parse_hardware_profile,
 )
 from moetune.units import GIB
 
@@ -24,6 +27,15 @@ SHIPPED = ROOT / "src" / "moetune" / "profiles_data"
 FILES = sorted(SHIPPED.glob("*.toml"))
 FIGURES = ("name", "vram", "memory_bandwidth_gb_s", "pcie_gen", "pcie_lanes")
 SOURCE = re.compile(r"TechPowerUp|NVIDIA|nvidia-smi|datasheet|whitepaper|https://", re.IGNORECASE)
+# the words a figure's comment says it is derived with (profiles/README.md), and the product
+# of a derived FP16 figure: units x boost clock x FLOPs per clock and unit = the figure
+DERIVED = "derived from published specifications"
+TIMES = "\N{MULTIPLICATION SIGN}"
+FP16_PRODUCT = re.compile(
+    rf"(\d+) (?:SMs|CUs|Xe-cores|Xe2-cores) {TIMES} ([\d.]+) GHz {TIMES} (\d+) "
+    r"FLOPs/clock/[\w-]+ = ([\d.]+) TFLOPS"
+)
+PRODUCT = re.compile(rf"\d(?:\.\d+)?(?: ?[A-Za-z/-]+)? [{TIMES}x] \d")  # "28 SMs x 1.7", "4 x 8"
 
 # The cards the issue names, by the name NVML reports for them.
 REQUIRED_NAMES = {
@@ -130,8 +142,11 @@ def _nominal_gib(profile_id: str) -> int:
 
 
 def _comment_above(lines: list[str], key: str) -> str:
-    """The comment block right above ``key =``; pcie_lanes shares pcie_gen's."""
-    index = next(i for i, line in enumerate(lines) if line.startswith(f"{key} ="))
+    """The comment block right above ``key =``; pcie_lanes shares pcie_gen's; "" where the
+    file has no such line."""
+    index = next((i for i, line in enumerate(lines) if line.startswith(f"{key} =")), None)
+    if index is None:
+        return ""
     if key == "pcie_lanes" and lines[index - 1].startswith("pcie_gen ="):
         index -= 1
     block: list[str] = []
@@ -160,27 +175,105 @@ def test_every_figure_has_a_sourced_comment(path: Path) -> None:
         assert "nominal" in _comment_above(lines, "vram"), f"{path.name}: say the size is nominal"
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_an_fp16_figure_has_a_sourced_comment(path: Path) -> None:
-    """Where a profile has fp16_tflops, the comment above it names its source and says the
-    figure is the dense one (one definition for every card: profiles/README.md); where it has
-    none, the file says so."""
-    text = path.read_text("utf-8")
+def figure_problems(text: str, source: str) -> list[str]:
+    """What a profile's text lacks of the figures the forecast needs (FIGURE_FIELDS): each
+    given, each with a comment above it naming its source; one derived from published
+    specifications listed in ``derived`` and shown as a product (the FP16 figure as units x
+    boost clock x FLOPs per clock and unit, whose arithmetic gives the figure), and one
+    listed in ``derived`` saying so."""
+    try:
+        profile = parse_hardware_profile(text, Path(source).stem, source)
+    except ProfileError as exc:
+        return [exc.message]
     lines = text.splitlines()
-    if not any(line.startswith("fp16_tflops =") for line in lines):
-        assert "fp16_tflops: not given" in text, f"{path.name}: say why there is no FP16 figure"
-        return
+    problems: list[str] = []
+    for key in FIGURE_FIELDS:
+        value = getattr(profile, key)
+        comment = _comment_above(lines, key)
+        if value is None:
+            problems.append(f"{source}: no {key}")
+            continue
+        if not SOURCE.search(comment):
+            problems.append(f"{source}: the comment above {key} names no source")
+        says_derived = DERIVED in " ".join(comment.replace("#", " ").split())
+        if says_derived != (key in profile.derived):
+            problems.append(f"{source}: {key}: the comment and `derived` disagree")
+        if key not in profile.derived:
+            continue
+        if not PRODUCT.search(comment):
+            problems.append(f"{source}: {key} is derived but its comment shows no product")
+        if key == "fp16_tflops":
+            problems += _fp16_product_problems(comment, float(value), source)
+    return problems
+
+
+def _fp16_product_problems(comment: str, value: float, source: str) -> list[str]:
+    found = FP16_PRODUCT.search(comment)
+    if found is None:
+        return [f"{source}: the derived FP16 figure has no 'units x GHz x FLOPs = TFLOPS' line"]
+    units, ghz, rate, total = (float(group) for group in found.groups())
+    problems = []
+    if abs(units * ghz * rate / 1000 - total) > 0.05 + 1e-9:
+        problems.append(f"{source}: {found.group(0)!r} does not add up")
+    if total != value:
+        problems.append(f"{source}: the product gives {total:g}, the profile {value:g}")
+    return problems
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_every_figure_the_forecast_needs_is_given_with_its_source(path: Path) -> None:
+    """Every shipped profile has every figure the forecast needs (the FP16 one included),
+    each with its source; a derived one with its derivation (profiles/README.md)."""
+    assert figure_problems(path.read_text("utf-8"), path.name) == []
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_the_fp16_figure_is_the_dense_one(path: Path) -> None:
+    """One definition for every card (profiles/README.md): the comment says dense and
+    quotes the figure."""
+    lines = path.read_text("utf-8").splitlines()
     comment = _comment_above(lines, "fp16_tflops")
-    assert SOURCE.search(comment), f"{path.name}: the comment above fp16_tflops names no source"
-    assert "dense" in comment, f"{path.name}: say the FP16 figure is the dense one"
     profile = next(p for p in _shipped() if p.id == path.stem)
-    assert profile.fp16_tflops is not None
+    assert profile.fp16_tflops is not None, f"{path.name}: no FP16 figure"
+    assert "dense" in comment, f"{path.name}: say the FP16 figure is the dense one"
     assert f"{profile.fp16_tflops:g}" in comment  # the figure is the one the source gives
 
 
-def test_most_nvidia_data_centre_and_flagship_cards_have_the_fp16_figure() -> None:
-    with_figure = {p.id for p in _shipped() if p.fp16_tflops is not None}
-    assert with_figure >= {"rtx4090", "rtx3090", "rtx5090", "a100-sxm4-80g", "h100-sxm", "l40s"}
+def _without(text: str, start: str, count: int = 1) -> str:
+    """``text`` without ``count`` lines from the first that starts with ``start``."""
+    lines = text.splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if line.startswith(start))
+    return "".join(lines[:index] + lines[index + count :])
+
+
+def test_the_figure_check_fails_on_a_profile_without_a_figure_or_its_source() -> None:
+    """figure_problems is not vacuous: a shipped profile less a figure, a source comment, the
+    `derived` mark or a consistent product is caught."""
+    path = SHIPPED / "rtx3060-12g.toml"
+    text = path.read_text("utf-8")
+    assert figure_problems(text, path.name) == []
+    fp16 = text.splitlines().index("fp16_tflops = 51")
+    block = fp16 - len(_comment_above(text.splitlines(), "fp16_tflops").splitlines())
+    first_comment = text.splitlines()[block]
+    broken = {
+        "no FP16 figure": _without(text, "fp16_tflops =", 2),
+        "no comment above the FP16 figure": _without(text, first_comment, fp16 - block),
+        "no source above the bandwidth": _without(text, "# 360 GB/s", 2),
+        "not listed as derived": _without(text, "derived ="),
+        "a figure the product does not give": text.replace("fp16_tflops = 51", "fp16_tflops = 60"),
+        "a product that does not add up": text.replace(f"{TIMES} 1024 FL", f"{TIMES} 2048 FL"),
+    }
+    for what, changed in broken.items():
+        assert changed != text, what
+        assert figure_problems(changed, path.name), what
+    bare = "name = 'Mine'\nvram = '8G'\nmemory_bandwidth_gb_s = 1\npcie_gen = 4\npcie_lanes = 16\n"
+    assert figure_problems(bare, "mine.toml")  # no comments, no FP16 figure
+
+
+def test_every_fp16_figure_of_a_shipped_profile() -> None:
+    assert all(p.fp16_tflops is not None for p in _shipped())
+    derived = {p.id for p in _shipped() if p.derived}
+    assert "rtx3060-12g" in derived and "rtx4090" not in derived
 
 
 def test_cards_not_nvidia_are_found_by_llama_cpp_s_name() -> None:
@@ -244,6 +337,9 @@ def test_the_readme_table_lists_every_profile_and_its_fp16_figure() -> None:
     for profile_id, cells in table.items():
         profile = profiles[profile_id]
         assert cells[1] == profile.name
-        figure = "-" if profile.fp16_tflops is None else f"{profile.fp16_tflops:g}"
+        assert profile.fp16_tflops is not None
+        figure = f"{profile.fp16_tflops:g}"
+        if "fp16_tflops" in profile.derived:
+            figure += " (derived)"
         assert cells[5] == figure, profile_id
     assert f"({len(profiles)} cards;" in text

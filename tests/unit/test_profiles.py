@@ -110,14 +110,41 @@ def test_fp16_tflops_is_optional_and_positive() -> None:
         assert "field 'fp16_tflops'" in info.value.message and "\n" not in info.value.message
 
 
+def test_derived_names_figures_the_profile_gives() -> None:
+    """`derived` lists figures computed from published specifications: each a figure field
+    the profile gives, once; anything else is one line naming the field."""
+    given = GOOD + "fp16_tflops = 51\n"
+    marked = parse_hardware_profile(given + 'derived = ["fp16_tflops"]\n', "mine", "mine.toml")
+    assert marked.derived == ["fp16_tflops"]
+    assert parse_hardware_profile(given, "mine", "mine.toml").derived == []
+    for value, why in (
+        ('["notes"]', "'notes' is not a figure"),
+        ('["fp16"]', "'fp16' is not a figure"),
+        ('["fp16_tflops", "fp16_tflops"]', "named twice"),
+        ("true", "valid list"),
+    ):
+        with pytest.raises(ProfileError) as info:
+            parse_hardware_profile(given + f"derived = {value}\n", "mine", "mine.toml")
+        message = info.value.message
+        assert message.startswith("mine.toml: field 'derived'") and why in message, message
+        assert "\n" not in message
+    with pytest.raises(ProfileError) as info:
+        parse_hardware_profile(GOOD + 'derived = ["fp16_tflops"]\n', "mine", "mine.toml")
+    assert "'fp16_tflops' is derived but the profile does not give it" in info.value.message
+
+
 def test_a_plans_figures_take_the_profiles_flops() -> None:
     """`plan --gpu`: the device's FLOP/s is its profile's figure, or unknown without one."""
     from moetune.core.ram import RamFigure
     from moetune.jobs.plan import machine_figures
+    from moetune.store.paths import user_hardware_dir
 
     profiles = {p.id: p for p in load_hardware_profiles()}
     with_figure = next(p for p in profiles.values() if p.fp16_tflops is not None)
-    without = next(p for p in profiles.values() if p.fp16_tflops is None)
+    user_hardware_dir().mkdir(parents=True)
+    (user_hardware_dir() / "mine.toml").write_text(GOOD)  # every shipped one has the figure
+    without = find_hardware_profile("mine")
+    assert without.fp16_tflops is None
     first = machine_figures(
         2, with_figure.id, RamFigure(bytes_per_s=60 * 10**9, source="given")
     ).devices

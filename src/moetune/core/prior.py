@@ -36,9 +36,9 @@ class SpeedPrior:
 # scripts/speed-prior.py prints this from benchmarks/data/public_sweeps/
 PUBLIC_PRIOR = SpeedPrior(
     efficiency=Efficiency(
-        device_memory=0.45, ram=0.677, link=0.525, device_compute=0.248, cpu_compute=1.0, points=32
+        device_memory=0.452, ram=0.676, link=0.534, device_compute=0.232, cpu_compute=1.0, points=40
     ),
     block_token_s=0.0,
-    points=32,
-    machines=4,
+    points=40,
+    machines=6,
 )

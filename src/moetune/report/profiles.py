@@ -29,12 +29,15 @@ def _devices(profile: TunedProfile) -> str:
 
 
 def _tflops(profile: HardwareProfile) -> str:
-    return "-" if profile.fp16_tflops is None else f"{profile.fp16_tflops:g}"
+    """The FP16 figure, ``*`` after one derived from published specifications."""
+    if profile.fp16_tflops is None:
+        return "-"
+    return f"{profile.fp16_tflops:g}" + ("*" if "fp16_tflops" in profile.derived else "")
 
 
 def hardware_table(profiles: list[HardwareProfile]) -> Table:
     table = new_table(
-        "hardware profiles (moetune plan --gpu ID; FP16: dense matrix TFLOPS)",
+        "hardware profiles (moetune plan --gpu ID; FP16: dense matrix TFLOPS, * derived)",
         ("id", "GPU", "VRAM", "bandwidth", "PCIe", "FP16"),
         right=("VRAM", "bandwidth", "FP16"),
         fold=("GPU",),
@@ -181,7 +184,12 @@ def render_hardware(profile: HardwareProfile) -> RenderableType:
             "FP16",
             "unknown (the profile gives no fp16_tflops)"
             if profile.fp16_tflops is None
-            else f"{profile.fp16_tflops:g} TFLOPS (dense matrix, FP16 accumulate)",
+            else f"{profile.fp16_tflops:g} TFLOPS (dense matrix, FP16 accumulate"
+            + (
+                "; derived from published specifications)"
+                if "fp16_tflops" in profile.derived
+                else ")"
+            ),
         ),
         ("source", profile.source),
     ]

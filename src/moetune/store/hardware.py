@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from moetune.errors import BadValueError, ProfileError, ProfileNotFoundError, denied
 from moetune.store.files import DENIED_HINT, read_text, update_text
@@ -40,6 +40,10 @@ PCIE_GT_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 PCIE_ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
 
 
+# The figures of a profile that the plan and the speed forecast read, each of which a profile's
+# `derived` may name (computed from published specifications rather than published as such).
+FIGURE_FIELDS = ("vram", "memory_bandwidth_gb_s", "pcie_gen", "pcie_lanes", "fp16_tflops")
+
 SHIPPED_LABEL = "moetune/profiles_data/"  # where shipped profiles are, when not plain files
 
 
@@ -62,6 +66,7 @@ class HardwareSpec(BaseModel):
     # Peak dense FP16 matrix throughput (tensor / matrix cores / XMX), FP16 accumulate, without
     # sparsity, in TFLOPS; None: no public figure.
     fp16_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    derived: list[str] = []  # figures derived from published specifications, not published as such
     notes: str | None = None
     # written by `moetune run` into the user's own profile of the card (never a shipped one):
     # the runtime overhead it measured, the server's device memory (NVML) minus llama.cpp's
@@ -76,6 +81,18 @@ class HardwareSpec(BaseModel):
             parse_size(value)
         except BadValueError as exc:
             raise ValueError(exc.message) from None
+        return value
+
+    @field_validator("derived")
+    @classmethod
+    def _derived(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        for name in value:
+            if name not in FIGURE_FIELDS:
+                raise ValueError(f"{name!r} is not a figure ({', '.join(FIGURE_FIELDS)})")
+            if name in info.data and info.data[name] is None:
+                raise ValueError(f"{name!r} is derived but the profile does not give it")
+        if len(set(value)) != len(value):
+            raise ValueError("a figure is named twice")
         return value
 
     @field_validator("pcie_lanes")
