@@ -85,7 +85,11 @@ def test_candidates_n_from_the_smallest_and_each_ubatch_replanned() -> None:
         at = replace(SETTINGS, n_ubatch=ub, n_batch=max(2048, ub))
         n0 = plan_n_cpu_moe(facts, target, at).placement.n_cpu_moe or 0
         smallest.append(n0)
-        ns = [e.n_cpu_moe for e in found.entries if e.n_ubatch == ub and e.form == "n_cpu_moe"]
+        ns = [
+            e.n_cpu_moe
+            for e in found.entries
+            if e.n_ubatch == ub and e.form == "n_cpu_moe" and not e.thread_variant
+        ]
         steps = [n0 + s for s in (0, 1, 2, 4, 8, 16, 32) if n0 + s < 48] + [48]
         assert sorted(n for n in ns if n is not None) == steps
         compute = {e.n_cpu_moe: e for e in found.entries if e.n_ubatch == ub}
@@ -95,7 +99,8 @@ def test_candidates_n_from_the_smallest_and_each_ubatch_replanned() -> None:
         assert ("-b" in entry.command) == (entry.n_ubatch > 2048)
         if entry.n_ubatch > 2048:
             assert entry.command[entry.command.index("-b") + 1] == str(entry.n_ubatch)
-        assert entry.command[entry.command.index("-t") + 1] == "8"
+        threads = entry.command[entry.command.index("-t") + 1]
+        assert threads == str(entry.threads) and (threads == "8") != entry.thread_variant
     # at one N a larger ubatch costs more device memory (its compute buffer)
     at_n = {e.n_ubatch: e.device_bytes[0] for e in found.entries if e.n_cpu_moe == 48}
     assert at_n[512] < at_n[1024] < at_n[2048] < at_n[4096]
