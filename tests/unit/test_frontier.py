@@ -300,3 +300,25 @@ def test_goal_and_workload_parsing() -> None:
     assert goal_of(None, None) == Goal("decode")
     assert Goal(None, Workload(8192, 512)).depth == 8192
     assert Goal("prefill").n_prompt == LONG_PROMPT == max(UBATCHES)
+
+
+def test_thread_counts_are_candidates() -> None:
+    """8 physical cores: the plan's own placement at -t 1, 2 and 4 too, each with its command
+    and forecast, ranked with the others; fewer threads never decode faster (the RAM read
+    saturates), and a -t after -- is the only count."""
+    req = _request(_one(12 * GIB), FULL)
+    found = _frontier(str(EXAMPLE_QWEN), req, Goal("decode"))
+    own = next(e for e in found.entries if e.base)
+    variants = [e for e in found.entries if e.thread_variant and e.command[:-4] == own.command[:-4]]
+    assert sorted(e.threads or 0 for e in variants) == [1, 2, 4]
+    for entry in variants:
+        assert entry.command[entry.command.index("-t") + 1] == str(entry.threads)
+        assert entry.forecast.decode_tok_s is not None and own.forecast.decode_tok_s is not None
+        assert entry.forecast.decode_tok_s <= own.forecast.decode_tok_s
+    one = next(e for e in variants if e.threads == 1)
+    assert one.forecast.decode_tok_s is not None and own.forecast.decode_tok_s is not None
+    assert one.forecast.decode_tok_s < own.forecast.decode_tok_s
+    assert "-t: candidates 1, 2, 4, 8 (of 8 physical cores)" in found.threads
+    given = _frontier(str(EXAMPLE_QWEN), replace(req, pass_through=("-t", "3")), Goal("decode"))
+    assert not any(e.thread_variant for e in given.entries)
+    assert given.threads == "-t: the one after -- (not a candidate)"
