@@ -31,8 +31,8 @@ only, never a timed assertion.
 from __future__ import annotations
 
 import argparse
-import json
 import contextlib
+import json
 import statistics
 import subprocess
 import sys
@@ -235,7 +235,10 @@ def rig(rounds: int = RIG_ROUNDS) -> list[str]:
 
 # (file, example model header, device): the public sweeps over -t of one placement
 THREAD_SWEEPS = (
-    ("moearc-b580-sycl-qwen3-30b-a3b-q4km-ncmoe18-threads-tg.json", "Qwen3-30B-A3B-Q4_K_M.header.gguf"),
+    (
+        "moearc-b580-sycl-qwen3-30b-a3b-q4km-ncmoe18-threads-tg.json",
+        "Qwen3-30B-A3B-Q4_K_M.header.gguf",
+    ),
     ("moearc-b580-sycl-gptoss120b-mxfp4-ncmoe36-threads-tg.json", "gpt-oss-120b-MXFP4.header.gguf"),
 )
 
@@ -261,13 +264,13 @@ def thread_sweep(file: str, model: str) -> list[str]:
     machine = MachineFigures(devices=(DeviceFigures(),), physical_cores=cores)
     train = [m for m in points if m.layout.n_threads in (cores, cores // 2)]
     test = [m for m in points if m not in train]
-    lines = [f"{file}: {len(points)} points, calibrated on -t {cores} and {cores // 2}"]
+    lines = [f"-t sweep {file}: {len(points)} points, fitted on -t {cores} and {cores // 2}"]
     if len(train) < 2 or not test:
         return [*lines, "  too few points to calibrate and test"]
     fit = fit_speed(train, machine)
     errors = [relative_error(point_forecast(m, machine, fit), m.tps) for m in test]
     text, error = _summary(errors)
-    lines.append(f"  calibrated:   {text}")
+    lines.append(f"  other counts: {text}")
     speeds: dict[int, list[float]] = {}
     forecasts: dict[int, float] = {}
     for m in points:
@@ -284,7 +287,9 @@ def thread_sweep(file: str, model: str) -> list[str]:
     lines.append(
         f"  forecast's best -t {pick}: measured {gap:.1%} below the measured best (-t {best}); "
         + ("within" if within else "NOT within")
-        + f" its error {error:.1%}" if error is not None else "its error unknown"
+        + f" its error {error:.1%}"
+        if error is not None
+        else "its error unknown"
     )
     lines.append(f"  (cores taken as {cores}, the most swept; source: {data['source']})")
     return lines

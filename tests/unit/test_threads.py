@@ -75,11 +75,13 @@ def test_forecast_by_threads() -> None:
     """Decode's RAM term is slower below the saturating count and the same above it; the
     prompt's CPU compute scales with the threads up to the cores."""
     at = {t: forecast(replace(LAYOUT, n_threads=t), MACHINE) for t in (1, 2, 4, 8, 16)}
-    ram = {t: next(x for x in f.decode_terms if x.kind == "ram").seconds for t, f in at.items()}
+    ram = {
+        t: next(x for x in f.decode_terms if x.kind == "ram").seconds or 0.0 for t, f in at.items()
+    }
     assert ram[1] == pytest.approx(4 * ram[8]) and ram[2] == pytest.approx(2 * ram[8])
     assert ram[4] == ram[8] == ram[16]
     cpu = {
-        t: next(x for x in f.prefill_terms if x.kind == "cpu_compute").seconds
+        t: next(x for x in f.prefill_terms if x.kind == "cpu_compute").seconds or 0.0
         for t, f in at.items()
     }
     assert cpu[1] == pytest.approx(8 * cpu[8]) and cpu[16] == cpu[8]

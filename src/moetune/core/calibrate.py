@@ -470,7 +470,7 @@ def fitted_forecast(
 
 # the shares of the RAM figure one thread reads that a fit tries (core/threads.py's law is not
 # linear in it): 0.05 to 1 in steps of 25 %, the machine's own or typical share besides
-THREAD_SHARES = tuple(round(0.05 * 1.25**i, 4) for i in range(14)) + (1.0,)
+THREAD_SHARES = (*(round(0.05 * 1.25**i, 4) for i in range(14)), 1.0)
 
 
 def _thread_counts(points: Sequence[Measured], machine: MachineFigures) -> int:
@@ -484,7 +484,9 @@ def _fit_threads(used: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     """``fit_speed`` where the points differ in threads: the share of the RAM figure one thread
     reads is fitted too, the one of ``THREAD_SHARES`` (and the machine's own) whose fit has the
     least RMS error; the others' factors are fitted at it."""
-    shares = sorted({*THREAD_SHARES, machine.ram_single_thread_share or TYPICAL_SINGLE_THREAD_SHARE})
+    shares = sorted(
+        {*THREAD_SHARES, machine.ram_single_thread_share or TYPICAL_SINGLE_THREAD_SHARE}
+    )
     best: SpeedFit | None = None
     for share in shares:
         at = replace(machine, ram_single_thread_share=share)

@@ -533,7 +533,7 @@ class Forecast:
 
 
 def _term(
-    term: str, kind: Kind, amount: float, figure: str, rate: float | None, share: float = 1.0
+    term: str, kind: Kind, amount: float, figure: str, rate: float | None, *, share: float = 1.0
 ) -> TermTime:
     seconds = 0.0 if amount <= 0 else None if rate is None else amount / (rate * share)
     return TermTime(
@@ -562,7 +562,12 @@ def _memory_terms(
     share = machine.ram_share(layout)
     terms.append(
         _term(
-            "RAM", "ram", traffic.ram_bytes, "RAM bandwidth", ram * eff.ram if ram else None, share
+            "RAM",
+            "ram",
+            traffic.ram_bytes,
+            "RAM bandwidth",
+            ram * eff.ram if ram else None,
+            share=share,
         )
     )
     return terms
@@ -603,7 +608,7 @@ def _prompt_terms(
             traffic.cpu_flops,
             "CPU FLOP/s",
             cpu * eff.cpu_compute if cpu else None,
-            machine.cpu_share(layout),
+            share=machine.cpu_share(layout),
         )
     )
     return terms
