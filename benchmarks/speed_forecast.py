@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import subprocess
 import sys
@@ -400,12 +401,83 @@ def _same_model_overall() -> list[str]:
     ]
 
 
+# --- threads: the public -t sweeps ---------------------------------------------------------------
+
+# (file, example model header, device): the public sweeps over -t of one placement
+THREAD_SWEEPS = (
+    (
+        "moearc-b580-sycl-qwen3-30b-a3b-q4km-ncmoe18-threads-tg.json",
+        "Qwen3-30B-A3B-Q4_K_M.header.gguf",
+    ),
+    ("moearc-b580-sycl-gptoss120b-mxfp4-ncmoe36-threads-tg.json", "gpt-oss-120b-MXFP4.header.gguf"),
+)
+
+
+def thread_sweep(file: str, model: str) -> list[str]:
+    """One -t sweep: calibrated on its most threads and half of them (what `calibrate
+    --measure` runs), the forecast against measured at each count, and whether the forecast's
+    best count measured within the forecast's error of the measured best. The sources state
+    no physical cores: the most threads swept are taken as the cores."""
+    from dataclasses import replace
+
+    from support.public_sweeps import ROOT, SWEEPS, measured
+
+    data = json.loads((SWEEPS / file).read_text())
+    facts = facts_from_gguf(read_model(str(ROOT / "examples" / "models" / model)))
+    device = DeviceSpec(name="SYCL0", buft="SYCL0")
+    rows = [r for r in data["rows"][1:] if r.get("ts")]  # the first: the warm-up (notes)
+    points = [
+        m._replace(layout=replace(m.layout, n_threads=r["n_threads"]))
+        for r, m in ((r, measured(facts, r, device)) for r in rows)
+    ]
+    cores = max(r["n_threads"] for r in rows)
+    machine = MachineFigures(devices=(DeviceFigures(),), physical_cores=cores)
+    train = [m for m in points if m.layout.n_threads in (cores, cores // 2)]
+    test = [m for m in points if m not in train]
+    lines = [f"-t sweep {file}: {len(points)} points, fitted on -t {cores} and {cores // 2}"]
+    if len(train) < 2 or not test:
+        return [*lines, "  too few points to calibrate and test"]
+    fit = fit_speed(train, machine)
+    errors = [relative_error(point_forecast(m, machine, fit), m.tps) for m in test]
+    text, error = _summary(errors)
+    lines.append(f"  other counts: {text}")
+    speeds: dict[int, list[float]] = {}
+    forecasts: dict[int, float] = {}
+    for m in points:
+        t = m.layout.n_threads or cores
+        speeds.setdefault(t, []).append(m.tps)
+        forecasts[t] = point_forecast(m, machine, fit) or 0.0
+    measured_at = {t: statistics.median(v) for t, v in speeds.items()}
+    for t in sorted(measured_at):
+        lines.append(f"    -t {t:<3} forecast {forecasts[t]:7.2f}  measured {measured_at[t]:7.2f}")
+    pick = max(forecasts, key=lambda t: (forecasts[t], -t))
+    best = max(measured_at, key=lambda t: measured_at[t])
+    gap = 1 - measured_at[pick] / measured_at[best]
+    within = error is not None and gap <= error
+    lines.append(
+        f"  forecast's best -t {pick}: measured {gap:.1%} below the measured best (-t {best}); "
+        + ("within" if within else "NOT within")
+        + f" its error {error:.1%}"
+        if error is not None
+        else "its error unknown"
+    )
+    lines.append(f"  (cores taken as {cores}, the most swept; source: {data['source']})")
+    return lines
+
+
+def threads() -> list[str]:
+    lines = []
+    for file, model in THREAD_SWEEPS:
+        lines += thread_sweep(file, model)
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-rig", action="store_true", help="the public sweeps only")
     parser.add_argument("--rounds", type=int, default=RIG_ROUNDS, help="sweeps of the rig")
     args = parser.parse_args()
-    for line in public() + cross_model() + ([] if args.no_rig else rig(args.rounds)):
+    for line in public() + cross_model() + threads() + ([] if args.no_rig else rig(args.rounds)):
         print(line)
 
 

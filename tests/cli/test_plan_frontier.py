@@ -73,7 +73,7 @@ def test_text_without_figures_lists_candidates_and_what_is_missing() -> None:
     assert "RAM bandwidth" in flat
     assert "cannot rank by prefill" in flat
     assert "decode tok/s: unknown" in out and "prefill tok/s: unknown" in out
-    assert "-t: not a candidate" in flat
+    assert "-t: candidates 1, " in flat and "of the RAM figure (typical)" in flat
     assert "\ncommand:\nllama-server " in out
 
 

@@ -120,11 +120,16 @@ def measured(model: Path, rpc: str, *extra: str) -> dict[str, Any]:
 
 def test_measure_runs_llama_bench_at_placements_that_fit(model: Path, rpc: str) -> None:
     """Two placements (the plan's smallest N and every expert on the CPU) at each ubatch, each
-    a pp64 and a tg4 test: eight points kept, with the rig's RPC device; measuring again
-    replaces them."""
+    a pp64 and a tg4 test, and every expert on the CPU at the smallest ubatch at half the
+    threads (1): ten points kept, with the rig's RPC device; measuring again replaces them."""
     first = measured(model, rpc)
     (found,) = first["files"]
-    points = found["points"]
+    one = [p for p in found["points"] if p["n_threads"] == 1]
+    assert sorted((p["placement"]["n_cpu_moe"], p["n_ubatch"], p["kind"]) for p in one) == [
+        (8, 32, "generation"),
+        (8, 32, "prompt"),
+    ]
+    points = [p for p in found["points"] if p["n_threads"] != 1]
     assert found["tool"] == "llama-bench" and Path(found["file"]).is_file()
     by_ub: dict[int, set[int]] = {}
     for p in points:
@@ -141,9 +146,9 @@ def test_measure_runs_llama_bench_at_placements_that_fit(model: Path, rpc: str) 
         assert point["type_k"] == "q8_0" and point["flash_attn"] == "on"
         assert "RPC" in point["machine"]["backends"]
         assert point["model"]["header_sha256"] is not None
-    assert first["total_points"] == 8
+    assert first["total_points"] == 10
     again = measured(model, rpc)
-    assert again["total_points"] == 8  # the same measure replaced, not added
+    assert again["total_points"] == 10  # the same measure replaced, not added
     assert again["files"][0]["saved_path"] != found["saved_path"]
     assert not Path(found["saved_path"]).exists()
 

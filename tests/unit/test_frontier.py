@@ -85,7 +85,11 @@ def test_candidates_n_from_the_smallest_and_each_ubatch_replanned() -> None:
         at = replace(SETTINGS, n_ubatch=ub, n_batch=max(2048, ub))
         n0 = plan_n_cpu_moe(facts, target, at).placement.n_cpu_moe or 0
         smallest.append(n0)
-        ns = [e.n_cpu_moe for e in found.entries if e.n_ubatch == ub and e.form == "n_cpu_moe"]
+        ns = [
+            e.n_cpu_moe
+            for e in found.entries
+            if e.n_ubatch == ub and e.form == "n_cpu_moe" and not e.thread_variant
+        ]
         steps = [n0 + s for s in (0, 1, 2, 4, 8, 16, 32) if n0 + s < 48] + [48]
         assert sorted(n for n in ns if n is not None) == steps
         compute = {e.n_cpu_moe: e for e in found.entries if e.n_ubatch == ub}
@@ -95,7 +99,8 @@ def test_candidates_n_from_the_smallest_and_each_ubatch_replanned() -> None:
         assert ("-b" in entry.command) == (entry.n_ubatch > 2048)
         if entry.n_ubatch > 2048:
             assert entry.command[entry.command.index("-b") + 1] == str(entry.n_ubatch)
-        assert entry.command[entry.command.index("-t") + 1] == "8"
+        threads = entry.command[entry.command.index("-t") + 1]
+        assert threads == str(entry.threads) and (threads == "8") != entry.thread_variant
     # at one N a larger ubatch costs more device memory (its compute buffer)
     at_n = {e.n_ubatch: e.device_bytes[0] for e in found.entries if e.n_cpu_moe == 48}
     assert at_n[512] < at_n[1024] < at_n[2048] < at_n[4096]
@@ -295,3 +300,25 @@ def test_goal_and_workload_parsing() -> None:
     assert goal_of(None, None) == Goal("decode")
     assert Goal(None, Workload(8192, 512)).depth == 8192
     assert Goal("prefill").n_prompt == LONG_PROMPT == max(UBATCHES)
+
+
+def test_thread_counts_are_candidates() -> None:
+    """8 physical cores: the plan's own placement at -t 1, 2 and 4 too, each with its command
+    and forecast, ranked with the others; fewer threads never decode faster (the RAM read
+    saturates), and a -t after -- is the only count."""
+    req = _request(_one(12 * GIB), FULL)
+    found = _frontier(str(EXAMPLE_QWEN), req, Goal("decode"))
+    own = next(e for e in found.entries if e.base)
+    variants = [e for e in found.entries if e.thread_variant and e.command[:-4] == own.command[:-4]]
+    assert sorted(e.threads or 0 for e in variants) == [1, 2, 4]
+    for entry in variants:
+        assert entry.command[entry.command.index("-t") + 1] == str(entry.threads)
+        assert entry.forecast.decode_tok_s is not None and own.forecast.decode_tok_s is not None
+        assert entry.forecast.decode_tok_s <= own.forecast.decode_tok_s
+    one = next(e for e in variants if e.threads == 1)
+    assert one.forecast.decode_tok_s is not None and own.forecast.decode_tok_s is not None
+    assert one.forecast.decode_tok_s < own.forecast.decode_tok_s
+    assert "-t: candidates 1, 2, 4, 8 (of 8 physical cores)" in found.threads
+    given = _frontier(str(EXAMPLE_QWEN), replace(req, pass_through=("-t", "3")), Goal("decode"))
+    assert not any(e.thread_variant for e in given.entries)
+    assert given.threads == "-t: the one after -- (not a candidate)"

@@ -34,3 +34,8 @@ def test_public_sweeps() -> None:
         ALL_ON_GPU
     )
     assert all("source: http" in line for line in lines if line.startswith("  ("))
+    # the -t sweeps: each count forecast, and the forecast's best count judged
+    sweeps = [line for line in lines if line.startswith("-t sweep ")]
+    judged = [line for line in lines if line.startswith("  forecast's best -t ")]
+    assert len(sweeps) == len(judged) >= 2
+    assert all(re.search(r"within its error \d+\.\d%$", line) for line in judged)

@@ -55,13 +55,15 @@ from moetune.core.speed import (
     missing_figures,
     rate_of,
 )
+from moetune.core.threads import TYPICAL_SINGLE_THREAD_SHARE, effective_threads
 from moetune.record import record
 
 KINDS: tuple[Kind, ...] = ("device_memory", "ram", "link", "device_compute", "cpu_compute")
 TOKEN_OVERHEAD = "token_overhead"
 UBATCH_OVERHEAD = "ubatch_overhead"
 HOP_OVERHEAD = "hop_overhead"
-FIXED = (TOKEN_OVERHEAD, UBATCH_OVERHEAD, HOP_OVERHEAD)
+THREAD_OVERHEAD = "thread_overhead"
+FIXED = (TOKEN_OVERHEAD, UBATCH_OVERHEAD, HOP_OVERHEAD, THREAD_OVERHEAD)
 MIN_POINTS = 2
 TOLERANCE = 0.002  # RMS relative error a simpler fit may lose against the best one
 
@@ -101,12 +103,18 @@ class SpeedFit:
     token_overhead_s: float = 0.0  # per block of the model, per generated token
     ubatch_overhead_s: float = 0.0  # per block of the model, per prompt ubatch
     hop_overhead_s: float = 0.0
+    # per block, per token or ubatch, per thread beyond the first (their barriers: a fit of
+    # points that differ in threads; core/threads.py)
+    thread_overhead_s: float = 0.0
     fitted: list[str]  # the kinds the points reach (their terms moved something)
     fit_error: float  # RMS relative error of the time on the points themselves
     loo_median_error: float | None = None  # leave-one-out, relative error of tok/s
     loo_max_error: float | None = None
     own_points: int | None = None  # None: every point is of the model forecast
     other_models: tuple[str, ...] = ()  # the file names of the other models' points
+    # the share of the RAM figure one thread reads, fitted where the points differ in threads
+    # (None: the machine's own, or typical; core/threads.py)
+    ram_single_thread_share: float | None = None
 
     @property
     def calibration(self) -> ForecastCalibration:
@@ -158,9 +166,16 @@ def _blocks(layout: SpeedLayout) -> int:
     return max(layout.n_blocks, 1)
 
 
-def _row(m: Measured, machine: MachineFigures, known: set[Kind], pooled: bool = False) -> _Row:
+def _row(
+    m: Measured,
+    machine: MachineFigures,
+    known: set[Kind],
+    pooled: bool = False,
+    threads: bool = False,
+) -> _Row:
     """The point's regressors, the fixed times per token and per ubatch counted per block of
-    the model (so they carry from one model to another). ``pooled`` (a prior over models and
+    the model (so they carry from one model to another); ``threads``: the fixed time per
+    thread sync too (points that differ in threads). ``pooled`` (a prior over models and
     machines, core/prior.py): no fixed time per ubatch or hop (fitted on a few machines,
     those explain away one machine's compute and carry to no other:
     benchmarks/speed_forecast.py, leaving a machine out)."""
@@ -170,12 +185,14 @@ def _row(m: Measured, machine: MachineFigures, known: set[Kind], pooled: bool = 
         if term.kind in known:
             values[term.kind] += term.seconds or 0.0
         else:
-            values[term.kind] += term.amount
+            values[term.kind] += term.amount / term.share
     if pooled:
         values[TOKEN_OVERHEAD] = float(_blocks(m.layout)) if m.is_decode else 0.0
         return _Row(values, seconds)
     values[TOKEN_OVERHEAD if m.is_decode else UBATCH_OVERHEAD] = float(steps * _blocks(m.layout))
     values[HOP_OVERHEAD] = float(_hops(m.layout, steps, m.is_decode))
+    if threads:
+        values[THREAD_OVERHEAD] = float(steps * _thread_syncs(m.layout, machine))
     return _Row(values, seconds)
 
 
@@ -303,6 +320,8 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     used = usable(points)
     if len(used) < MIN_POINTS:
         raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
+    if _thread_counts(used, machine) > 1:
+        return _fit_threads(used, machine)
     return _fit([(m, machine) for m in used], _known(used, machine), pooled=False)
 
 
@@ -322,9 +341,13 @@ def fit_pooled(samples: Sequence[tuple[Measured, MachineFigures]]) -> SpeedFit:
 
 
 def _fit(
-    used: Sequence[tuple[Measured, MachineFigures]], known: set[Kind], *, pooled: bool
+    used: Sequence[tuple[Measured, MachineFigures]],
+    known: set[Kind],
+    *,
+    pooled: bool,
+    threads: bool = False,
 ) -> SpeedFit:
-    rows = [_row(m, machine, known, pooled) for m, machine in used]
+    rows = [_row(m, machine, known, pooled, threads) for m, machine in used]
     names = [k for k in (*KINDS, *FIXED) if any(r.values[k] for r in rows)]
     a = [[r.values[k] / r.seconds for k in names] for r in rows]
     ones = [1.0] * len(rows)
@@ -349,6 +372,7 @@ def _fit(
         token_overhead_s=y.get(TOKEN_OVERHEAD, 0.0),
         ubatch_overhead_s=y.get(UBATCH_OVERHEAD, 0.0),
         hop_overhead_s=y.get(HOP_OVERHEAD, 0.0),
+        thread_overhead_s=y.get(THREAD_OVERHEAD, 0.0),
         fitted=[k for k in KINDS if k in y],
         fit_error=eq.rms(list(y.values())),
         loo_median_error=statistics.median(errors) if errors else None,
@@ -414,7 +438,7 @@ def _retimed(terms: Sequence[TermTime], fit: SpeedFit) -> list[TermTime]:
         seconds = term.seconds
         if term.kind in fit.rates:
             rate = fit.rates[term.kind]
-            seconds = 0.0 if rate is None or term.amount <= 0 else term.amount / rate
+            seconds = 0.0 if rate is None or term.amount <= 0 else term.amount / (rate * term.share)
         elif term.kind in fit.fitted and seconds is not None:
             seconds /= getattr(fit.efficiency, term.kind)
         out.append(replace(term, seconds=seconds))
@@ -441,6 +465,8 @@ def fitted_forecast(
 ) -> Forecast:
     """``forecast`` with ``fit``'s factors, rates and fixed times; where ``fit`` is None
     (uncalibrated), ``prior``'s typical ones (None: the figures alone, every efficiency 1)."""
+    if fit is not None and fit.ram_single_thread_share is not None:
+        machine = replace(machine, ram_single_thread_share=fit.ram_single_thread_share)
     found = forecast(layout, machine, depth=depth, n_prompt=n_prompt, prefill_depth=prefill_depth)
     if fit is None and prior is None:
         return found
@@ -456,8 +482,11 @@ def fitted_forecast(
     )
     decode_hops = _overhead("hops", _hops(layout, 1, True), fit.hop_overhead_s, figure)
     prefill_hops = _overhead("hops", _hops(layout, n_ubatches, False), fit.hop_overhead_s, figure)
-    decode = _retimed(found.decode_terms, fit) + per_token + decode_hops
-    prefill = _retimed(found.prefill_terms, fit) + per_ubatch + prefill_hops
+    syncs = _thread_syncs(layout, machine)
+    decode_syncs = _overhead("thread syncs", syncs, fit.thread_overhead_s, figure)
+    prefill_syncs = _overhead("thread syncs", syncs * n_ubatches, fit.thread_overhead_s, figure)
+    decode = _retimed(found.decode_terms, fit) + per_token + decode_hops + decode_syncs
+    prefill = _retimed(found.prefill_terms, fit) + per_ubatch + prefill_hops + prefill_syncs
     missing = missing_figures(decode, prefill)
     return replace(
         found,
@@ -468,3 +497,41 @@ def fitted_forecast(
         missing=missing,
         calibration=fit.calibration,
     )
+
+
+# --- the thread term: fitted where the points differ in threads ----------------------------------
+
+# the shares of the RAM figure one thread reads that a fit tries (core/threads.py's law is not
+# linear in it): 0.05 to 1 in steps of 25 %, the machine's own or typical share besides
+THREAD_SHARES = (*(round(0.05 * 1.25**i, 4) for i in range(14)), 1.0)
+
+
+def _thread_counts(points: Sequence[Measured], machine: MachineFigures) -> int:
+    """How many distinct thread counts (at most the physical cores) the points ran at."""
+    found = {effective_threads(m.layout.n_threads, machine.physical_cores) for m in points}
+    found.discard(None)
+    return len(found)
+
+
+def _fit_threads(used: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
+    """``fit_speed`` where the points differ in threads: the share of the RAM figure one thread
+    reads is fitted too, the one of ``THREAD_SHARES`` (and the machine's own) whose fit has the
+    least RMS error; the others' factors are fitted at it."""
+    shares = sorted(
+        {*THREAD_SHARES, machine.ram_single_thread_share or TYPICAL_SINGLE_THREAD_SHARE}
+    )
+    best: SpeedFit | None = None
+    for share in shares:
+        at = replace(machine, ram_single_thread_share=share)
+        found = _fit([(m, at) for m in used], _known(used, at), pooled=False, threads=True)
+        if best is None or found.fit_error < best.fit_error - 1e-9:
+            best = replace(found, ram_single_thread_share=share)
+    assert best is not None
+    return best
+
+
+def _thread_syncs(layout: SpeedLayout, machine: MachineFigures) -> int:
+    """The barriers beyond one thread's a token or a ubatch waits at: a block's ops each end at
+    one, which every thread reaches: blocks x (threads - 1); 0 where they are unknown."""
+    used = effective_threads(layout.n_threads, machine.physical_cores)
+    return 0 if used is None else max(layout.n_blocks, 1) * (used - 1)

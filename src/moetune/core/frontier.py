@@ -8,9 +8,10 @@ Candidates, each planned by the planner (nothing is re-derived here):
 - each ``-ub`` of ``UBATCHES`` (and the plan's own), re-planned: a bigger ubatch's compute
   buffer costs device memory, so its smallest N may be larger (``-b`` follows a ``-ub`` above
   it, as llama.cpp clamps the ubatch to the batch);
-- on several devices, the device sets with one device fewer (``-dev`` selects them).
-``-t`` is not a dimension: the speed model has no thread term (decode stops scaling at 4-8
-threads, the physical cores are the command's ``-t``), which the frontier says.
+- on several devices, the device sets with one device fewer (``-dev`` selects them);
+- each ``-t`` of 1, 2, 4, ... below the physical cores and the cores themselves, for the plan's
+  own placement and the goal's best (core/threads.py: decode's CPU-side RAM read rate and a
+  prompt's CPU compute by thread count), unless the user's own ``-t`` is after ``--``.
 
 The pick stays the plan's own placement unless another candidate wins by more than the
 forecast's error; an uncalibrated forecast has no error figure, so it never switches, but the
@@ -20,7 +21,7 @@ winner is shown.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import field, replace
 from typing import Literal
 
 from moetune.core.calibrate import SpeedFit
@@ -31,6 +32,7 @@ from moetune.core.plan import (
     PlanRequest,
     PlanResult,
     check_ram,
+    command_threads,
     placement_result,
     plan_forecast,
     plan_target,
@@ -39,8 +41,9 @@ from moetune.core.plan import (
 from moetune.core.planner import OffloadPlan, fixed_split, plan_n_cpu_moe, plan_override
 from moetune.core.settings import Settings
 from moetune.core.speed import Forecast, MachineFigures
+from moetune.core.threads import TYPICAL_SINGLE_THREAD_SHARE, thread_candidates
 from moetune.errors import DoesNotFitError
-from moetune.record import record
+from moetune.record import HIDDEN, record
 
 
 @record(kw_only=True)
@@ -62,6 +65,11 @@ class FrontierEntry:
     all_devices: bool = True  # False: a device set with one device fewer (-dev)
     base: bool = False  # the plan's own placement
     picked: bool = False
+    # a -t candidate: a placement at another thread count than the plan's (describe says it)
+    thread_variant: bool = field(default=False, metadata=HIDDEN)
+    # what it was planned from (a -t candidate re-forecasts it)
+    plan: OffloadPlan | None = field(default=None, metadata=HIDDEN, repr=False)
+    settings: Settings | None = field(default=None, metadata=HIDDEN, repr=False)
 
 
 @record(kw_only=True)
@@ -76,7 +84,7 @@ class Frontier:
     picked: int  # index of the pick
     switched: bool  # the pick is not the plan's own placement
     why: str
-    threads: str  # why -t is not a candidate dimension
+    threads: str  # the -t candidates, and what their forecast's thread term rests on
     missing: list[str]  # the figures the forecasts lack
 
 
@@ -162,13 +170,15 @@ def _entry(
         override_tensor=placed.override_tensor,
         n_ubatch=settings.n_ubatch,
         n_batch=settings.n_batch,
-        threads=req.physical_cores,
+        threads=command_threads(req),
         devices=[d.name for d in req.devices],
         device_bytes=[d.total_bytes for d in plan.memory.devices],
         host_bytes=plan.memory.host_bytes,
         command=placed.command,
         forecast=found,
         score=goal.score(found),
+        plan=plan,
+        settings=settings,
     )
 
 
@@ -243,13 +253,74 @@ def describe(entry: FrontierEntry) -> str:
     """``--n-cpu-moe 4 -ub 2048`` (``-ot`` for the override form; ``-dev`` on a subset)."""
     place = f"--n-cpu-moe {entry.n_cpu_moe}" if entry.form == "n_cpu_moe" else "-ot"
     devices = "" if entry.all_devices else f" -dev {','.join(entry.devices)}"
-    return f"{place} -ub {entry.n_ubatch}{devices}"
+    threads = f" -t {entry.threads}" if entry.thread_variant else ""
+    return f"{place} -ub {entry.n_ubatch}{devices}{threads}"
 
 
 THREADS_NOTE = (
-    "-t: not a candidate: the forecast has no thread term (decode stops scaling at 4-8 "
-    "threads); each command keeps -t at the physical cores"
+    "-t: not a candidate: the physical cores are unknown; each command keeps llama.cpp's "
+    "default threads"
 )
+
+
+def _thread_counts(req: PlanRequest) -> list[int]:
+    """The ``-t`` candidates of ``req`` besides its own (none where the user's ``-t`` is after
+    ``--`` or the cores are unknown)."""
+    if pass_through_value(req.pass_through, "-t", "--threads") is not None:
+        return []
+    own = command_threads(req)
+    return [t for t in thread_candidates(req.physical_cores, own) if t != own]
+
+
+def thread_entries(
+    facts: ModelFacts,
+    req: PlanRequest,
+    entries: Sequence[FrontierEntry],
+    goal: Goal,
+    basis: tuple[MachineFigures, SpeedFit | None],
+) -> list[FrontierEntry]:
+    """The ``-t`` candidates: the plan's own placement and the goal's best (of the entries
+    on every device) at each other thread count, re-forecast there."""
+    counts = _thread_counts(req)
+    whole = [e for e in entries if e.all_devices and e.plan is not None]
+    if not counts or not whole:
+        return []
+    scored = [e for e in whole if e.score is not None]
+    sources = [e for e in whole if e.base]
+    if scored:
+        best = max(scored, key=lambda e: e.score or 0.0)
+        sources += [best] if all(best is not e for e in sources) else []
+    found: list[FrontierEntry] = []
+    for source in sources:
+        assert source.plan is not None and source.settings is not None
+        for t in counts:
+            at = replace(req, threads=t)
+            entry = _entry(facts, at, source.plan, source.settings, goal, basis=basis)
+            if entry is not None:
+                entry.thread_variant = True
+                found.append(entry)
+    return found
+
+
+def threads_note(req: PlanRequest, basis: tuple[MachineFigures, SpeedFit | None]) -> str:
+    """What the ``-t`` candidates are, and what their thread term rests on."""
+    if pass_through_value(req.pass_through, "-t", "--threads") is not None:
+        return "-t: the one after -- (not a candidate)"
+    counts = thread_candidates(req.physical_cores, command_threads(req))
+    if not counts:
+        return THREADS_NOTE
+    figures, fit = basis
+    if fit is not None and fit.ram_single_thread_share is not None:
+        share, source = fit.ram_single_thread_share, "calibrated"
+    elif figures.ram_single_thread_share is not None:
+        share, source = figures.ram_single_thread_share, "measured by thread count"
+    else:
+        share, source = TYPICAL_SINGLE_THREAD_SHARE, "typical"
+    return (
+        f"-t: candidates {', '.join(map(str, counts))} (of {req.physical_cores} physical "
+        f"cores); one thread reads {share:.0%} of the RAM figure ({source}), compute scales "
+        "with the cores (hyper-threads add nothing)"
+    )
 
 
 def frontier(
@@ -285,6 +356,7 @@ def frontier(
         if found is not None:
             found.base = True
             entries.insert(0, found)
+    entries += thread_entries(facts, req, entries, goal, basis)
     ordered = _order(entries)
     if not ordered:
         return None
@@ -301,6 +373,6 @@ def frontier(
         picked=picked,
         switched=switched,
         why=why,
-        threads=THREADS_NOTE,
+        threads=threads_note(req, basis),
         missing=missing,
     )

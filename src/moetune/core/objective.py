@@ -24,11 +24,12 @@ DEFAULT_MARGIN = 0.10
 
 @record(frozen=True)
 class Candidate:
-    """A placement run can launch: ``--n-cpu-moe n_cpu_moe -ub n_ubatch``."""
+    """A placement run can launch: ``--n-cpu-moe n_cpu_moe -ub n_ubatch`` (``-t threads``)."""
 
     n_cpu_moe: int
     n_ubatch: int
     forecast: float | None  # the goal's score, forecast (None: the forecast cannot rank it)
+    threads: int | None = None  # -t (None: the converged launch's)
 
 
 @record(kw_only=True)
@@ -40,6 +41,7 @@ class Tried:
     forecast_score: float
     expected_score: float  # the forecast scaled by the converged placement's measured/forecast
     measured_score: float | None  # None: over memory, out of memory, or a speed not measured
+    threads: int | None = None  # -t (None: the converged launch's)
 
 
 @record(kw_only=True)
@@ -52,8 +54,8 @@ class Choice:
     why: str
 
 
-def label(n_cpu_moe: int, n_ubatch: int) -> str:
-    return f"--n-cpu-moe {n_cpu_moe} -ub {n_ubatch}"
+def label(n_cpu_moe: int, n_ubatch: int, threads: int | None = None) -> str:
+    return f"--n-cpu-moe {n_cpu_moe} -ub {n_ubatch}" + (f" -t {threads}" if threads else "")
 
 
 # after each launch: the candidates, the converged placement and the error forecast again
@@ -61,8 +63,8 @@ def label(n_cpu_moe: int, n_ubatch: int) -> str:
 Reforecast = Callable[[], tuple[Sequence[Candidate], Candidate, float | None]]
 
 
-def _key(candidate: Candidate) -> tuple[int, int]:
-    return candidate.n_cpu_moe, candidate.n_ubatch
+def _key(candidate: Candidate) -> tuple[int, int, int | None]:
+    return candidate.n_cpu_moe, candidate.n_ubatch, candidate.threads
 
 
 def measure_candidates(
@@ -116,6 +118,7 @@ def measure_candidates(
             Tried(
                 n_cpu_moe=candidate.n_cpu_moe,
                 n_ubatch=candidate.n_ubatch,
+                threads=candidate.threads,
                 forecast_score=candidate.forecast or 0.0,
                 expected_score=expected,
                 measured_score=measured,
@@ -131,7 +134,7 @@ def measure_candidates(
         won = tried[winner]
         gain = best / base_score - 1
         why = (
-            f"{label(won.n_cpu_moe, won.n_ubatch)} measured {best:.4g} by {goal}, "
+            f"{label(won.n_cpu_moe, won.n_ubatch, won.threads)} measured {best:.4g} by {goal}, "
             f"{gain:+.0%} over {here}'s {base_score:.4g}"
         )
     return Choice(tried=tried, winner=winner, stopped=stopped, why=why)

@@ -12,7 +12,7 @@ from dataclasses import field, replace
 from typing import ClassVar
 
 from moetune.core.calibrate import Measured, SpeedFit, fit_of, fitted_forecast
-from moetune.core.command import args_for, buft_notes, server_argv
+from moetune.core.command import args_for, buft_notes, pass_through_int, server_argv
 from moetune.core.devices import DeviceSpec
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
@@ -126,6 +126,7 @@ class PlanRequest:
     ram_total_bytes: int | None = None
     ram_available_bytes: int | None = None
     physical_cores: int | None = None
+    threads: int | None = None  # the command's -t (None: the physical cores; the frontier's)
     gpu_free_bytes: int | None = None  # one device: its detected free memory
     device_args: tuple[str, ...] = ()  # what selects them for llama-server (--rpc A,B; -dev)
     pass_through: tuple[str, ...] = ()  # the rest of the command (after --: a projector, a draft)
@@ -228,7 +229,7 @@ def placement_result(
         req.model_path,
         settings,
         placement,
-        threads=req.physical_cores,
+        threads=req.threads or req.physical_cores,
         pass_through=(*req.device_args, *req.pass_through),
         bufts=target.bufts,
         model_flag=req.model_flag,
@@ -487,7 +488,16 @@ def speed_basis(req: PlanRequest) -> tuple[MachineFigures, SpeedFit | None]:
     """What every forecast of this request rests on: the machine's figures, and the fit of
     its measured points (None: fewer than two, uncalibrated). Made once per plan."""
     figures = req.figures or MachineFigures(devices=tuple(DeviceFigures() for _ in req.devices))
+    if figures.physical_cores is None and req.physical_cores:  # the thread term's cores
+        figures = replace(figures, physical_cores=req.physical_cores)
     return figures, fit_of(req.measured, figures)
+
+
+def command_threads(req: PlanRequest) -> int | None:
+    """The threads a plan's command runs with: a ``-t`` after ``--``, else the request's
+    (None: llama.cpp's default, the physical cores)."""
+    given = pass_through_int(req.pass_through, "-t", "--threads")
+    return given if given is not None else req.threads or req.physical_cores
 
 
 def plan_forecast(
@@ -507,6 +517,7 @@ def plan_forecast(
     layout = placement_layout(
         facts, placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
     )
+    layout = replace(layout, n_threads=command_threads(req))
     return fitted_forecast(layout, figures, fit, depth=depth, n_prompt=n_prompt, prefill_depth=0)
 
 

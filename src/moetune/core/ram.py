@@ -3,9 +3,10 @@ finds it; plan's and bench's reports say it)."""
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Literal
 
-from moetune.record import record
+from moetune.record import OMIT_EMPTY, record
 
 RamSource = Literal["given", "saved", "measured"]
 
@@ -22,3 +23,5 @@ class RamFigure:
     ram: str | None = None
     measured_at: str | None = None  # UTC, ISO 8601
     file: str | None = None
+    # the share of it one thread reads (core/threads.py), where it was measured by thread count
+    single_thread_share: float | None = field(default=None, metadata=OMIT_EMPTY)

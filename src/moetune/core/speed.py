@@ -42,12 +42,17 @@ links, each device's compute and the CPU's. A term whose figure is unknown makes
 forecast unknown and names the figure. ``forecast`` takes the efficiencies it is given
 (default 1.0: the figures themselves); core/calibrate.py's ``fitted_forecast`` gives it a
 calibration's, or where there is none (``uncalibrated``) core/prior.py's typical ones.
+
+Threads (``-t``, the layout's ``n_threads``): the RAM term's rate and the CPU's compute are
+scaled by what that many threads reach of the figures (core/threads.py: a saturating law for
+the RAM read, the physical cores for compute); at the physical cores, or where the threads or
+the cores are unknown, the figures themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import field, fields
 from itertools import pairwise
 from math import prod
 from typing import Literal
@@ -62,8 +67,9 @@ from moetune.core.memory import weights_on
 from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit
 from moetune.core.routing import routing_exponent, touched_share
 from moetune.core.settings import Settings
+from moetune.core.threads import cpu_thread_share, ram_thread_share
 from moetune.gguf.roles import Role
-from moetune.record import record, require
+from moetune.record import HIDDEN, OMIT_EMPTY, record, require
 
 UNCALIBRATED = "uncalibrated"
 
@@ -105,6 +111,7 @@ class SpeedLayout:
     n_hops: int = 0
     n_blocks: int = 0  # the model's blocks (a fixed time per block: core/prior.py)
     routing_exponent: float = 1.0  # the router's a (core/routing.py; 1.0: uniform)
+    n_threads: int | None = None  # -t (None: the physical cores; core/threads.py)
 
     def touched(self, n_tokens: int) -> float:
         """The expected share of a block's routed experts that ``n_tokens`` tokens touch."""
@@ -433,9 +440,23 @@ class MachineFigures:
     devices: tuple[DeviceFigures, ...]
     ram_bytes_per_s: float | None = None
     cpu_flops_per_s: float | None = None
+    # the thread term (core/threads.py): the physical cores (what the RAM and CPU figures are
+    # the rate of), and the share of the RAM figure one thread reads (None: typical)
+    physical_cores: int | None = field(default=None, metadata=OMIT_EMPTY)
+    ram_single_thread_share: float | None = field(default=None, metadata=OMIT_EMPTY)
 
     def __post_init__(self) -> None:
-        _positive_or_none(self, ("ram_bytes_per_s", "cpu_flops_per_s"))
+        _positive_or_none(self, ("ram_bytes_per_s", "cpu_flops_per_s", "physical_cores"))
+        share = self.ram_single_thread_share
+        require(self, "ram_single_thread_share", share is None or 0 < share <= 1, "in (0, 1]")
+
+    def ram_share(self, layout: SpeedLayout) -> float:
+        """The share of the RAM figure ``layout``'s threads read at (core/threads.py)."""
+        return ram_thread_share(layout.n_threads, self.physical_cores, self.ram_single_thread_share)
+
+    def cpu_share(self, layout: SpeedLayout) -> float:
+        """The share of the CPU FLOP/s ``layout``'s threads reach (core/threads.py)."""
+        return cpu_thread_share(layout.n_threads, self.physical_cores)
 
 
 @record(frozen=True, kw_only=True)
@@ -469,6 +490,9 @@ class TermTime:
     amount: float
     seconds: float | None  # None: its figure is unknown
     figure: str  # the figure it needs
+    # the share of its figure the term's threads reach (core/threads.py; 1.0: all of it): a
+    # fitted rate of a figure missing is divided by it too
+    share: float = field(default=1.0, metadata=HIDDEN)
 
 
 @record(frozen=True, kw_only=True)
@@ -521,9 +545,13 @@ class Forecast:
     calibration: ForecastCalibration = ForecastCalibration()
 
 
-def _term(term: str, kind: Kind, amount: float, figure: str, rate: float | None) -> TermTime:
-    seconds = 0.0 if amount <= 0 else None if rate is None else amount / rate
-    return TermTime(term=term, kind=kind, amount=amount, seconds=seconds, figure=figure)
+def _term(
+    term: str, kind: Kind, amount: float, figure: str, rate: float | None, *, share: float = 1.0
+) -> TermTime:
+    seconds = 0.0 if amount <= 0 else None if rate is None else amount / (rate * share)
+    return TermTime(
+        term=term, kind=kind, amount=amount, seconds=seconds, figure=figure, share=share
+    )
 
 
 def _memory_terms(
@@ -544,8 +572,16 @@ def _memory_terms(
             )
         )
     ram = machine.ram_bytes_per_s
+    share = machine.ram_share(layout)
     terms.append(
-        _term("RAM", "ram", traffic.ram_bytes, "RAM bandwidth", ram * eff.ram if ram else None)
+        _term(
+            "RAM",
+            "ram",
+            traffic.ram_bytes,
+            "RAM bandwidth",
+            ram * eff.ram if ram else None,
+            share=share,
+        )
     )
     return terms
 
@@ -585,6 +621,7 @@ def _prompt_terms(
             traffic.cpu_flops,
             "CPU FLOP/s",
             cpu * eff.cpu_compute if cpu else None,
+            share=machine.cpu_share(layout),
         )
     )
     return terms

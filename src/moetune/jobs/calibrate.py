@@ -17,6 +17,7 @@ from moetune.core.facts import ModelFacts
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import DeviceBudgets, OffloadPlan, fixed_split, largest, plan_n_cpu_moe
 from moetune.core.settings import Settings
+from moetune.core.threads import second_thread_count
 from moetune.errors import BadValueError, DoesNotFitError, ModelFileError
 from moetune.jobs.devices import host_ram, split_endpoints
 from moetune.jobs.speed import bench_points, model_of
@@ -142,17 +143,20 @@ UBATCHES = (512, 2048)
 
 @record(frozen=True)
 class BenchRun:
-    """One llama-bench invocation: a placement at a micro-batch size."""
+    """One llama-bench invocation: a placement at a micro-batch size (and a thread count
+    other than the measure's)."""
 
     placement: Placement
     n_ubatch: int
+    threads: int | None = None  # None: the measure's (BenchKnobs.threads)
 
     @property
     def n_cpu_moe(self) -> int:
         return self.placement.n_cpu_moe or 0
 
     def describe(self) -> str:
-        return f"--n-cpu-moe {self.n_cpu_moe}, -ub {self.n_ubatch}"
+        threads = f", -t {self.threads}" if self.threads else ""
+        return f"--n-cpu-moe {self.n_cpu_moe}, -ub {self.n_ubatch}{threads}"
 
 
 @record(frozen=True)
@@ -243,6 +247,20 @@ def choose_runs(
     return runs
 
 
+def with_thread_run(runs: Sequence[BenchRun], threads: int | None) -> list[BenchRun]:
+    """``runs`` and one more at a second thread count (core/threads.py
+    ``second_thread_count``: half of ``threads``), so the fit sees the thread term: the
+    placement with the most experts on the CPU (whose decode reads the most from RAM) at the
+    smallest micro-batch size; none where ``threads`` is unknown or 1."""
+    other = second_thread_count(threads) if threads else None
+    if other is None or not runs:
+        return list(runs)
+    least_ub = min(run.n_ubatch for run in runs)
+    at = [run for run in runs if run.n_ubatch == least_ub]
+    most = max(at, key=lambda run: run.n_cpu_moe)
+    return [*runs, BenchRun(most.placement, most.n_ubatch, threads=other)]
+
+
 def bench_argv(tool: Path, model: str, run: BenchRun, knobs: BenchKnobs) -> list[str]:
     """llama-bench's argv for ``run``: one test of each kind, ``-o jsonl``, the placement
     and settings moetune's commands use (``-ngl 99 -fa on -ctk -ctv``), ``-ts a/b`` on
@@ -255,8 +273,9 @@ def bench_argv(tool: Path, model: str, run: BenchRun, knobs: BenchKnobs) -> list
     argv += ["-ctk", settings.type_k, "-ctv", settings.type_v]
     argv += ["-ub", str(run.n_ubatch), "-b", str(max(settings.n_batch, run.n_ubatch))]
     argv += ["--n-cpu-moe", str(run.n_cpu_moe)]
-    if knobs.threads:
-        argv += ["-t", str(knobs.threads)]
+    threads = run.threads or knobs.threads
+    if threads:
+        argv += ["-t", str(threads)]
     if knobs.rpc:
         argv += ["-rpc", ",".join(knobs.rpc)]
     if place.tensor_split:
@@ -383,6 +402,7 @@ def measure(
         settings=spec.settings,
         rpc=split_endpoints(req.rpc),
     )
+    runs = with_thread_run(runs, knobs.threads)
     return measure_model(
         spec.model,
         runs,

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from moetune.core.ram import RamFigure
+from moetune.core.threads import single_share_of
 from moetune.errors import MoetuneError
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ def ram_figure(
                 source="saved",
                 measured_at=saved.measured_at,
                 file=str(file),
+                single_thread_share=single_share_of(saved.by_threads),
             )
     if not measure or measure_disabled():
         return None
@@ -115,5 +117,9 @@ def ram_figure(
         warn(f"the RAM read bandwidth measured now is not saved: {exc.message}")
         kept = None
     return RamFigure(
-        bytes_per_s=entry.bytes_per_s, source="measured", measured_at=entry.measured_at, file=kept
+        bytes_per_s=entry.bytes_per_s,
+        source="measured",
+        measured_at=entry.measured_at,
+        file=kept,
+        single_thread_share=single_share_of(entry.by_threads),
     )

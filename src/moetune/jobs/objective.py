@@ -78,20 +78,33 @@ def run_request(
 
 
 def _candidates(found: Frontier, least_n: int, n_prompt: int) -> list[Candidate]:
-    """The ``--n-cpu-moe`` candidates on every device run can launch, one per (N, -ub): none
-    below the converged N (it was measured over), no -ub above the smallest that holds the
-    prompt in one ubatch (a larger one forecasts the same and costs memory)."""
+    """The ``--n-cpu-moe`` candidates on every device run can launch, one per (N, -ub, -t):
+    none below the converged N (it was measured over), no -ub above the smallest that holds
+    the prompt in one ubatch (a larger one forecasts the same and costs memory)."""
     ubatches = sorted({e.n_ubatch for e in found.entries})
     cap = next((u for u in ubatches if u >= n_prompt), ubatches[-1] if ubatches else 0)
-    seen: dict[tuple[int, int], Candidate] = {}
+    seen: dict[tuple[int, int, int | None], Candidate] = {}
     for entry in found.entries:
         n = entry.n_cpu_moe
         if entry.form != "n_cpu_moe" or not entry.all_devices or n is None or n < least_n:
             continue
         if entry.n_ubatch > cap:
             continue
-        seen.setdefault((n, entry.n_ubatch), Candidate(n, entry.n_ubatch, entry.score))
+        threads = _threads(entry)
+        seen.setdefault(
+            (n, entry.n_ubatch, threads), Candidate(n, entry.n_ubatch, entry.score, threads)
+        )
     return list(seen.values())
+
+
+def _threads(entry: FrontierEntry) -> int | None:
+    """A ``-t`` candidate's threads (None: the converged launch's)."""
+    return entry.threads if entry.thread_variant else None
+
+
+def with_threads(spec: LaunchSpec, threads: int | None) -> LaunchSpec:
+    """``spec`` at ``-t threads`` (None: as it is)."""
+    return spec if threads is None else replace(spec, threads=threads)
 
 
 def _forecast(
@@ -154,23 +167,24 @@ def tune_for_goal(
                 )
             }
         )
-    forecasts = {(e.n_cpu_moe, e.n_ubatch): e.forecast for e in found.entries}
+    forecasts = {(e.n_cpu_moe, e.n_ubatch, _threads(e)): e.forecast for e in found.entries}
     launches: list[ObjectiveLaunch] = []
     added: list[SpeedPoint] = []
     results: list[RunResult] = []
 
     def measure(candidate: Candidate) -> float | None:
-        at = with_ubatch(spec, candidate.n_ubatch)
+        at = with_threads(with_ubatch(spec, candidate.n_ubatch), candidate.threads)
         one, kept = measure_at(at, candidate.n_cpu_moe)
         added.extend(kept)
         results.append(one)
         attempt = replace(one.attempts[0], n_ubatch=candidate.n_ubatch)
         score = goal.score_of(attempt.decode_tps, attempt.prompt_tps) if attempt.fits else None
-        forecast = forecasts[(candidate.n_cpu_moe, candidate.n_ubatch)]
+        forecast = forecasts[(candidate.n_cpu_moe, candidate.n_ubatch, candidate.threads)]
         launches.append(
             ObjectiveLaunch(
                 n_cpu_moe=candidate.n_cpu_moe,
                 n_ubatch=candidate.n_ubatch,
+                n_threads=candidate.threads,
                 forecast_decode_tps=forecast.decode_tok_s,
                 forecast_prefill_tps=forecast.prefill_tok_s,
                 forecast_score=candidate.forecast or 0.0,
@@ -191,7 +205,9 @@ def tune_for_goal(
         entry = _base(again)
         if again is None or entry is None:
             return [], Candidate(n, base_ub, None), None
-        forecasts.update({(e.n_cpu_moe, e.n_ubatch): e.forecast for e in again.entries})
+        forecasts.update(
+            {(e.n_cpu_moe, e.n_ubatch, _threads(e)): e.forecast for e in again.entries}
+        )
         found_n = _candidates(again, n, n_prompt)
         return (
             found_n,

@@ -153,7 +153,11 @@ def machine_figures(
             flops_per_s=profile.flops_per_s,
         )
     ram_bytes_per_s = ram.bytes_per_s if ram is not None else None
-    return MachineFigures(devices=tuple(devices), ram_bytes_per_s=ram_bytes_per_s)
+    return MachineFigures(
+        devices=tuple(devices),
+        ram_bytes_per_s=ram_bytes_per_s,
+        ram_single_thread_share=ram.single_thread_share if ram is not None else None,
+    )
 
 
 def batch_sizes(ubatch: int, pass_through: Sequence[str]) -> tuple[int, int]:

@@ -393,5 +393,6 @@ def measured_of(
             devices,
             op_offload=not point.placement.no_op_offload,
         )
+        layout = replace(layout, n_threads=point.n_threads)  # None: the physical cores
         found.append(Measured(layout, point.n_prompt, point.n_gen, point.n_depth, point.tps, other))
     return found

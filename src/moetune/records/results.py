@@ -38,6 +38,7 @@ class ObjectiveLaunch(BaseModel):
 
     n_cpu_moe: int
     n_ubatch: int
+    n_threads: int | None = None  # -t (None: the converged launch's)
     forecast_decode_tps: float | None
     forecast_prefill_tps: float | None
     forecast_score: float

@@ -32,10 +32,11 @@ def _table(found: Frontier) -> Table:
     several = any(len(e.devices) > 1 for e in found.entries) or any(
         not e.all_devices for e in found.entries
     )
-    columns = ["", "placement", "-ub"]
+    threads = any(e.thread_variant for e in found.entries)
+    columns = ["", "placement", "-ub"] + (["-t"] if threads else [])
     columns += ["devices", "device peak"] if several else ["GPU peak"]
     columns += ["RAM", "decode", "prefill"]
-    right = {"-ub", "device peak", "GPU peak", "RAM", "decode", "prefill"}
+    right = {"-ub", "-t", "device peak", "GPU peak", "RAM", "decode", "prefill"}
     table = new_table(
         f"speed frontier by {found.goal}",
         columns,
@@ -47,6 +48,7 @@ def _table(found: Frontier) -> Table:
             continue
         mark = "*" if entry.picked else "best" if index == found.best else ""
         row = [mark, _placement(entry), str(entry.n_ubatch)]
+        row += [str(entry.threads or "-")] if threads else []
         if several:
             row += [",".join(entry.devices), " ".join(_mem(b) for b in entry.device_bytes)]
         else:
@@ -75,7 +77,9 @@ def chart_lines(found: Frontier, n_layers: int) -> list[str]:
     report/chart.py at 80 columns; what is unknown is said instead."""
     from moetune.report.chart import Series, plot
 
-    entries = [e for e in found.entries if e.form == "n_cpu_moe" and e.all_devices]
+    entries = [
+        e for e in found.entries if e.form == "n_cpu_moe" and e.all_devices and not e.thread_variant
+    ]
     used = sorted({e.n_ubatch for e in entries})
     others = [u for u in used if u not in MARKS]
     lines: list[str] = []

@@ -154,6 +154,7 @@ def _objective_parts(run: ObjectiveRun) -> list[RenderableType]:
     )
     for i, launch in enumerate(run.launches):
         status = launch.attempt.status + (" winner" if i == run.winner else "")
+        status += f" (-t {launch.n_threads})" if launch.n_threads else ""
         table.add_row(
             str(launch.n_cpu_moe),
             str(launch.n_ubatch),
