@@ -8,7 +8,11 @@ Candidates, each planned by the planner (nothing is re-derived here):
 - each ``-ub`` of ``UBATCHES`` (and the plan's own), re-planned: a bigger ubatch's compute
   buffer costs device memory, so its smallest N may be larger (``-b`` follows a ``-ub`` above
   it, as llama.cpp clamps the ubatch to the batch);
-- on several devices, the device sets with one device fewer (``-dev`` selects them).
+- on several devices, the device sets with one device fewer (``-dev`` selects them);
+- the op-offload threshold (``GGML_OP_OFFLOAD_MIN_BATCH``, ``offload_thresholds``) at each
+  ubatch's smallest N, where the goal scores a prompt: the values that move some of the goal
+  prompt's ubatches from the host link to the CPU (short prompts, a slow link), re-planned
+  (above the ubatch the compute buffer holds no copy of a host weight).
 ``-t`` is not a dimension: the speed model has no thread term (decode stops scaling at 4-8
 threads, the physical cores are the command's ``-t``), which the frontier says.
 
@@ -20,7 +24,7 @@ winner is shown.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import field, replace
 from typing import Literal
 
 from moetune.core.calibrate import SpeedFit
@@ -37,10 +41,10 @@ from moetune.core.plan import (
     speed_basis,
 )
 from moetune.core.planner import OffloadPlan, fixed_split, plan_n_cpu_moe, plan_override
-from moetune.core.settings import Settings
+from moetune.core.settings import OP_OFFLOAD_MIN_BATCH, Settings
 from moetune.core.speed import Forecast, MachineFigures
 from moetune.errors import DoesNotFitError
-from moetune.record import record
+from moetune.record import OMIT_EMPTY, record
 
 
 @record(kw_only=True)
@@ -62,6 +66,9 @@ class FrontierEntry:
     all_devices: bool = True  # False: a device set with one device fewer (-dev)
     base: bool = False  # the plan's own placement
     picked: bool = False
+    # GGML_OP_OFFLOAD_MIN_BATCH the command sets (None: unset, ggml's 32; the command's env)
+    op_offload_min_batch: int | None = None
+    env: dict[str, str] = field(default_factory=dict, metadata=OMIT_EMPTY)
 
 
 @record(kw_only=True)
@@ -169,6 +176,8 @@ def _entry(
         command=placed.command,
         forecast=found,
         score=goal.score(found),
+        op_offload_min_batch=settings.op_offload_min_batch,
+        env=dict(placed.env),
     )
 
 
@@ -197,13 +206,79 @@ def _candidates(
             alt = None
         if alt is not None and alt.memory.gpu_weights_bytes > smallest.memory.gpu_weights_bytes:
             plans.insert(1, alt)
-        entries = (_entry(facts, req, p, at, goal, basis=basis) for p in plans)
+        entries = [_entry(facts, req, p, at, goal, basis=basis) for p in plans]
         found += [e for e in entries if e is not None]
+        found += threshold_entries(facts, req, at, goal, basis=basis, own=entries[0])
     return found
 
 
+def prompt_ubatches(n_prompt: int, n_ubatch: int) -> set[int]:
+    """The sizes of the ubatches an ``n_prompt``-token prompt runs in (full ones, the rest)."""
+    sizes = {min(n_prompt, n_ubatch)} if n_prompt > 0 else set()
+    if n_prompt > n_ubatch and n_prompt % n_ubatch:
+        sizes.add(n_prompt % n_ubatch)
+    return sizes
+
+
+def offload_thresholds(settings: Settings, n_prompt: int) -> list[int]:
+    """The op-offload thresholds worth forecasting beside ``settings``' own for a prompt of
+    ``n_prompt`` tokens: for each of its ubatch sizes that the own threshold offloads, the
+    power of two above it (that ubatch and the smaller ones computed on the CPU), and ggml's
+    32 where the own threshold is another; one per set of offloaded ubatches, none that
+    offloads what the own one does."""
+    sizes = prompt_ubatches(n_prompt, settings.n_ubatch)
+
+    def offloaded(threshold: int) -> frozenset[int]:
+        return frozenset(size for size in sizes if size >= threshold)
+
+    own = settings.offload_min_batch
+    wanted = [1 << size.bit_length() for size in sorted(sizes) if size >= own]
+    if own != OP_OFFLOAD_MIN_BATCH:
+        wanted.append(OP_OFFLOAD_MIN_BATCH)
+    seen = {offloaded(own)}
+    found: list[int] = []
+    for threshold in sorted(set(wanted)):
+        if (sets := offloaded(threshold)) not in seen:
+            seen.add(sets)
+            found.append(threshold)
+    return found
+
+
+def threshold_entries(
+    facts: ModelFacts,
+    req: PlanRequest,
+    settings: Settings,
+    goal: Goal,
+    *,
+    basis: tuple[MachineFigures, SpeedFit | None],
+    own: FrontierEntry | None,
+) -> list[FrontierEntry]:
+    """The smallest N at ``settings``' ubatch re-planned at each of ``offload_thresholds``
+    (a threshold above the ubatch leaves the host weights' copies out of the compute buffer,
+    so N may be smaller), where the goal scores a prompt and the forecast changes from
+    ``own``'s (the same ubatch at the own threshold)."""
+    if goal.objective == "decode" or own is None:
+        return []
+    target = plan_target(req)
+    found: list[FrontierEntry] = []
+    for threshold in offload_thresholds(settings, goal.n_prompt):
+        at = replace(settings, op_offload_min_batch=threshold)
+        try:
+            plan = plan_n_cpu_moe(facts, target, at, extras=req.extras)
+        except DoesNotFitError:
+            continue
+        entry = _entry(facts, req, plan, at, goal, basis=basis)
+        if entry is not None and _terms(entry) != _terms(own):
+            found.append(entry)
+    return found
+
+
+def _terms(entry: FrontierEntry) -> list[tuple[str, float]]:
+    return [(t.term, t.amount) for t in entry.forecast.prefill_terms]
+
+
 def _same(entry: FrontierEntry, other: FrontierEntry) -> bool:
-    return (entry.command, entry.devices) == (other.command, other.devices)
+    return (entry.command, entry.devices, entry.env) == (other.command, other.devices, other.env)
 
 
 def _order(entries: Sequence[FrontierEntry]) -> list[FrontierEntry]:
@@ -240,10 +315,12 @@ def choose(
 
 
 def describe(entry: FrontierEntry) -> str:
-    """``--n-cpu-moe 4 -ub 2048`` (``-ot`` for the override form; ``-dev`` on a subset)."""
+    """``--n-cpu-moe 4 -ub 2048`` (``-ot`` for the override form; ``-dev`` on a subset; the
+    variables before it: ``GGML_OP_OFFLOAD_MIN_BATCH=1024 --n-cpu-moe 4 -ub 2048``)."""
     place = f"--n-cpu-moe {entry.n_cpu_moe}" if entry.form == "n_cpu_moe" else "-ot"
     devices = "" if entry.all_devices else f" -dev {','.join(entry.devices)}"
-    return f"{place} -ub {entry.n_ubatch}{devices}"
+    env = "".join(f"{key}={value} " for key, value in entry.env.items())
+    return f"{env}{place} -ub {entry.n_ubatch}{devices}"
 
 
 THREADS_NOTE = (
@@ -278,7 +355,7 @@ def frontier(
     own = result.recommended
     names = [d.name for d in req.devices]
     for entry in entries:
-        entry.base = entry.command == own.command and entry.devices == names
+        entry.base = (entry.command, entry.devices, entry.env) == (own.command, names, own.env)
     if not any(e.base for e in entries):  # e.g. a fixed --n-cpu-moe below the steps
         plan = OffloadPlan(own.placement, own.memory, tuple(own.moved_layers))
         found = _entry(facts, req, plan, settings, goal, basis=basis)
