@@ -255,8 +255,8 @@ def threshold_entries(
 ) -> list[FrontierEntry]:
     """The smallest N at ``settings``' ubatch re-planned at each of ``offload_thresholds``
     (a threshold above the ubatch leaves the host weights' copies out of the compute buffer,
-    so N may be smaller), where the goal scores a prompt and the forecast changes from
-    ``own``'s (the same ubatch at the own threshold)."""
+    so N may be smaller), where the goal scores a prompt, the forecast changes from
+    ``own``'s (the same ubatch at the own threshold) and scores it (its figures known)."""
     if goal.objective == "decode" or own is None:
         return []
     target = plan_target(req)
@@ -268,7 +268,8 @@ def threshold_entries(
         except DoesNotFitError:
             continue
         entry = _entry(facts, req, plan, at, goal, basis=basis)
-        if entry is not None and _terms(entry) != _terms(own):
+        # one the forecast cannot score (the CPU's FLOP/s unknown) ranks nothing: left out
+        if entry is not None and entry.score is not None and _terms(entry) != _terms(own):
             found.append(entry)
     return found
 
