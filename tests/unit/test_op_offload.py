@@ -289,3 +289,24 @@ def test_speed_points_record_and_calibrate_with_it() -> None:
     (measured,) = measured_of([point], _facts(), SETTINGS, ONE)
     assert measured.layout.op_offload_min_batch == 1024
     assert ubatch_traffic(measured.layout, 512).link_bytes == (0.0,)
+
+
+def test_the_table_marks_the_threshold_and_the_chart_keeps_the_plans_own() -> None:
+    """A 4 GB/s link: the table shows the threshold candidates (``N 22 op>=512``); the chart
+    draws N against tok/s at the plan's own threshold only (one series per ubatch)."""
+    from rich.console import Console
+
+    from moetune.report.frontier import chart_lines, render_frontier
+
+    facts = _facts()
+    req = _request(replace(FULL, devices=(replace(GPU, link_bytes_per_s=4e9),)))
+    found = frontier(facts, req, make_plan(facts, req), Goal(workload=Workload(300, 200)))
+    assert found is not None
+    console = Console(width=80, record=True)
+    for part in render_frontier(found, facts.n_layers):
+        console.print(part)
+    text = console.export_text()
+    assert " op>=512 " in text
+    own = replace(found, entries=[e for e in found.entries if e.op_offload_min_batch is None])
+    assert chart_lines(found, facts.n_layers) == chart_lines(own, facts.n_layers)
+    assert found.entries[0].op_offload_min_batch == 512  # the slow link: the CPU wins
