@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import pytest
 import yaml
@@ -310,3 +311,34 @@ def test_the_table_marks_the_threshold_and_the_chart_keeps_the_plans_own() -> No
     own = replace(found, entries=[e for e in found.entries if e.op_offload_min_batch is None])
     assert chart_lines(found, facts.n_layers) == chart_lines(own, facts.n_layers)
     assert found.entries[0].op_offload_min_batch == 512  # the slow link: the CPU wins
+
+
+def test_llama_bench_runs_with_it_and_its_points_say_so(tmp_path: Path) -> None:
+    """`calibrate --measure` runs llama-bench with the plan's threshold set (run_tool's env)
+    and marks its rows' points with it: llama-bench's own output does not record it."""
+    import stat
+    import sys
+
+    from moetune.jobs.speed import with_threshold
+    from moetune.llamacpp.process import run_tool
+
+    tool = tmp_path / "llama-bench"
+    tool.write_text(f"#!{sys.executable}\nimport os\nprint(os.environ.get({OP_OFFLOAD_ENV!r}))")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    out = tmp_path / "out.txt"
+    run_tool([str(tool)], out, timeout_s=30, env={OP_OFFLOAD_ENV: "1024"})
+    assert out.read_text() == "1024\n"
+    placement, settings = settings_of_args(["-ub", "512"])
+    point = SpeedPoint(
+        kind="prompt",
+        model=SpeedModel(file_name="q.gguf"),
+        placement=placement,
+        n_prompt=512,
+        n_gen=0,
+        tps=100.0,
+        machine=SpeedMachine(),
+        source=SpeedSource(tool="llama-bench"),
+        **settings,
+    )
+    assert point.placement.op_offload_min_batch is None
+    assert with_threshold(point, 1024).placement.op_offload_min_batch == 1024

@@ -293,6 +293,13 @@ def keep_points(
     return path
 
 
+def with_threshold(point: SpeedPoint, threshold: int) -> SpeedPoint:
+    """``point`` as measured with ``GGML_OP_OFFLOAD_MIN_BATCH=threshold`` (what llama-bench's
+    rows do not say: the run that set it does)."""
+    placement = point.placement.model_copy(update={"op_offload_min_batch": threshold})
+    return point.model_copy(update={"placement": placement})
+
+
 def placement_of(point: SpeedPlacement, devices: Sequence[DeviceSpec]) -> Placement | None:
     """The core's placement of a measured one on ``devices`` (``-ot`` targets by buffer
     type); None where a rule names a buffer type none of them has, or llama.cpp's

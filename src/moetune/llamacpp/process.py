@@ -242,16 +242,21 @@ def find_tool(server: Path, name: str) -> Path:
     return found
 
 
-def run_tool(argv: Sequence[str], stdout_path: Path, timeout_s: float) -> Path:
+def run_tool(
+    argv: Sequence[str],
+    stdout_path: Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> Path:
     """Run a llama.cpp tool (``llama-bench``) to the end, as ``launch`` starts llama-server:
     its own process group, dying with us, stopped (group SIGTERM, then SIGKILL) on Ctrl-C,
-    SIGTERM or after ``timeout_s``. Its stdout goes to ``stdout_path``, its stderr to a log
-    file; the log's path. A failure is one line with the cause (OutOfMemoryError,
-    ServerFailedError) and the log as hint."""
+    SIGTERM or after ``timeout_s``; ``env`` set over its environment (child_env). Its stdout
+    goes to ``stdout_path``, its stderr to a log file; the log's path. A failure is one line
+    with the cause (OutOfMemoryError, ServerFailedError) and the log as hint."""
     argv = list(argv)
     name = Path(argv[0]).name
     log_path = _new_log_path(_default_log_dir(), name)
-    proc = _spawn(argv, log_path, stdout_path)
+    proc = _spawn(argv, log_path, stdout_path, setting=env)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
