@@ -208,7 +208,7 @@ def _candidates(
             plans.insert(1, alt)
         entries = [_entry(facts, req, p, at, goal, basis=basis) for p in plans]
         found += [e for e in entries if e is not None]
-        found += threshold_entries(facts, req, at, goal, basis=basis, own=entries[0])
+        found += threshold_entries(facts, req, at, goal, basis=basis, own=entries[0], plan=smallest)
     return found
 
 
@@ -252,10 +252,12 @@ def threshold_entries(
     *,
     basis: tuple[MachineFigures, SpeedFit | None],
     own: FrontierEntry | None,
+    plan: OffloadPlan,
 ) -> list[FrontierEntry]:
     """The smallest N at ``settings``' ubatch re-planned at each of ``offload_thresholds``
     (a threshold above the ubatch leaves the host weights' copies out of the compute buffer,
-    so N may be smaller), where the goal scores a prompt, the forecast changes from
+    so N may be smaller; ``plan`` is that N at the own threshold), where the goal scores a
+    prompt, the forecast changes from
     ``own``'s (the same ubatch at the own threshold) and scores it (its figures known)."""
     if goal.objective == "decode" or own is None:
         return []
@@ -263,6 +265,12 @@ def threshold_entries(
     found: list[FrontierEntry] = []
     for threshold in offload_thresholds(settings, goal.n_prompt):
         at = replace(settings, op_offload_min_batch=threshold)
+        # ``plan`` (the own smallest N) at the threshold first: no figure, no re-planning
+        probe = plan_forecast(
+            facts, req, plan.placement, at, basis, depth=goal.depth, n_prompt=goal.n_prompt
+        )
+        if goal.score(probe) is None:
+            continue
         try:
             plan = plan_n_cpu_moe(facts, target, at, extras=req.extras)
         except DoesNotFitError:
