@@ -52,14 +52,15 @@ from moetune.core.calibrate import (
 from moetune.core.devices import DeviceSpec, rpc_buft
 from moetune.core.facts import facts_from_gguf
 from moetune.core.prior import PUBLIC_PRIOR, SpeedPrior
+from moetune.core.routing import routing_exponent
 from moetune.core.settings import Settings
-from moetune.core.speed import DeviceFigures, MachineFigures, forecast
+from moetune.core.speed import DeviceFigures, HomeLoad, MachineFigures, SpeedLayout, forecast
 from moetune.gguf.split import read_model
 from moetune.jobs.speed import measured_of
 from moetune.llamacpp.bench_results import parse_bench_text
 from moetune.records.speed import SpeedPoint
 
-from support.public_sweeps import ALL_ON_GPU, PUBLIC, Key, Sweep, fit_prior
+from support.public_sweeps import ALL_ON_GPU, PUBLIC, SWEEPS, Key, Sweep, fit_prior
 
 CALIBRATED_TARGET = 0.15
 UNCALIBRATED_TARGET = 0.35
@@ -472,12 +473,138 @@ def threads() -> list[str]:
     return lines
 
 
+# --- the op-offload threshold (GGML_OP_OFFLOAD_MIN_BATCH) -------------------------------------
+
+PR520 = "ik_llama-pr520-deepseeklite-iq4ks-cpuexps-ubatch.json"
+# each build's threshold in mainline terms: ik_llama.cpp's main offloads MoE matmuls from a
+# 32-token batch (mainline's default), PR 520 from n_expert / n_used * 32 = 64 / 6 * 32 =
+# 341.3 tokens, and built with GGML_CUDA_MIN_BATCH_OFFLOAD=64 from 682.7 (the file's notes)
+PR520_THRESHOLDS = {
+    "main branch": 32,
+    "PR 520 (GGML_CUDA_MIN_BATCH_OFFLOAD=32, default)": 342,
+    "PR 520 with GGML_CUDA_MIN_BATCH_OFFLOAD=64": 683,
+}
+# DeepSeek-V2-Lite (the post's "DeepSeek-Lite", 15.76 B parameters) by its published
+# configuration, https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json:
+# 27 blocks (the first dense, FFN 10944), hidden 2048, 16 heads, no Q compression, KV rank 512
+# (+ 64 RoPE), QK 128 + 64 and V 128 per head, 26 MoE blocks of 64 routed experts (6 used,
+# FFN 1408) and 2 shared, vocabulary 102400. No header of the file is in the repository, so
+# its layout is written here from those numbers; every tensor at IQ4_KS's 4.25 bits per
+# weight (the other tensors' types are not posted).
+LITE_BYTES_PER_PARAM = 4.25 / 8
+LITE_BLOCKS, LITE_MOE, LITE_EMBD, LITE_HEADS = 27, 26, 2048, 16
+LITE_EXPERTS = LITE_MOE * 64 * 3 * LITE_EMBD * 1408  # routed, on the CPU (-ot exps=CPU)
+LITE_DENSE = (
+    LITE_BLOCKS * (LITE_EMBD * LITE_HEADS * 192 + LITE_EMBD * 576 + 512 * LITE_HEADS * 256)
+    + LITE_BLOCKS * LITE_HEADS * 128 * LITE_EMBD  # attention output
+    + LITE_MOE * (3 * LITE_EMBD * 2 * 1408 + LITE_EMBD * 64)  # shared experts, router
+    + 3 * LITE_EMBD * 10944  # the dense block's FFN
+)
+LITE_HEAD = 102400 * LITE_EMBD
+
+
+def _lite_layout(n_ubatch: int, threshold: int, n_ctx: int) -> SpeedLayout:
+    """DeepSeek-V2-Lite with every routed expert on the CPU, the rest on one CUDA device."""
+    size = LITE_BYTES_PER_PARAM
+    device = HomeLoad(
+        dense_bytes=int(LITE_DENSE * size),
+        dense_params=LITE_DENSE,
+        head_bytes=int(LITE_HEAD * size),
+        head_params=LITE_HEAD,
+        kv_cell_bytes=LITE_BLOCKS * 2 * (512 + 64),  # MLA's latent cache, f16
+        attn_flops_per_cell=LITE_BLOCKS * 2 * LITE_HEADS * (576 + 512),
+    )
+    cpu = HomeLoad(expert_bytes=int(LITE_EXPERTS * size), expert_params=LITE_EXPERTS)
+    return SpeedLayout(
+        devices=(device,),
+        cpu=cpu,
+        device_names=("CUDA0",),
+        n_expert=64,
+        n_expert_used=6,
+        n_swa=0,
+        n_cells=n_ctx,
+        n_ubatch=n_ubatch,
+        offload_to=0,
+        n_hops=2 * LITE_MOE,  # each MoE block: to the CPU's experts and back
+        n_blocks=LITE_BLOCKS,
+        routing_exponent=routing_exponent("deepseek2"),
+        op_offload_min_batch=threshold,
+    )
+
+
+def _pr520_points() -> list[tuple[Measured, str]]:
+    data = json.loads((SWEEPS / PR520).read_text())
+    found = []
+    for row in data["rows"]:
+        layout = _lite_layout(row["n_ubatch"], PR520_THRESHOLDS[row["build"]], row["n_prompt"])
+        found.append((Measured(layout, row["n_prompt"], 0, 0, float(row["ts"])), row["build"]))
+    return found
+
+
+def threshold() -> list[str]:
+    """ik_llama.cpp PR 520's pp4096 rows (every expert on the CPU, ubatch 128..4096, three
+    op-offload thresholds): each row forecast by a fit of the other 17 (leave one out; the
+    machine is not posted, so every rate is fitted, none is a figure), beside what was
+    measured; and at each ubatch the threshold the forecast picks against the fastest one
+    measured."""
+    points = _pr520_points()
+    machine = MachineFigures(devices=(DeviceFigures(),))
+    lines = [
+        f"op-offload threshold: {PR520} ({len(points)} rows, DeepSeek-V2-Lite IQ4_KS, "
+        "pp4096, every expert on the CPU; thresholds 32 / 342 / 683 in mainline terms)",
+        "  each row forecast by a fit of the other rows (leave one out)",
+        "    -ub  threshold  offloaded  measured  forecast  error",
+    ]
+    errors: list[float] = []
+    by_ubatch: dict[int, list[tuple[int, float, float | None]]] = {}
+    for i, (m, _build) in enumerate(points):
+        others = [p for j, (p, _) in enumerate(points) if j != i]
+        fit = fit_speed(others, machine)
+        tps = point_forecast(m, machine, fit, None)
+        error = relative_error(tps, m.tps)
+        if error is not None:
+            errors.append(error)
+        layout = m.layout
+        by_ubatch.setdefault(layout.n_ubatch, []).append((layout.op_offload_min_batch, m.tps, tps))
+        lines.append(
+            f"    {layout.n_ubatch:>4}  {layout.op_offload_min_batch:>9}  "
+            f"{'yes' if layout.offloads(layout.n_ubatch) else 'no':>9}  {m.tps:>8.1f}  "
+            + (f"{tps:>8.1f}  {error:>5.1%}" if tps is not None and error is not None else "?")
+        )
+    text, median = _summary(errors)
+    lines.append(f"  leave-one-out: {text}{_behind(median, CALIBRATED_TARGET)}")
+    agree = 0
+    for ub, rows in sorted(by_ubatch.items()):
+        measured_best = max(rows, key=lambda r: r[1])[0]
+        known = [r for r in rows if r[2] is not None]
+        forecast_best = max(known, key=lambda r: r[2] or 0.0)[0] if known else None
+        # thresholds that put this ubatch on the same side measure the same way: a pick on
+        # the measured best's side is right
+        same_side = forecast_best is not None and (forecast_best <= ub) == (measured_best <= ub)
+        agree += same_side
+        lines.append(
+            f"    -ub {ub}: fastest measured at threshold {measured_best} "
+            f"({'offloaded' if measured_best <= ub else 'CPU'}), forecast picks "
+            f"{forecast_best} ({'offloaded' if (forecast_best or 0) <= ub else 'CPU'})"
+            + ("" if same_side else "  <- miss")
+        )
+    lines.append(f"  the forecast picks the measured side at {agree} of {len(by_ubatch)} ubatches")
+    lines.append(f"  (source: {json.loads((SWEEPS / PR520).read_text())['source']})")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-rig", action="store_true", help="the public sweeps only")
     parser.add_argument("--rounds", type=int, default=RIG_ROUNDS, help="sweeps of the rig")
     args = parser.parse_args()
-    for line in public() + cross_model() + threads() + ([] if args.no_rig else rig(args.rounds)):
+    for line in (
+        public()
+        + cross_model()
+        + threads()
+        + threshold()
+        + ([] if args.no_rig else rig(args.rounds))
+    ):
         print(line)
 
 

@@ -28,6 +28,7 @@ ENTRY_KEYS = {
     "all_devices",
     "base",
     "picked",
+    "op_offload_min_batch",
 }
 
 

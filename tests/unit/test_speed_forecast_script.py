@@ -39,3 +39,34 @@ def test_public_sweeps() -> None:
     judged = [line for line in lines if line.startswith("  forecast's best -t ")]
     assert len(sweeps) == len(judged) >= 2
     assert all(re.search(r"within its error \d+\.\d%$", line) for line in judged)
+
+
+def test_threshold_section() -> None:
+    """The op-offload threshold section: each of PR 520's 18 rows (6 ubatches x 3
+    thresholds) forecast by a fit of the others, its error, and at each ubatch the
+    threshold the forecast picks beside the fastest measured."""
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--no-rig"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("op-offload threshold: "))
+    rows = [
+        line
+        for line in lines[start:]
+        if re.match(r"^ +\d+ +(32|342|683) +(yes|no) +\d+\.\d +\d+\.\d +\d+\.\d%$", line)
+    ]
+    assert len(rows) == 18
+    # offloaded exactly where the ubatch reaches the threshold
+    for line in rows:
+        ub, threshold, offloaded = line.split()[:3]
+        assert (offloaded == "yes") == (int(ub) >= int(threshold))
+    picks = [line for line in lines[start:] if re.match(r"^    -ub \d+: fastest measured", line)]
+    assert len(picks) == 6
+    assert any(re.match(r"^  the forecast picks the measured side at \d of 6", x) for x in lines)
+    assert any(
+        re.match(r"^  leave-one-out: median \d+\.\d%, max \d+\.\d% over 18", x) for x in lines
+    )

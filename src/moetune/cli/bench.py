@@ -90,6 +90,17 @@ def bench(
             metavar="N,...",
         ),
     ] = None,
+    op_offload_min_batch: Annotated[
+        int | None,
+        Option(
+            help="Launch every configuration with GGML_OP_OFFLOAD_MIN_BATCH=N: a prompt "
+            "ubatch of fewer tokens computes the CPU's experts on the CPU instead of copying "
+            "them to the GPU (default: the environment's, else ggml's 32), "
+            f"{TOKENS_BOUND}.",
+            parser=parse_positive_tokens,
+            metavar="N",
+        ),
+    ] = None,
     repeats: RepeatsOpt = DEFAULT_REPEATS,
     max_repeats: MaxRepeatsOpt = None,
     max_spread: MaxSpreadOpt = DEFAULT_MAX_SPREAD,
@@ -187,6 +198,7 @@ def bench(
             overhead=overhead,
             server=server,
             rpc=rpc,
+            op_offload_min_batch=op_offload_min_batch,
         )
         stop_on_signals()
         launch = bench_launch(model, pass_through, workload, choice)

@@ -138,7 +138,9 @@ def _hops(layout: SpeedLayout, n_ubatches: int, decode: bool) -> int:
     """The hops a generated token, or a prompt of ``n_ubatches``, pays."""
     if decode:
         return layout.n_hops
-    return layout.n_hops * n_ubatches if layout.offload_to is None else 0
+    # a prompt's ubatches whose host weights stay on the CPU (none offloading, or a threshold
+    # above the ubatch) pay a hop each
+    return 0 if layout.offloads(layout.n_ubatch) else layout.n_hops * n_ubatches
 
 
 def _terms(m: Measured, machine: MachineFigures) -> tuple[list[TermTime], float, int]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from moetune.core.flags import FlagRole, Pair, flag, pairs, words
 from moetune.core.placement import ALL_LAYERS, CPU, Override, Placement
-from moetune.core.settings import Settings
+from moetune.core.settings import OP_OFFLOAD_ENV, Settings
 from moetune.errors import BadValueError
 from moetune.record import record
 
@@ -152,9 +152,26 @@ def _fit_flags(fit: FitMode | None) -> list[str]:
     return ["--fit", "on", *target]
 
 
-def shell_join(argv: Sequence[str]) -> str:
-    """The argv as one line a POSIX shell runs unchanged (regexes and paths quoted)."""
-    return shlex.join(argv)
+def command_env(settings: Settings) -> dict[str, str]:
+    """The environment a command sets for llama-server beside its flags: the op-offload
+    threshold (``GGML_OP_OFFLOAD_MIN_BATCH``, which ggml reads from the environment, not from
+    a flag) where ``settings`` name one; nothing at ggml's default."""
+    found = settings.op_offload_min_batch
+    return {} if found is None else {OP_OFFLOAD_ENV: str(found)}
+
+
+def env_words(env: Mapping[str, str]) -> list[str]:
+    """``NAME=VALUE`` for each variable, in order (a shell's assignment words, llama-swap's
+    ``env`` list)."""
+    return [f"{name}={value}" for name, value in env.items()]
+
+
+def shell_join(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """The argv as one line a POSIX shell runs unchanged (regexes and paths quoted), after
+    the assignments of ``env`` (``GGML_OP_OFFLOAD_MIN_BATCH=1024 llama-server ...``: set
+    for that one command)."""
+    assignments = [f"{name}={shlex.quote(value)}" for name, value in (env or {}).items()]
+    return " ".join([*assignments, shlex.join(argv)])
 
 
 # --- the pass-through arguments after -- ------------------------------------------------------

@@ -12,6 +12,10 @@ Candidates, each planned by the planner (nothing is re-derived here):
 - each ``-t`` of 1, 2, 4, ... below the physical cores and the cores themselves, for the plan's
   own placement and the goal's best (core/threads.py: decode's CPU-side RAM read rate and a
   prompt's CPU compute by thread count), unless the user's own ``-t`` is after ``--``.
+- the op-offload threshold (``GGML_OP_OFFLOAD_MIN_BATCH``, ``offload_thresholds``) at each
+  ubatch's smallest N, where the goal scores a prompt: the values that move some of the goal
+  prompt's ubatches from the host link to the CPU (short prompts, a slow link), re-planned
+  (above the ubatch the compute buffer holds no copy of a host weight).
 
 The pick stays the plan's own placement unless another candidate wins by more than the
 forecast's error; an uncalibrated forecast has no error figure, so it never switches, but the
@@ -39,11 +43,11 @@ from moetune.core.plan import (
     speed_basis,
 )
 from moetune.core.planner import OffloadPlan, fixed_split, plan_n_cpu_moe, plan_override
-from moetune.core.settings import Settings
+from moetune.core.settings import OP_OFFLOAD_MIN_BATCH, Settings
 from moetune.core.speed import Forecast, MachineFigures
 from moetune.core.threads import TYPICAL_SINGLE_THREAD_SHARE, thread_candidates
 from moetune.errors import DoesNotFitError
-from moetune.record import HIDDEN, record
+from moetune.record import HIDDEN, OMIT_EMPTY, record
 
 
 @record(kw_only=True)
@@ -70,6 +74,9 @@ class FrontierEntry:
     # what it was planned from (a -t candidate re-forecasts it)
     plan: OffloadPlan | None = field(default=None, metadata=HIDDEN, repr=False)
     settings: Settings | None = field(default=None, metadata=HIDDEN, repr=False)
+    # GGML_OP_OFFLOAD_MIN_BATCH the command sets (None: unset, ggml's 32; the command's env)
+    op_offload_min_batch: int | None = None
+    env: dict[str, str] = field(default_factory=dict, metadata=OMIT_EMPTY)
 
 
 @record(kw_only=True)
@@ -179,6 +186,8 @@ def _entry(
         score=goal.score(found),
         plan=plan,
         settings=settings,
+        op_offload_min_batch=settings.op_offload_min_batch,
+        env=dict(placed.env),
     )
 
 
@@ -207,13 +216,88 @@ def _candidates(
             alt = None
         if alt is not None and alt.memory.gpu_weights_bytes > smallest.memory.gpu_weights_bytes:
             plans.insert(1, alt)
-        entries = (_entry(facts, req, p, at, goal, basis=basis) for p in plans)
+        entries = [_entry(facts, req, p, at, goal, basis=basis) for p in plans]
         found += [e for e in entries if e is not None]
+        found += threshold_entries(facts, req, at, goal, basis=basis, own=entries[0], plan=smallest)
     return found
 
 
+def prompt_ubatches(n_prompt: int, n_ubatch: int) -> set[int]:
+    """The sizes of the ubatches an ``n_prompt``-token prompt runs in (full ones, the rest)."""
+    sizes = {min(n_prompt, n_ubatch)} if n_prompt > 0 else set()
+    if n_prompt > n_ubatch and n_prompt % n_ubatch:
+        sizes.add(n_prompt % n_ubatch)
+    return sizes
+
+
+def offload_thresholds(settings: Settings, n_prompt: int) -> list[int]:
+    """The op-offload thresholds worth forecasting beside ``settings``' own for a prompt of
+    ``n_prompt`` tokens: for each of its ubatch sizes that the own threshold offloads, the
+    power of two above it (that ubatch and the smaller ones computed on the CPU), and ggml's
+    32 where the own threshold is another; one per set of offloaded ubatches, none that
+    offloads what the own one does."""
+    sizes = prompt_ubatches(n_prompt, settings.n_ubatch)
+
+    def offloaded(threshold: int) -> frozenset[int]:
+        return frozenset(size for size in sizes if size >= threshold)
+
+    own = settings.offload_min_batch
+    wanted = [1 << size.bit_length() for size in sorted(sizes) if size >= own]
+    if own != OP_OFFLOAD_MIN_BATCH:
+        wanted.append(OP_OFFLOAD_MIN_BATCH)
+    seen = {offloaded(own)}
+    found: list[int] = []
+    for threshold in sorted(set(wanted)):
+        if (sets := offloaded(threshold)) not in seen:
+            seen.add(sets)
+            found.append(threshold)
+    return found
+
+
+def threshold_entries(
+    facts: ModelFacts,
+    req: PlanRequest,
+    settings: Settings,
+    goal: Goal,
+    *,
+    basis: tuple[MachineFigures, SpeedFit | None],
+    own: FrontierEntry | None,
+    plan: OffloadPlan,
+) -> list[FrontierEntry]:
+    """The smallest N at ``settings``' ubatch re-planned at each of ``offload_thresholds``
+    (a threshold above the ubatch leaves the host weights' copies out of the compute buffer,
+    so N may be smaller; ``plan`` is that N at the own threshold), where the goal scores a
+    prompt, the forecast changes from
+    ``own``'s (the same ubatch at the own threshold) and scores it (its figures known)."""
+    if goal.objective == "decode" or own is None:
+        return []
+    target = plan_target(req)
+    found: list[FrontierEntry] = []
+    for threshold in offload_thresholds(settings, goal.n_prompt):
+        at = replace(settings, op_offload_min_batch=threshold)
+        # ``plan`` (the own smallest N) at the threshold first: no figure, no re-planning
+        probe = plan_forecast(
+            facts, req, plan.placement, at, basis, depth=goal.depth, n_prompt=goal.n_prompt
+        )
+        if goal.score(probe) is None:
+            continue
+        try:
+            plan = plan_n_cpu_moe(facts, target, at, extras=req.extras)
+        except DoesNotFitError:
+            continue
+        entry = _entry(facts, req, plan, at, goal, basis=basis)
+        # one the forecast cannot score (the CPU's FLOP/s unknown) ranks nothing: left out
+        if entry is not None and entry.score is not None and _terms(entry) != _terms(own):
+            found.append(entry)
+    return found
+
+
+def _terms(entry: FrontierEntry) -> list[tuple[str, float]]:
+    return [(t.term, t.amount) for t in entry.forecast.prefill_terms]
+
+
 def _same(entry: FrontierEntry, other: FrontierEntry) -> bool:
-    return (entry.command, entry.devices) == (other.command, other.devices)
+    return (entry.command, entry.devices, entry.env) == (other.command, other.devices, other.env)
 
 
 def _order(entries: Sequence[FrontierEntry]) -> list[FrontierEntry]:
@@ -250,11 +334,13 @@ def choose(
 
 
 def describe(entry: FrontierEntry) -> str:
-    """``--n-cpu-moe 4 -ub 2048`` (``-ot`` for the override form; ``-dev`` on a subset)."""
+    """``--n-cpu-moe 4 -ub 2048`` (``-ot`` for the override form; ``-dev`` on a subset; the
+    variables before it: ``GGML_OP_OFFLOAD_MIN_BATCH=1024 --n-cpu-moe 4 -ub 2048``)."""
     place = f"--n-cpu-moe {entry.n_cpu_moe}" if entry.form == "n_cpu_moe" else "-ot"
     devices = "" if entry.all_devices else f" -dev {','.join(entry.devices)}"
     threads = f" -t {entry.threads}" if entry.thread_variant else ""
-    return f"{place} -ub {entry.n_ubatch}{devices}{threads}"
+    env = "".join(f"{key}={value} " for key, value in entry.env.items())
+    return f"{env}{place} -ub {entry.n_ubatch}{devices}{threads}"
 
 
 THREADS_NOTE = (
@@ -349,7 +435,7 @@ def frontier(
     own = result.recommended
     names = [d.name for d in req.devices]
     for entry in entries:
-        entry.base = entry.command == own.command and entry.devices == names
+        entry.base = (entry.command, entry.devices, entry.env) == (own.command, names, own.env)
     if not any(e.base for e in entries):  # e.g. a fixed --n-cpu-moe below the steps
         plan = OffloadPlan(own.placement, own.memory, tuple(own.moved_layers))
         found = _entry(facts, req, plan, settings, goal, basis=basis)

@@ -12,7 +12,13 @@ from dataclasses import field, replace
 from typing import ClassVar
 
 from moetune.core.calibrate import Measured, SpeedFit, fit_of, fitted_forecast
-from moetune.core.command import args_for, buft_notes, pass_through_int, server_argv
+from moetune.core.command import (
+    args_for,
+    buft_notes,
+    command_env,
+    pass_through_int,
+    server_argv,
+)
 from moetune.core.devices import DeviceSpec
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
@@ -40,7 +46,7 @@ from moetune.core.speed import (
     placement_layout,
 )
 from moetune.errors import BadValueError, DoesNotFitError
-from moetune.record import HIDDEN, record
+from moetune.record import HIDDEN, OMIT_EMPTY, record
 from moetune.units import format_bytes
 
 SERVER_ALL_LAYERS = 99  # what moetune writes for "every layer": -ngl 99
@@ -174,6 +180,9 @@ class PlacementResult:
     # what the command's -ot rules name differently from llama.cpp's devices (buft_notes):
     # printed under it, not in the JSON
     notes: list[str] = field(default_factory=list, metadata=HIDDEN)
+    # the variables the command sets before llama-server (command_env: the op-offload
+    # threshold where the settings name one)
+    env: dict[str, str] = field(default_factory=dict, metadata=OMIT_EMPTY)
 
 
 @record(kw_only=True)
@@ -252,6 +261,7 @@ def placement_result(
         fits=target.fits(plan.memory),
         tensor_split=list(placement.tensor_split),
         placement=placement,
+        env=command_env(settings),
     )
 
 

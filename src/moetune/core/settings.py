@@ -5,13 +5,19 @@ from __future__ import annotations
 from dataclasses import field
 
 from moetune.core.overhead import DEFAULT_CUDA_OVERHEAD_BYTES
-from moetune.record import HIDDEN, record, require
+from moetune.record import HIDDEN, OMIT_EMPTY, record, require
 
 # What a CUDA process costs beyond llama.cpp's own buffers: the context, cuBLAS workspaces and
 # the memory pool's slack, from public figures (core/overhead.py: 512 MiB). Users override it
 # with --overhead; `moetune run` measures the real figure.
 DEFAULT_GPU_OVERHEAD_BYTES = DEFAULT_CUDA_OVERHEAD_BYTES
 DEFAULT_CTX = 32768  # what moetune plans and tunes for when no --ctx is given
+# ggml's op-offload threshold: an op on weights in host memory runs on the first CUDA (Vulkan,
+# SYCL, Metal, CANN) device when its batch reaches it, the weights copied over the host link;
+# below it the CPU runs it (ggml-cuda.cu ``offload_op``: ``get_op_batch_size(op) >=
+# op_offload_min_batch_size``, read from the environment once, default 32)
+OP_OFFLOAD_ENV = "GGML_OP_OFFLOAD_MIN_BATCH"
+OP_OFFLOAD_MIN_BATCH = 32
 
 
 def default_n_ctx(training_context: int | None) -> int:
@@ -42,10 +48,25 @@ class Settings:
     # what else the same llama-server loads (a projector, a draft) travels beside the
     # settings as core.extras.Extras. Left out of the JSON, as before it was a setting.
     n_draft: int = field(default=0, metadata=HIDDEN)
+    # GGML_OP_OFFLOAD_MIN_BATCH for llama-server (None: unset, ggml's 32); a process-wide
+    # variable, not a flag: the command carries it as an assignment before llama-server
+    op_offload_min_batch: int | None = field(default=None, metadata=OMIT_EMPTY)
 
     def __post_init__(self) -> None:
         require(self, "n_ctx", self.n_ctx > 0, "positive")
         require(self, "n_draft", self.n_draft >= 0, "0 or more")
+        require(
+            self,
+            "op_offload_min_batch",
+            self.op_offload_min_batch is None or self.op_offload_min_batch >= 1,
+            "1 or more",
+        )
+
+    @property
+    def offload_min_batch(self) -> int:
+        """The op-offload threshold llama-server runs with (the variable's, else 32)."""
+        found = self.op_offload_min_batch
+        return OP_OFFLOAD_MIN_BATCH if found is None else found
 
     @property
     def n_outputs(self) -> int:

@@ -19,13 +19,15 @@ Per ubatch of ``U`` tokens at depth ``d`` (a generated token is a ubatch of one)
 Weights in host memory run where ggml's scheduler puts their op (ggml-backend.cpp,
 ``ggml_backend_sched_backend_id_from_cur``): on the first CUDA device when its
 ``offload_op`` takes the op (ggml-cuda.cu: the op's batch, ``ne[1]`` of a matmul and
-``ne[2]`` of MUL_MAT_ID, rows otherwise, reaches ``GGML_OP_OFFLOAD_MIN_BATCH``, 32), else on
-the CPU. Offloaded, a weight is copied over that device's host link once per ubatch: a
-MUL_MAT_ID input only its used experts (``ggml_backend_sched_compute_splits``), anything else
-whole (a routed-expert bias, ADD_ID, whose batch is ``n_used * U`` rows, included), and the
-device reads the copy. On the CPU (``--no-op-offload``, an RPC-only device set, or a batch
-below 32: every generated token) the weights are read from RAM. The CPU layers' KV cache is in
-RAM and their attention runs on the CPU.
+``ne[2]`` of MUL_MAT_ID, rows otherwise, reaches ``GGML_OP_OFFLOAD_MIN_BATCH``: 32 unless the
+environment sets it, ``Settings.op_offload_min_batch``), else on the CPU. Offloaded, a
+weight is copied over that device's host link once per ubatch: a MUL_MAT_ID input only its
+used experts (``ggml_backend_sched_compute_splits``), anything else whole (a routed-expert
+bias, ADD_ID, whose batch is ``n_used * U`` rows, included), and the device reads the copy.
+On the CPU (``--no-op-offload``, an RPC-only device set, or a batch below the threshold:
+every generated token, and with a threshold above the ubatch every prompt ubatch) the
+weights are read from RAM. The CPU layers' KV cache is in RAM and their attention runs on
+the CPU.
 
 Compute: 2 FLOPs per active parameter per token (routed experts: ``n_used/n_expert`` of
 theirs), and attention ``2 * n_head * (head_k + head_v)`` per token per cell it sees.
@@ -58,7 +60,7 @@ from math import prod
 from typing import Literal
 
 from moetune.core.backends import rules
-from moetune.core.compute.params import OP_OFFLOAD_MIN_BATCH, run_params
+from moetune.core.compute.params import run_params
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts, TensorFacts
 from moetune.core.flags import pairs
@@ -66,7 +68,7 @@ from moetune.core.kvcache import cache_for, state_bytes
 from moetune.core.memory import weights_on
 from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit
 from moetune.core.routing import routing_exponent, touched_share
-from moetune.core.settings import Settings
+from moetune.core.settings import OP_OFFLOAD_MIN_BATCH, Settings
 from moetune.core.threads import cpu_thread_share, ram_thread_share
 from moetune.gguf.roles import Role
 from moetune.record import HIDDEN, OMIT_EMPTY, record, require
@@ -112,6 +114,13 @@ class SpeedLayout:
     n_blocks: int = 0  # the model's blocks (a fixed time per block: core/prior.py)
     routing_exponent: float = 1.0  # the router's a (core/routing.py; 1.0: uniform)
     n_threads: int | None = None  # -t (None: the physical cores; core/threads.py)
+    # GGML_OP_OFFLOAD_MIN_BATCH: an op on host weights whose batch reaches it is offloaded
+    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH
+
+    def offloads(self, batch: int) -> bool:
+        """Whether an op of ``batch`` on host weights runs on ``offload_to`` (its weights
+        copied over the link), not on the CPU."""
+        return self.offload_to is not None and batch >= self.op_offload_min_batch
 
     def touched(self, n_tokens: int) -> float:
         """The expected share of a block's routed experts that ``n_tokens`` tokens touch."""
@@ -273,6 +282,7 @@ def layout_of(
         n_hops=hops,
         n_blocks=facts.n_layers,
         routing_exponent=routing_exponent(facts.architecture),
+        op_offload_min_batch=settings.offload_min_batch,
     )
 
 
@@ -374,7 +384,7 @@ def ubatch_traffic(
     ram_weights = cpu_flops = 0.0
     target = layout.offload_to
     for batch, read, copied, op_flops in ops:
-        if target is not None and batch >= OP_OFFLOAD_MIN_BATCH:
+        if target is not None and layout.offloads(batch):
             link[target] += copied
             flops[target] += op_flops
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -148,9 +148,15 @@ def predicted_comments(
 
 
 def render_function(
-    name: str, argv: Sequence[str], shell: Shell, comments: Sequence[str] = ()
+    name: str,
+    argv: Sequence[str],
+    shell: Shell,
+    comments: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> str:
-    """A function ``name`` that runs ``argv`` plus its own arguments, for ``shell``."""
+    """A function ``name`` that runs ``argv`` plus its own arguments, for ``shell``, with
+    ``env``'s variables set for it alone (bash/zsh: ``NAME=VALUE llama-server ...``; fish:
+    ``env NAME=VALUE llama-server ...``)."""
     check_name(name)
     if not argv:
         raise BadValueError("nothing to run: the profile has no command")
@@ -158,8 +164,11 @@ def render_function(
     quote = fish_quote if shell == "fish" else sh_quote
     try:
         words = " ".join(quote(word) for word in argv)
+        assigned = [f"{key}={quote(value)}" for key, value in (env or {}).items()]
     except BadValueError as exc:
         raise BadValueError(f"cannot write the alias {name}: {exc}") from None
+    if assigned:
+        words = " ".join([*(["env"] if shell == "fish" else []), *assigned, words])
     if shell == "fish":
         body = [
             f"function {name} --description 'llama-server tuned by moetune'",
@@ -173,7 +182,17 @@ def render_function(
 
 def alias_text(name: str, profile: TunedProfile, shell: Shell) -> str:
     """The dotfile snippet that starts the tuned server of ``profile`` as ``name``."""
-    return render_function(name, profile.command, shell, _comments(name, profile))
+    return render_function(
+        name, profile.command, shell, _comments(name, profile), env=profile_env(profile)
+    )
+
+
+def profile_env(profile: TunedProfile) -> dict[str, str]:
+    """The variables a tuned profile's command runs with (the op-offload threshold)."""
+    from moetune.core.settings import OP_OFFLOAD_ENV
+
+    found = profile.settings.op_offload_min_batch
+    return {} if found is None else {OP_OFFLOAD_ENV: str(found)}
 
 
 def alias_for_model(
@@ -222,4 +241,4 @@ def alias_for_model(
         "`moetune run` tunes it"
     )
     comments = predicted_comments(name, plan, source, run_args(pick))
-    return render_function(name, argv, shell, comments)
+    return render_function(name, argv, shell, comments, env=plan.recommended.env)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple, TypedDict
 
 from moetune import __version__
+from moetune.core.command import command_env
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import fixed_split, floor_plan, plan_layers, plan_n_cpu_moe
@@ -95,6 +96,9 @@ class ConfigSpec:
     fit_target_mib: int | None = None
     variant: str = ""  # ``-ub2048-t8``: the ubatch and threads of one of several
     n_ubatch: int = 512  # its micro-batch (the warm-up's prompt is longer than one)
+    # the variables set for it beside its flags (core.command.command_env: the op-offload
+    # threshold), as LaunchSpec.start sets them
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -234,6 +238,7 @@ def build_configs(
                 _BUILDERS[name](facts, launch, setup),
                 variant=variant.suffix,
                 n_ubatch=launch.settings.n_ubatch,
+                env=tuple(command_env(launch.settings).items()),
             )
             if config.skip is None and config.args in seen:
                 config = replace(config, skip=f"same command as {seen[config.args]}")
@@ -277,6 +282,7 @@ def _ended(
         status=status,
         description=spec.description,
         args=list(spec.args),
+        env=dict(spec.env),
         predicted_bytes=spec.predicted_bytes,
         peak_device_bytes=max(peaks, default=None),
         load_s=load_s,
@@ -297,6 +303,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
             status="skipped",
             description=spec.description,
             args=list(spec.args),
+            env=dict(spec.env),
             predicted_bytes=spec.predicted_bytes,
             peak_device_bytes=None,
             load_s=None,
@@ -613,6 +620,7 @@ class BenchChoice(NamedTuple):
     overhead: Sizes | None
     server: str | None
     rpc: str | None
+    op_offload_min_batch: int | None = None  # GGML_OP_OFFLOAD_MIN_BATCH (None: the env's)
 
 
 class BenchLaunch(NamedTuple):
@@ -636,7 +644,11 @@ def bench_launch(
     if choice.ctx is not None and choice.ctx.tokens is not None:  # before finding llama-server
         capped_depths(workload.depths, choice.ctx.tokens, workload.n_predict, 1)
     facts, spec = launch_spec(
-        model, pass_through, server=choice.server, cache_type=choice.cache_type
+        model,
+        pass_through,
+        server=choice.server,
+        cache_type=choice.cache_type,
+        op_offload=choice.op_offload_min_batch,
     )
     return BenchLaunch(facts, spec, names, at)
 

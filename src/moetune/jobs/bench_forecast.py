@@ -109,7 +109,7 @@ def _config_rows(
         speeds: dict[str, tuple[float | None, float | None]] = {}
         missing: list[str] = []
         for point in depth_points(
-            row, run.args, model=shown, machine=SpeedMachine(), source=source
+            row, run.args, model=shown, machine=SpeedMachine(), source=source, env=run.env
         ):
             measured = measured_of([point], facts, settings, devices)
             if not measured:

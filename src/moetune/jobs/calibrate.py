@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from moetune.core.command import command_env, env_words
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
 from moetune.core.placement import ALL_LAYERS, Placement
@@ -20,7 +21,7 @@ from moetune.core.settings import Settings
 from moetune.core.threads import second_thread_count
 from moetune.errors import BadValueError, DoesNotFitError, ModelFileError
 from moetune.jobs.devices import host_ram, split_endpoints
-from moetune.jobs.speed import bench_points, model_of
+from moetune.jobs.speed import bench_points, model_of, with_threshold
 from moetune.llamacpp.bench_results import BenchRows, parse_bench_rows
 from moetune.record import record
 from moetune.records.results import RESULT_KIND
@@ -311,6 +312,8 @@ def measure_model(
 
     store = store or SpeedStore()
     argvs = [bench_argv(tool, model, run, knobs) for run in runs]
+    # the op-offload threshold llama-bench runs with (its rows do not record it)
+    env = command_env(knobs.settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{BENCH_NAME}-{Path(model).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     path = out_dir / f"{stem}.jsonl"
@@ -319,13 +322,15 @@ def measure_model(
         on_event(f"{BENCH_NAME} {index}/{len(runs)}: {run.describe()}")
         part = out_dir / f".{stem}-{index}.jsonl"
         try:
-            run_tool(argv, part, timeout_s)
+            run_tool(argv, part, timeout_s, env=env)
             rows.append(read_text_file(part))
         finally:
             part.unlink(missing_ok=True)
     path.write_text("".join(text if text.endswith("\n") else text + "\n" for text in rows))
     tool_name, read = read_rows(path, schema_version)
-    same = f"measure-{measure_key(argvs, devices)}-"
+    if (threshold := knobs.settings.op_offload_min_batch) is not None:
+        read = replace(read, points=[with_threshold(p, threshold) for p in read.points])
+    same = f"measure-{measure_key(argvs, [*devices, *env_words(env)])}-"
     saved, known = store.save(read.points, same + stem, replacing=same)
     imported = _imported(path, tool_name, read, saved, known)
     return CalibrateResult(

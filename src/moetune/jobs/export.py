@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from moetune.store.tuned import ProfileStore, TunedProfile
 
 from moetune.core.flags import FLAGS, FlagRole, Pair, flag, pairs, words
+from moetune.core.settings import OP_OFFLOAD_ENV
 from moetune.errors import BadValueError
 from moetune.jobs.quoting import visible, word_bytes
 
@@ -54,6 +55,9 @@ class ServeEntry(NamedTuple):
     args: tuple[str, ...]
     tuned: bool
     note: str  # one line: tuned when, on what, how fast; or what the plan predicts
+    # the variables its llama-server runs with (the op-offload threshold): llama-swap sets
+    # them per model (``env:``); a preset cannot, they belong to the router's process
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def arg_pairs(args: Sequence[str]) -> list[Pair]:
@@ -225,8 +229,24 @@ def _sections(text: str) -> list[_Section]:
     return sections
 
 
-def _ini_section(name: str, note: str, keys: dict[str, str], kept: list[str]) -> list[str]:
-    lines = [f"[{name}]", f"; {MARK} {visible(note)}"]
+def router_env_notes(entry: ServeEntry) -> list[str]:
+    """What a preset cannot say of ``entry``'s variables, as comments: a preset holds flags
+    only, and the router starts each model with a copy of its own environment
+    (tools/server/server-models.cpp: ``base_env`` is read once when the router starts and
+    copied into every child's), so a variable is process-wide: every model gets the one
+    the router was started with."""
+    return [
+        f"{MARK} needs {visible(key)}={visible(value)}: a process-wide variable of the "
+        f"router, not a preset key: start it as {visible(key)}={visible(value)} "
+        "llama-server --models-preset FILE (every model it starts inherits it)"
+        for key, value in entry.env
+    ]
+
+
+def _ini_section(
+    name: str, note: str, keys: dict[str, str], kept: list[str], notes: Sequence[str] = ()
+) -> list[str]:
+    lines = [f"[{name}]", f"; {MARK} {visible(note)}", *(f"; {n}" for n in notes)]
     lines += [f"{key} = {value}" for key, value in keys.items()]
     lines += [f"; {KEPT}", *kept]
     while lines and not lines[-1].strip():
@@ -264,6 +284,7 @@ def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> s
             ("tuned" if e.tuned else "PREDICTED") + f": {e.note}",
             {k: v for k, v in kv.items() if k not in shared},
             by_name[name].kept() if name in by_name else [],
+            router_env_notes(e),
         )
         for e, name, kv in zip(entries, names, keys, strict=True)
     }
@@ -348,10 +369,13 @@ def _swap_cmd(entry: ServeEntry, binary: str, shared: Sequence[Pair]) -> str:
 
 
 def _swap_block(entry: ServeEntry, cmd: str) -> list[str]:
+    settings: dict[str, object] = {"cmd": cmd}
+    if entry.env:  # llama-swap's env: a list of "NAME=value" set for this model's cmd
+        settings["env"] = [f"{key}={value}" for key, value in entry.env]
     return [
         f"  # {MARK} begin {entry.name}",
         f"  # {'tuned' if entry.tuned else 'PREDICTED'}: {visible(entry.note)}",
-        *_yaml_lines({entry.name: {"cmd": cmd}}, "  "),
+        *_yaml_lines({entry.name: settings}, "  "),
         f"  # {MARK} end {entry.name}",
     ]
 
@@ -682,7 +706,9 @@ def _tuned(profile: TunedProfile) -> ServeEntry:
         f"ctx {profile.settings.n_ctx}, peak {format_bytes(m.vram_bytes)}{speed}"
     )
     args = list(profile.command[1:])
-    return ServeEntry(_name(args, profile.model.file_name), tuple(args), True, note)
+    threshold = profile.settings.op_offload_min_batch
+    env = () if threshold is None else ((OP_OFFLOAD_ENV, str(threshold)),)
+    return ServeEntry(_name(args, profile.model.file_name), tuple(args), True, note, env)
 
 
 def _planned(
@@ -706,4 +732,5 @@ def _planned(
         f"peak {format_bytes(rec.memory.gpu_bytes)}"
     )
     args = list(rec.command[1:])
-    return ServeEntry(_name(args, Path(str(named.facts.paths[0])).name), tuple(args), False, note)
+    name = _name(args, Path(str(named.facts.paths[0])).name)
+    return ServeEntry(name, tuple(args), False, note, tuple(rec.env.items()))

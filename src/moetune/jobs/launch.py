@@ -18,6 +18,7 @@ from moetune.core.command import (
     FitMode,
     args_for,
     check_pass_through,
+    command_env,
     pass_through_int,
     pass_through_value,
     rpc_endpoints,
@@ -93,8 +94,15 @@ class LaunchSpec:
         return server_argv(args)[1:]
 
     def start(self, args: list[str], port: int | None = None) -> RunningServer:
-        """Launch llama-server with ``args``; returns once it listens (the model loads on)."""
-        return launch(self.binary, args, port=port or self.port, log_dir=self.log_dir)
+        """Launch llama-server with ``args`` and the settings' variables (the op-offload
+        threshold); returns once it listens (the model loads on)."""
+        return launch(
+            self.binary,
+            args,
+            port=port or self.port,
+            log_dir=self.log_dir,
+            env=command_env(self.settings),
+        )
 
 
 def settings_from_pass_through(

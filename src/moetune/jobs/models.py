@@ -183,20 +183,26 @@ def launch_spec(
     server: str | None,
     cache_type: str,
     port: int | None = None,
+    op_offload: int | None = None,
 ) -> tuple[ModelFacts, LaunchSpec]:
     """The one LaunchSpec of ``run`` and ``bench``: the model opened and checked loadable,
     its file on disk (and the mmproj sibling -hf would load), the settings the arguments
-    after -- set, the threads; the context is resolved later, with the devices."""
+    after -- set (and the op-offload threshold: ``op_offload``, else the environment's),
+    the threads; the context is resolved later, with the devices."""
     from moetune.core.settings import Settings
     from moetune.jobs.devices import physical_cores
     from moetune.jobs.launch import LaunchSpec, check_loadable, settings_from_pass_through
+    from moetune.jobs.values import op_offload_min_batch
     from moetune.llamacpp.process import find_server
 
     chosen = open_model(text)
     check_loadable(chosen.facts)
     path, pass_through = launch_model(chosen, pass_through)
+    threshold = op_offload_min_batch(op_offload)
     settings, extras = settings_from_pass_through(
-        Settings(n_ctx=1, type_k=cache_type, type_v=cache_type), pass_through, chosen.facts
+        Settings(n_ctx=1, type_k=cache_type, type_v=cache_type, op_offload_min_batch=threshold),
+        pass_through,
+        chosen.facts,
     )
     sibling = chosen.sibling_path
     return chosen.facts, LaunchSpec(

@@ -84,9 +84,13 @@ def _candidates(found: Frontier, least_n: int, n_prompt: int) -> list[Candidate]
     ubatches = sorted({e.n_ubatch for e in found.entries})
     cap = next((u for u in ubatches if u >= n_prompt), ubatches[-1] if ubatches else 0)
     seen: dict[tuple[int, int, int | None], Candidate] = {}
+    base = _base(found)
+    own = base.op_offload_min_batch if base is not None else None
     for entry in found.entries:
         n = entry.n_cpu_moe
         if entry.form != "n_cpu_moe" or not entry.all_devices or n is None or n < least_n:
+            continue
+        if entry.op_offload_min_batch != own:  # another op-offload threshold: not launched
             continue
         if entry.n_ubatch > cap:
             continue

@@ -184,6 +184,7 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
     from moetune.core.plan import PlanRequest
     from moetune.core.settings import Settings, default_n_ctx
     from moetune.jobs.loader import with_extras
+    from moetune.jobs.values import op_offload_min_batch
 
     facts, ctx = chosen.facts, inputs.ctx
     n_ctx = ctx.tokens if ctx is not None and ctx.tokens else default_n_ctx(facts.context_length)
@@ -197,6 +198,7 @@ def plan_request(chosen: Model, inputs: PlanInputs) -> PlanRequest:
         n_batch=n_batch,
         gpu_overhead_bytes=first.overhead_bytes,
         device_kind=first.kind,
+        op_offload_min_batch=op_offload_min_batch(),
     )
     settings, extras = with_extras(settings, facts, inputs.pass_through, sibling=chosen.sibling)
     measured: tuple[Measured, ...] = ()

@@ -15,7 +15,7 @@ from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from moetune.core.command import hf_argv
+from moetune.core.command import command_env, hf_argv
 from moetune.core.devices import DeviceSpec, default_overhead
 from moetune.core.facts import ModelFacts
 from moetune.core.flags import pairs
@@ -188,7 +188,11 @@ def run_trial(
             if (line := server.failure()) is not None:
                 return _oom(n, guesses, server, line, split)
             raise
-    keep(launch_points(spec.model, args, setup, fill=done, speed=speed))
+    keep(
+        launch_points(
+            spec.model, args, setup, fill=done, speed=speed, env=command_env(spec.settings)
+        )
+    )
     total = None if any(m is None for m in measured) else sum(m or 0 for m in measured)
     attempt = Attempt(
         n_cpu_moe=n,
@@ -453,6 +457,7 @@ def run_key(spec: LaunchSpec, setup: DeviceSetup, goal: Goal | None = None) -> T
         command=tune_command(spec, setup),
         device_targets=list(setup.budgets) if setup.multi else [],
         objective=goal.name if goal is not None else None,
+        op_offload_min_batch=s.op_offload_min_batch,
     )
     devices = tuple(device_identity(d) for d in setup.listed) if setup.multi else ()
     return TuneKey(

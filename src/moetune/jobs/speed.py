@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +19,7 @@ from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts
 from moetune.core.flags import pairs
 from moetune.core.placement import ALL_LAYERS, EXPS_REGEX, Override, Placement
-from moetune.core.settings import Settings
+from moetune.core.settings import OP_OFFLOAD_ENV, Settings
 from moetune.core.speed import placement_layout
 from moetune.errors import MoetuneError
 from moetune.hardware.host import cpu_model
@@ -126,9 +126,12 @@ def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def settings_of_args(args: Sequence[str]) -> tuple[SpeedPlacement, dict[str, Any]]:
-    """What llama-server's ``args`` say of the placement and the speed settings (the last of
-    a repeated flag wins; llama.cpp's default where a flag is absent: None)."""
+def settings_of_args(
+    args: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[SpeedPlacement, dict[str, Any]]:
+    """What llama-server's ``args`` (and ``env``, the variables set for it: the op-offload
+    threshold) say of the placement and the speed settings (the last of a repeated flag
+    wins; llama.cpp's default where a flag is absent: None)."""
     rules: list[str] = []
     found: dict[str, Any] = {}
     n_cpu_moe, ngl, split, mode, no_op, fit = 0, None, [], None, False, False
@@ -173,6 +176,7 @@ def settings_of_args(args: Sequence[str]) -> tuple[SpeedPlacement, dict[str, Any
         split_mode=mode,
         no_op_offload=no_op,
         fit=fit,
+        op_offload_min_batch=_int((env or {}).get(OP_OFFLOAD_ENV)) or None,
     )
     return placement, found
 
@@ -188,10 +192,12 @@ def depth_points(
     model: SpeedModel,
     machine: SpeedMachine,
     source: SpeedSource,
+    env: Mapping[str, str] | None = None,
 ) -> list[SpeedPoint]:
     """One configuration at one depth: its prompt processing (the prompt of ``depth`` tokens
-    from an empty cache) and its generation after that prompt, by the server's timings."""
-    placement, settings = settings_of_args(args)
+    from an empty cache) and its generation after that prompt, by the server's timings
+    (``env``: the variables it was launched with)."""
+    placement, settings = settings_of_args(args, env)
     prompt_n = _median_int([s.prompt_n for s in row.samples])
     predicted_n = _median_int([s.predicted_n for s in row.samples])
     common: dict[str, Any] = {
@@ -246,8 +252,10 @@ def bench_points(result: BenchResult, file: str | None) -> list[SpeedPoint]:
             config=row.config,
             measured_at=result.created,
         )
-        args = configs[row.config].args
-        points += depth_points(row, args, model=model, machine=machine, source=source)
+        config = configs[row.config]
+        points += depth_points(
+            row, config.args, model=model, machine=machine, source=source, env=config.env
+        )
     return points
 
 
@@ -258,9 +266,11 @@ def launch_points(
     *,
     fill: CompletionResult,
     speed: DepthResult | None,
+    env: Mapping[str, str] | None = None,
 ) -> list[SpeedPoint]:
     """One `run` launch: the fill's prompt processing (the context as one prompt) and, where
-    it measured them, the timed requests' generation."""
+    it measured them, the timed requests' generation (``env``: the variables it was
+    launched with)."""
     source = SpeedSource(
         tool="moetune run",
         build_number=setup.info.build_number,
@@ -268,7 +278,7 @@ def launch_points(
         measured_at=_now(),
     )
     known, machine = model_of(model), machine_of(setup)
-    placement, settings = settings_of_args(args)
+    placement, settings = settings_of_args(args, env)
     points = []
     if fill.prompt_n > 0 and fill.prompt_per_second > 0:
         points.extend(
@@ -286,7 +296,7 @@ def launch_points(
             )
         )
     if speed is not None:
-        timed = depth_points(speed, args, model=known, machine=machine, source=source)
+        timed = depth_points(speed, args, model=known, machine=machine, source=source, env=env)
         points += [p for p in timed if p.kind == "generation"]
     return points
 
@@ -330,6 +340,13 @@ def keep_points(
         warn(f"the speed points were not kept: {exc}")
         return None
     return path
+
+
+def with_threshold(point: SpeedPoint, threshold: int) -> SpeedPoint:
+    """``point`` as measured with ``GGML_OP_OFFLOAD_MIN_BATCH=threshold`` (what llama-bench's
+    rows do not say: the run that set it does)."""
+    placement = point.placement.model_copy(update={"op_offload_min_batch": threshold})
+    return point.model_copy(update={"placement": placement})
 
 
 def placement_of(point: SpeedPlacement, devices: Sequence[DeviceSpec]) -> Placement | None:
@@ -384,6 +401,7 @@ def measured_of(
             update["n_ubatch"] = point.n_ubatch
         if point.n_batch is not None:
             update["n_batch"] = point.n_batch
+        update["op_offload_min_batch"] = point.placement.op_offload_min_batch
         if other is not None:
             update["n_draft"] = 0  # the plan's speculation is its own model's
         layout = placement_layout(

@@ -4,7 +4,34 @@ imports jobs/, never the core); a module of its own, loaded where such an option
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from moetune.core.goal import Goal, goal_of, parse_objective
 from moetune.core.kvcache import parse_cache_type
+from moetune.core.settings import OP_OFFLOAD_ENV
+from moetune.errors import BadValueError
 
-__all__ = ["Goal", "goal_of", "parse_cache_type", "parse_objective"]
+__all__ = ["Goal", "goal_of", "op_offload_min_batch", "parse_cache_type", "parse_objective"]
+
+
+def op_offload_min_batch(
+    given: int | None = None, environ: Mapping[str, str] | None = None
+) -> int | None:
+    """The op-offload threshold a llama-server of this job runs with: ``given`` (an option),
+    else ``GGML_OP_OFFLOAD_MIN_BATCH`` from ``environ`` (this process's: llama-server would
+    inherit it), else None (ggml's 32). A value that is not a whole number of 1 or more is
+    refused (ggml would read it with atoi: 0 offloads every op, a generated token's too)."""
+    if given is not None:
+        if given < 1:
+            raise BadValueError(f"--op-offload-min-batch {given}: give 1 or more tokens")
+        return given
+    text = (os.environ if environ is None else environ).get(OP_OFFLOAD_ENV)
+    if text is None or not text.strip():
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise BadValueError(
+            f"{OP_OFFLOAD_ENV}={text!r} in the environment is not a whole number of 1 or more",
+            hint=f"unset it, or give the batch ops are offloaded from: {OP_OFFLOAD_ENV}=1024",
+        )
+    return int(text)

@@ -130,19 +130,23 @@ def find_server(explicit: str | None = None) -> Path:
 # --- the environment of a child ---------------------------------------------------------------
 
 
-def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_env(
+    environ: Mapping[str, str] | None = None, setting: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The one environment of every llama.cpp tool moetune starts (llama-server, its queries,
     llama-fit-params, llama-bench): ``environ`` (this process's) without the LLAMA_ARG_LOG_*
     variables and without those that would move the placement (``core.flags.moving_env``:
     the variables of the flags moetune sets or that change memory or speed). The others
-    pass through."""
+    pass through; ``setting`` (the plan's own, ``core.command.command_env``: the op-offload
+    threshold) is set over them."""
     source = os.environ if environ is None else environ
     moving = moving_env()
-    return {
+    found = {
         key: value
         for key, value in source.items()
         if not key.startswith(_SCRUBBED_ENV_PREFIX) and key not in moving
     }
+    return found | dict(setting or {})
 
 
 def moved_env(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -238,16 +242,21 @@ def find_tool(server: Path, name: str) -> Path:
     return found
 
 
-def run_tool(argv: Sequence[str], stdout_path: Path, timeout_s: float) -> Path:
+def run_tool(
+    argv: Sequence[str],
+    stdout_path: Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> Path:
     """Run a llama.cpp tool (``llama-bench``) to the end, as ``launch`` starts llama-server:
     its own process group, dying with us, stopped (group SIGTERM, then SIGKILL) on Ctrl-C,
-    SIGTERM or after ``timeout_s``. Its stdout goes to ``stdout_path``, its stderr to a log
-    file; the log's path. A failure is one line with the cause (OutOfMemoryError,
-    ServerFailedError) and the log as hint."""
+    SIGTERM or after ``timeout_s``; ``env`` set over its environment (child_env). Its stdout
+    goes to ``stdout_path``, its stderr to a log file; the log's path. A failure is one line
+    with the cause (OutOfMemoryError, ServerFailedError) and the log as hint."""
     argv = list(argv)
     name = Path(argv[0]).name
     log_path = _new_log_path(_default_log_dir(), name)
-    proc = _spawn(argv, log_path, stdout_path)
+    proc = _spawn(argv, log_path, stdout_path, setting=env)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -512,11 +521,14 @@ def _check_args(args: Sequence[str]) -> None:
 
 
 def _spawn(
-    argv: list[str], log_path: Path, stdout_path: Path | None = None
+    argv: list[str],
+    log_path: Path,
+    stdout_path: Path | None = None,
+    setting: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` with its output in ``log_path`` (its stdout in ``stdout_path`` when
-    given), in a new session, dying with us."""
-    env = child_env()
+    given), in a new session, dying with us; ``setting``: variables set for it (child_env)."""
+    env = child_env(setting=setting)
     with contextlib.ExitStack() as files:
         log = files.enter_context(log_path.open("wb"))
         out = files.enter_context(stdout_path.open("wb")) if stdout_path is not None else None
@@ -560,8 +572,10 @@ def launch(
     host: str = "127.0.0.1",
     log_dir: Path | None = None,
     bind_timeout_s: float = 60.0,
+    env: Mapping[str, str] | None = None,
 ) -> RunningServer:
-    """Start ``binary args --host H --port P -lv 4 --no-log-prefix``; return once it listens.
+    """Start ``binary args --host H --port P -lv 4 --no-log-prefix``, with ``env`` set over
+    its environment (the plan's variables: child_env); return once it listens.
 
     The model is still loading then: wait for it with ``bench.ServerClient.wait_ready``.
     Raises PortInUseError (port taken, checked before and recognised in the log),
@@ -575,7 +589,7 @@ def launch(
         ensure_port_free(host, port)
     argv = [str(binary), *args, "--host", host, "--port", str(port), *LOG_FLAGS]
     log_path = _new_log_path(log_dir if log_dir is not None else _default_log_dir(), port)
-    server = RunningServer(_spawn(argv, log_path), argv, host, port, log_path)
+    server = RunningServer(_spawn(argv, log_path, setting=env), argv, host, port, log_path)
     with _LIVE_LOCK:
         _LIVE[server.pid] = server
     try:

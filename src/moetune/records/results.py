@@ -176,6 +176,8 @@ class ConfigRun(FrozenModel):
     status: Literal["ok", "skipped", "failed"]
     description: str
     args: list[str]  # llama-server arguments, without the binary
+    # the variables set for it beside them (GGML_OP_OFFLOAD_MIN_BATCH); empty: none
+    env: dict[str, str] = {}
     predicted_bytes: int | None
     peak_device_bytes: int | None
     load_s: float | None

@@ -60,6 +60,8 @@ class SpeedPlacement(FrozenModel):
     split_mode: str | None = None
     no_op_offload: bool = False
     fit: bool = False  # llama.cpp's --fit chose it (the rules above are not all of it)
+    # GGML_OP_OFFLOAD_MIN_BATCH it ran with (None: unset, ggml's 32)
+    op_offload_min_batch: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
 
 
 class SpeedMachine(FrozenModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from rich import box
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
@@ -24,10 +24,15 @@ class ShellLine(Text):
     narrow it wraps the line itself, rich never breaks it (a pasted break would end it)."""
 
 
-def shell_line(argv: Sequence[str], prefix: str = "", style: str = "") -> ShellLine:
-    """``argv`` quoted for a POSIX shell, as one ShellLine (``prefix``: ``"# "`` for one
-    that is shown, not meant to be run)."""
-    return ShellLine(prefix + shell_join(argv), style=style)
+def shell_line(
+    argv: Sequence[str],
+    prefix: str = "",
+    style: str = "",
+    env: Mapping[str, str] | None = None,
+) -> ShellLine:
+    """``argv`` quoted for a POSIX shell, after ``env``'s assignments, as one ShellLine
+    (``prefix``: ``"# "`` for one that is shown, not meant to be run)."""
+    return ShellLine(prefix + shell_join(argv, env), style=style)
 
 
 def render_error(message: str, hint: str | None, code: ExitCode | None = None) -> Text:

@@ -25,7 +25,10 @@ def _mem(n_bytes: int) -> str:
 
 
 def _placement(entry: FrontierEntry) -> str:
-    return f"N {entry.n_cpu_moe}" if entry.form == "n_cpu_moe" else "-ot"
+    """``N 4``, ``-ot``; ``N 3 op>=1024`` where the command sets the op-offload threshold."""
+    place = f"N {entry.n_cpu_moe}" if entry.form == "n_cpu_moe" else "-ot"
+    found = entry.op_offload_min_batch
+    return place if found is None else f"{place} op>={found}"
 
 
 def _table(found: Frontier) -> Table:
@@ -77,8 +80,15 @@ def chart_lines(found: Frontier, n_layers: int) -> list[str]:
     report/chart.py at 80 columns; what is unknown is said instead."""
     from moetune.report.chart import Series, plot
 
+    base = next((e for e in found.entries if e.base), None)
+    own = base.op_offload_min_batch if base is not None else None
     entries = [
-        e for e in found.entries if e.form == "n_cpu_moe" and e.all_devices and not e.thread_variant
+        e
+        for e in found.entries
+        if e.form == "n_cpu_moe"
+        and e.all_devices
+        and not e.thread_variant
+        and e.op_offload_min_batch == own
     ]
     used = sorted({e.n_ubatch for e in entries})
     others = [u for u in used if u not in MARKS]

@@ -78,6 +78,8 @@ def plan_payload(
     }
     if result.forecast is not None and ram is not None:  # given, saved or measured, when
         top["ram_read_bandwidth"] = jsonable(ram)
+    if rec.env:  # the variables the command sets before llama-server (the op-offload threshold)
+        top["env"] = rec.env
     if result.overhead_sources:  # device -> the runtime overhead measured on its card, how
         top["overhead_measured"] = result.overhead_sources
     if frontier is not None:  # the candidates that fit, each with command, memory, forecast

@@ -296,9 +296,9 @@ def _commands(result: PlanResult) -> list[RenderableType]:
     rec, alt = result.recommended, result.alternative
     if result.fits:
         parts: list[RenderableType] = [Text("command:", style="bold")]
-        parts.append(shell_line(rec.command))
+        parts.append(shell_line(rec.command, env=rec.env))
         if alt is not None:
-            parts += [Text("-ot form:", style="bold"), shell_line(alt.command)]
+            parts += [Text("-ot form:", style="bold"), shell_line(alt.command, env=alt.env)]
         for placed in (rec, *((alt,) if alt is not None else ())):
             parts += [Text(f"note: {n}", style="dim") for n in placed.notes]
         return parts
@@ -307,11 +307,11 @@ def _commands(result: PlanResult) -> list[RenderableType]:
     if result.nearest is not None:
         parts += [
             Text("nearest command that fits:", style="bold"),
-            shell_line(result.nearest.command),
+            shell_line(result.nearest.command, env=result.nearest.env),
         ]
     parts += [
         Text("the planned command (does not fit, not runnable as is):", style="dim"),
-        shell_line(rec.command, prefix="# ", style="dim"),
+        shell_line(rec.command, prefix="# ", style="dim", env=rec.env),
     ]
     return parts
 
@@ -368,6 +368,9 @@ def render_plan(
         if frontier.switched:
             picked = frontier.entries[frontier.picked]
             commands = [Text("command (the frontier's pick):", style="bold")]
-            commands += [shell_line(picked.command), Text("the plan's own:", style="dim")]
+            commands += [
+                shell_line(picked.command, env=picked.env),
+                Text("the plan's own:", style="dim"),
+            ]
             commands += _commands(result)[1:]
     return Group(*parts, Text(""), *commands)

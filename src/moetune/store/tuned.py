@@ -91,6 +91,9 @@ class TuneSettings(BaseModel):
     device_targets: list[int] = []  # several devices: each one's target
     extra_args: list[str] = []  # the pass-through arguments (after --), as profiles store them
     objective: str | None = None  # run --objective / --workload: what the winner is fastest at
+    # GGML_OP_OFFLOAD_MIN_BATCH the server ran with (None: unset, ggml's 32); the command
+    # needs it set beside its flags
+    op_offload_min_batch: int | None = Field(default=None, ge=1)
     # the moetune command that tunes it again (server, target, context, after --): not compared
     command: list[str] = []
 

@@ -18,7 +18,7 @@ from moetune.core.compute.params import (
 )
 from moetune.core.compute.replay import replay_for
 from moetune.core.facts import ModelFacts
-from moetune.core.settings import Settings
+from moetune.core.settings import OP_OFFLOAD_MIN_BATCH, Settings
 
 
 class ComputeEstimate(NamedTuple):
@@ -41,6 +41,7 @@ def _options(
     type_v: str,
     op_offload: bool = True,
     n_copies: int = 1,
+    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
 ) -> Options:
     for kind in settings_kinds:
         if kind not in DEVICE_KINDS:
@@ -52,6 +53,7 @@ def _options(
         kinds=tuple(settings_kinds),
         op_offload=op_offload and any(rules(kind).op_offload for kind in settings_kinds),
         n_copies=n_copies,
+        op_offload_min_batch=op_offload_min_batch,
     )
 
 
@@ -72,6 +74,7 @@ def estimate_compute(
     n_batch: int = 2048,
     n_seq: int = 4,
     n_outputs: int | None = 4,
+    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
 ) -> ComputeEstimate:
     """Predict the compute buffers llama.cpp reserves for one offload device and the host.
 
@@ -84,6 +87,7 @@ def estimate_compute(
     core/backends.py).  ``n_seq``: parallel sequences
     (llama-server: 4; llama-fit-params, llama-bench: 1).  ``n_outputs``: the most logits rows
     per ubatch (llama-server: n_seq; None = every token, as llama-fit-params and llama-bench).
+    ``op_offload_min_batch``: GGML_OP_OFFLOAD_MIN_BATCH (above the ubatch: no weight copies).
     """
     run = run_params(n_ctx, n_ubatch, n_batch, n_seq, n_outputs)
     blocks = range(cpu_expert_layers) if cpu_expert_blocks is None else cpu_expert_blocks
@@ -92,7 +96,12 @@ def estimate_compute(
         facts.n_layers, facts.n_layers - max(n_dev, 0), blocks, output_on_device, facts.tensors
     )
     options = _options(
-        (device_kind,), flash_attn=flash_attn, type_k=type_k, type_v=type_v, op_offload=op_offload
+        (device_kind,),
+        flash_attn=flash_attn,
+        type_k=type_k,
+        type_v=type_v,
+        op_offload=op_offload,
+        op_offload_min_batch=op_offload_min_batch,
     )
     peaks = replay_for(facts, run, options).peaks(placement, facts)
     return _margin(facts, ComputeEstimate(devices=(peaks[DEV],), host_bytes=peaks[CPU_BACKEND]))
@@ -124,6 +133,7 @@ def compute_for(
         type_k=settings.type_k,
         type_v=settings.type_v,
         n_copies=4 if pipeline else 1,
+        op_offload_min_batch=settings.offload_min_batch,
     )
     placement = LayerHomes(homes, moves)
     peaks = replay_for(facts, run, options).peaks(placement, facts)

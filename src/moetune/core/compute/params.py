@@ -9,6 +9,7 @@ from typing import NamedTuple
 from moetune.core.backends import KINDS, rules
 from moetune.core.facts import TensorFacts
 from moetune.core.kvcache import pad
+from moetune.core.settings import OP_OFFLOAD_MIN_BATCH
 from moetune.gguf.roles import Role
 
 DEV = 0  # backend id of the first device (devices are 0, 1, ... in llama.cpp's order)
@@ -19,7 +20,6 @@ CPU_BACKEND = 64
 DEVICE_KINDS = KINDS
 F32, F16, I32, I64 = 4, 2, 4, 8
 KQ_MASK_TYPES = {True: F16, False: F32}  # flash attention needs an F16 mask
-OP_OFFLOAD_MIN_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH's default (ggml-cuda.cu, ggml-vulkan.cpp)
 CUDA_ROW_PADDING = 512  # ggml-cuda MATRIX_ROW_PADDING, added to quantized tensors' alloc size
 MOE_REDUCTION_MAX_EXPERTS = 15  # ggml-cuda.cu MOE_WEIGHTED_REDUCTION_MAX_EXPERTS
 _QUANT_BYTES = {
@@ -140,7 +140,7 @@ class Options(NamedTuple):
     """Context settings that change the graph or the allocator; ``kinds``: each device's
     kind (core/backends.py: op offload, alignment, CUDA's row padding and fusions);
     ``n_copies``: 4 with pipeline parallelism (several devices, every layer offloaded, no
-    tensor overrides)."""
+    tensor overrides); ``op_offload_min_batch``: GGML_OP_OFFLOAD_MIN_BATCH."""
 
     flash_attn: bool
     type_k: str
@@ -148,6 +148,8 @@ class Options(NamedTuple):
     kinds: tuple[str, ...]
     op_offload: bool
     n_copies: int = 1
+    # GGML_OP_OFFLOAD_MIN_BATCH: the batch from which an op on host weights is offloaded
+    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH
 
     @property
     def backends(self) -> tuple[int, ...]:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from moetune.core.compute.ir import Graph, Tensor
-from moetune.core.compute.params import CPU_BACKEND, DEV, F32, OP_OFFLOAD_MIN_BATCH, Options
+from moetune.core.compute.params import CPU_BACKEND, DEV, F32, Options
 
 VIEW_OPS = frozenset({"view", "reshape", "permute", "transpose"})  # ggml_is_view_op()
 PASSES = ((True, False), (True, True), (False, False), (False, True))  # (skip_cpu, backward)
@@ -46,7 +46,7 @@ def _backend_from_cur(node: Tensor, opts: Options) -> int:
     for src in node.srcs:
         if src.weight and src.buffer is not None:
             target = opts.offload_to if src.buffer == CPU_BACKEND else None
-            if target is not None and _batch_size(node) >= OP_OFFLOAD_MIN_BATCH:
+            if target is not None and _batch_size(node) >= opts.op_offload_min_batch:
                 return target
             return src.buffer
     return -1
