@@ -77,6 +77,49 @@ def _behind(median: float | None, target: float) -> str:
     return "" if median <= target else f"  <- behind the {target:.0%} target"
 
 
+# --- coverage: the rows that get a forecast, beside the error -----------------------------------
+
+
+class Tally:
+    """Every error printed, by kind (``calibrated``, ``uncalibrated``): None where a row got
+    no forecast; the summary at the end is their coverage and median."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, list[float | None]] = {"calibrated": [], "uncalibrated": []}
+
+    def add(self, kind: str, errors: Sequence[float | None]) -> None:
+        self.errors.setdefault(kind, []).extend(errors)
+
+    def summary(self) -> list[str]:
+        lines = ["overall (every sweep above):"]
+        for kind, errors in self.errors.items():
+            if not errors:
+                continue
+            text, median = _summary(errors)
+            target = CALIBRATED_TARGET if kind == "calibrated" else UNCALIBRATED_TARGET
+            lines.append(f"  {kind + ':':<14}{text}, {coverage(errors)}{_behind(median, target)}")
+        return lines
+
+
+TALLY = Tally()
+
+
+def coverage(errors: Sequence[float | None]) -> str:
+    """``coverage 58/60 rows (97%)``: the rows that got a forecast."""
+    known = sum(e is not None for e in errors)
+    share = known / len(errors) if errors else 0.0
+    return f"coverage {known}/{len(errors)} rows ({share:.0%})"
+
+
+def estimated_note(machine: MachineFigures) -> str:
+    """`` (derived: ...; assumed: ...)``: the figures a forecast rests on that no source
+    publishes as such (core/figures.py)."""
+    from moetune.core.figures import estimated
+
+    parts = [f"{kind}: {', '.join(names)}" for kind, names in estimated(machine.sources).items()]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def evaluate(
     name: str,
     points: Sequence[Measured],
@@ -85,10 +128,13 @@ def evaluate(
     machine: MachineFigures,
     *,
     prior: SpeedPrior | None,
+    filled: MachineFigures | None = None,
 ) -> list[str]:
     """Calibrate on the points of ``calibrate``'s configurations, forecast the others; and
     the uncalibrated forecast of every point from ``prior`` (for a public sweep, a prior
-    fitted without this machine's points)."""
+    fitted without this machine's points) on ``filled`` (every figure, derived or assumed
+    where none is published; default ``machine``). Each line says its coverage."""
+    filled = filled or machine
     train = [m for m, k in zip(points, keys, strict=True) if k in calibrate]
     test = [(m, k) for m, k in zip(points, keys, strict=True) if k not in calibrate]
     if calibrate:
@@ -103,14 +149,19 @@ def evaluate(
         fit = fit_speed(train, machine)
         calibrated = [relative_error(point_forecast(m, machine, fit), m.tps) for m, _ in test]
         text, median = _summary(calibrated)
-        lines.append(f"  calibrated:   {text}{_behind(median, CALIBRATED_TARGET)}")
+        TALLY.add("calibrated", calibrated)
+        lines.append(
+            f"  calibrated:   {text}, {coverage(calibrated)}{_behind(median, CALIBRATED_TARGET)}"
+        )
     # the prior never saw this machine: every point of the sweep is out of its sample
-    raw = [relative_error(point_forecast(m, machine, None, prior), m.tps) for m in points]
+    raw = [relative_error(point_forecast(m, filled, None, prior), m.tps) for m in points]
     text, median = _summary(raw)
-    missing = sorted({f for m in points for f in _missing(m, machine)})
+    TALLY.add("uncalibrated", raw)
+    missing = sorted({f for m in points for f in _missing(m, filled)})
     lines.append(
-        f"  uncalibrated: {text}{_behind(median, UNCALIBRATED_TARGET)}"
+        f"  uncalibrated: {text}, {coverage(raw)}{_behind(median, UNCALIBRATED_TARGET)}"
         + (f" (missing: {', '.join(missing)})" if missing else "")
+        + estimated_note(filled)
     )
     for kind, decode in (("decode", True), ("prefill", False)):
         part = [e for e, m in zip(raw, points, strict=True) if m.is_decode == decode]
@@ -145,6 +196,7 @@ def public() -> list[str]:
             sweep.calibrate,
             sweep.figures(),
             prior=priors[sweep.machine],
+            filled=sweep.filled_figures(),
         )
         lines.append(f"  ({sweep.note}; source: {data['source']})")
     return lines
@@ -235,7 +287,7 @@ def main() -> None:
     parser.add_argument("--no-rig", action="store_true", help="the public sweeps only")
     parser.add_argument("--rounds", type=int, default=RIG_ROUNDS, help="sweeps of the rig")
     args = parser.parse_args()
-    for line in public() + ([] if args.no_rig else rig(args.rounds)):
+    for line in public() + ([] if args.no_rig else rig(args.rounds)) + TALLY.summary():
         print(line)
 
 

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
-from moetune.core.prior import PUBLIC_PRIOR, SpeedPrior
+from moetune.core.prior import PUBLIC_PRIOR, UNCALIBRATED_ERROR, SpeedPrior
 from moetune.core.speed import (
     Efficiency,
     Forecast,
@@ -278,6 +278,7 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     used = usable(points)
     if len(used) < MIN_POINTS:
         raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
+    machine = machine.without("assumed")  # an assumed figure: its effective rate is fitted
     return _fit([(m, machine) for m in used], _known(used, machine), pooled=False)
 
 
@@ -415,10 +416,11 @@ def fitted_forecast(
     found = forecast(layout, machine, depth=depth, n_prompt=n_prompt, prefill_depth=prefill_depth)
     if fit is None and prior is None:
         return found
-    figure = "calibration"
+    figure, expected = "calibration", None
     if fit is None:
         assert prior is not None
         fit, figure = prior_fit(layout, prior), "typical (public measurements)"
+        expected = UNCALIBRATED_ERROR
     per_token = _overhead("fixed time per token", 1, fit.token_overhead_s, figure)
     n_ubatches = math.ceil(n_prompt / layout.n_ubatch)
     per_ubatch = _overhead("fixed time per ubatch", n_ubatches, fit.ubatch_overhead_s, figure)
@@ -435,4 +437,5 @@ def fitted_forecast(
         prefill_terms=prefill,
         missing=missing,
         calibration=fit.calibration,
+        expected_error=expected,
     )

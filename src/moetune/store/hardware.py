@@ -62,6 +62,7 @@ class HardwareSpec(BaseModel):
     # Peak dense FP16 matrix throughput (tensor / matrix cores / XMX), FP16 accumulate, without
     # sparsity, in TFLOPS; None: no public figure.
     fp16_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    derived: list[str] = []  # figures derived from published specifications, not published as such
     notes: str | None = None
     # written by `moetune run` into the user's own profile of the card (never a shipped one):
     # the runtime overhead it measured, the server's device memory (NVML) minus llama.cpp's
@@ -170,6 +171,13 @@ def _read_dir(
                 exc.path = str(entry)
                 found.append(exc)
     return found
+
+
+def shipped_hardware_profiles() -> list[HardwareProfile]:
+    """The profiles installed with moetune, each that loads (core/figures.py's class table
+    is their median)."""
+    read = _read_dir(shipped_hardware_dir().iterdir(), shipped=True)
+    return [p for p in read if isinstance(p, HardwareProfile)]
 
 
 def scan_hardware_profiles(
