@@ -91,13 +91,15 @@ class Tally:
         self.errors.setdefault(kind, []).extend(errors)
 
     def summary(self) -> list[str]:
-        lines = ["overall (every sweep above):"]
+        lines = []
         for kind, errors in self.errors.items():
             if not errors:
                 continue
             text, median = _summary(errors)
             target = CALIBRATED_TARGET if kind == "calibrated" else UNCALIBRATED_TARGET
-            lines.append(f"  {kind + ':':<14}{text}, {coverage(errors)}{_behind(median, target)}")
+            lines.append(
+                f"overall {kind + ':':<14}{text}, {coverage(errors)}{_behind(median, target)}"
+            )
         return lines
 
 

@@ -29,9 +29,10 @@ The class table is the one place typical figures come from:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import field
 from typing import Literal
 
-from moetune.record import record, require
+from moetune.record import HIDDEN, record, require
 
 Provenance = Literal["published", "derived", "given", "measured", "saved", "assumed"]
 ESTIMATED: tuple[Provenance, ...] = ("derived", "assumed")  # what a forecast names beside it
@@ -63,8 +64,8 @@ class FigureSource:
     value: float
     provenance: Provenance
     basis: str
-    device: int | None = None  # the device's index; None: the host's RAM or CPU
-    quantity: Quantity = "memory"
+    device: int | None = field(default=None, metadata=HIDDEN)  # None: the host's RAM or CPU
+    quantity: Quantity = field(default="memory", metadata=HIDDEN)
 
     def __post_init__(self) -> None:
         require(self, "value", self.value > 0, "positive")

@@ -240,7 +240,7 @@ def _single_gpu(
         return vram, None, "given (--vram)", "", None
     from moetune.store.hardware import find_hardware_profile, match_detected, scan_hardware_profiles
 
-    if vram is not None:
+    if vram is not None and card is not None:
         profile = find_hardware_profile(card)
         source = f"given (--vram), {profile.name} (hardware profile {profile.id})"
         return vram, None, source, profile.name, profile

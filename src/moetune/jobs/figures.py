@@ -85,7 +85,7 @@ def ram_figure(
     """This machine's RAM read bandwidth for a forecast: ``given``, else the one saved for it,
     else (unless ``measure`` is off or ``MOETUNE_NO_MEASURE`` is set) measured now and saved;
     None where there is none. A saved file that cannot be read, a measurement that cannot be
-    made or saved: a warning, never an error (the forecast then names the figure missing)."""
+    made or saved: a warning, never an error (the forecast then assumes the typical one)."""
     if given is not None:
         return RamFigure(bytes_per_s=given.bytes_per_s, source="given", ram=given.ram)
     from moetune.hardware.host import LiveHostProbe
@@ -120,7 +120,7 @@ def ram_figure(
     cores = host.physical_cores or host.logical_cores
     measured = probe.measure(cores, min(host.ram_available_bytes, host.ram_total_bytes))
     if measured is None:
-        warn(f"RAM read bandwidth {probe.why or 'not measured'}: the forecast lacks it")
+        warn(f"RAM read bandwidth {probe.why or 'not measured'}: the forecast assumes a typical one")
         return None
     entry = saved_entry(measured, host)
     kept: str | None = str(file)
