@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -81,8 +82,9 @@ def _behind(median: float | None, target: float) -> str:
 
 
 class Tally:
-    """Every error printed, by kind (``calibrated``, ``uncalibrated``): None where a row got
-    no forecast; the summary at the end is their coverage and median."""
+    """Every error printed of the public sweeps, by kind (``calibrated``, ``uncalibrated``):
+    None where a row got no forecast; the summary at the end is their coverage and median
+    (the uncalibrated median is core/prior.py's ``UNCALIBRATED_ERROR``)."""
 
     def __init__(self) -> None:
         self.errors: dict[str, list[float | None]] = {"calibrated": [], "uncalibrated": []}
@@ -98,7 +100,8 @@ class Tally:
             text, median = _summary(errors)
             target = CALIBRATED_TARGET if kind == "calibrated" else UNCALIBRATED_TARGET
             lines.append(
-                f"overall {kind + ':':<14}{text}, {coverage(errors)}{_behind(median, target)}"
+                f"overall {kind + ':':<14}{text}, {coverage(errors)} of the public sweeps"
+                + _behind(median, target)
             )
         return lines
 
@@ -131,11 +134,13 @@ def evaluate(
     *,
     prior: SpeedPrior | None,
     filled: MachineFigures | None = None,
+    tally: Tally | None = None,
 ) -> list[str]:
     """Calibrate on the points of ``calibrate``'s configurations, forecast the others; and
     the uncalibrated forecast of every point from ``prior`` (for a public sweep, a prior
     fitted without this machine's points) on ``filled`` (every figure, derived or assumed
-    where none is published; default ``machine``). Each line says its coverage."""
+    where none is published; default ``machine``). Each line says its coverage; ``tally``
+    keeps the errors for the summary."""
     filled = filled or machine
     train = [m for m, k in zip(points, keys, strict=True) if k in calibrate]
     test = [(m, k) for m, k in zip(points, keys, strict=True) if k not in calibrate]
@@ -151,14 +156,16 @@ def evaluate(
         fit = fit_speed(train, machine)
         calibrated = [relative_error(point_forecast(m, machine, fit), m.tps) for m, _ in test]
         text, median = _summary(calibrated)
-        TALLY.add("calibrated", calibrated)
+        if tally is not None:
+            tally.add("calibrated", calibrated)
         lines.append(
             f"  calibrated:   {text}, {coverage(calibrated)}{_behind(median, CALIBRATED_TARGET)}"
         )
     # the prior never saw this machine: every point of the sweep is out of its sample
     raw = [relative_error(point_forecast(m, filled, None, prior), m.tps) for m in points]
     text, median = _summary(raw)
-    TALLY.add("uncalibrated", raw)
+    if tally is not None:
+        tally.add("uncalibrated", raw)
     missing = sorted({f for m in points for f in _missing(m, filled)})
     lines.append(
         f"  uncalibrated: {text}, {coverage(raw)}{_behind(median, UNCALIBRATED_TARGET)}"
@@ -199,6 +206,7 @@ def public() -> list[str]:
             sweep.figures(),
             prior=priors[sweep.machine],
             filled=sweep.filled_figures(),
+            tally=TALLY,
         )
         lines.append(f"  ({sweep.note}; source: {data['source']})")
     return lines
@@ -276,12 +284,38 @@ def rig(rounds: int = RIG_ROUNDS) -> list[str]:
     keys = [(p.placement.n_cpu_moe, p.n_ubatch or 512) for p in points]
     ram = measure_read_bandwidth(256 * 2**20, 1).bytes_per_s  # one thread, as -t 1
     machine = MachineFigures(devices=(DeviceFigures(memory_bytes_per_s=ram),), ram_bytes_per_s=ram)
+    filled = rig_figures(device, ram)
     name = (
         f"test rig (qwen3moe, {RIG_BLOCKS} blocks of width {RIG_EMBD}, RPC device on 127.0.0.1, "
         f"RAM {ram / 1e9:.1f} GB/s, "
         f"median of {rounds} rounds x {RIG_REPETITIONS})"
     )
-    return evaluate(name, measured, keys, RIG_CALIBRATE, machine, prior=PUBLIC_PRIOR)
+    return evaluate(name, measured, keys, RIG_CALIBRATE, machine, prior=PUBLIC_PRIOR, filled=filled)
+
+
+def rig_figures(device: DeviceSpec, ram: int) -> MachineFigures:
+    """The rig's every figure (jobs/figures.py): the RPC device's memory is this host's RAM,
+    measured; its FLOP/s and the CPU's one core's (``-t 1``), assumed (core/figures.py); its
+    link the typical RPC network's, assumed."""
+    from moetune.core.figures import FigureSource, cpu_flops
+    from moetune.core.ram import RamFigure
+    from moetune.jobs.figures import machine_figures
+
+    one_core = cpu_flops(1)
+    stated = [
+        FigureSource(
+            figure=f"{device.name} memory bandwidth",
+            value=ram,
+            provenance="measured",
+            basis="this host's RAM, one thread",
+            device=0,
+            quantity="memory",
+        ),
+        replace(one_core, figure=f"{device.name} FLOP/s", device=0, quantity="flops"),
+    ]
+    return machine_figures(
+        (device,), (None,), RamFigure(bytes_per_s=ram, source="measured"), cores=1, stated=(stated,)
+    )
 
 
 def main() -> None:

@@ -120,7 +120,9 @@ def ram_figure(
     cores = host.physical_cores or host.logical_cores
     measured = probe.measure(cores, min(host.ram_available_bytes, host.ram_total_bytes))
     if measured is None:
-        warn(f"RAM read bandwidth {probe.why or 'not measured'}: the forecast assumes a typical one")
+        warn(
+            f"RAM read bandwidth {probe.why or 'not measured'}: the forecast assumes a typical one"
+        )
         return None
     entry = saved_entry(measured, host)
     kept: str | None = str(file)
