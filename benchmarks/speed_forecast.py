@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -80,6 +81,53 @@ def _behind(median: float | None, target: float) -> str:
     return "" if median <= target else f"  <- behind the {target:.0%} target"
 
 
+# --- coverage: the rows that get a forecast, beside the error -----------------------------------
+
+
+class Tally:
+    """Every error printed of the public sweeps, by kind (``calibrated``, ``uncalibrated``):
+    None where a row got no forecast; the summary at the end is their coverage and median
+    (the uncalibrated median is core/prior.py's ``UNCALIBRATED_ERROR``)."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, list[float | None]] = {"calibrated": [], "uncalibrated": []}
+
+    def add(self, kind: str, errors: Sequence[float | None]) -> None:
+        self.errors.setdefault(kind, []).extend(errors)
+
+    def summary(self) -> list[str]:
+        lines = []
+        for kind, errors in self.errors.items():
+            if not errors:
+                continue
+            text, median = _summary(errors)
+            target = CALIBRATED_TARGET if kind == "calibrated" else UNCALIBRATED_TARGET
+            lines.append(
+                f"overall {kind + ':':<14}{text}, {coverage(errors)} of the public sweeps"
+                + _behind(median, target)
+            )
+        return lines
+
+
+TALLY = Tally()
+
+
+def coverage(errors: Sequence[float | None]) -> str:
+    """``coverage 58/60 rows (97%)``: the rows that got a forecast."""
+    known = sum(e is not None for e in errors)
+    share = known / len(errors) if errors else 0.0
+    return f"coverage {known}/{len(errors)} rows ({share:.0%})"
+
+
+def estimated_note(machine: MachineFigures) -> str:
+    """`` (derived: ...; assumed: ...)``: the figures a forecast rests on that no source
+    publishes as such (core/figures.py)."""
+    from moetune.core.figures import estimated
+
+    parts = [f"{kind}: {', '.join(names)}" for kind, names in estimated(machine.sources).items()]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def evaluate(
     name: str,
     points: Sequence[Measured],
@@ -88,10 +136,15 @@ def evaluate(
     machine: MachineFigures,
     *,
     prior: SpeedPrior | None,
+    filled: MachineFigures | None = None,
+    tally: Tally | None = None,
 ) -> list[str]:
     """Calibrate on the points of ``calibrate``'s configurations, forecast the others; and
     the uncalibrated forecast of every point from ``prior`` (for a public sweep, a prior
-    fitted without this machine's points)."""
+    fitted without this machine's points) on ``filled`` (every figure, derived or assumed
+    where none is published; default ``machine``). Each line says its coverage; ``tally``
+    keeps the errors for the summary."""
+    filled = filled or machine
     train = [m for m, k in zip(points, keys, strict=True) if k in calibrate]
     test = [(m, k) for m, k in zip(points, keys, strict=True) if k not in calibrate]
     if calibrate:
@@ -106,14 +159,21 @@ def evaluate(
         fit = fit_speed(train, machine)
         calibrated = [relative_error(point_forecast(m, machine, fit), m.tps) for m, _ in test]
         text, median = _summary(calibrated)
-        lines.append(f"  calibrated:   {text}{_behind(median, CALIBRATED_TARGET)}")
+        if tally is not None:
+            tally.add("calibrated", calibrated)
+        lines.append(
+            f"  calibrated:   {text}, {coverage(calibrated)}{_behind(median, CALIBRATED_TARGET)}"
+        )
     # the prior never saw this machine: every point of the sweep is out of its sample
-    raw = [relative_error(point_forecast(m, machine, None, prior), m.tps) for m in points]
+    raw = [relative_error(point_forecast(m, filled, None, prior), m.tps) for m in points]
     text, median = _summary(raw)
-    missing = sorted({f for m in points for f in _missing(m, machine)})
+    if tally is not None:
+        tally.add("uncalibrated", raw)
+    missing = sorted({f for m in points for f in _missing(m, filled)})
     lines.append(
-        f"  uncalibrated: {text}{_behind(median, UNCALIBRATED_TARGET)}"
+        f"  uncalibrated: {text}, {coverage(raw)}{_behind(median, UNCALIBRATED_TARGET)}"
         + (f" (missing: {', '.join(missing)})" if missing else "")
+        + estimated_note(filled)
     )
     for kind, decode in (("decode", True), ("prefill", False)):
         part = [e for e, m in zip(raw, points, strict=True) if m.is_decode == decode]
@@ -148,6 +208,8 @@ def public() -> list[str]:
             sweep.calibrate,
             sweep.figures(),
             prior=priors[sweep.machine],
+            filled=sweep.filled_figures(),
+            tally=TALLY,
         )
         lines.append(f"  ({sweep.note}; source: {data['source']})")
     return lines
@@ -225,12 +287,38 @@ def rig(rounds: int = RIG_ROUNDS) -> list[str]:
     keys = [(p.placement.n_cpu_moe, p.n_ubatch or 512) for p in points]
     ram = measure_read_bandwidth(256 * 2**20, 1).bytes_per_s  # one thread, as -t 1
     machine = MachineFigures(devices=(DeviceFigures(memory_bytes_per_s=ram),), ram_bytes_per_s=ram)
+    filled = rig_figures(device, ram)
     name = (
         f"test rig (qwen3moe, {RIG_BLOCKS} blocks of width {RIG_EMBD}, RPC device on 127.0.0.1, "
         f"RAM {ram / 1e9:.1f} GB/s, "
         f"median of {rounds} rounds x {RIG_REPETITIONS})"
     )
-    return evaluate(name, measured, keys, RIG_CALIBRATE, machine, prior=PUBLIC_PRIOR)
+    return evaluate(name, measured, keys, RIG_CALIBRATE, machine, prior=PUBLIC_PRIOR, filled=filled)
+
+
+def rig_figures(device: DeviceSpec, ram: int) -> MachineFigures:
+    """The rig's every figure (jobs/figures.py): the RPC device's memory is this host's RAM,
+    measured; its FLOP/s and the CPU's one core's (``-t 1``), assumed (core/figures.py); its
+    link the typical RPC network's, assumed."""
+    from moetune.core.figures import FigureSource, cpu_flops
+    from moetune.core.ram import RamFigure
+    from moetune.jobs.figures import machine_figures
+
+    one_core = cpu_flops(1)
+    stated = [
+        FigureSource(
+            figure=f"{device.name} memory bandwidth",
+            value=ram,
+            provenance="measured",
+            basis="this host's RAM, one thread",
+            device=0,
+            quantity="memory",
+        ),
+        replace(one_core, figure=f"{device.name} FLOP/s", device=0, quantity="flops"),
+    ]
+    return machine_figures(
+        (device,), (None,), RamFigure(bytes_per_s=ram, source="measured"), cores=1, stated=(stated,)
+    )
 
 
 # --- one calibration per machine: calibrated on one model, forecasting another ----------------
@@ -604,6 +692,7 @@ def main() -> None:
         + threads()
         + threshold()
         + ([] if args.no_rig else rig(args.rounds))
+        + TALLY.summary()
     ):
         print(line)
 

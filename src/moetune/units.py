@@ -144,9 +144,15 @@ class Sizes:
     """One size for every device, or one per device (``24G``, ``24G,12G``), in bytes."""
 
     values: tuple[int, ...]
+    # ``--vram 16G:rtx4080``: the hardware profile each size names (None: none), or empty
+    cards: tuple[str | None, ...] = ()
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def card(self, index: int) -> str | None:
+        """The hardware profile the ``index``-th size names, if any."""
+        return self.cards[index] if index < len(self.cards) else None
 
     def __getitem__(self, index: int) -> int:
         return self.values[index]
@@ -157,7 +163,8 @@ class Sizes:
     @property
     def arg(self) -> str:
         """As typed: ``22G`` or ``22G,10G``."""
-        return ",".join(size_arg(v) for v in self.values)
+        cards = [f":{card}" if (card := self.card(i)) else "" for i in range(len(self.values))]
+        return ",".join(size_arg(v) + card for v, card in zip(self.values, cards, strict=True))
 
 
 def parse_sizes(text: str, allow_zero: bool = False) -> Sizes:
@@ -166,6 +173,39 @@ def parse_sizes(text: str, allow_zero: bool = False) -> Sizes:
     if not all(part.strip() for part in parts):
         raise BadValueError(f"not a size list: {shown(text)}", hint="e.g. 24G or 24G,12G")
     return Sizes(tuple(parse_size(part, allow_zero) for part in parts))
+
+
+MAX_CARD_CHARS = 200  # a hardware profile's id, name or .toml path after a --vram size
+
+
+def parse_vram(text: str) -> Sizes:
+    """Device memory, one size or one per device, each optionally naming its card (a
+    hardware profile, for its speed figures): ``16G``, ``16G:rtx4080``,
+    ``24G:rtx3090,12G``."""
+    parts = text.split(",")
+    sizes: list[int] = []
+    cards: list[str | None] = []
+    for part in parts:
+        size, colon, card = part.partition(":")
+        card = card.strip()
+        if colon and not card:
+            raise BadValueError(
+                f"no card after the colon in {shown(part)}",
+                hint="e.g. 16G:rtx4080, a hardware profile as --gpu takes it",
+            )
+        if len(card) > MAX_CARD_CHARS or not card.isprintable():
+            raise BadValueError(
+                f"not a hardware profile name: {shown(card)}",
+                hint=f"an id, name or .toml path of at most {MAX_CARD_CHARS} characters, "
+                "e.g. rtx4080",
+            )
+        if not size.strip():
+            raise BadValueError(
+                f"not a size list: {shown(text)}", hint="e.g. 24G or 24G:rtx4090,12G"
+            )
+        sizes.append(parse_size(size))
+        cards.append(card or None)
+    return Sizes(tuple(sizes), tuple(cards) if any(cards) else ())
 
 
 def per_device(values: Sizes | None, n_devices: int, what: str) -> tuple[int, ...] | None:

@@ -65,15 +65,17 @@ def test_no_frontier_unless_asked() -> None:
     assert json.loads(out)["frontier"]["goal"] == "decode"
 
 
-def test_text_without_figures_lists_candidates_and_what_is_missing() -> None:
+def test_text_without_figures_ranks_on_assumed_ones() -> None:
+    """``--vram`` alone: the card's class's typical figures and the typical RAM, assumed; the
+    candidates are ranked and charted, and the text says what the forecasts assumed."""
     code, out = plan(QWEN, "--vram", "16G", "--ram", "64G", "--objective", "prefill")
     assert code == 0, out
     assert "speed frontier by prefill" in out
     flat = " ".join(out.split())
-    assert "missing figures: CUDA0 memory bandwidth" in flat
-    assert "RAM bandwidth" in flat
-    assert "cannot rank by prefill" in flat
-    assert "decode tok/s: unknown" in out and "prefill tok/s: unknown" in out
+    assert "forecasts: uncalibrated, expected error" in flat
+    assert "assumed: CUDA0 memory bandwidth" in flat and "RAM bandwidth" in flat
+    assert "missing" not in flat and "cannot rank by prefill" not in flat
+    assert "unknown (no forecast" not in out and "?" not in out
     assert "-t: candidates 1, " in flat and "of the RAM figure (typical)" in flat
     assert "\ncommand:\nllama-server " in out
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from moetune.core.figures import TYPICAL_RAM_BYTES_PER_S
 from moetune.errors import ExitCode
 from moetune.hardware.base import RamBandwidthProbe
 from moetune.hardware.host import LiveHostProbe
@@ -95,10 +96,14 @@ def test_the_saved_figure_is_used() -> None:
 
 
 @pytest.mark.usefixtures("no_probe")
-def test_no_measure_leaves_it_missing() -> None:
-    """--no-measure with nothing saved: not measured, nothing saved, the figure missing."""
+def test_no_measure_assumes_the_typical_figure() -> None:
+    """--no-measure with nothing saved: not measured, nothing saved, the typical figure
+    assumed (core/figures.py), nothing missing."""
     found = _plan("--no-measure")
-    assert "RAM bandwidth" in found["forecast"]["missing"]
+    assert found["forecast"]["missing"] == []
+    ram = next(f for f in found["forecast"]["figures"] if f["figure"] == "RAM bandwidth")
+    assert ram["provenance"] == "assumed" and ram["value"] == TYPICAL_RAM_BYTES_PER_S
+    assert "DDR5-5600" in ram["basis"]
     assert "ram_read_bandwidth" not in found
     assert saved_ram_bandwidth(machine_identity(LiveHostProbe().host())) is None
 
@@ -108,7 +113,8 @@ def test_measured_once_and_kept(probe: FakeRamBandwidthProbe) -> None:
     the next one reads it."""
     first = _plan()
     assert len(probe.calls) == 1
-    assert "RAM bandwidth" not in first["forecast"]["missing"]
+    figures = {f["figure"]: f for f in first["forecast"]["figures"]}
+    assert figures["RAM bandwidth"]["provenance"] == "measured"
     ram = first["ram_read_bandwidth"]
     assert ram["source"] == "measured" and ram["bytes_per_s"] == 30 * 10**9
     kept = saved_ram_bandwidth(machine_identity(LiveHostProbe().host()))
@@ -116,17 +122,24 @@ def test_measured_once_and_kept(probe: FakeRamBandwidthProbe) -> None:
     again = _plan()
     assert len(probe.calls) == 1
     assert again["ram_read_bandwidth"] == {**ram, "source": "saved"}
-    assert again["forecast"] == first["forecast"]
+    assert again["forecast"]["decode_tok_s"] == first["forecast"]["decode_tok_s"]
+    assert again["forecast"]["prefill_terms"] == first["forecast"]["prefill_terms"]
+    kept_figure = {f["figure"]: f for f in again["forecast"]["figures"]}["RAM bandwidth"]
+    assert kept_figure["provenance"] == "saved"
 
 
 def test_a_probe_that_cannot_measure_warns(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No figure measured: one warning, the figure missing, nothing saved."""
+    """No figure measured: one warning, the typical figure assumed, nothing saved."""
     monkeypatch.delenv(figures.NO_MEASURE_ENV)
     fake = FakeRamBandwidthProbe(None, why="not measured: too little RAM")
     monkeypatch.setattr(figures, "streaming_probe", lambda: fake)
     code, out, err = cli(*PLAN, "--json")
     assert code == 0, err
-    assert "RAM bandwidth" in json.loads(out)["forecast"]["missing"]
+    found = json.loads(out)["forecast"]
+    assert found["missing"] == []
+    assert {"figure": "RAM bandwidth", "provenance": "assumed"}.items() <= next(
+        f for f in found["figures"] if f["figure"] == "RAM bandwidth"
+    ).items()
     assert "too little RAM" in err and len(err.strip().splitlines()) == 1
 
 

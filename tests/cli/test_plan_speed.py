@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from moetune.core.prior import PUBLIC_PRIOR
+from moetune.core.prior import PUBLIC_PRIOR, UNCALIBRATED_ERROR
 from moetune.errors import ExitCode
 from moetune.gguf.split import read_model
 from moetune.store.hardware import find_hardware_profile
@@ -54,9 +54,25 @@ def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
         "own_points": 0,
         "other_models": [],
     }
-    # the profile's FP16 figure (derived, profiles/README.md) times the GPU's prompt compute;
-    # the CPU's experts cross PCIe: no CPU term
-    assert found["prefill_tok_s"] > 0 and found["missing"] == []
+    assert found["expected_error"] == UNCALIBRATED_ERROR
+    assert found["prefill_tok_s"] > 0  # its FLOP/s: the profile's, or its class's
+    assert found["missing"] == []
+    figures = {f["figure"]: f for f in found["figures"]}
+    profile = find_hardware_profile("rtx4070")
+    flops = figures["CUDA0 FLOP/s"]["provenance"]
+    if profile.fp16_tflops is None:
+        assert flops == "assumed"
+    else:
+        assert flops == ("derived" if "fp16_tflops" in profile.derived else "published")
+    assert figures["CUDA0 memory bandwidth"]["provenance"] == "published"
+    assert figures["RAM bandwidth"] == {
+        "figure": "RAM bandwidth",
+        "value": 60 * GIB,
+        "provenance": "given",
+        "basis": "--ram-bandwidth",
+    }
+    # the CPU's experts cross PCIe: no CPU term, so no CPU figure
+    assert "CPU FLOP/s" not in figures
     link = next(t for t in found["prefill_terms"] if t["term"] == "CUDA0 link")
     # PCIe 4.0 x16, its profile: 16 GT/s per lane, 128b/130b encoding, 8 bits a byte
     pcie = 16e9 * 128 / 130 / 8 * 16
@@ -64,13 +80,17 @@ def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
     assert data["plan"]["forecast"] == found
 
 
-def test_text_names_what_is_missing() -> None:
-    """Without --ram-bandwidth the CPU's experts have no figure: the line says so."""
+def test_text_names_what_is_assumed() -> None:
+    """Without --ram-bandwidth (and none measured) the RAM's figure is the typical one: the
+    line gives numbers, its expected error and the figures it assumed, never ``?``."""
     code, out = plan(QWEN, "--gpu", "rtx4070", "--ram", "64G")
     assert code == 0, out
-    line = next(line for line in out.splitlines() if line.startswith("speed ("))
-    assert line.startswith("speed (uncalibrated): decode ? at depth 0, prefill ")
-    assert "missing: RAM bandwidth" in out.replace("\n", " ")
+    flat = " ".join(out.split())
+    expected = f"{UNCALIBRATED_ERROR:.0%}".replace("%", " %")
+    assert f"speed (uncalibrated, expected error ±{expected}; " in flat
+    assert re.search(r"assumed: [^)]*RAM bandwidth[^)]*\): decode [\d.]+ tok/s", flat), flat
+    assert re.search(r"prefill [\d.]+ tok/s", flat)
+    assert "?" not in out and "missing" not in out
 
 
 def test_everything_on_the_gpu_needs_no_ram_figure() -> None:

@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from moetune.core.calibrate import Measured, fit_pooled
+from moetune.core.calibrate import Measured, fit_pooled, point_forecast, relative_error
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts, facts_from_gguf
+from moetune.core.figures import FigureSource, Quantity
 from moetune.core.placement import Placement
 from moetune.core.prior import SpeedPrior
+from moetune.core.ram import RamFigure
 from moetune.core.routing import touched_share
 from moetune.core.settings import Settings
 from moetune.core.speed import DeviceFigures, Efficiency, MachineFigures, forecast, placement_layout
 from moetune.gguf.split import read_model
+from moetune.jobs.figures import figures_of, machine_figures
 from moetune.store.hardware import find_hardware_profile, pcie_bandwidth_bytes_per_s
+from moetune.units import parse_size
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = ROOT / "benchmarks" / "data" / "public_sweeps"
@@ -50,6 +54,7 @@ class Sweep:
     keep: Callable[[Row], bool] = _all
     device: str = "CUDA0"
     skip_first: bool = False  # the first row repeats the second's setting: the warm-up (notes)
+    vram: str | None = None  # the card's memory where it has no profile (its class's figures)
 
     @property
     def data(self) -> dict[str, Any]:
@@ -89,6 +94,45 @@ class Sweep:
         gpu = DeviceFigures(memory_bytes_per_s=memory, link_bytes_per_s=link, flops_per_s=flops)
         ram = machine.get("ram_peak_gb_s")
         return MachineFigures(devices=(gpu,), ram_bytes_per_s=ram * 1e9 if ram else None)
+
+    def _stated(self, what: str, value: float, quantity: Quantity) -> FigureSource:
+        return FigureSource(
+            figure=f"{self.device} {what}",
+            value=value,
+            provenance="published",
+            basis="the sweep's source",
+            device=0,
+            quantity=quantity,
+        )
+
+    def filled_figures(self) -> MachineFigures:
+        """Every figure, as a new machine's forecast has them (jobs/figures.py): a profile's,
+        the figures the sweep's source states (``figures``: memory bandwidth, the machine's
+        own PCIe slot, the RAM's peak) and the RAM's peak the author posted
+        (``ram_theoretical_gb_s_posted``), published; the rest the typical figures of the
+        card's class, the typical RAM and CPU (core/figures.py), assumed."""
+        public, machine = self.figures(), self.data["machine"]
+        profile = find_hardware_profile(self.gpu_profile) if self.gpu_profile else None
+        size = profile.vram_bytes if profile else parse_size(self.vram) if self.vram else None
+        device = DeviceSpec(name=self.device, buft=self.device, total_bytes=size)
+        ram = public.ram_bytes_per_s or (machine.get("ram_theoretical_gb_s_posted") or 0) * 1e9
+        given = RamFigure(bytes_per_s=round(ram), source="given") if ram else None
+        gpu, stated = public.devices[0], []
+        memory, link = gpu.memory_bytes_per_s, gpu.link_bytes_per_s
+        if memory is not None and profile is None:
+            stated.append(self._stated("memory bandwidth", memory, "memory"))
+        if link is not None and (profile is None or link != profile.pcie_bytes_per_s):
+            stated.append(self._stated("host link bandwidth", link, "link"))
+        filled = machine_figures((device,), (profile,), given, cores=None, stated=(stated,))
+        if given is None:
+            return filled
+        sources = [
+            replace(s, provenance="published", basis="the sweep's source")
+            if s.quantity == "ram"
+            else s
+            for s in filled.sources
+        ]
+        return figures_of(1, sources)
 
 
 @cache
@@ -147,6 +191,7 @@ PUBLIC = (
         gpu_profile=None,  # Intel Arc B580: no profile
         note="Arc B580 + Core Ultra 7 265K, SYCL; tg64 over --n-cpu-moe",
         device="SYCL0",
+        vram="12G",
         skip_first=True,
     ),
     Sweep(
@@ -157,6 +202,7 @@ PUBLIC = (
         gpu_profile=None,
         note="the same machine, gpt-oss-120b; part of the run may have read from disk (notes)",
         device="SYCL0",
+        vram="12G",
         skip_first=True,
     ),
     Sweep(
@@ -225,6 +271,7 @@ ALL_ON_GPU = (
         gpu_profile=None,
         note="Arc Pro B70 (Vulkan), Qwen3-30B-A3B fully on the GPU",
         device="Vulkan0",
+        vram="32G",
     ),
 )
 
@@ -246,6 +293,26 @@ def prior_samples(without: str | None = None) -> list[tuple[str, Measured, Machi
         figures = sweep.figures()
         samples += [(sweep.machine, m, figures) for m in sweep.points() if complete(m, figures)]
     return samples
+
+
+def uncalibrated_errors() -> list[tuple[Sweep, Measured, float | None]]:
+    """Every row of every public sweep with the relative error of its uncalibrated forecast
+    (None: no forecast): each machine's rows forecast from its ``filled_figures`` with the
+    typical factors fitted without its points (leave one machine out), what a machine moetune
+    has never seen gets. core/prior.py's ``UNCALIBRATED_ERROR`` is their median."""
+    priors: dict[str, SpeedPrior | None] = {}
+    found = []
+    for sweep in (*PUBLIC, *ALL_ON_GPU):
+        if sweep.machine not in priors:
+            try:
+                priors[sweep.machine] = fit_prior(without=sweep.machine)
+            except ValueError:  # too few points elsewhere
+                priors[sweep.machine] = None
+        figures = sweep.filled_figures()
+        for m in sweep.points():
+            speed = point_forecast(m, figures, None, priors[sweep.machine])
+            found.append((sweep, m, relative_error(speed, m.tps)))
+    return found
 
 
 def _sig(value: float, digits: int = 3) -> float:

@@ -134,8 +134,12 @@ def test_derived_names_figures_the_profile_gives() -> None:
 
 
 def test_a_plans_figures_take_the_profiles_flops() -> None:
-    """`plan --gpu`: the device's FLOP/s is its profile's figure, or unknown without one."""
+    """`plan --gpu`: the device's figures are its profile's (published); another device, or
+    a profile without a FLOP/s figure, takes the typical figures of its class (assumed)."""
+    from moetune.core.devices import DeviceSpec
+    from moetune.core.figures import typical_gpu
     from moetune.core.ram import RamFigure
+    from moetune.jobs.devices import DeviceSet
     from moetune.jobs.plan import machine_figures
     from moetune.store.paths import user_hardware_dir
 
@@ -145,18 +149,33 @@ def test_a_plans_figures_take_the_profiles_flops() -> None:
     (user_hardware_dir() / "mine.toml").write_text(GOOD)  # every shipped one has the figure
     without = find_hardware_profile("mine")
     assert without.fp16_tflops is None
-    first = machine_figures(
-        2, with_figure.id, RamFigure(bytes_per_s=60 * 10**9, source="given")
-    ).devices
-    assert first[0].flops_per_s == with_figure.flops_per_s
-    assert first[0].memory_bytes_per_s == with_figure.memory_bandwidth_bytes_per_s
-    assert first[1].flops_per_s is None  # --gpu is one device
-    assert machine_figures(1, without.id, None).devices[0].flops_per_s is None
+    two = (
+        DeviceSpec(total_bytes=with_figure.vram_bytes),
+        DeviceSpec(name="CUDA1", total_bytes=GIB),
+    )
+    found = DeviceSet(two, "test", profiles=(with_figure, None))
+    ram = RamFigure(bytes_per_s=60 * 10**9, source="given")
+    first = machine_figures(found, ram, 8)
+    assert first.devices[0].flops_per_s == with_figure.flops_per_s
+    assert first.devices[0].memory_bytes_per_s == with_figure.memory_bandwidth_bytes_per_s
+    small = typical_gpu(GIB)
+    assert first.devices[1].memory_bytes_per_s == small.memory.value  # its class's
+    provenance = {s.figure: s.provenance for s in first.sources}
+    assert provenance["CUDA0 FLOP/s"] == "published"
+    assert provenance["CUDA1 FLOP/s"] == provenance["CUDA1 memory bandwidth"] == "assumed"
+    assert provenance["RAM bandwidth"] == "given"
+    one = DeviceSet((DeviceSpec(total_bytes=without.vram_bytes),), "test", profiles=(without,))
+    lone = machine_figures(one, None, 8)
+    flops = next(s for s in lone.sources if s.figure == "CUDA0 FLOP/s")
+    assert flops.provenance == "assumed" and "memory bandwidth" in flops.basis
+    assert lone.devices[0].flops_per_s == pytest.approx(
+        without.memory_bandwidth_bytes_per_s * typical_gpu(without.vram_bytes).flop_per_byte.value
+    )
 
 
 def test_the_bench_forecast_takes_the_flops_of_the_device_s_profile() -> None:
     """A bench's devices as llama.cpp lists them: each gets its profile's figures by name,
-    an NVIDIA card or not; a device without a profile gets none."""
+    an NVIDIA card or not; a device without a profile gets its class's, marked assumed."""
     from moetune.core.devices import DeviceSpec
     from moetune.jobs.bench_forecast import figures_here
 
@@ -167,11 +186,16 @@ def test_the_bench_forecast_takes_the_flops_of_the_device_s_profile() -> None:
         DeviceSpec(name="ROCm0", buft="ROCm0", description=rocm.name),
         DeviceSpec(name="Vulkan0", buft="Vulkan0", description="Some Unknown GPU"),
     )
-    found = figures_here(devices, None).devices
+    machine = figures_here(devices, None)
+    found = machine.devices
     assert found[0].flops_per_s == cuda.flops_per_s and found[0].flops_per_s is not None
     assert found[1].memory_bytes_per_s == rocm.memory_bandwidth_bytes_per_s
-    assert found[1].flops_per_s == rocm.flops_per_s
-    assert found[2].memory_bytes_per_s is None and found[2].flops_per_s is None
+    if rocm.flops_per_s is not None:
+        assert found[1].flops_per_s == rocm.flops_per_s
+    assert found[2].memory_bytes_per_s is not None and found[2].flops_per_s is not None
+    assumed = {s.figure for s in machine.sources if s.provenance == "assumed"}
+    assert {"Vulkan0 memory bandwidth", "Vulkan0 FLOP/s", "RAM bandwidth"} <= assumed
+    assert "CUDA0 FLOP/s" not in assumed
 
 
 def test_readme_example_is_a_valid_profile() -> None:

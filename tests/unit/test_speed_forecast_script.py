@@ -1,5 +1,6 @@
 """benchmarks/speed_forecast.py runs: on the public sweeps (no llama.cpp needed) it prints,
-for each, the calibrated and uncalibrated error of the points it did not calibrate on."""
+for each, the calibrated and uncalibrated error of the points it did not calibrate on, with
+the share of the rows that got a forecast, and the overall figures."""
 
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ def test_public_sweeps() -> None:
         ALL_ON_GPU
     )
     assert all("source: http" in line for line in lines if line.startswith("  ("))
+    # each error beside its coverage, and the overall figures: every row gets a forecast
+    for line in lines:
+        if line.startswith(("  calibrated:", "  uncalibrated:")):
+            assert re.search(r", coverage \d+/\d+ rows \(\d+%\)", line), line
+    overall = {line.split(":")[0]: line for line in lines if line.startswith("overall ")}
+    assert set(overall) == {"overall calibrated", "overall uncalibrated"}
+    assert "(100%)" in overall["overall uncalibrated"]
     # the -t sweeps: each count forecast, and the forecast's best count judged
     sweeps = [line for line in lines if line.startswith("-t sweep ")]
     judged = [line for line in lines if line.startswith("  forecast's best -t ")]

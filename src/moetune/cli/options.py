@@ -38,6 +38,7 @@ from moetune.units import (
     parse_rate,
     parse_size,
     parse_sizes,
+    parse_vram,
     parse_workload,
     shown,
     tokens_arg,
@@ -210,9 +211,11 @@ VramOpt = Annotated[
     Sizes | None,
     Option(
         help="Device memory, one size or one per device in llama.cpp's order (RPC hosts, "
-        f"then GPUs), e.g. 24G or 24G,12G, each {SIZE_BOUND} (default: detect).",
-        parser=parse_positive_sizes,
-        metavar=SIZES,
+        f"then GPUs), e.g. 24G or 24G,12G, each {SIZE_BOUND}; SIZE:ID names the card (a "
+        "hardware profile as --gpu takes, e.g. 16G:rtx4080) for its speed figures, else "
+        "those typical of its size are assumed (default: detect).",
+        parser=parse_vram,
+        metavar="SIZE[:ID][,...]",
     ),
 ]
 RamOpt = Annotated[

@@ -108,7 +108,7 @@ def plan(
             "--measure/--no-measure",
             help="Measure this machine's RAM read bandwidth (about a second, once: it is "
             "saved) where no --ram-bandwidth is given and none is saved; --no-measure "
-            "leaves it missing.",
+            "assumes a typical one (dual-channel DDR5-5600).",
         ),
     ] = True,
     objective: ObjectiveOpt = None,

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
-from moetune.core.prior import PUBLIC_PRIOR, SpeedPrior
+from moetune.core.prior import PUBLIC_PRIOR, UNCALIBRATED_ERROR, SpeedPrior
 from moetune.core.speed import (
     Efficiency,
     Forecast,
@@ -322,6 +322,7 @@ def fit_speed(points: Sequence[Measured], machine: MachineFigures) -> SpeedFit:
     used = usable(points)
     if len(used) < MIN_POINTS:
         raise ValueError(f"a fit needs {MIN_POINTS} decode or prefill points, got {len(used)}")
+    machine = machine.without("assumed")  # an assumed figure: its effective rate is fitted
     if _thread_counts(used, machine) > 1:
         return _fit_threads(used, machine)
     return _fit([(m, machine) for m in used], _known(used, machine), pooled=False)
@@ -472,10 +473,11 @@ def fitted_forecast(
     found = forecast(layout, machine, depth=depth, n_prompt=n_prompt, prefill_depth=prefill_depth)
     if fit is None and prior is None:
         return found
-    figure = "calibration"
+    figure, expected = "calibration", None
     if fit is None:
         assert prior is not None
         fit, figure = prior_fit(prior), "typical (public measurements)"
+        expected = UNCALIBRATED_ERROR
     blocks = _blocks(layout)
     per_token = _overhead("fixed time per token", 1, fit.token_overhead_s * blocks, figure)
     n_ubatches = math.ceil(n_prompt / layout.n_ubatch)
@@ -498,6 +500,7 @@ def fitted_forecast(
         prefill_terms=prefill,
         missing=missing,
         calibration=fit.calibration,
+        expected_error=expected,
     )
 
 

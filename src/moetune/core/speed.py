@@ -54,7 +54,7 @@ the cores are unknown, the figures themselves.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import field, fields
+from dataclasses import field, fields, replace
 from itertools import pairwise
 from math import prod
 from typing import Literal
@@ -63,6 +63,7 @@ from moetune.core.backends import rules
 from moetune.core.compute.params import run_params
 from moetune.core.devices import DeviceSpec
 from moetune.core.facts import ModelFacts, TensorFacts
+from moetune.core.figures import FigureSource, Provenance
 from moetune.core.flags import pairs
 from moetune.core.kvcache import cache_for, state_bytes
 from moetune.core.memory import weights_on
@@ -454,6 +455,8 @@ class MachineFigures:
     # the rate of), and the share of the RAM figure one thread reads (None: typical)
     physical_cores: int | None = field(default=None, metadata=OMIT_EMPTY)
     ram_single_thread_share: float | None = field(default=None, metadata=OMIT_EMPTY)
+    # where each figure came from (core/figures.py); none: the figures' callers did not say
+    sources: tuple[FigureSource, ...] = field(default=(), metadata=HIDDEN)
 
     def __post_init__(self) -> None:
         _positive_or_none(self, ("ram_bytes_per_s", "cpu_flops_per_s", "physical_cores"))
@@ -467,6 +470,29 @@ class MachineFigures:
     def cpu_share(self, layout: SpeedLayout) -> float:
         """The share of the CPU FLOP/s ``layout``'s threads reach (core/threads.py)."""
         return cpu_thread_share(layout.n_threads, self.physical_cores)
+
+    def without(self, provenance: Provenance) -> MachineFigures:
+        """These figures with those of ``provenance`` unknown (a calibration fits an
+        effective rate for an assumed figure rather than a share of it)."""
+        drop = [s for s in self.sources if s.provenance == provenance]
+        if not drop:
+            return self
+        names = {"memory": "memory_bytes_per_s", "link": "link_bytes_per_s", "flops": "flops_per_s"}
+        devices = list(self.devices)
+        ram, cpu = self.ram_bytes_per_s, self.cpu_flops_per_s
+        for source in drop:
+            if source.quantity == "ram":
+                ram = None
+            elif source.quantity == "cpu":
+                cpu = None
+            elif source.device is not None and source.device < len(devices):
+                devices[source.device] = replace(
+                    devices[source.device], **{names[source.quantity]: None}
+                )
+        kept = tuple(s for s in self.sources if s.provenance != provenance)
+        return MachineFigures(
+            devices=tuple(devices), ram_bytes_per_s=ram, cpu_flops_per_s=cpu, sources=kept
+        )
 
 
 @record(frozen=True, kw_only=True)
@@ -553,6 +579,10 @@ class Forecast:
     prefill_terms: list[TermTime]  # the whole prompt
     missing: list[str]  # the figures it lacks
     calibration: ForecastCalibration = ForecastCalibration()
+    # the figures its terms used, with where each came from (core/figures.py)
+    figures: list[FigureSource] = field(default_factory=list, metadata=OMIT_EMPTY)
+    # uncalibrated: the typical relative error of tok/s (core/prior.py UNCALIBRATED_ERROR)
+    expected_error: float | None = field(default=None, metadata=OMIT_EMPTY)
 
 
 def _term(
@@ -681,4 +711,11 @@ def forecast(
         prefill_terms=prefill,
         missing=missing,
         calibration=ForecastCalibration(points=eff.points, own_points=eff.points),
+        figures=used_sources(machine, decode, prefill),
     )
+
+
+def used_sources(machine: MachineFigures, *terms: Sequence[TermTime]) -> list[FigureSource]:
+    """The sources of the figures the terms used (a term that moves or computes something)."""
+    used = {t.figure for part in terms for t in part if t.amount > 0}
+    return [s for s in machine.sources if s.figure in used]

@@ -169,26 +169,16 @@ def bench_forecast(
     return BenchForecast(rows=rows, kept_points=len(kept))
 
 
-def figures_here(devices: Sequence[DeviceSpec], ram: RamFigure | None) -> MachineFigures:
-    """What this machine's figures say: a device's memory bandwidth, PCIe link and FP16 FLOP/s
-    from the hardware profile of its name, else None; ``ram`` (``jobs.figures.ram_figure``)."""
-    from moetune.store.hardware import match_detected, scan_hardware_profiles
+def figures_here(
+    devices: Sequence[DeviceSpec], ram: RamFigure | None, cores: int | None = None
+) -> MachineFigures:
+    """What the machine's figures say (``jobs.figures.machine_figures``): a device's memory
+    bandwidth, PCIe link and FP16 FLOP/s from the hardware profile of its name, else the
+    typical ones of its class; ``ram`` (``jobs.figures.ram_figure``), else the typical one;
+    the CPU's from ``cores`` (None: another machine's, assumed)."""
+    from moetune.jobs.figures import device_profiles, machine_figures
 
-    profiles, _ = scan_hardware_profiles()
-    found = []
-    for device in devices:
-        profile = match_detected(device.description, None, profiles) if device.description else None
-        found.append(
-            DeviceFigures(
-                memory_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
-                link_bytes_per_s=profile.pcie_bytes_per_s,
-                flops_per_s=profile.flops_per_s,
-            )
-            if profile is not None
-            else DeviceFigures()
-        )
-    ram_bytes_per_s = ram.bytes_per_s if ram is not None else None
-    return MachineFigures(devices=tuple(found), ram_bytes_per_s=ram_bytes_per_s)
+    return machine_figures(devices, device_profiles(devices), ram, cores=cores)
 
 
 def with_forecast(
@@ -202,6 +192,7 @@ def with_forecast(
     given; the points kept on this machine and its figures where it ran here. A bench of
     a running server, or a model file not readable here, gets a note instead."""
     from moetune.hardware.host import cpu_model
+    from moetune.jobs.devices import physical_cores
     from moetune.jobs.figures import ram_figure
     from moetune.jobs.loader import load_model_facts
     from moetune.jobs.speed import model_of
@@ -219,11 +210,13 @@ def with_forecast(
             return result.model_copy(update={"forecast": BenchForecast(note=note)})
     machine = result.machine
     if machine is None or machine.cpu_info != cpu_model():
-        return result.model_copy(update={"forecast": bench_forecast(result, facts)})
+        # another machine's: its devices' figures, typical RAM and CPU
+        figures = figures_here(devices_of(result), None)
+        return result.model_copy(update={"forecast": bench_forecast(result, facts, (), figures)})
     known = model_of(model)
     kept = machine_points(machine, known, warn)
     ram = ram_figure(None, warn=warn)
-    figures = figures_here(devices_of(result), ram)
+    figures = figures_here(devices_of(result), ram, physical_cores())
     found = bench_forecast(result, facts, kept, figures, known).model_copy(
         update={"ram_read_bandwidth": ram}
     )

@@ -40,6 +40,9 @@ class DeviceSet(NamedTuple):
     device_args: tuple[str, ...] = ()  # llama-server's flags for them: --rpc A,B
     here: bool = False  # every device is on this machine or reachable (llama.cpp can check)
     gpu_free_bytes: int | None = None  # one detected GPU: its free memory
+    # each device's hardware profile where it is known (--gpu, --vram SIZE:ID, the one
+    # detected GPU's match); empty or None: found by its name, else its class's figures
+    profiles: tuple[HardwareProfile | None, ...] = ()
 
 
 def split_endpoints(rpc: str | None) -> tuple[str, ...]:
@@ -123,8 +126,9 @@ def gpu_specs(gpus: Sequence[GpuInfo], overheads: Sizes | None) -> list[DeviceSp
 
 def described(
     sizes: Sizes, endpoints: tuple[str, ...], overheads: Sizes | None
-) -> tuple[DeviceSpec, ...]:
-    """Devices given by ``--vram``: one size per RPC server first, then CUDA0, CUDA1, ..."""
+) -> tuple[tuple[DeviceSpec, ...], tuple[HardwareProfile | None, ...]]:
+    """Devices given by ``--vram``: one size per RPC server first, then CUDA0, CUDA1, ...;
+    and the hardware profile each names (``16G:rtx4080``; None: none)."""
     if len(sizes) < len(endpoints):
         raise BadValueError(
             f"--vram gives {len(sizes)} sizes for {len(endpoints)} RPC servers",
@@ -153,7 +157,14 @@ def described(
                 total_bytes=size,
             )
         )
-    return tuple(specs)
+    profiles: list[HardwareProfile | None] = [None] * len(specs)
+    if sizes.cards:
+        from moetune.store.hardware import find_hardware_profile
+
+        for index, card in enumerate(sizes.cards):
+            if card is not None:
+                profiles[index] = find_hardware_profile(card)
+    return tuple(specs), tuple(profiles)
 
 
 def describe(devices: Sequence[DeviceSpec]) -> str:
@@ -218,15 +229,20 @@ def one_gpu(vram: object, gpu_profile: str | None) -> None:
 
 
 def _single_gpu(
-    vram: int | None, gpu_index: int, gpu_profile: str | None = None
+    vram: int | None, gpu_index: int, gpu_profile: str | None = None, card: str | None = None
 ) -> tuple[int, int | None, str, str, HardwareProfile | None]:
-    """(total, free, source, name, hardware profile) of the GPU to plan for: given, a
-    hardware profile, or detected (with the profile of the card, where one matches)."""
+    """(total, free, source, name, hardware profile) of the GPU to plan for: given (with the
+    profile ``card`` names, ``--vram 16G:rtx4080``), a hardware profile, or detected (with
+    the profile of the card, where one matches)."""
     one_gpu(vram, gpu_profile)
-    if vram is not None:
+    if vram is not None and card is None:
         return vram, None, "given (--vram)", "", None
     from moetune.store.hardware import find_hardware_profile, match_detected, scan_hardware_profiles
 
+    if vram is not None and card is not None:
+        profile = find_hardware_profile(card)
+        source = f"given (--vram), {profile.name} (hardware profile {profile.id})"
+        return vram, None, source, profile.name, profile
     if gpu_profile is not None:
         profile = find_hardware_profile(gpu_profile)
         source = f"{profile.name} (hardware profile {profile.id})"
@@ -269,16 +285,15 @@ def plan_devices(
             "--gpu plans for one GPU", hint="for RPC devices give each one's memory with --vram"
         )
     if vram is not None and (len(vram) > 1 or endpoints):
-        return DeviceSet(
-            described(vram, endpoints, overhead), "given (--vram)", _rpc_args(endpoints)
-        )
+        specs, profiles = described(vram, endpoints, overhead)
+        return DeviceSet(specs, "given (--vram)", _rpc_args(endpoints), profiles=profiles)
     if (
         vram is not None
         or gpu_profile is not None
         or (not endpoints and _one_gpu_here(gpu_index, server))
     ):
         total, free, source, name, profile = _single_gpu(
-            vram[0] if vram else None, gpu_index or 0, gpu_profile
+            vram[0] if vram else None, gpu_index or 0, gpu_profile, vram.card(0) if vram else None
         )
         cost, why = overhead[0] if overhead else default_overhead("cuda"), ""
         if overhead is None and (measured := profile_overhead(profile)) is not None:
@@ -291,12 +306,7 @@ def plan_devices(
             description=name,
             overhead_source=why,
         )
-        return DeviceSet(
-            (spec,),
-            source,
-            gpu_free_bytes=free,
-            here=detected,
-        )
+        return DeviceSet((spec,), source, gpu_free_bytes=free, here=detected, profiles=(profile,))
     return _detected_devices(endpoints, gpu_index, overhead, server)
 
 

@@ -53,10 +53,10 @@ def run_request(
     n_cpu_moe: int,
     points: list[SpeedPoint],
     *,
-    ram_bytes_per_s: int | None = None,
+    figures: MachineFigures | None = None,
 ) -> PlanRequest:
     """The plan request of the run's devices and budgets at its converged N, calibrated on
-    ``points``; ``ram_bytes_per_s``: this machine's RAM read bandwidth (jobs/figures.py)."""
+    ``points``; ``figures``: the machine's (jobs/figures.py; None: none known)."""
     return PlanRequest(
         model_path=spec.model,
         devices=setup.devices,
@@ -68,9 +68,7 @@ def run_request(
         device_args=setup.device_args,
         pass_through=spec.pass_through,
         extras=spec.extras,
-        figures=MachineFigures(
-            devices=tuple(DeviceFigures() for _ in setup.devices), ram_bytes_per_s=ram_bytes_per_s
-        ),
+        figures=figures or MachineFigures(devices=tuple(DeviceFigures() for _ in setup.devices)),
         measured=tuple(
             measured_of(points, facts, spec.settings, setup.devices, model=model_of(spec.model))
         ),
@@ -122,8 +120,12 @@ def _forecast(
     ram: RamFigure | None,
 ) -> tuple[Frontier | None, SpeedFit | None]:
     """The frontier beside the converged N, forecast on ``points``, and their fit."""
-    ram_bytes_per_s = ram.bytes_per_s if ram is not None else None
-    req = run_request(spec, setup, facts, n_cpu_moe, points, ram_bytes_per_s=ram_bytes_per_s)
+    from moetune.jobs.devices import physical_cores
+    from moetune.jobs.figures import device_profiles, machine_figures
+
+    profiles = device_profiles(setup.devices)
+    figures = machine_figures(setup.devices, profiles, ram, cores=physical_cores())
+    req = run_request(spec, setup, facts, n_cpu_moe, points, figures=figures)
     return frontier(facts, req, make_plan(facts, req), goal), speed_basis(req)[1]
 
 

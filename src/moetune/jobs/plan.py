@@ -133,31 +133,17 @@ class PlanInputs(NamedTuple):
     speed_model: SpeedModel | None = None  # the model planned, as its points name it
 
 
-def machine_figures(
-    n_devices: int, gpu_profile: str | None, ram: RamFigure | None
-) -> MachineFigures:
-    """The figures a plan's forecast has: a ``--gpu`` hardware profile's memory bandwidth,
-    PCIe link and FP16 FLOP/s (where the profile has it), and the RAM read bandwidth
-    (``jobs.figures.ram_figure``: given, saved or measured on this machine); the rest
-    unknown."""
-    from moetune.core.speed import DeviceFigures, MachineFigures
+def machine_figures(found: DeviceSet, ram: RamFigure | None, cores: int | None) -> MachineFigures:
+    """The figures a plan's forecast has, each with where it came from
+    (``jobs.figures.machine_figures``): a device's hardware profile (``--gpu``, ``--vram
+    SIZE:ID``, a detected card's), else the typical figures of its class; the RAM read
+    bandwidth (given, saved or measured on this machine, else typical); the CPU's from this
+    machine's ``cores``."""
+    from moetune.jobs.figures import device_profiles
+    from moetune.jobs.figures import machine_figures as figures_of_machine
 
-    devices = [DeviceFigures() for _ in range(n_devices)]
-    if gpu_profile is not None:  # --gpu is one device
-        from moetune.store.hardware import find_hardware_profile
-
-        profile = find_hardware_profile(gpu_profile)
-        devices[0] = DeviceFigures(
-            memory_bytes_per_s=profile.memory_bandwidth_bytes_per_s,
-            link_bytes_per_s=profile.pcie_bytes_per_s,
-            flops_per_s=profile.flops_per_s,
-        )
-    ram_bytes_per_s = ram.bytes_per_s if ram is not None else None
-    return MachineFigures(
-        devices=tuple(devices),
-        ram_bytes_per_s=ram_bytes_per_s,
-        ram_single_thread_share=ram.single_thread_share if ram is not None else None,
-    )
+    profiles = device_profiles(found.devices, found.profiles)
+    return figures_of_machine(found.devices, profiles, ram, cores=cores)
 
 
 def batch_sizes(ubatch: int, pass_through: Sequence[str]) -> tuple[int, int]:
@@ -466,7 +452,7 @@ def plan_command(
         n_cpu_moe=n_cpu_moe,
     )
     ram_read = ram_figure(ram_bandwidth, measure=measure, warn=warn)
-    inputs = inputs._replace(figures=machine_figures(len(found.devices), gpu, ram_read))
+    inputs = inputs._replace(figures=machine_figures(found, ram_read, inputs.ram[2]))
     if chosen is None:
         assert isinstance(arg, ModelName)
         return RepoPlan(plan_repo(arg, inputs), found.source, arg.repo)

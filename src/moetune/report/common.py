@@ -12,7 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from moetune.core.command import shell_join
+from moetune.core.figures import estimated
 from moetune.core.ram import RamFigure
+from moetune.core.speed import Forecast
 from moetune.errors import ExitCode
 from moetune.report.line import LEAD, error_pieces
 from moetune.report.wrap import Phrases, phrased
@@ -165,3 +167,16 @@ def ram_line(ram: RamFigure) -> str:
     when = "now" if ram.source == "measured" else (ram.measured_at or "")[:10]
     kept = f"saved in {ram.file}" if ram.file else "not saved"
     return f"{text}, measured on this machine {when} ({kept})"
+
+
+def forecast_label(found: Forecast) -> str:
+    """What a forecast rests on: its calibration, or ``uncalibrated, expected error ±16 %``
+    with the figures it derived or assumed (``; assumed: CUDA0 FLOP/s, RAM bandwidth``)."""
+    label = found.calibration.label
+    if found.calibration.points:
+        return label
+    if found.expected_error is not None:
+        label += f", expected error ±{found.expected_error:.0%}".replace("%", " %")
+    for provenance, names in estimated(found.figures).items():
+        label += f"; {provenance}: {', '.join(names)}"
+    return label

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moetune.core.frontier import Frontier, FrontierEntry, describe
-from moetune.report.common import new_table
+from moetune.report.common import forecast_label, new_table
 from moetune.units import format_bytes
 
 MARKS = {512: "5", 1024: "1", 2048: "2", 4096: "4"}  # the ubatch's mark in the chart
@@ -126,6 +126,8 @@ def render_frontier(found: Frontier, n_layers: int) -> list[RenderableType]:
     )
     parts += [Text(line) for line in chart_lines(found, n_layers)]
     parts.append(Text(f"pick (*): {describe(picked)}; {found.why}"))
+    if not picked.forecast.calibration.points:  # what its figures rest on
+        parts.append(Text(f"forecasts: {forecast_label(picked.forecast)}", style="dim"))
     if found.missing:
         parts.append(Text(f"missing figures: {', '.join(found.missing)}", style="yellow"))
     parts.append(Text(found.threads, style="dim"))

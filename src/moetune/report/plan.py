@@ -12,7 +12,14 @@ from moetune.core.memory import MemoryEstimate
 from moetune.core.plan import PlanResult
 from moetune.core.ram import RamFigure
 from moetune.core.speed import Forecast
-from moetune.report.common import ShellLine, new_table, plural, ram_line, shell_line
+from moetune.report.common import (
+    ShellLine,
+    forecast_label,
+    new_table,
+    plural,
+    ram_line,
+    shell_line,
+)
 from moetune.units import format_bytes, format_speed
 
 
@@ -317,10 +324,11 @@ def _commands(result: PlanResult) -> list[RenderableType]:
 
 
 def forecast_line(found: Forecast) -> str:
-    """``speed (uncalibrated): decode 95.2 tok/s at depth 0, prefill ? (512 tokens, -ub 512);
-    missing: CUDA0 FLOP/s``."""
+    """``speed (uncalibrated, expected error ±16 %; assumed: CUDA0 FLOP/s): decode 95.2 tok/s
+    at depth 0, prefill 850.1 tok/s (512 tokens, -ub 512)``; a figure it lacks (none where
+    every figure has a value): ``; missing: ...``."""
     line = (
-        f"speed ({found.calibration.label}): decode {format_speed(found.decode_tok_s)} at depth "
+        f"speed ({forecast_label(found)}): decode {format_speed(found.decode_tok_s)} at depth "
         f"{found.depth}, prefill {format_speed(found.prefill_tok_s)} ({found.n_prompt} tokens, "
         f"-ub {found.n_ubatch})"
     )

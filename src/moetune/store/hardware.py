@@ -189,6 +189,13 @@ def _read_dir(
     return found
 
 
+def shipped_hardware_profiles() -> list[HardwareProfile]:
+    """The profiles installed with moetune, each that loads (core/figures.py's class table
+    is their median)."""
+    read = _read_dir(shipped_hardware_dir().iterdir(), shipped=True)
+    return [p for p in read if isinstance(p, HardwareProfile)]
+
+
 def scan_hardware_profiles(
     user_dir: Path | None = None,
 ) -> tuple[list[HardwareProfile], list[ProfileError]]:
