@@ -1,12 +1,13 @@
-"""moetune's best form against llama.cpp's own ``--fit`` on the same per-device budgets.
+"""moetune's first command against llama.cpp's own ``--fit`` on the same per-device budgets.
 
 Two or three ``ggml-rpc-server`` processes on 127.0.0.1 are the devices. For each case (a
 real-shaped header made loadable: its metadata and tensor infos, a placeholder vocabulary,
 the data as a hole), ``llama-fit-params --fit on --fit-target M0,M1`` prints the arguments
 ``--fit`` chooses (the margins are each device's free memory minus its budget, as ``--fit``
 keeps a margin of free memory); moetune plans for the same budgets (at the dry run's own
-semantics: one sequence, logits for the whole batch, no runtime overhead) and its best form
-is taken: the ``-ot`` form where the plan has one, else ``--n-cpu-moe``. Both commands are
+semantics: one sequence, logits for the whole batch, no runtime overhead) and the command
+it prints first is taken (``PlanResult.first``: the ``-ot`` form where it keeps more on the
+devices, else ``--n-cpu-moe``; what ``alias`` and ``export`` take). Both commands are
 then projected by ``llama-fit-params -fitp on``, llama.cpp's own dry run, and the script
 prints, per case, the expert bytes each keeps on the devices, each device's projection
 against its budget, moetune's predicted weights per device against the dry run's (whole
@@ -135,10 +136,10 @@ def rpc_devices(endpoints: Sequence[str]) -> tuple[DeviceSpec, ...]:
     )
 
 
-def moetune_best(
+def moetune_first(
     facts: ModelFacts, model: Path, case: Case, endpoints: Sequence[str]
 ) -> tuple[list[str], MemoryEstimate]:
-    """moetune's best form for the budgets: its command's arguments and its prediction."""
+    """moetune's first command for the budgets: its arguments and its prediction."""
     request = PlanRequest(
         model_path=str(model),
         settings=dry_run_settings(case.n_ctx),
@@ -147,8 +148,8 @@ def moetune_best(
         device_args=("--rpc", ",".join(endpoints)),
     )
     result = make_plan(facts, request)
-    best = result.alternative or result.recommended
-    return best.command[1:], best.memory
+    first = result.first
+    return first.command[1:], first.memory
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ def main(chosen: Sequence[int]) -> None:
         env = physmem_env(Path(tmp))
         trio = [stack.enter_context(rpc_server(env=env)) for _ in range(3)]
         free = free_mib(trio)
-        print("moetune's best form vs llama.cpp's --fit, per device, by llama.cpp's own dry run")
+        print("moetune's first command vs llama.cpp's --fit, per device, by llama.cpp's dry run")
         print(
             f"each RPC device reports {free[0]:,} MiB free"
             + (" (LD_PRELOAD sysconf)" if env else " (the host's RAM: no C compiler)")
@@ -246,7 +247,7 @@ def main(chosen: Sequence[int]) -> None:
             budgets = [round(b * 1024) for b in case.budgets_gib]
             fit_args = fit_choice(model, case.n_ctx, budgets, endpoints)
             fit = report("--fit", facts, model, fit_args, case=case, endpoints=endpoints)
-            args, predicted = moetune_best(facts, model, case, endpoints)
+            args, predicted = moetune_first(facts, model, case, endpoints)
             ours = report(
                 "moetune", facts, model, args, case=case, endpoints=endpoints, predicted=predicted
             )
@@ -271,7 +272,7 @@ def main(chosen: Sequence[int]) -> None:
                 f"({delta:+6,.0f} MiB)  crossings {fit.crossings:>3} / {ours.crossings:>3}"
                 + (f"  <<< {', '.join(marks)}" if marks else "")
             )
-        print("\nexpert bytes on the devices (--fit / moetune's best form), crossings per token")
+        print("\nexpert bytes on the devices (--fit / moetune's first), crossings per token")
         print("\n".join(rows))
         print(
             "\ntarget (>= --fit's expert bytes, no budget exceeded, weights to the MiB): "
