@@ -68,7 +68,8 @@ def test_the_ot_form_is_first_where_it_keeps_more(tiny: Path) -> None:
     assert lines[at + 2] == label
     assert shlex.split(lines[at + 3]) == simpler["command"]
     n = simpler["n_cpu_moe"]
-    assert f"or --n-cpu-moe {n}  (experts of blocks 0-{n - 1} on the CPU): simpler" in text.stdout
+    said = f"or --n-cpu-moe {n}  (experts of blocks 0-{n - 1} on the CPU): simpler; 6.00 MiB"
+    assert said + " more experts in RAM" in text.stdout
 
 
 def test_a_tie_keeps_the_n_form_first(tiny: Path) -> None:

@@ -281,7 +281,7 @@ def _simpler_note(result: PlanResult) -> str:
         if rec.tensor_split != first.tensor_split
         else ""
     )
-    return f"{split}: simpler; keeps {format_bytes(result.override_gain_bytes)} more experts in RAM"
+    return f"{split}: simpler; {format_bytes(result.override_gain_bytes)} more experts in RAM"
 
 
 def _check_lines(result: PlanResult) -> list[RenderableType]:
