@@ -1,18 +1,21 @@
-"""moetune's best form against llama.cpp's own ``--fit`` on the same per-device budgets.
+"""moetune's first command against llama.cpp's own ``--fit`` on the same per-device budgets.
 
 Two or three ``ggml-rpc-server`` processes on 127.0.0.1 are the devices. For each case (a
 real-shaped header made loadable: its metadata and tensor infos, a placeholder vocabulary,
 the data as a hole), ``llama-fit-params --fit on --fit-target M0,M1`` prints the arguments
 ``--fit`` chooses (the margins are each device's free memory minus its budget, as ``--fit``
 keeps a margin of free memory); moetune plans for the same budgets (at the dry run's own
-semantics: one sequence, logits for the whole batch, no runtime overhead) and its best form
-is taken: the ``-ot`` form where the plan has one, else ``--n-cpu-moe``. Both commands are
+semantics: one sequence, logits for the whole batch, no runtime overhead) and the command
+it prints first is taken (``PlanResult.first``: the ``-ot`` form where it keeps more on the
+devices, else ``--n-cpu-moe``; what ``alias`` and ``export`` take). Both commands are
 then projected by ``llama-fit-params -fitp on``, llama.cpp's own dry run, and the script
 prints, per case, the expert bytes each keeps on the devices, each device's projection
 against its budget, moetune's predicted weights per device against the dry run's (whole
 MiB, as llama.cpp prints them), and the crossings per token of each (home changes along a
 token's pass, core/speed.py's ``n_hops``). A case where moetune keeps fewer expert bytes than
-``--fit``, exceeds a budget, or predicts other weights than the dry run is marked.
+``--fit``, exceeds a budget, or predicts other weights than the dry run is marked. Where the
+first command is the ``-ot`` form, the expert bytes the ``--n-cpu-moe`` form printed beside it
+keeps are shown too (moetune's prediction, not dry-run), against ``--fit``'s.
 
 An RPC device backed by a CPU reports the host's physical memory as both free and total
 (ggml/src/ggml-cpu/ggml-cpu.cpp ``ggml_backend_cpu_device_get_memory``: ``sysconf
@@ -135,10 +138,12 @@ def rpc_devices(endpoints: Sequence[str]) -> tuple[DeviceSpec, ...]:
     )
 
 
-def moetune_best(
+def moetune_first(
     facts: ModelFacts, model: Path, case: Case, endpoints: Sequence[str]
-) -> tuple[list[str], MemoryEstimate]:
-    """moetune's best form for the budgets: its command's arguments and its prediction."""
+) -> tuple[list[str], MemoryEstimate, int | None]:
+    """moetune's first command for the budgets: its arguments, its prediction, and the expert
+    bytes the ``--n-cpu-moe`` form printed beside it keeps on the devices (predicted; None
+    where that form is the first)."""
     request = PlanRequest(
         model_path=str(model),
         settings=dry_run_settings(case.n_ctx),
@@ -147,8 +152,11 @@ def moetune_best(
         device_args=("--rpc", ",".join(endpoints)),
     )
     result = make_plan(facts, request)
-    best = result.alternative or result.recommended
-    return best.command[1:], best.memory
+    first, simpler = result.first, result.simpler
+    beside = None
+    if simpler is not None:
+        beside = split_weights(facts, simpler.placement, len(endpoints)).gpu_expert_bytes
+    return first.command[1:], first.memory, beside
 
 
 @dataclass(frozen=True)
@@ -217,12 +225,13 @@ def main(chosen: Sequence[int]) -> None:
         env = physmem_env(Path(tmp))
         trio = [stack.enter_context(rpc_server(env=env)) for _ in range(3)]
         free = free_mib(trio)
-        print("moetune's best form vs llama.cpp's --fit, per device, by llama.cpp's own dry run")
+        print("moetune's first command vs llama.cpp's --fit, per device, by llama.cpp's dry run")
         print(
             f"each RPC device reports {free[0]:,} MiB free"
             + (" (LD_PRELOAD sysconf)" if env else " (the host's RAM: no C compiler)")
         )
         rows: list[str] = []
+        behind: list[float] = []  # the --n-cpu-moe form beside an -ot first: MiB vs --fit
         met = True
         for number, case in enumerate(CASES, 1):
             if chosen and number not in chosen:
@@ -246,7 +255,7 @@ def main(chosen: Sequence[int]) -> None:
             budgets = [round(b * 1024) for b in case.budgets_gib]
             fit_args = fit_choice(model, case.n_ctx, budgets, endpoints)
             fit = report("--fit", facts, model, fit_args, case=case, endpoints=endpoints)
-            args, predicted = moetune_best(facts, model, case, endpoints)
+            args, predicted, beside = moetune_first(facts, model, case, endpoints)
             ours = report(
                 "moetune", facts, model, args, case=case, endpoints=endpoints, predicted=predicted
             )
@@ -264,15 +273,33 @@ def main(chosen: Sequence[int]) -> None:
                 f"{ours.crossings} vs {fit.crossings}; --fit within every budget: {fit.within}"
                 + (f"  <<< {', '.join(marks)}" if marks else "")
             )
+            form = "-ot" if beside is not None else "N"
+            if beside is not None:
+                simpler = (beside - fit.experts) / MIB
+                behind.append(simpler)
+                print(
+                    f"  beside it, the --n-cpu-moe form (predicted): {beside / GIB:.2f} GiB of "
+                    f"experts on the devices, {simpler:+,.0f} MiB against --fit"
+                )
             rows.append(
                 f"{number:>2}. {case.model:24s} {case.n_ctx:>6} "
                 f"{','.join(f'{b:g}' for b in case.budgets_gib):>10} GiB  "
                 f"--fit {fit.experts / GIB:6.2f}  moetune {ours.experts / GIB:6.2f} GiB "
                 f"({delta:+6,.0f} MiB)  crossings {fit.crossings:>3} / {ours.crossings:>3}"
-                + (f"  <<< {', '.join(marks)}" if marks else "")
+                f"  {form:>3}" + (f"  <<< {', '.join(marks)}" if marks else "")
             )
-        print("\nexpert bytes on the devices (--fit / moetune's best form), crossings per token")
+        print(
+            "\nexpert bytes on the devices (--fit / moetune's first), crossings per token, "
+            "the first's form (-ot, or N: --n-cpu-moe)"
+        )
         print("\n".join(rows))
+        if behind:
+            late = [b for b in behind if b < 0]
+            print(
+                f"the --n-cpu-moe form printed beside the -ot form ({len(behind)} cases), "
+                f"predicted: behind --fit in {len(late)}"
+                + (f", by {-max(late):,.0f} to {-min(late):,.0f} MiB" if late else "")
+            )
         print(
             "\ntarget (>= --fit's expert bytes, no budget exceeded, weights to the MiB): "
             + ("met" if met else "MISSED")

@@ -25,12 +25,21 @@ def test_json_forecast_from_a_profile_and_the_ram_bandwidth() -> None:
     """rtx4070 (504 GB/s, its profile) and 60 GiB/s of RAM: a token reads, on the GPU, every
     non-expert weight but token_embd, 8/128 of the experts of blocks N..47 and one q8_0 KV
     cell of 48 layers (2 x 544 bytes each); from RAM 8/128 of blocks 0..N-1's experts; each
-    at core/prior.py's typical share of its figure, plus its fixed time per block (48)."""
-    code, out = plan(QWEN, "--gpu", "rtx4070", "--ram", "64G", "--ram-bandwidth", "60G/s", "--json")
+    at core/prior.py's typical share of its figure, plus its fixed time per block (48). The
+    forecast is of the first command: at the planned N given with --n-cpu-moe, the N form
+    (without it, the -ot form, which keeps more on the GPU and is forecast faster)."""
+    given = ("--gpu", "rtx4070", "--ram", "64G", "--ram-bandwidth", "60G/s", "--json")
+    code, out = plan(QWEN, *given)
+    assert code == 0, out
+    default = json.loads(out)
+    n = default["n_cpu_moe"]
+    assert n > 0  # 12 GB: some experts on the CPU
+    code, out = plan(QWEN, *given, "--n-cpu-moe", str(n))
     assert code == 0, out
     data = json.loads(out)
-    n = data["n_cpu_moe"]
-    assert n > 0  # 12 GB: some experts on the CPU
+    assert data["first"]["form"] == "n_cpu_moe"
+    assert default["first"]["form"] == "override"
+    assert default["forecast"]["decode_tok_s"] > data["forecast"]["decode_tok_s"]
     gpu = ram = 0.0
     for tensor in read_model(QWEN).tensors:
         nbytes = tensor.nbytes or 0

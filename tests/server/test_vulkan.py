@@ -204,7 +204,7 @@ def test_without_the_op_offload_copy_the_check_fails(model_factory: ModelFactory
 
 def test_plan_command_on_vulkan0_is_checked_by_llama_cpp(model_factory: ModelFactory) -> None:
     """No NVIDIA GPU here: plan takes its device from llama-server's list (Vulkan0, 2 GiB),
-    and llama.cpp's dry run of the recommended command agrees with it."""
+    and llama.cpp's dry run of the first command agrees with it."""
     server = str(vulkan_tool("llama-server"))
     result = moetune("plan", str(_header(model_factory)), "--server", server, "--ctx", "4096")
     assert result.returncode == 0, result.stderr

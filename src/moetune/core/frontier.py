@@ -432,7 +432,7 @@ def frontier(
     for subset in device_subsets(req):
         fewer = _candidates(facts, subset, settings, goal)
         entries += [replace(e, all_devices=False) for e in fewer]
-    own = result.recommended
+    own = result.first  # the plan's own placement: its first command
     names = [d.name for d in req.devices]
     for entry in entries:
         entry.base = (entry.command, entry.devices, entry.env) == (own.command, names, own.env)

@@ -201,6 +201,9 @@ class PlanResult:
     recommended: PlacementResult  # --n-cpu-moe N (or -ngl K for a dense model)
     alternative: PlacementResult | None  # the -ot plan, when it keeps more on the GPU
     override_gain_bytes: int  # weights the -ot plan keeps on the GPU beyond the N plan
+    # the -ot plan is the first command (see ``first``): it keeps more on the devices and N
+    # was not fixed (--n-cpu-moe)
+    override_first: bool = False
     ram: RamCheck
     threads: int | None
     ubatch_hint: str | None
@@ -228,6 +231,23 @@ class PlanResult:
     @property
     def fits(self) -> bool:
         return self.fails is None
+
+    @property
+    def first(self) -> PlacementResult:
+        """The placement whose command a plan prints first, and the one alias and export
+        take: the ``-ot`` form where it keeps more on the devices (``override_first``), else
+        ``--n-cpu-moe N`` (``-ngl K`` for a dense model); the memory, the RAM check, the
+        llama.cpp check and the forecast are of it. ``core.frontier`` starts from it and
+        picks another only for an objective."""
+        if self.override_first and self.alternative is not None:
+            return self.alternative
+        return self.recommended
+
+    @property
+    def simpler(self) -> PlacementResult | None:
+        """The ``--n-cpu-moe`` form where the ``-ot`` form is first (printed beside it, with
+        what it gives up); else None."""
+        return self.recommended if self.override_first else None
 
 
 def placement_result(
@@ -357,6 +377,13 @@ def _main_plan(
     if alt.memory.gpu_weights_bytes <= main.memory.gpu_weights_bytes:
         return main, None  # the -ot form keeps nothing more on the devices
     return main, alt
+
+
+def override_first(req: PlanRequest, alt: OffloadPlan | None) -> bool:
+    """Whether the ``-ot`` plan is the first command: wherever there is one (``_main_plan``
+    gives it only where it keeps more weights on the devices than the ``--n-cpu-moe`` plan,
+    so a tie keeps the simpler form first), unless ``--n-cpu-moe`` fixed N."""
+    return alt is not None and req.n_cpu_moe is None
 
 
 def _warnings(
@@ -539,12 +566,14 @@ def make_plan(facts: ModelFacts, req: PlanRequest, *, brief: bool = False) -> Pl
     target = plan_target(req)
     settings = _context_for(facts, req, target)
     main, alt = _main_plan(facts, req, target, settings, brief=brief)
-    ram = check_ram(main.memory, req.ram_total_bytes, req.ram_available_bytes)
+    override = override_first(req, alt)
+    first = alt if override and alt is not None else main
+    ram = check_ram(first.memory, req.ram_total_bytes, req.ram_available_bytes)
     failure = None
     if not target.fits(main.memory):
         failure = _gpu_failure(facts, req, main, target, settings, brief=brief)
     elif ram.status == "fail":
-        failure = _ram_failure(main, ram)
+        failure = _ram_failure(first, ram)
     gain = alt.memory.gpu_weights_bytes - main.memory.gpu_weights_bytes if alt else 0
     several = target.n > 1  # the per-device fields, only where there are several
     return PlanResult(
@@ -560,23 +589,24 @@ def make_plan(facts: ModelFacts, req: PlanRequest, *, brief: bool = False) -> Pl
         recommended=placement_result(req, main, settings, target),
         alternative=placement_result(req, alt, settings, target) if alt else None,
         override_gain_bytes=gain,
+        override_first=override,
         ram=ram,
         threads=req.physical_cores,
         ubatch_hint=None
         if failure or brief
         else _ubatch_hint(facts, main, target, settings, req.extras),
-        warnings=_warnings(facts, settings, [main], req.extras) + _free_warning(req, main.memory),
+        warnings=_warnings(facts, settings, [main], req.extras) + _free_warning(req, first.memory),
         fails=failure.fails if failure else None,
         reason=failure.reason if failure else None,
         suggestions=failure.suggestions if failure else [],
         nearest=failure.nearest if failure else None,
         device_names=[d.name for d in req.devices] if several else [],
         device_budgets=list(target.budgets) if several else [],
-        limiting_device=_limiting(main.memory, target) if several else None,
+        limiting_device=_limiting(first.memory, target) if several else None,
         forecast=(
             None
             if failure or brief
-            else plan_forecast(facts, req, main.placement, settings, speed_basis(req))
+            else plan_forecast(facts, req, first.placement, settings, speed_basis(req))
         ),
         ctx_note=ctx_max_stop(facts, settings.n_ctx) if req.ctx_max else None,
         overhead_sources={d.name: d.overhead_source for d in req.devices if d.overhead_source},

@@ -122,10 +122,12 @@ def predicted_comments(
     """The comments above an alias made from a plan: predicted, not measured; each device's
     peak and budget where there are several; the run (with ``run_args``: the options it was
     picked by) that tunes it."""
-    rec = plan.recommended
+    rec = plan.first  # the command a plan prints first
     placement = (
         f"--n-cpu-moe {rec.n_cpu_moe}" if rec.n_cpu_moe is not None else f"-ngl {rec.n_gpu_layers}"
     )
+    if rec.override_tensor:
+        placement = "-ot " + ",".join(rec.override_tensor)
     s = plan.settings
     if plan.device_names:
         peaks = zip(rec.memory.devices, plan.device_budgets, strict=True)
@@ -235,10 +237,10 @@ def alias_for_model(
     plan, source = fallback_plan(named, pick, found, pass_through)
     if not plan.fits:
         raise DoesNotFitError(f"does not fit: {plan.reason}")
-    argv = [server_for_commands(), *plan.recommended.command[1:]]
+    argv = [server_for_commands(), *plan.first.command[1:]]
     warn(
         f"{found.message}: the alias runs moetune's plan (predicted, not measured); "
         "`moetune run` tunes it"
     )
     comments = predicted_comments(name, plan, source, run_args(pick))
-    return render_function(name, argv, shell, comments, env=plan.recommended.env)
+    return render_function(name, argv, shell, comments, env=plan.first.env)

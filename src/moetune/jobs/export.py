@@ -725,7 +725,7 @@ def _planned(
     plan, source = fallback_plan(named, pick, missing)
     if not plan.fits:
         raise DoesNotFitError(f"{named.facts.paths[0]} does not fit: {plan.reason}")
-    rec = plan.recommended
+    rec = plan.first  # the command a plan prints first
     warn(f"{missing.message}: exporting moetune's plan (predicted, not measured)")
     note = (
         f"no tuned profile; plan for GPU {source}, ctx {plan.settings.n_ctx}, predicted "

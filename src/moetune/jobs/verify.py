@@ -1,4 +1,4 @@
-"""llama.cpp checks a plan: ``llama-fit-params`` dry-runs the recommended command on the
+"""llama.cpp checks a plan: ``llama-fit-params`` dry-runs the plan's first command on the
 devices themselves (no weights are read), and each device's projection is set beside
 moetune's prediction of that same run (one sequence, every token of the batch an output).
 
@@ -98,10 +98,11 @@ def check_plan(
     *,
     model_path: str | None = None,
 ) -> list[DeviceCheck]:
-    """Each device's projection by ``llama-fit-params`` of the recommended command, beside
-    the prediction of the same dry run (``model_path``: the file on disk a ``-hf`` name's
-    command names, so that the tool reads it and never downloads)."""
-    rec = result.recommended
+    """Each device's projection by ``llama-fit-params`` of the plan's first command
+    (``PlanResult.first``), beside the prediction of the same dry run (``model_path``: the
+    file on disk a ``-hf`` name's command names, so that the tool reads it and never
+    downloads)."""
+    rec = result.first
     args = without_extras_flags(rec.command[1:])
     if model_path is not None:
         args = on_disk(args, model_path)

@@ -37,17 +37,23 @@ def inspect_payload(facts: ModelFacts, with_tensors: bool = False) -> dict[str, 
 def plan_payload(
     result: PlanResult, frontier: Frontier | None = None, ram: RamFigure | None = None
 ) -> dict[str, Any]:
-    """The recommended placement's figures at the top level, everything else nested; the
-    speed frontier where it was asked for; ``ram_read_bandwidth``: the RAM read bandwidth the
-    forecast used and where it came from (only where it had one)."""
+    """The plan's first command (``first``, the -ot form where it keeps more) and its
+    figures at the top level (memory, devices, split, forecast), beside the ``--n-cpu-moe``
+    form's ``n_cpu_moe`` and ``command`` and the -ot form's ``override_tensor`` and
+    ``override_command``; everything else nested; the speed frontier where it was asked for;
+    ``ram_read_bandwidth``: the RAM read bandwidth the forecast used and where it came from
+    (only where it had one)."""
     rec = result.recommended
-    mem = rec.memory
+    mem = result.first.memory
     top: dict[str, Any] = {
         "n_cpu_moe": rec.n_cpu_moe,
         "n_gpu_layers": rec.n_gpu_layers,
         "override_tensor": result.alternative.override_tensor if result.alternative else [],
         "command": rec.command,
         "override_command": result.alternative.command if result.alternative else None,
+        # the command printed first (the -ot form where it keeps more, or the frontier's pick
+        # for an objective): what run, alias and export take; null when the plan does not fit
+        "first": first_payload(result, frontier),
         "n_ctx": result.settings.n_ctx,
         "gpu_bytes": mem.gpu_bytes,
         "gpu_weights_bytes": mem.gpu_weights_bytes,
@@ -64,7 +70,7 @@ def plan_payload(
         "suggestions": result.suggestions,
         "nearest_command": result.nearest.command if result.nearest else None,
         # every device: its budget and predicted peak by part (one device: the GPU)
-        "tensor_split": rec.tensor_split,
+        "tensor_split": result.first.tensor_split,
         "devices": [
             {**jsonable(d), "budget_bytes": budget}
             for d, budget in zip(
@@ -72,14 +78,14 @@ def plan_payload(
             )
         ],
         "checked": result.checked,
-        # decode and prefill tok/s of the recommended placement, the terms and missing figures
+        # decode and prefill tok/s of the first command, the terms and missing figures
         "forecast": jsonable(result.forecast) if result.forecast else None,
         **extras_payload(mem),
     }
     if result.forecast is not None and ram is not None:  # given, saved or measured, when
         top["ram_read_bandwidth"] = jsonable(ram)
-    if rec.env:  # the variables the command sets before llama-server (the op-offload threshold)
-        top["env"] = rec.env
+    if result.first.env:  # the variables the command sets before llama-server (op offload)
+        top["env"] = result.first.env
     if result.overhead_sources:  # device -> the runtime overhead measured on its card, how
         top["overhead_measured"] = result.overhead_sources
     if frontier is not None:  # the candidates that fit, each with command, memory, forecast
@@ -87,6 +93,25 @@ def plan_payload(
     if result.ctx_note:  # --ctx max stopped at the training context, not at the budget
         top["ctx_note"] = result.ctx_note
     return {**top, "plan": jsonable(result)}
+
+
+def first_payload(result: PlanResult, frontier: Frontier | None) -> dict[str, Any] | None:
+    """The first command: its form (``n_cpu_moe``, ``override``, ``layers`` for a dense
+    model), its argv, and whether the frontier picked it (an objective's switch)."""
+    if not result.fits:
+        return None
+    if frontier is not None and frontier.switched:
+        picked = frontier.entries[frontier.picked]
+        chosen: dict[str, Any] = {
+            "form": picked.form,
+            "command": picked.command,
+            "frontier_pick": True,
+        }
+        return chosen | ({"env": picked.env} if picked.env else {})
+    first = result.first
+    form = "override" if result.override_first else "n_cpu_moe" if result.is_moe else "layers"
+    found: dict[str, Any] = {"form": form, "command": first.command, "frontier_pick": False}
+    return found | ({"env": first.env} if first.env else {})
 
 
 def extras_payload(mem: MemoryEstimate) -> dict[str, Any]:

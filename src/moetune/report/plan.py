@@ -9,7 +9,7 @@ from rich.text import Text
 from moetune.core.facts import ModelFacts
 from moetune.core.frontier import Frontier
 from moetune.core.memory import MemoryEstimate
-from moetune.core.plan import PlanResult
+from moetune.core.plan import PlacementResult, PlanResult
 from moetune.core.ram import RamFigure
 from moetune.core.speed import Forecast
 from moetune.report.common import (
@@ -91,7 +91,7 @@ def _extras_rows(mem: MemoryEstimate) -> list[tuple[str, int, str]]:
 
 
 def _memory_table(result: PlanResult) -> Table:
-    mem = result.recommended.memory
+    mem = result.first.memory
     table = new_table("memory", ("component", "size", "where"), right=("size",))
     word = device_word(mem)
     for label, n_bytes, where in _memory_rows(mem):
@@ -115,7 +115,7 @@ def _memory_table(result: PlanResult) -> Table:
 
 def _devices_table(result: PlanResult) -> Table:
     """Several devices: a column per device, the host below."""
-    mem = result.recommended.memory
+    mem = result.first.memory
     names = [d.name for d in mem.devices]
     table = new_table("memory per device", ("component", *names), right=tuple(names))
     rows = [
@@ -155,7 +155,7 @@ def _devices_table(result: PlanResult) -> Table:
 
 
 def _host_lines(result: PlanResult) -> list[RenderableType]:
-    mem, ram = result.recommended.memory, result.ram
+    mem, ram = result.first.memory, result.ram
     style = {"ok": "green", "warn": "yellow", "fail": "red"}.get(ram.status, "")
     line = Text("RAM: ")
     line.append(format_bytes(mem.host_bytes), style=style)
@@ -179,7 +179,7 @@ def _overhead_lines(result: PlanResult) -> list[RenderableType]:
     without one (an RPC server)."""
     from moetune.core.overhead import DEFAULT_CUDA_OVERHEAD_BYTES, default_overhead_why
 
-    given = [d for d in result.recommended.memory.devices if d.overhead_bytes]
+    given = [d for d in result.first.memory.devices if d.overhead_bytes]
     measured = result.overhead_sources
     default = [
         d.name
@@ -220,44 +220,75 @@ def _placement_lines(result: PlanResult) -> list[RenderableType]:
     if not result.is_moe:
         lines.append(Text(f"dense model: expert offload does not apply; -ngl {rec.n_gpu_layers}"))
         return lines
-    lines.append(
-        Text.assemble(
-            ("--n-cpu-moe ", "bold"),
-            (str(rec.n_cpu_moe), "bold cyan"),
-            f"  (experts of blocks 0-{(rec.n_cpu_moe or 1) - 1} on the CPU)"
-            if rec.n_cpu_moe
-            else "  (every expert on the GPU)",
-        )
-    )
-    if rec.tensor_split:
-        split = ",".join(f"{v:g}" for v in rec.tensor_split)
-        shares = ", ".join(_shares(result))
-        lines.append(
-            Text.assemble(
-                ("-ts ", "bold"), (split, "bold cyan"), f"  (layers per device: {shares})"
-            )
-        )
+    if result.override_first and alt is not None:  # the -ot form first, N beside it
+        lines += _override_lines(result, alt)
+        lines += _split_lines(result)
+        lines.append(_n_line(rec, prefix="or ", after=_simpler_note(result)))
+        return lines
+    lines.append(_n_line(rec))
+    lines += _split_lines(result)
     if not rec.moved_layers and rec.fits:
         lines.append(Text("-ot not needed: every expert fits on the GPU"))
     elif alt is not None:
-        detail = f"{plural(len(alt.moved_layers), 'whole block')}"
-        if alt.partial_layer is not None:
-            detail += f" + {'/'.join(alt.partial_parts)} of block {alt.partial_layer}"
-        gain = result.override_gain_bytes
-        rule = ShellLine("-ot ", style="bold")
-        rule.append(",".join(alt.override_tensor), style="cyan")
-        lines += [
-            rule,
-            Text(f"    experts on the CPU: {detail}; keeps {format_bytes(gain)} more on the GPU"),
-        ]
+        lines += _override_lines(result, alt)
     return lines
+
+
+def _n_line(rec: PlacementResult, *, prefix: str = "", after: str = "") -> Text:
+    """``--n-cpu-moe 11  (experts of blocks 0-10 on the CPU)``, with ``after`` appended."""
+    where = (
+        f"experts of blocks 0-{(rec.n_cpu_moe or 1) - 1} on the CPU"
+        if rec.n_cpu_moe
+        else "every expert on the GPU"
+    )
+    return Text.assemble(
+        prefix, ("--n-cpu-moe ", "bold"), (str(rec.n_cpu_moe), "bold cyan"), f"  ({where}){after}"
+    )
+
+
+def _split_lines(result: PlanResult) -> list[RenderableType]:
+    """The first command's ``-ts`` and each device's layers (several devices)."""
+    first = result.first
+    if not first.tensor_split:
+        return []
+    split = ",".join(f"{v:g}" for v in first.tensor_split)
+    shares = ", ".join(_shares(result))
+    return [
+        Text.assemble(("-ts ", "bold"), (split, "bold cyan"), f"  (layers per device: {shares})")
+    ]
+
+
+def _override_lines(result: PlanResult, alt: PlacementResult) -> list[RenderableType]:
+    """The ``-ot`` rules and what they leave on the CPU (where the N form is first: what
+    they keep beyond it)."""
+    detail = f"{plural(len(alt.moved_layers), 'whole block')}"
+    if alt.partial_layer is not None:
+        detail += f" + {'/'.join(alt.partial_parts)} of block {alt.partial_layer}"
+    if not result.override_first:  # the N form first: what the -ot form keeps beyond it
+        on = "devices" if result.device_names else "GPU"
+        detail += f"; keeps {format_bytes(result.override_gain_bytes)} more on the {on}"
+    rule = ShellLine("-ot ", style="bold")
+    rule.append(",".join(alt.override_tensor), style="cyan")
+    return [rule, Text(f"    experts on the CPU: {detail}")]
+
+
+def _simpler_note(result: PlanResult) -> str:
+    """What the ``--n-cpu-moe`` form gives up beside the ``-ot`` form, and its ``-ts``
+    where it differs from the first command's."""
+    rec, first = result.recommended, result.first
+    split = (
+        f" at -ts {','.join(f'{v:g}' for v in rec.tensor_split)}"
+        if rec.tensor_split != first.tensor_split
+        else ""
+    )
+    return f"{split}: simpler; {format_bytes(result.override_gain_bytes)} more experts in RAM"
 
 
 def _check_lines(result: PlanResult) -> list[RenderableType]:
     """llama.cpp's dry run beside the prediction, per device; or why there is none."""
     if not result.checks:
         return [Text(f"{result.checked}: not checked by llama.cpp", style="dim")]
-    mem = result.recommended.memory
+    mem = result.first.memory
     alone = (
         ", the model alone: it counts no projector, draft or MTP"
         if mem.mmproj or mem.draft or mem.mtp
@@ -284,7 +315,7 @@ def _check_lines(result: PlanResult) -> list[RenderableType]:
 
 
 def _shares(result: PlanResult) -> list[str]:
-    counts = [int(v) for v in result.recommended.tensor_split]
+    counts = [int(v) for v in result.first.tensor_split]
     return [f"{name} {count}" for name, count in zip(result.device_names, counts, strict=True)]
 
 
@@ -302,11 +333,16 @@ def _commands(result: PlanResult) -> list[RenderableType]:
     and the planned ones only as comments."""
     rec, alt = result.recommended, result.alternative
     if result.fits:
+        first, simpler = result.first, result.simpler
         parts: list[RenderableType] = [Text("command:", style="bold")]
-        parts.append(shell_line(rec.command, env=rec.env))
-        if alt is not None:
+        parts.append(shell_line(first.command, env=first.env))
+        if simpler is not None:
+            gain = format_bytes(result.override_gain_bytes)
+            label = f"--n-cpu-moe form (simpler; keeps {gain} more experts in RAM):"
+            parts += [Text(label, style="bold"), shell_line(simpler.command, env=simpler.env)]
+        elif alt is not None:
             parts += [Text("-ot form:", style="bold"), shell_line(alt.command, env=alt.env)]
-        for placed in (rec, *((alt,) if alt is not None else ())):
+        for placed in (first, *(p for p in (rec, alt) if p is not None and p is not first)):
             parts += [Text(f"note: {n}", style="dim") for n in placed.notes]
         return parts
     parts = [Text(f"does NOT fit: {result.reason}", style="bold red")]

@@ -100,8 +100,8 @@ def _placement_memory(
     plan = make_plan(facts, request)
     if plan.fails == "gpu":
         raise DoesNotFitError(plan.reason or "does not fit", hint="; ".join(plan.suggestions))
-    rec = plan.recommended
-    return rec.memory, plan.ram, rec.n_cpu_moe, plan.settings
+    rec = plan.recommended  # the --n-cpu-moe form: the RAM it needs (the -ot form needs less)
+    return rec.memory, check_ram(rec.memory, total, available), rec.n_cpu_moe, plan.settings
 
 
 def ram_model_finding(memory: MemoryEstimate, ram: RamCheck, n_cpu_moe: int | None) -> Finding:
