@@ -18,8 +18,9 @@ Candidates, each planned by the planner (nothing is re-derived here):
   (above the ubatch the compute buffer holds no copy of a host weight).
 
 The pick stays the plan's own placement unless another candidate wins by more than the
-forecast's error; an uncalibrated forecast has no error figure, so it never switches, but the
-winner is shown.
+forecast's error: a calibration's leave-one-out error, else the uncalibrated forecast's
+expected error (core/prior.py ``UNCALIBRATED_ERROR``); where neither is known it never
+switches, but the winner is shown.
 """
 
 from __future__ import annotations
@@ -311,7 +312,7 @@ def choose(
 ) -> tuple[int, bool, str]:
     """(the pick's index, whether it switched, why) among ordered ``entries`` whose
     ``base``-th is the plan's own placement; ``error``: the forecast's relative error (None:
-    uncalibrated, unknown)."""
+    unknown)."""
     best, own = entries[0], entries[base]
     if best.score is None or own.score is None:
         return base, False, f"the plan's own placement: the forecast cannot rank by {goal.name}"
@@ -324,8 +325,8 @@ def choose(
             base,
             False,
             (
-                f"kept the plan's own placement: {winner}, but the forecast is uncalibrated "
-                "(its error unknown; moetune calibrate measures it)"
+                f"kept the plan's own placement: {winner}, but the forecast's error is "
+                "unknown (moetune calibrate measures it)"
             ),
         )
     if gain <= error:
@@ -427,6 +428,8 @@ def frontier(
     basis = speed_basis(req)
     if error is None and basis[1] is not None:
         error = basis[1].loo_median_error
+    if error is None and basis[1] is None:  # uncalibrated: its expected error
+        error = result.forecast.expected_error if result.forecast is not None else None
     settings = result.settings
     entries = _candidates(facts, req, settings, goal)
     for subset in device_subsets(req):
