@@ -146,3 +146,21 @@ def test_a_large_ubatch_gets_its_batch() -> None:
     data = json.loads(out)
     assert ("-b", "4096") in _batch_flags(data["command"])
     assert data["plan"]["settings"]["n_ubatch"] == 4096
+
+
+def test_the_table_shows_the_figure_it_ranks_by_and_no_ubatch_above_the_context() -> None:
+    """A workload ranks by seconds per request: a column of them, in order; at a 1k context no
+    -ub above it is a candidate (llama.cpp clamps -b, and so -ub, to the context)."""
+    code, out = plan(QWEN, *FIGURES, "--workload", "8k:256")
+    assert code == 0, out
+    lines = out.splitlines()
+    top = next(i for i, line in enumerate(lines) if "placement" in line and "-ub" in line)
+    assert lines[top].rstrip().endswith("s/request")
+    end = next(i for i in range(top, len(lines)) if lines[i].startswith("tok/s: "))
+    seconds = [float(line.split()[-1]) for line in lines[top + 2 : end]]
+    assert len(seconds) >= 4 and seconds == sorted(seconds)
+    assert "ranked by seconds per request" in " ".join(out.split())
+    code, out = plan(QWEN, *FIGURES, "--ctx", "1k", "--workload", "512:64", "--json")
+    assert code == 0, out
+    ubatches = {e["n_ubatch"] for e in json.loads(out)["frontier"]["entries"]}
+    assert ubatches and max(ubatches) <= 1024, ubatches

@@ -110,10 +110,13 @@ def _n_steps(smallest: int, n_layers: int) -> list[int]:
 
 def _ubatches(req: PlanRequest, settings: Settings) -> list[int]:
     """The ubatch candidates: the user's own ``-ub`` after ``--`` alone; else 512 to 4096 and
-    the plan's, at most the user's own ``-b`` (llama.cpp clamps -ub to -b)."""
+    the plan's, at most the user's own ``-b`` (llama.cpp clamps -ub to -b) and none above
+    the context (it clamps -b to the context, llama-context.cpp: a larger -ub is the same
+    run)."""
     if pass_through_value(req.pass_through, "-ub", "--ubatch-size") is not None:
         return [settings.n_ubatch]
     wanted = sorted({*UBATCHES, settings.n_ubatch})
+    wanted = [ub for ub in wanted if ub <= settings.n_ctx] or [settings.n_ubatch]
     if pass_through_value(req.pass_through, "-b", "--batch-size") is not None:
         return [ub for ub in wanted if ub <= settings.n_batch] or [settings.n_batch]
     return wanted

@@ -39,7 +39,9 @@ def _table(found: Frontier) -> Table:
     columns = ["", "placement", "-ub"] + (["-t"] if threads else [])
     columns += ["devices", "device peak"] if several else ["GPU peak"]
     columns += ["RAM", "decode", "prefill"]
-    right = {"-ub", "-t", "device peak", "GPU peak", "RAM", "decode", "prefill"}
+    ranked = _ranked_column(found)
+    columns += [ranked] if ranked else []
+    right = {"-ub", "-t", "device peak", "GPU peak", "RAM", "decode", "prefill", *columns[-1:]}
     table = new_table(
         f"speed frontier by {found.goal}",
         columns,
@@ -61,8 +63,32 @@ def _table(found: Frontier) -> Table:
             _rate(entry.forecast.decode_tok_s),
             _rate(entry.forecast.prefill_tok_s),
         ]
+        row += [_score(found, entry.score)] if ranked else []
         table.add_row(*row, style="bold" if entry.picked else None)
     return table
+
+
+def _ranked_column(found: Frontier) -> str | None:
+    """The column of the figure the rows are ranked by, where it is not decode or prefill
+    itself: a workload's seconds per request, balanced's geometric mean of the two."""
+    if found.goal.startswith("workload"):
+        return "s/request"
+    return "balanced" if found.goal == "balanced" else None
+
+
+def _score(found: Frontier, score: float | None) -> str:
+    if score is None or score <= 0:
+        return "?"
+    return f"{1 / score:.2f}" if found.goal.startswith("workload") else f"{score:.1f}"
+
+
+def _ranked_by(found: Frontier) -> str:
+    """What the rows are ranked by, in words."""
+    if found.goal.startswith("workload"):
+        return "ranked by seconds per request (prompt / prefill + generated / decode), least first"
+    if found.goal == "balanced":
+        return "ranked by the geometric mean of decode and prefill tok/s"
+    return f"ranked by {found.goal} tok/s"
 
 
 def _mark(n_ubatch: int, others: list[int]) -> str:
@@ -120,7 +146,8 @@ def render_frontier(found: Frontier, n_layers: int) -> list[RenderableType]:
     more = len(found.entries) - shown
     parts.append(
         Text(
-            f"tok/s: decode at depth {found.depth}, prefill of {found.n_prompt} tokens"
+            f"tok/s: decode at depth {found.depth}, prefill of {found.n_prompt} tokens; "
+            + _ranked_by(found)
             + (f"; {more} more candidates in --json" if more > 0 else "")
         )
     )
