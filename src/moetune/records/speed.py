@@ -82,17 +82,16 @@ class SpeedMachine(FrozenModel):
 def same_machine(a: SpeedMachine, b: SpeedMachine) -> bool:
     """Whether ``a`` and ``b`` are one machine, whose points calibrate each other's forecasts
     (core/calibrate.py: the fitted factors are the machine's): the same CPU (both named),
-    and, where both say them, the same devices (their descriptions, their names in order)
-    and the same backends. What one of them does not say (a plan for devices given by
-    ``--vram`` or a hardware profile, a point that recorded no device) does not tell them
-    apart."""
+    and, where both say them, the same devices (their descriptions, their names in order).
+    What one of them does not say (a plan for devices given by ``--vram`` or a hardware
+    profile, a point that recorded no device) does not tell them apart. The backends do not
+    either: llama-bench records the ones its build has (``Vulkan, RPC`` for a run on an RPC
+    device alone), moetune the ones its devices use."""
     if a.cpu_info is None or a.cpu_info != b.cpu_info:
         return False
     if a.gpu_info and b.gpu_info and a.gpu_info != b.gpu_info:
         return False
-    if a.devices is not None and b.devices is not None and a.devices != b.devices:
-        return False
-    return not (a.backends and b.backends and set(a.backends) != set(b.backends))
+    return a.devices is None or b.devices is None or a.devices == b.devices
 
 
 class SpeedSource(FrozenModel):
