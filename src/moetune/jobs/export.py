@@ -792,7 +792,7 @@ def check_together(fmt: str, entries: Sequence[ServeEntry], models_max: int) -> 
         raise BadValueError(
             f"--models-max {models_max}: moetune knows no device peak of {unknown[0]!r}, so "
             "it cannot tell whether the models fit together",
-            hint="leave --models-max at 1 (one model loaded at a time)",
+            hint="leave --models-max at 1: one model loaded at a time",
         )
     on: dict[str, list[DevicePeak]] = {}
     for entry in entries:
@@ -807,7 +807,7 @@ def check_together(fmt: str, entries: Sequence[ServeEntry], models_max: int) -> 
             raise BadValueError(
                 f"--models-max {models_max}: {len(top)} models at once would share {device}, "
                 "and an RPC device serves one process at a time (the second waits for ever)",
-                hint="leave --models-max at 1 (one model loaded at a time)",
+                hint="leave --models-max at 1: one model loaded at a time",
             )
         budget = min(peaks, key=lambda p: p.budget_bytes)
         if sum(p.peak_bytes for p in top) > budget.budget_bytes:
@@ -820,7 +820,7 @@ def check_together(fmt: str, entries: Sequence[ServeEntry], models_max: int) -> 
             raise BadValueError(
                 f"--models-max {models_max}: {len(top)} models at once need {need} on "
                 f"{device}, {has}",
-                hint="leave --models-max at 1 (one model loaded at a time)",
+                hint="leave --models-max at 1: one model loaded at a time",
             )
 
 
