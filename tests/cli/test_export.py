@@ -107,10 +107,12 @@ def test_hostile_tuned_names_come_back_as_data(tmp_path: Path) -> None:
     done = moetune("export", "preset", "--out", str(out))
     assert done.returncode == 0, done.stderr
     preset = load_preset(out.read_text())
-    assert preset.shared == {"n-cpu-moe": "3", "override-tensor": r"blk\.[0-9]=CPU"}
+    # the placement they share stays in each section: [*] would hand it to any model
+    assert preset.shared == {}
+    placement = {"n-cpu-moe": "3", "override-tensor": r"blk\.[0-9]=CPU"}
     assert preset.models == {
         "hand": {"model": "/m/hand.gguf"},
-        **{names[name]: {"model": path} for name, path in paths.items()},
+        **{names[name]: {"model": path, **placement} for name, path in paths.items()},
     }
     swap = moetune("export", "llama-swap")
     assert swap.returncode == 0, swap.stderr

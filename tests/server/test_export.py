@@ -21,7 +21,7 @@ from support.llama_swap import load_swap
 from support.preset_ini import load_preset
 from support.profiles import make_profile
 
-COMMON = ("-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "--fit", "off")
+COMMON = ("-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "--fit", "off", "--jinja")
 
 
 @pytest.fixture
@@ -61,7 +61,9 @@ def test_the_router_serves_both_tuned_models(tuned: dict[str, Path], tmp_path: P
     done = moetune("export", "preset", "--out", str(preset))
     assert done.returncode == 0, done.stderr
     text = preset.read_text()
-    assert "[*]" in text and "[tiny-a]" in text and "[tiny-b]" in text
+    # they share -ngl, -fa, the cache types and --fit too, but those stay in each section
+    assert load_preset(text).shared == {"jinja": "true"}
+    assert "[tiny-a]" in text and "[tiny-b]" in text
     with running_server(None, "--models-preset", str(preset), verbose=False) as router:
         for model in tuned:
             assert _ask(router.url, model)

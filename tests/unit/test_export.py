@@ -4,6 +4,7 @@ preset keys are llama-server's long names."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -23,28 +24,38 @@ from support.preset_ini import load_preset
 
 def test_reexport_keeps_what_was_written_by_hand() -> None:
     a = ServeEntry(
-        "a", ("-m", "/m/a.gguf", "-ngl", "99", "-c", "4096", "--n-cpu-moe", "3"), True, "tuned"
+        "a",
+        ("-m", "/m/a.gguf", "--jinja", "-ngl", "99", "-c", "4096", "--n-cpu-moe", "3"),
+        True,
+        "tuned",
     )
     b = ServeEntry(
-        "user/b:Q4_K_M", ("-hf", "user/b:Q4_K_M", "-ngl", "99", "-c", "4096"), False, "plan"
+        "user/b:Q4_K_M",
+        ("-hf", "user/b:Q4_K_M", "-ngl", "99", "-c", "4096", "--jinja"),
+        False,
+        "plan",
     )
     first = preset_text([a, b])
     assert "hf-repo = user/b:Q4_K_M" in first and "n-cpu-moe = 3" in first
-    assert "[*]" in first and "n-gpu-layers = 99" in first.split("[a]")[0]
+    # [*] holds what they share that moves no memory; -ngl and -c stay in each section
+    globals_ = first.split("[a]")[0]
+    assert "[*]" in globals_ and "jinja = true" in globals_
+    assert "n-gpu-layers" not in globals_ and "ctx-size" not in globals_
+    assert first.count("n-gpu-layers = 99") == 2 and first.count("ctx-size = 4096") == 2
     edited = first.replace("[a]\n", "[a]\n").replace(
         "; --- below this line: your own, kept on re-export ---\n\n[user/b",
         "; --- below this line: your own, kept on re-export ---\njinja = true\n\n[user/b",
         1,
     )
     edited += "\n[mine]\nmodel = /m/mine.gguf\n"
-    again = preset_text([a._replace(args=(*a.args[:-1], "5")), b], edited)
+    again = preset_text([replace(a, args=(*a.args[:-1], "5")), b], edited)
     assert "n-cpu-moe = 5" in again and "n-cpu-moe = 3" not in again
     assert "jinja = true" in again and "[mine]\nmodel = /m/mine.gguf" in again
     assert again.count("[a]") == 1 and again.count("[*]") == 1
     swap = llama_swap_text([a, b], "/bin/llama-server")
     mine = "  my-model:\n    cmd: /bin/llama-server --port ${PORT} -m /m/mine.gguf\n"
     again_swap = llama_swap_text(
-        [a._replace(args=(*a.args[:-1], "5")), b], "/bin/llama-server", swap + mine
+        [replace(a, args=(*a.args[:-1], "5")), b], "/bin/llama-server", swap + mine
     )
     parsed = yaml.safe_load(again_swap)
     assert set(parsed["models"]) == {"a", "user/b:Q4_K_M", "my-model"}
@@ -139,7 +150,10 @@ def test_every_holdable_name_at_once_and_again() -> None:
     again = preset_text(entries, first)
     preset = load_preset(again)
     assert set(preset.models) == {listed for _, listed in HOLDABLE}
-    assert preset.shared == {"n-gpu-layers": "99", "override-tensor": r"blk\.[0-9]=CPU"}
+    # nothing they share moves memory or placement: [*] is not written, each keeps its own
+    assert preset.shared == {} and "[*]" not in again
+    for keys in preset.models.values():
+        assert keys["n-gpu-layers"] == "99" and keys["override-tensor"] == r"blk\.[0-9]=CPU"
     assert again == first
 
 
@@ -210,7 +224,7 @@ def test_llama_swap_holds_hostile_names_and_arguments(name: str) -> None:
 
 
 def test_llama_swap_with_every_name_at_once_shares_a_macro() -> None:
-    entries = [hostile(name, "--alias", f"{name}\r") for name in SWAP_NAMES]
+    entries = [hostile(name, "--alias", f"{name}\r", "--jinja") for name in SWAP_NAMES]
     text = llama_swap_text(entries, BINARY)
     argv = load_swap(text)
     assert set(argv) == set(SWAP_NAMES)
@@ -218,7 +232,7 @@ def test_llama_swap_with_every_name_at_once_shares_a_macro() -> None:
         got = argv[entry.name]
         assert got[:2] == [BINARY, "--port"]
         assert sorted(arg_pairs(got[3:])) == sorted(arg_pairs(entry.args))
-    assert "${moetune-shared}" in text
+    assert yaml.safe_load(text)["macros"] == {"moetune-shared": "--jinja"}  # not -ngl, -ot
     again = llama_swap_text(entries, BINARY, text + "  mine:\n    cmd: /bin/x --port ${PORT}\n")
     assert set(load_swap(again)) == {*SWAP_NAMES, "mine"}
 
@@ -290,7 +304,7 @@ def test_llama_swap_reexport_keeps_other_models_entries() -> None:
     both = llama_swap_text([b], BINARY, first)
     assert first.replace("models:\n", "models:\n" + _block(both, "b")) == both  # A's kept
     assert set(load_swap(both)) == {"a", "b", "my-model"}
-    a5 = a._replace(args=("-m", "/m/a.gguf", "-c", "5000"))
+    a5 = replace(a, args=("-m", "/m/a.gguf", "-c", "5000"))
     again = llama_swap_text([a5], BINARY, both)
     assert _argv(again)["a"] == [BINARY, "--port", "-m", "/m/a.gguf", "-c", "5000"]
     assert _argv(again)["b"] == _argv(both)["b"] and again.count("begin a\n") == 1
@@ -301,15 +315,16 @@ def test_llama_swap_reexport_keeps_the_commands_of_models_that_share_the_macro()
     """A and C exported together share a macro; exporting B (alone, then with C) changes it:
     A's kept entry gets the old macro's value written in, so its command stays the same."""
     a, b, c = (
-        ServeEntry(n, ("-m", f"/m/{n}.gguf", "-c", "4096", "-fa", "on"), True, "t") for n in "abc"
+        ServeEntry(n, ("-m", f"/m/{n}.gguf", "-c", "4096", "--temp", "0.5", "--jinja"), True, "t")
+        for n in "abc"
     )
-    b = b._replace(args=("-m", "/m/b.gguf", "-c", "8192"))
+    b = replace(b, args=("-m", "/m/b.gguf", "-c", "8192", "--jinja"))
     first = llama_swap_text([a, c], BINARY)
-    assert "${moetune-shared}" in first
+    assert yaml.safe_load(first)["macros"] == {"moetune-shared": "--temp 0.5 --jinja"}
     alone = llama_swap_text([b], BINARY, first)
     assert "${moetune-shared}" not in alone and not yaml.safe_load(alone)["macros"]
     assert _argv(alone) == {**_argv(first), "b": _argv(llama_swap_text([b], BINARY))["b"]}
-    with_c = llama_swap_text([b, c], BINARY, first)  # a new macro (-c 8192's not in it)
+    with_c = llama_swap_text([b, c], BINARY, first)  # a new macro (--temp's not in it)
     assert _argv(with_c)["a"] == _argv(first)["a"] and _argv(with_c)["c"] == _argv(first)["c"]
     assert yaml.safe_load(with_c)["models"]["a"]["cmd"].count("${moetune-shared}") == 0
     same = llama_swap_text([a, c], BINARY, alone)  # the macro back; b kept as it was

@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Annotated
 
 from moetune.cli.base import Argument, Option, command, err, handle_errors
-from moetune.cli.options import PICK_DEFAULTS, PickOptions, RamOpt, TimeoutOpt, pick_options
+from moetune.cli.options import (
+    PICK_DEFAULTS,
+    JsonOpt,
+    PickOptions,
+    RamOpt,
+    TimeoutOpt,
+    pick_options,
+)
 from moetune.errors import BadValueError
 from moetune.jobs.names import DEFAULT_TIMEOUT_S
 
@@ -27,9 +34,19 @@ def export(
         Path | None,
         Option("--out", help="Write (and update) this file instead of printing.", metavar="FILE"),
     ] = None,
+    models_max: Annotated[
+        int,
+        Option(
+            "--models-max",
+            help="Models the router keeps loaded at once (its own --models-max; 0: no limit); "
+            "more than 1 is refused unless they fit together.",
+            metavar="N",
+        ),
+    ] = 1,
     picking: PickOptions = PICK_DEFAULTS,
     ram: RamOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    as_json: JsonOpt = False,
 ) -> None:
     """Serve what was tuned: llama-server's router preset, or a llama-swap config.
 
@@ -37,21 +54,28 @@ def export(
     the device set: --gpu, --vram, --rpc; several that match are refused); one without a
     tuned profile gets its plan for the same options (default: the detected GPU, this
     machine's RAM), marked as predicted; a model whose plan does not fit is left out, the
-    others exported (exit 6). Flags every model shares go into [*] (a llama-swap macro).
-    With --out, moetune's own entries are updated and everything written by hand is kept.
+    others exported (exit 6). Flags every model shares that move neither memory nor
+    placement go into [*] (a llama-swap macro). Prints the router's command line: one model
+    loaded at a time (--models-max 1); llama-swap runs one at a time too. With --out,
+    moetune's own entries are updated and everything written by hand is kept.
     """
     from moetune.jobs.export import (
         FORMATS,
+        ExportResult,
         check_out,
+        check_together,
         export_entries,
         export_text,
+        router_command,
+        serve_notes,
         write_export,
     )
     from moetune.report.line import warn
-    from moetune.report.render import TextView, render
+    from moetune.report.render import ExportView, TextView, render
 
     if fmt not in FORMATS:
         raise BadValueError(f"unknown format {fmt!r}", hint=f"use {' or '.join(FORMATS)}")
+    check_together(fmt, [], models_max)  # a value refused whatever the models
     chosen = picking.pick("export", ram=ram)
     if out is not None:  # before the plans: a bad --out is said at once
         check_out(out)
@@ -59,11 +83,31 @@ def export(
     entries, binary = export_entries(
         models or [], chosen, picking.require_tuned, left_out=left_out, warn=warn
     )
+    check_together(fmt, entries, models_max)
+    command = router_command(fmt, binary, out, models_max)
+    notes = serve_notes(fmt, command, models_max)
+    text = None
     if out is None:
-        render(TextView(export_text(fmt, entries, binary)))
+        text = export_text(fmt, entries, binary, None, models_max)
+        if not as_json:
+            render(TextView(text))
     else:
-        write_export(out, fmt, entries, binary)
+        write_export(out, fmt, entries, binary, models_max)
         err().print(f"wrote {len(entries)} model(s) to {out}", highlight=False)
+    for note in notes:
+        err().print(note, highlight=False, markup=False, soft_wrap=True)
+    if as_json:
+        result = ExportResult(
+            format=fmt,
+            out=None if out is None else str(out),
+            router_command=command,
+            models_max=models_max,
+            models=tuple(entries),
+            left_out=left_out,
+            notes=notes,
+            text=text,
+        )
+        render(ExportView(result), as_json=True)
     if left_out:  # the others are written: the exit code says one was left out
         from moetune.errors import DoesNotFitError
 

@@ -4,9 +4,15 @@
   tools/server/README.md "Model presets"): an INI file, a section per model whose keys are
   the long flag names without dashes (``n-cpu-moe = 12``), a bare flag ``= true``, the model
   as ``model = PATH`` or ``hf-repo = user/model:QUANT``; ``[*]`` holds what every model
-  shares.
+  shares and nothing that moves memory or placement (the router cascades ``[*]`` into every
+  model's arguments, a model added by hand too: tools/server/server-models.cpp). How many
+  models stay loaded is the router's own ``--models-max`` (default 4; beyond it the least
+  recently used is unloaded), never a preset key: ``router_command`` is the command line to
+  start it with, ``--models-max 1`` unless the models fit together (``check_together``).
 - ``llama-swap``: its YAML ``models:`` map, each entry a ``cmd`` with ``${PORT}``; the
-  shared flags are one macro, ``${moetune-shared}``.
+  shared flags are one macro, ``${moetune-shared}``. No group (or matrix set) names them, so
+  llama-swap runs one of them at a time (its default: a model in no group, or in no set of
+  its ``matrix``, runs alone).
 
 Each model's entry comes from its tuned profile (the measured winner), else from its plan
 (marked predicted). Re-exporting into an existing file replaces moetune's own entries of the
@@ -20,10 +26,12 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Sequence
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from moetune.core.plan import PlanResult
     from moetune.errors import ProfileNotFoundError
     from moetune.jobs.models import Model
     from moetune.jobs.pick import Pick
@@ -33,6 +41,7 @@ from moetune.core.flags import FLAGS, FlagRole, Pair, flag, pairs, words
 from moetune.core.settings import OP_OFFLOAD_ENV
 from moetune.errors import BadValueError
 from moetune.jobs.quoting import visible, word_bytes
+from moetune.record import OMIT_EMPTY, record
 
 FORMATS = ("preset", "llama-swap")
 MARK = "moetune:"  # the comment that starts each of moetune's entries
@@ -47,7 +56,21 @@ _SOURCE_KEYS = frozenset(
 )
 
 
-class ServeEntry(NamedTuple):
+@record(frozen=True, kw_only=True)
+class DevicePeak:
+    """What one model holds on one device when it is loaded: its measured peak (a tuned
+    profile on one device), else its target (tuned on several: each device's) or its plan's
+    predicted peak; and the budget it was tuned or planned for there."""
+
+    device: str  # llama.cpp's name (CUDA0), an RPC device with its server (RPC0 host:port)
+    peak_bytes: int
+    budget_bytes: int
+    size_bytes: int | None = field(default=None, metadata=OMIT_EMPTY)  # the device's memory
+    measured: bool = False
+
+
+@record(frozen=True)
+class ServeEntry:
     """One model to serve: its name (the section, the model id requests use), llama-server's
     arguments (no binary), and where they come from."""
 
@@ -58,6 +81,7 @@ class ServeEntry(NamedTuple):
     # the variables its llama-server runs with (the op-offload threshold): llama-swap sets
     # them per model (``env:``); a preset cannot, they belong to the router's process
     env: tuple[tuple[str, str], ...] = ()
+    peaks: tuple[DevicePeak, ...] = ()  # what it holds on each device (check_together)
 
 
 def arg_pairs(args: Sequence[str]) -> list[Pair]:
@@ -82,16 +106,34 @@ def _key(pair: Pair) -> str:
     return pair.key.lstrip("-")
 
 
-def _shared(entries: Sequence[dict[str, str]]) -> dict[str, str]:
-    """The keys every entry has with the same value (never a model's source)."""
+def shareable(pair: Pair) -> bool:
+    """Whether ``pair`` may go into what every model shares (``[*]``, llama-swap's macro):
+    a flag of llama-server's table that moetune passes through as it is and that moves no
+    memory or speed (sampling, the chat template, the HTTP server's); never the model, a
+    placement, the context, the cache, the slots, the batch sizes, the devices, ``--fit``
+    (the flag table's roles and ``moves``, as ``moving_env`` reads them), nor a word the
+    table does not know."""
+    return pair.flag is not None and pair.flag.role is FlagRole.PASS and not pair.flag.moves
+
+
+def _shared(entries: Sequence[dict[str, str]], tuned: frozenset[str]) -> dict[str, str]:
+    """The keys every entry has with the same value, but a model's source and the keys of
+    ``tuned`` (those that move memory or placement in any entry)."""
     if len(entries) < 2:
         return {}
     first = entries[0]
     return {
         k: v
         for k, v in first.items()
-        if k not in _SOURCE_KEYS and all(e.get(k) == v for e in entries[1:])
+        if k not in _SOURCE_KEYS and k not in tuned and all(e.get(k) == v for e in entries[1:])
     }
+
+
+def _tuned_keys(entries: Sequence[ServeEntry]) -> frozenset[str]:
+    """The preset keys of the arguments of ``entries`` that may not be shared."""
+    return frozenset(
+        _key(pair) for e in entries for pair in arg_pairs(e.args) if not shareable(pair)
+    )
 
 
 # --- names and values: what each format can hold -----------------------------------------------
@@ -254,10 +296,51 @@ def _ini_section(
     return [*lines, ""]
 
 
-def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> str:
+_HEAD = re.compile(
+    r"^; llama-server --models-preset THIS_FILE .*\(written by moetune export preset\)$"
+)
+
+
+def _head_line(models_max: int) -> str:
+    return (
+        f"; llama-server --models-preset THIS_FILE --models-max {models_max} "
+        "(written by moetune export preset)"
+    )
+
+
+def _section_keys(section: _Section) -> dict[str, str]:
+    """The ``key = value`` lines of ``section`` (comments and the header left out; the
+    value as the preset parser reads it: up to a comment, blanks stripped)."""
+    found: dict[str, str] = {}
+    for line in section.lines[1:]:
+        if line.lstrip(" \t").startswith((";", "#")) or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        found[key.strip(" \t")] = re.split(r"[;#]", value, maxsplit=1)[0].strip(" \t")
+    return found
+
+
+def _inherit(section: _Section, keys: dict[str, str]) -> list[str]:
+    """One of moetune's sections kept on re-export with ``keys`` (what it took from the old
+    ``[*]`` and the new one no longer holds) written into it, before its kept line."""
+    own = _section_keys(section)
+    missing = [f"{k} = {v}" for k, v in keys.items() if k not in own]
+    if not missing:
+        return section.lines
+    at = next((i for i, line in enumerate(section.lines) if KEPT in line), len(section.lines))
+    return [*section.lines[:at], *missing, *section.lines[at:]]
+
+
+def preset_text(
+    entries: Sequence[ServeEntry], existing: str | None = None, models_max: int = 1
+) -> str:
     """The preset for ``entries``, merged into ``existing`` (a file exported before and
     edited by hand) when given. Each section is named as the router names it; a name or
-    value the format cannot hold, or a section of that name written by hand, is refused."""
+    value the format cannot hold, or a section of that name written by hand, is refused.
+    ``[*]`` holds only what every model shares and moves neither memory nor placement
+    (``shareable``); a section of moetune's that this export keeps as it was gets what it
+    took from an older ``[*]`` that the new one no longer holds. The head's comment names
+    the router's command line (``models_max``: its ``--models-max``)."""
     keys = [preset_keys(e.args) for e in entries]
     for entry, kv in zip(entries, keys, strict=True):
         _check_name(entry, "preset")
@@ -275,9 +358,12 @@ def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> s
                 hint="rename or remove that section, or leave the model out of the export",
             )
     user_globals = "*" in by_name and not by_name["*"].ours
-    shared = {} if user_globals else _shared(keys)
+    tuned = _tuned_keys(entries)
+    shared = {} if user_globals else _shared(keys, tuned)
     if not shared and "*" in by_name and by_name["*"].ours:  # one model now: no [*] of ours
-        shared = _shared([*keys, *keys])
+        shared = _shared([*keys, *keys], tuned)
+    old_globals = _section_keys(by_name["*"]) if "*" in by_name and by_name["*"].ours else {}
+    lost = {k: v for k, v in old_globals.items() if shared.get(k) != v}
     mine = {
         name: _ini_section(
             name,
@@ -294,10 +380,9 @@ def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> s
         shared,
         by_name["*"].kept() if "*" in by_name else [],
     )
-    head = old[0].lines or [
-        "; llama-server --models-preset THIS_FILE (written by moetune export preset)",
-        "version = 1",
-        "",
+    head = [
+        _head_line(models_max) if _HEAD.match(line) else line
+        for line in old[0].lines or [_head_line(models_max), "version = 1", ""]
     ]
     out: list[str] = list(head)
     wrote_globals = False
@@ -311,6 +396,8 @@ def preset_text(entries: Sequence[ServeEntry], existing: str | None = None) -> s
             wrote_globals = True
         elif name in mine and section.ours:
             out += mine.pop(name)
+        elif section.ours and lost:
+            out += _inherit(section, lost)
         else:
             out += section.lines
         written.add(name)
@@ -381,14 +468,18 @@ def _swap_block(entry: ServeEntry, cmd: str) -> list[str]:
 
 
 def _shared_pairs(entries: Sequence[ServeEntry]) -> list[Pair]:
-    """The flag-value pairs every command has, never a model's source."""
+    """The flag-value pairs every command has, never a model's source nor a flag that moves
+    memory or placement in any of them (``shareable``)."""
     if len(entries) < 2:
         return []
     found = [arg_pairs(e.args) for e in entries]
+    tuned = _tuned_keys(entries)
     return [
         pair
         for pair in found[0]
-        if _key(pair) not in _SOURCE_KEYS and all(pair in other for other in found[1:])
+        if _key(pair) not in _SOURCE_KEYS
+        and _key(pair) not in tuned
+        and all(pair in other for other in found[1:])
     ]
 
 
@@ -588,12 +679,17 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
 
 
 def export_text(
-    fmt: str, entries: Sequence[ServeEntry], binary: str, existing: str | None = None
+    fmt: str,
+    entries: Sequence[ServeEntry],
+    binary: str,
+    existing: str | None = None,
+    models_max: int = 1,
 ) -> str:
     """``fmt``'s text of ``entries`` (a preset, or a llama-swap config whose commands run
-    ``binary``), merged into ``existing``."""
+    ``binary``), merged into ``existing``; ``models_max``: the router's ``--models-max``
+    that a preset's head names."""
     if fmt == "preset":
-        return preset_text(entries, existing)
+        return preset_text(entries, existing, models_max)
     return llama_swap_text(entries, binary, existing)
 
 
@@ -604,12 +700,128 @@ def check_out(path: Path) -> None:
     check_writable(path)
 
 
-def write_export(path: Path, fmt: str, entries: Sequence[ServeEntry], binary: str) -> None:
+def write_export(
+    path: Path, fmt: str, entries: Sequence[ServeEntry], binary: str, models_max: int = 1
+) -> None:
     """Update ``path`` with ``fmt``'s text of ``entries``: moetune's own entries replaced,
     everything written by hand kept (a read-merge-write under the file's lock)."""
     from moetune.store.files import update_text
 
-    update_text(path, lambda existing: export_text(fmt, entries, binary, existing))
+    update_text(path, lambda existing: export_text(fmt, entries, binary, existing, models_max))
+
+
+@record(frozen=True, kw_only=True)
+class ExportResult:
+    """What ``export`` wrote (or printed) and how to serve it: ``router_command``, the
+    command line that starts the router (llama-swap) on it, with the ``--models-max`` that
+    keeps the models within their devices."""
+
+    format: str
+    out: str | None  # the file written; None: printed on stdout
+    router_command: list[str]
+    models_max: int
+    models: tuple[ServeEntry, ...]
+    left_out: list[str] = field(default_factory=list)  # models whose plan does not fit
+    notes: list[str] = field(default_factory=list)  # what the stderr note says
+    text: str | None = None  # the config, when printed (not written)
+
+
+def serve_notes(fmt: str, command: Sequence[str], models_max: int) -> list[str]:
+    """What to tell the user about serving the export: its command line, and how many of
+    the models stay loaded."""
+    line = shlex.join(command)
+    if fmt == "preset":
+        held = (
+            "one model loaded at a time: the router unloads the least recently used before it "
+            "loads another"
+            if models_max == 1
+            else f"at most {models_max} models loaded at once"
+            if models_max
+            else "no limit on the models loaded at once"
+        )
+        return [f"serve it with: {line} ({held}; --models-max is the router's own flag)"]
+    return [
+        f"serve it with: {line} (llama-swap runs one of these models at a time: no group "
+        "names them)"
+    ]
+
+
+# --- how many models at once: the router's command line ------------------------------------------
+
+PRESET_PLACEHOLDER = "models.ini"  # the preset's name in router_command when it is printed
+SWAP_PLACEHOLDER = "config.yaml"
+
+
+def router_command(fmt: str, binary: str, out: Path | None, models_max: int) -> list[str]:
+    """The command line that serves the export: the router (``binary``, the llama-server
+    the models were tuned with where known) on the preset with ``--models-max``, a flag of
+    its own command line (common/arg.cpp; a ``models-max`` key in the preset is only
+    cascaded into the models' arguments); or llama-swap on its config. ``out`` None: the
+    file's name is a placeholder (the export was printed)."""
+    if fmt == "preset":
+        path = str(out) if out is not None else PRESET_PLACEHOLDER
+        return [binary, "--models-preset", path, "--models-max", str(models_max)]
+    return ["llama-swap", "--config", str(out) if out is not None else SWAP_PLACEHOLDER]
+
+
+def _rpc(device: str) -> bool:
+    return re.fullmatch(r"RPC\d+( .*)?", device) is not None
+
+
+def check_together(fmt: str, entries: Sequence[ServeEntry], models_max: int) -> None:
+    """Refuse a ``models_max`` under which the models would not fit together: on some
+    device the ``models_max`` largest of their peaks there (every model for 0, the router's
+    "unlimited") add up to more than the smallest budget they were tuned or planned for
+    there, or two of them would share an RPC device (ggml-rpc-server serves one client
+    process at a time: the second waits for ever). llama-swap runs one at a time here (no
+    group names them), so only 1 is taken."""
+    from moetune.units import format_bytes
+
+    if models_max < 0:
+        raise BadValueError(f"--models-max {models_max}: give 1 or more (0: no limit)")
+    if fmt != "preset" and models_max != 1:
+        raise BadValueError(
+            f"--models-max {models_max}: llama-swap runs one of these models at a time "
+            "(no group names them); --models-max is the router's (export preset)"
+        )
+    at_once = len(entries) if models_max == 0 else min(models_max, len(entries))
+    if at_once < 2:
+        return
+    unknown = [e.name for e in entries if not e.peaks]
+    if unknown:
+        raise BadValueError(
+            f"--models-max {models_max}: moetune knows no device peak of {unknown[0]!r}, so "
+            "it cannot tell whether the models fit together",
+            hint="leave --models-max at 1: one model loaded at a time",
+        )
+    on: dict[str, list[DevicePeak]] = {}
+    for entry in entries:
+        for peak in entry.peaks:
+            on.setdefault(peak.device, []).append(peak)
+    for device, peaks in on.items():
+        top = sorted(peaks, key=lambda p: p.peak_bytes, reverse=True)[:at_once]
+        if len(top) < 2:
+            continue
+        need = " + ".join(format_bytes(p.peak_bytes) for p in top)
+        if _rpc(device):
+            raise BadValueError(
+                f"--models-max {models_max}: {len(top)} models at once would share {device}, "
+                "and an RPC device serves one process at a time (the second waits for ever)",
+                hint="leave --models-max at 1: one model loaded at a time",
+            )
+        budget = min(peaks, key=lambda p: p.budget_bytes)
+        if sum(p.peak_bytes for p in top) > budget.budget_bytes:
+            has = f"which has {format_bytes(budget.budget_bytes)}"
+            if budget.size_bytes is not None and budget.size_bytes != budget.budget_bytes:
+                has = (
+                    f"whose budget is {format_bytes(budget.budget_bytes)} "
+                    f"of its {format_bytes(budget.size_bytes)}"
+                )
+            raise BadValueError(
+                f"--models-max {models_max}: {len(top)} models at once need {need} on "
+                f"{device}, {has}",
+                hint="leave --models-max at 1: one model loaded at a time",
+            )
 
 
 # --- each model's entry: its tuned profile, else its plan -----------------------------------------
@@ -696,6 +908,44 @@ def _name(args: list[str], fallback: str) -> str:
     return fallback.removesuffix(".gguf")
 
 
+def device_label(device: str, name: str | None) -> str:
+    """A device as check_together tells devices apart: llama.cpp's name (``CUDA0``), an RPC
+    device with its server (``RPC0 127.0.0.1:50052``: RPC0 of two routers' models may be
+    two servers)."""
+    return f"{device} {name}" if _rpc(device) and name else device
+
+
+def _tuned_peaks(profile: TunedProfile) -> tuple[DevicePeak, ...]:
+    """What the tuned model holds on each device: its measured peak on one device; on
+    several (the profile keeps their sum) each device's target, which it was tuned within."""
+    devices = profile.device_set
+    settings = profile.settings
+    if len(devices) == 1:
+        d = devices[0]
+        measured = profile.measured.vram_bytes
+        return (
+            DevicePeak(
+                device=device_label(d.device, d.name),
+                peak_bytes=settings.target_bytes if measured is None else measured,
+                budget_bytes=settings.target_bytes,
+                size_bytes=d.vram_total_bytes,
+                measured=measured is not None,
+            ),
+        )
+    targets = settings.device_targets
+    if len(targets) != len(devices):
+        targets = [settings.target_bytes] * len(devices)
+    return tuple(
+        DevicePeak(
+            device=device_label(d.device, d.name),
+            peak_bytes=t,
+            budget_bytes=t,
+            size_bytes=d.vram_total_bytes,
+        )
+        for d, t in zip(devices, targets, strict=True)
+    )
+
+
 def _tuned(profile: TunedProfile) -> ServeEntry:
     from moetune.units import format_bytes
 
@@ -708,7 +958,9 @@ def _tuned(profile: TunedProfile) -> ServeEntry:
     args = list(profile.command[1:])
     threshold = profile.settings.op_offload_min_batch
     env = () if threshold is None else ((OP_OFFLOAD_ENV, str(threshold)),)
-    return ServeEntry(_name(args, profile.model.file_name), tuple(args), True, note, env)
+    return ServeEntry(
+        _name(args, profile.model.file_name), tuple(args), True, note, env, _tuned_peaks(profile)
+    )
 
 
 def _planned(
@@ -733,4 +985,29 @@ def _planned(
     )
     args = list(rec.command[1:])
     name = _name(args, Path(str(named.facts.paths[0])).name)
-    return ServeEntry(name, tuple(args), False, note, tuple(rec.env.items()))
+    peaks = _planned_peaks(plan, pick.rpc)
+    return ServeEntry(name, tuple(args), False, note, tuple(rec.env.items()), peaks)
+
+
+def _planned_peaks(plan: PlanResult, rpc: str | None) -> tuple[DevicePeak, ...]:
+    """What the planned model is predicted to hold on each device, and each one's budget
+    (an RPC device named with its server from ``rpc``, in order)."""
+    servers = [s.strip() for s in rpc.split(",") if s.strip()] if rpc else []
+    several = bool(plan.device_budgets)
+    peaks: list[DevicePeak] = []
+    n_rpc = 0
+    for index, memory in enumerate(plan.first.memory.devices):
+        server = None
+        if _rpc(memory.name):
+            server = servers[n_rpc] if n_rpc < len(servers) else None
+            n_rpc += 1
+        budget = plan.device_budgets[index] if several else plan.budget_bytes
+        peaks.append(
+            DevicePeak(
+                device=device_label(memory.name, server),
+                peak_bytes=memory.total_bytes,
+                budget_bytes=budget,
+                size_bytes=None if several else plan.device_bytes,
+            )
+        )
+    return tuple(peaks)

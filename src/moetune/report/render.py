@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from moetune.core.ram import RamFigure
     from moetune.errors import ExitCode, ProfileError
     from moetune.jobs.doctor import DoctorReport
+    from moetune.jobs.export import ExportResult
     from moetune.jobs.quants import QuantsResult
     from moetune.records.results import BenchResult, RunResult
     from moetune.records.speed import CalibrateResult
@@ -109,6 +110,13 @@ class DoctorView(NamedTuple):
     report: DoctorReport
 
 
+class ExportView(NamedTuple):
+    """``export --json``: what was exported and the command line that serves it (its text
+    is the config itself, a TextView)."""
+
+    result: ExportResult
+
+
 class TextView(NamedTuple):
     """Text printed as it is (``alias``'s shell function, ``export``'s config)."""
 
@@ -135,6 +143,7 @@ View = (
     | TunedView
     | HardwareView
     | DoctorView
+    | ExportView
     | TextView
     | ErrorView
 )
@@ -208,6 +217,8 @@ def payload(view: View) -> dict[str, Any]:
             return jsonable(view.profile)
         case DoctorView():
             return p.doctor_payload(view.report)
+        case ExportView():
+            return jsonable(view.result)
         case ErrorView():
             return p.error_payload(view.code, view.message, view.hint)
         case TextView():
@@ -261,6 +272,10 @@ def text(view: View) -> RenderableType:
             from moetune.report.doctor import render_doctor
 
             return render_doctor(view.report)
+        case ExportView():
+            from rich.text import Text
+
+            return Text("\n".join(view.result.notes))
         case TextView():
             from rich.text import Text
 
