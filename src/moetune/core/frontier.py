@@ -396,7 +396,7 @@ def threads_note(req: PlanRequest, basis: tuple[MachineFigures, SpeedFit | None]
     if not counts:
         return THREADS_NOTE
     figures, fit = basis
-    if fit is not None and fit.ram_single_thread_share is not None:
+    if fit is not None and fit.trusted and fit.ram_single_thread_share is not None:
         share, source = fit.ram_single_thread_share, "calibrated"
     elif figures.ram_single_thread_share is not None:
         share, source = figures.ram_single_thread_share, "measured by thread count"
@@ -426,7 +426,7 @@ def frontier(
         return None
     basis = speed_basis(req)
     if error is None and basis[1] is not None:
-        error = basis[1].loo_median_error
+        error = basis[1].forecast_error
     settings = result.settings
     entries = _candidates(facts, req, settings, goal)
     for subset in device_subsets(req):
