@@ -133,7 +133,10 @@ class SpeedFit:
     def calibration(self) -> ForecastCalibration:
         if not self.trusted:
             return ForecastCalibration(
-                refused_points=self.points, refused_error=self.loo_median_error
+                own_points=self.points if self.own_points is None else self.own_points,
+                other_models=self.other_models,
+                refused_points=self.points,
+                refused_error=self.loo_median_error,
             )
         return ForecastCalibration(
             points=self.points,

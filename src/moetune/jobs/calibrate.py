@@ -438,15 +438,14 @@ def measure_model(
     )
 
 
-def fit_check(
-    points: Sequence[SpeedPoint], kept: Sequence[SpeedPoint], fit: SpeedFit | None
-) -> FitCheck | None:
-    """``fit`` of ``points`` and ``kept`` (None: fewer than two to fit) against the bound."""
+def fit_check(kept: int, fit: SpeedFit | None) -> FitCheck | None:
+    """``fit`` (None: fewer than two points to fit), ``kept`` of its points kept before,
+    against the bound."""
     if fit is None:
         return None
     return FitCheck(
         points=fit.points,
-        kept_points=len(kept),
+        kept_points=kept,
         median_error=fit.loo_median_error,
         max_error=fit.loo_max_error,
         bound=LOO_ERROR_BOUND,
@@ -457,23 +456,26 @@ def fit_check(
 def machine_checker(
     facts: ModelFacts, spec: LaunchSpec, devices: Sequence[DeviceSpec], warn: Callable[[str], None]
 ) -> FitChecker:
-    """The check of a measure's points as a forecast on this machine would fit them: with
-    the points kept for it (of every model readable here, but those the measure replaces),
-    on the machine's figures (jobs/figures.py, as `run --objective` has them)."""
+    """The check of a measure's points as a forecast on this machine would fit them (as
+    jobs/speed_from.py ``machine_points`` finds them): with the points kept for it (of every
+    model whose file is readable here, but those the measure replaces), on the machine's
+    figures (jobs/figures.py, as `run --objective` has them)."""
 
     def check(points: Sequence[SpeedPoint], replacing: str) -> FitCheck | None:
         from moetune.core.calibrate import fit_of
         from moetune.jobs.devices import physical_cores
         from moetune.jobs.figures import device_profiles, machine_figures, ram_figure
         from moetune.jobs.speed import machine_here, measured_of
-        from moetune.jobs.speed_from import machine_points
+        from moetune.records.speed import same_machine
 
-        model = model_of(spec.model)
-        kept = machine_points(machine_here(devices), model, warn, leaving=replacing)
+        here, model = machine_here(devices), model_of(spec.model)
+        stored = SpeedStore().points(warn, leaving=replacing)
+        kept = [p for p in stored if same_machine(p.machine, here)]
         ram = ram_figure(None, warn=warn)
         figures = machine_figures(devices, device_profiles(devices), ram, cores=physical_cores())
-        measured = measured_of([*points, *kept], facts, spec.settings, devices, model=model)
-        return fit_check(points, kept, fit_of(measured, figures))
+        new = measured_of(points, facts, spec.settings, devices, model=model)
+        old = measured_of(kept, facts, spec.settings, devices, model=model)
+        return fit_check(len(old), fit_of([*new, *old], figures))
 
     return check
 
