@@ -179,3 +179,20 @@ def test_one_measurement_is_no_calibration(tiny: Path, tmp_path: Path) -> None:
     assert code == 0
     assert json.loads(out)["forecast"]["calibration"]["points"] == 0
     assert "has 1 prompt or generation measurement of tiny-moe.gguf: a calibration needs 2" in err
+
+
+def test_an_import_names_the_tests_whose_samples_disagree() -> None:
+    """`calibrate FILE` keeps the rig's points (someone's measurements) and names each test
+    whose samples spread beyond core/noise.py's 20 %: pp64 at N 0, -ub 64 measured 3896.64
+    and 1241.4 tok/s."""
+    code, out, err = cli("calibrate", str(RIG), "--json")
+    assert code == 0, err
+    (found,) = json.loads(out)["files"]
+    assert len(found["points"]) == 16 and found["saved_path"] is not None
+    assert (
+        "pp64 at --n-cpu-moe 0, -ub 64, -t 1: 2 samples 1241.4-3896.6 tok/s, spread 103 % "
+        "(bound 20 %)" in found["disagreeing"]
+    )
+    assert all("spread" in text for text in found["disagreeing"])
+    code, out, _ = cli("calibrate", str(RIG))
+    assert "kept, its samples disagreeing: pp64 at --n-cpu-moe 0, -ub 64" in " ".join(out.split())

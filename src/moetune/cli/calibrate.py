@@ -174,7 +174,7 @@ def calibrate(
     if result.refused is not None:
         from moetune.errors import TooNoisyError
 
-        hint = "close other programs (nothing else busy on the CPU or the devices) and run it again"
+        hint = "close other programs, so that nothing else keeps the CPU busy, and run it again"
         if result.fit is not None and result.fit.kept_points:
             hint += (
                 f"; the fit included {result.fit.kept_points} points kept for this machine in "

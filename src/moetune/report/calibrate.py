@@ -82,7 +82,7 @@ def render_calibrate(result: CalibrateResult) -> RenderableType:
             + (f", {plural(imported.refused, 'row')} refused" if imported.refused else ""),
             f"  {state} {short_path(imported.saved_path, 66)}"
             if imported.saved_path is not None
-            else "  not kept: their fit is beyond the bound (below)",
+            else "  not kept: the machine was too noisy",
         ]
         lines += [f"  refused: {text}" for text in imported.refusals]
         if imported.refused > len(imported.refusals):
