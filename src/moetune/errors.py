@@ -131,6 +131,11 @@ class CheckFailedError(MoetuneError):
     exit_code = ExitCode.CHECK_FAILED
 
 
+class TooNoisyError(CheckFailedError):
+    """`moetune calibrate --measure`'s measurements disagree beyond core/noise.py's bounds
+    (every test's samples, or the fit's leave-one-out error): nothing was kept."""
+
+
 class InterruptedByUser(MoetuneError):
     """Ctrl-C, SIGTERM or SIGHUP (llama.cpp's servers stopped on the way out)."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from moetune.errors import ExitCode
 from moetune.hardware.host import physical_cores
 
 from support.factory import ModelFactory
@@ -56,13 +57,19 @@ def test_plan_picks_a_thread_count_within_the_forecasts_error(model: Path, rpc: 
     cores = physical_cores()
     if not cores or cores < 2:
         pytest.skip("one physical core: no other thread count to pick")
-    measured = _json(
+    code, out, err = cli(
         "calibrate",
         "--measure",
         str(model),
         *("-p", "64", "-n", "16", "--repetitions", "3", "--ubatch", "32,64"),
         *("--threads", str(cores), *BUDGET, "--rpc", rpc),
+        "--json",
     )
+    if code == ExitCode.CHECK_FAILED and "the machine was too noisy" in err:
+        # nothing kept: the plan would be uncalibrated (test_calibrate.py's load test)
+        pytest.skip(f"the rig was too noisy to calibrate: {json.loads(out)['error']['message']}")
+    assert code == 0, out + err
+    measured = json.loads(out)
     threads = {p["n_threads"] for p in measured["files"][0]["points"]}
     assert threads == {cores, cores // 2}  # the second thread count
     data = _json("plan", str(model), *BUDGET, "--rpc", rpc, "--objective", "decode")

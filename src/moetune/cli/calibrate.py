@@ -171,3 +171,13 @@ def calibrate(
 
         result = measure_job(req, schema_version=SCHEMA_VERSION, on_event=event, warn=warn)
     render(CalibrateView(result), as_json)
+    if result.refused is not None:
+        from moetune.errors import TooNoisyError
+
+        hint = "close other programs, so that nothing else keeps the CPU busy, and run it again"
+        if result.fit is not None and result.fit.kept_points:
+            hint += (
+                f"; the fit included {result.fit.kept_points} points kept for this machine in "
+                f"{result.store}: remove those measured on a loaded machine"
+            )
+        raise TooNoisyError(result.refused, hint=hint + "; until then forecasts are uncalibrated")

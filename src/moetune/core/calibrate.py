@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
+from moetune.core.noise import loo_beyond_bound
 from moetune.core.prior import PUBLIC_PRIOR, UNCALIBRATED_ERROR, SpeedPrior
 from moetune.core.speed import (
     Efficiency,
@@ -117,7 +118,26 @@ class SpeedFit:
     ram_single_thread_share: float | None = None
 
     @property
+    def trusted(self) -> bool:
+        """Whether a forecast uses it: its leave-one-out median error within core/noise.py's
+        bound (or too few points to leave one out); else its points disagree."""
+        return not loo_beyond_bound(self.loo_median_error)
+
+    @property
+    def forecast_error(self) -> float | None:
+        """The relative error of a forecast made with it: its leave-one-out median error where
+        it is trusted; None where it is not (the forecast is uncalibrated)."""
+        return self.loo_median_error if self.trusted else None
+
+    @property
     def calibration(self) -> ForecastCalibration:
+        if not self.trusted:
+            return ForecastCalibration(
+                own_points=self.points if self.own_points is None else self.own_points,
+                other_models=self.other_models,
+                refused_points=self.points,
+                refused_error=self.loo_median_error,
+            )
         return ForecastCalibration(
             points=self.points,
             median_error=self.loo_median_error,
@@ -467,7 +487,20 @@ def fitted_forecast(
     prior: SpeedPrior | None = PUBLIC_PRIOR,
 ) -> Forecast:
     """``forecast`` with ``fit``'s factors, rates and fixed times; where ``fit`` is None
-    (uncalibrated), ``prior``'s typical ones (None: the figures alone, every efficiency 1)."""
+    (uncalibrated), or not trusted (its points disagree: the calibration says so),
+    ``prior``'s typical ones (None: the figures alone, every efficiency 1)."""
+    if fit is not None and not fit.trusted:
+        refused = fit.calibration
+        found = fitted_forecast(
+            layout,
+            machine,
+            None,
+            depth=depth,
+            n_prompt=n_prompt,
+            prefill_depth=prefill_depth,
+            prior=prior,
+        )
+        return replace(found, calibration=refused)
     if fit is not None and fit.ram_single_thread_share is not None:
         machine = replace(machine, ram_single_thread_share=fit.ram_single_thread_share)
     found = forecast(layout, machine, depth=depth, n_prompt=n_prompt, prefill_depth=prefill_depth)

@@ -400,7 +400,7 @@ def threads_note(req: PlanRequest, basis: tuple[MachineFigures, SpeedFit | None]
     if not counts:
         return THREADS_NOTE
     figures, fit = basis
-    if fit is not None and fit.ram_single_thread_share is not None:
+    if fit is not None and fit.trusted and fit.ram_single_thread_share is not None:
         share, source = fit.ram_single_thread_share, "calibrated"
     elif figures.ram_single_thread_share is not None:
         share, source = figures.ram_single_thread_share, "measured by thread count"
@@ -430,8 +430,8 @@ def frontier(
         return None
     basis = speed_basis(req)
     if error is None and basis[1] is not None:
-        error = basis[1].loo_median_error
-    if error is None and basis[1] is None:  # uncalibrated: its expected error
+        error = basis[1].forecast_error
+    if error is None:  # uncalibrated (or its fit refused as noisy): its expected error
         error = result.forecast.expected_error if result.forecast is not None else None
     settings = result.settings
     entries = _candidates(facts, req, settings, goal)

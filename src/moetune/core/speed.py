@@ -67,6 +67,7 @@ from moetune.core.figures import FigureSource, Provenance
 from moetune.core.flags import pairs
 from moetune.core.kvcache import cache_for, state_bytes
 from moetune.core.memory import weights_on
+from moetune.core.noise import loo_text
 from moetune.core.placement import CPU, SKIPPED, Placement, WeightSplit
 from moetune.core.routing import routing_exponent, touched_share
 from moetune.core.settings import OP_OFFLOAD_MIN_BATCH, Settings
@@ -543,11 +544,21 @@ class ForecastCalibration:
     max_error: float | None = None
     own_points: int = 0
     other_models: tuple[str, ...] = ()  # their file names
+    # a fit not used (core/noise.py): its points disagree, its leave-one-out median error
+    # beyond the bound; the forecast is uncalibrated
+    refused_points: int = field(default=0, metadata=OMIT_EMPTY)
+    refused_error: float | None = field(default=None, metadata=OMIT_EMPTY)
 
     @property
     def label(self) -> str:
         """``uncalibrated``, ``calibrated on 6 points, leave-one-out error 8.1 % (max 14 %)``,
-        ``calibrated on 12 points (8 of this model, 4 of 1 other model), ...``."""
+        ``calibrated on 12 points (8 of this model, 4 of 1 other model), ...``; ``not
+        calibrated: its 10 points disagree (leave-one-out error 50 %, bound 25 %)``."""
+        if self.refused_error is not None:
+            return (
+                f"not calibrated: its {self.refused_points} measured points disagree "
+                f"({loo_text(self.refused_error)})"
+            )
         if not self.points:
             return UNCALIBRATED
         text = f"calibrated on {self.points} points"

@@ -11,10 +11,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from moetune.core.calibrate import SpeedFit
 from moetune.core.command import command_env, env_words
+from moetune.core.devices import DeviceSpec
 from moetune.core.extras import Extras
 from moetune.core.facts import ModelFacts
+from moetune.core.noise import (
+    LOO_ERROR_BOUND,
+    POINT_SPREAD_BOUND,
+    loo_text,
+    percent,
+    samples_disagree,
+    samples_spread,
+)
 from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import DeviceBudgets, OffloadPlan, fixed_split, largest, plan_n_cpu_moe
 from moetune.core.settings import Settings
@@ -25,11 +36,14 @@ from moetune.jobs.speed import bench_points, model_of, with_threshold
 from moetune.llamacpp.bench_results import BenchRows, parse_bench_rows
 from moetune.record import record
 from moetune.records.results import RESULT_KIND
-from moetune.records.speed import CalibrateResult, ImportedFile, SpeedPoint, Tool
+from moetune.records.speed import CalibrateResult, FitCheck, ImportedFile, SpeedPoint, Tool
 from moetune.store.bench import load_result
 from moetune.store.files import parse_json, read_text
 from moetune.store.speed import SpeedStore
 from moetune.units import Ctx, Sizes
+
+if TYPE_CHECKING:
+    from moetune.jobs.launch import LaunchSpec
 
 _SNIFF_BYTES = 4096
 
@@ -106,12 +120,14 @@ def read_points(path: Path, schema_version: int) -> tuple[Tool, list[SpeedPoint]
     return tool, rows.points
 
 
-def _imported(path: Path, tool: Tool, rows: BenchRows, saved: Path, known: bool) -> ImportedFile:
+def _imported(
+    path: Path, tool: Tool, rows: BenchRows, saved: Path | None, known: bool
+) -> ImportedFile:
     return ImportedFile(
         file=str(path),
         tool=tool,
         points=rows.points,
-        saved_path=str(saved),
+        saved_path=None if saved is None else str(saved),
         already_saved=known,
         refused=rows.refused,
         refusals=list(rows.refusals),
@@ -132,7 +148,9 @@ def import_files(
     files = []
     for path, tool, rows in read:
         saved, known = store.save(rows.points, f"{tool.split()[-1]}-{path.stem}")
-        files.append(_imported(path, tool, rows, saved, known))
+        imported = _imported(path, tool, rows, saved, known)
+        disagreeing = [noise_of(p) for p in _disagreeing(rows.points)]
+        files.append(imported.model_copy(update={"disagreeing": disagreeing}))
     return CalibrateResult(files=files, store=str(store.root), total_points=len(store.points(warn)))
 
 
@@ -291,6 +309,46 @@ def measure_key(argvs: Sequence[Sequence[str]], devices: Sequence[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def _test_name(point: SpeedPoint) -> str:
+    """llama-bench's name of a test: ``pp64``, ``tg4``, ``pp64+tg4``."""
+    tests = [
+        f"pp{point.n_prompt}" if point.n_prompt else "",
+        f"tg{point.n_gen}" if point.n_gen else "",
+    ]
+    return "+".join(t for t in tests if t)
+
+
+def _disagreeing(points: Sequence[SpeedPoint]) -> list[SpeedPoint]:
+    """The points whose samples spread beyond core/noise.py's bound."""
+    return [p for p in points if samples_disagree(p.samples_tps)]
+
+
+def noise_of(point: SpeedPoint) -> str:
+    """``tg4 at --n-cpu-moe 8, -ub 32, -t 2: 2 samples 18.1-38.8 tok/s, spread 73 % (bound
+    20 %)``."""
+    found = samples_spread(point.samples_tps) or 0.0
+    low, high = min(point.samples_tps), max(point.samples_tps)
+    where = [point.source.config or f"--n-cpu-moe {point.placement.n_cpu_moe}"]
+    where += [f"-ub {point.n_ubatch}"] if point.n_ubatch else []
+    where += [f"-t {point.n_threads}"] if point.n_threads else []
+    return (
+        f"{_test_name(point)} at {', '.join(where)}: {len(point.samples_tps)} samples "
+        f"{low:.1f}-{high:.1f} tok/s, spread {percent(found)} (bound {percent(POINT_SPREAD_BOUND)})"
+    )
+
+
+def _run_points(text: str) -> list[SpeedPoint]:
+    """The points of one llama-bench run's rows (none where they do not read: the whole
+    file's reading says why)."""
+    try:
+        return parse_bench_rows(text, BENCH_NAME).points
+    except BadValueError:
+        return []
+
+
+FitChecker = Callable[[Sequence[SpeedPoint], str], FitCheck | None]
+
+
 def measure_model(
     model: str,
     runs: Sequence[BenchRun],
@@ -304,10 +362,17 @@ def measure_model(
     timeout_s: float,
     store: SpeedStore | None = None,
     warn: Callable[[str], None] = lambda text: None,
+    check: FitChecker | None = None,
 ) -> CalibrateResult:
     """Run llama-bench for each of ``runs`` in turn, keep their rows in one ``-o jsonl`` file
     under ``out_dir``, and import it as `calibrate FILE` does; the points replace those of the
-    same measure made before (the same runs on the same devices)."""
+    same measure made before (the same runs on the same devices).
+
+    Noise (core/noise.py): a run whose samples disagree is run once more, and its points
+    still disagreeing are refused (``noisy``); ``check`` (the points, and the prefix of the
+    store's files they replace) fits them with the points kept for this machine, and where
+    its leave-one-out error is beyond the bound, or every point was refused, nothing is
+    kept: the result says why (``refused``)."""
     from moetune.llamacpp.process import run_tool
 
     store = store or SpeedStore()
@@ -317,25 +382,102 @@ def measure_model(
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{BENCH_NAME}-{Path(model).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     path = out_dir / f"{stem}.jsonl"
-    rows: list[str] = []
-    for index, (run, argv) in enumerate(zip(runs, argvs, strict=True), 1):
-        on_event(f"{BENCH_NAME} {index}/{len(runs)}: {run.describe()}")
-        part = out_dir / f".{stem}-{index}.jsonl"
+
+    def bench(index: int) -> str:
+        part = out_dir / f".{stem}-{index + 1}.jsonl"
         try:
-            run_tool(argv, part, timeout_s, env=env)
-            rows.append(read_text_file(part))
+            run_tool(argvs[index], part, timeout_s, env=env)
+            return read_text_file(part)
         finally:
             part.unlink(missing_ok=True)
+
+    rows: list[str] = []
+    for index, run in enumerate(runs):
+        on_event(f"{BENCH_NAME} {index + 1}/{len(runs)}: {run.describe()}")
+        rows.append(bench(index))
+    # a run whose samples disagree: measured once more (once: a loaded machine stays loaded)
+    again = [i for i, text in enumerate(rows) if _disagreeing(_run_points(text))]
+    remeasured = []
+    for count, index in enumerate(again, 1):
+        why = "; ".join(noise_of(p) for p in _disagreeing(_run_points(rows[index])))
+        remeasured.append(why)
+        on_event(
+            f"{BENCH_NAME} again {count}/{len(again)}: {runs[index].describe()} (its samples"
+            " disagree)"
+        )
+        rows[index] = bench(index)
     path.write_text("".join(text if text.endswith("\n") else text + "\n" for text in rows))
     tool_name, read = read_rows(path, schema_version)
     if (threshold := knobs.settings.op_offload_min_batch) is not None:
         read = replace(read, points=[with_threshold(p, threshold) for p in read.points])
+    noisy = [noise_of(p) for p in _disagreeing(read.points)]
+    read = replace(read, points=[p for p in read.points if not samples_disagree(p.samples_tps)])
     same = f"measure-{measure_key(argvs, [*devices, *env_words(env)])}-"
-    saved, known = store.save(read.points, same + stem, replacing=same)
+    fit = check(read.points, same) if check is not None and read.points else None
+    refused = None
+    if not read.points:
+        refused = (
+            "not calibrated: the machine was too noisy (every test's samples disagreed beyond "
+            f"{percent(POINT_SPREAD_BOUND)}, measured twice)"
+        )
+    elif fit is not None and not fit.within:
+        assert fit.median_error is not None
+        refused = f"not calibrated: the machine was too noisy ({loo_text(fit.median_error)})"
+    saved: Path | None = None
+    known = False
+    if refused is None:
+        saved, known = store.save(read.points, same + stem, replacing=same)
     imported = _imported(path, tool_name, read, saved, known)
+    imported = imported.model_copy(update={"remeasured": remeasured, "noisy": noisy})
     return CalibrateResult(
-        files=[imported], store=str(store.root), total_points=len(store.points(warn))
+        files=[imported],
+        store=str(store.root),
+        total_points=len(store.points(warn)),
+        fit=fit,
+        refused=refused,
     )
+
+
+def fit_check(kept: int, fit: SpeedFit | None) -> FitCheck | None:
+    """``fit`` (None: fewer than two points to fit), ``kept`` of its points kept before,
+    against the bound."""
+    if fit is None:
+        return None
+    return FitCheck(
+        points=fit.points,
+        kept_points=kept,
+        median_error=fit.loo_median_error,
+        max_error=fit.loo_max_error,
+        bound=LOO_ERROR_BOUND,
+        within=fit.trusted,
+    )
+
+
+def machine_checker(
+    facts: ModelFacts, spec: LaunchSpec, devices: Sequence[DeviceSpec], warn: Callable[[str], None]
+) -> FitChecker:
+    """The check of a measure's points as a forecast on this machine would fit them (as
+    jobs/speed_from.py ``machine_points`` finds them): with the points kept for it (of every
+    model whose file is readable here, but those the measure replaces), on the machine's
+    figures (jobs/figures.py, as `run --objective` has them)."""
+
+    def check(points: Sequence[SpeedPoint], replacing: str) -> FitCheck | None:
+        from moetune.core.calibrate import fit_of
+        from moetune.jobs.devices import physical_cores
+        from moetune.jobs.figures import device_profiles, machine_figures, ram_figure
+        from moetune.jobs.speed import machine_here, measured_of
+        from moetune.records.speed import same_machine
+
+        here, model = machine_here(devices), model_of(spec.model)
+        stored = SpeedStore().points(warn, leaving=replacing)
+        kept = [p for p in stored if same_machine(p.machine, here)]
+        ram = ram_figure(None, warn=warn)
+        figures = machine_figures(devices, device_profiles(devices), ram, cores=physical_cores())
+        new = measured_of(points, facts, spec.settings, devices, model=model)
+        old = measured_of(kept, facts, spec.settings, devices, model=model)
+        return fit_check(len(old), fit_of([*new, *old], figures))
+
+    return check
 
 
 @record(frozen=True)
@@ -419,4 +561,5 @@ def measure(
         on_event=on_event,
         timeout_s=req.timeout_s,
         warn=warn,
+        check=machine_checker(facts, spec, setup.devices, warn),
     )

@@ -218,7 +218,7 @@ def tune_for_goal(
         return (
             found_n,
             Candidate(n, base_ub, entry.score),
-            refit.loo_median_error if refit else None,
+            refit.forecast_error if refit else None,
         )
 
     n = best.n_cpu_moe
@@ -227,7 +227,7 @@ def tune_for_goal(
         Candidate(n, base_ub, base_entry.score),
         base_score,
         measure,
-        error=fit.loo_median_error if fit else None,
+        error=fit.forecast_error if fit else None,
         goal=goal.name,
         reforecast=reforecast,
     )

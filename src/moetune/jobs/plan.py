@@ -469,6 +469,11 @@ def plan_command(
 
         inputs = inputs._replace(speed_points=tuple(points), speed_model=model_of(named))
     result = plan_model(chosen, inputs, verify=verify, server=server)
+    if points and result.forecast is not None:
+        from moetune.jobs.speed_from import warn_disagreeing
+
+        calibration = result.forecast.calibration
+        warn_disagreeing(calibration, named, speed_from=speed_from, warn=warn)
     wants_frontier = frontier or objective is not None or workload is not None
     speeds = plan_frontier(chosen, inputs, result, goal) if wants_frontier else None
     return ModelPlan(result, chosen.facts, found.source, speeds, ram_read)

@@ -16,6 +16,7 @@ from moetune.errors import BadValueError
 
 if TYPE_CHECKING:
     from moetune.core.devices import DeviceSpec
+    from moetune.core.speed import ForecastCalibration
     from moetune.records.speed import SpeedMachine, SpeedModel, SpeedPoint
 
 
@@ -74,13 +75,16 @@ def machine_points(
     model: SpeedModel,
     warn: Callable[[str], None],
     store_dir: Path | None = None,
+    *,
+    leaving: str | None = None,
 ) -> list[SpeedPoint]:
     """The points kept that were measured on ``machine``, of ``model`` and of every other
-    model whose file is readable here (``usable_points``)."""
+    model whose file is readable here (``usable_points``); ``leaving``: without the files
+    whose name starts with it (store/speed.py)."""
     from moetune.records.speed import same_machine
     from moetune.store.speed import SpeedStore
 
-    kept = SpeedStore(store_dir).points(warn)
+    kept = SpeedStore(store_dir).points(warn, leaving=leaving)
     found, left = usable_points([p for p in kept if same_machine(p.machine, machine)], model)
     _warn_left(left, "this machine", warn)
     return found
@@ -110,3 +114,35 @@ def _warn_left(left: dict[str, int], where: str, warn: Callable[[str], None]) ->
             f"{n} speed point{'s' if n > 1 else ''} of {where} left out of the calibration: "
             f"the model file is not readable here ({names})"
         )
+
+
+def warn_disagreeing(
+    calibration: ForecastCalibration,
+    model: str,
+    *,
+    speed_from: Path | None,
+    warn: Callable[[str], None],
+    store_dir: Path | None = None,
+) -> None:
+    """Where a forecast's fit was not used (its points disagree beyond core/noise.py's bound:
+    the forecast is uncalibrated), one warning: which points, and how to calibrate again
+    (``calibrate --measure`` on a quiet machine, or remove the points: where they are)."""
+    if calibration.refused_error is None:
+        return
+    from moetune.core.noise import loo_text
+
+    if speed_from is not None:
+        which, remedy = f"the points of {speed_from}", "pass measurements taken on a quiet machine"
+    else:
+        from moetune.store.paths import speed_dir
+
+        where = speed_dir() if store_dir is None else store_dir
+        which = "the points kept for this machine"
+        remedy = (
+            f"run `moetune calibrate --measure {model}` again on a quiet machine (other "
+            f"programs closed), or remove the points in {where}"
+        )
+    warn(
+        f"not calibrated: {which} disagree ({loo_text(calibration.refused_error)}): the "
+        f"forecast is uncalibrated; {remedy}"
+    )

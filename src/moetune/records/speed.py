@@ -190,10 +190,29 @@ class ImportedFile(FrozenModel):
     file: str
     tool: Tool
     points: list[SpeedPoint]
-    saved_path: str
+    saved_path: str | None  # None: not kept (`calibrate --measure` refused them for noise)
     already_saved: bool  # the store had these points already (the same file imported again)
     refused: int = 0  # rows refused (wrong, or past what a measurement can be)
     refusals: list[str] = []  # the first few refused rows: the row, the field, its value
+    # the points whose samples disagree (core/noise.py), each why: `calibrate --measure` runs
+    # them again (``remeasured``) and refuses those that still do (``noisy``, not in
+    # ``points``); an import keeps them (``disagreeing``: someone's measurements)
+    remeasured: list[str] = []
+    noisy: list[str] = []
+    disagreeing: list[str] = []
+
+
+class FitCheck(FrozenModel):
+    """The fit a forecast on this machine makes of the points imported and those kept for it
+    (records/speed.py ``same_machine``): its leave-one-out error of tok/s against the bound
+    (core/noise.py); beyond it a forecast does not use the fit."""
+
+    points: int  # the prompt and generation points fitted
+    kept_points: int  # of them, those kept for this machine before
+    median_error: float | None  # None: too few points to leave one out
+    max_error: float | None
+    bound: float
+    within: bool
 
 
 class CalibrateResult(FrozenModel):
@@ -202,3 +221,6 @@ class CalibrateResult(FrozenModel):
     files: list[ImportedFile]
     store: str  # the folder the points are kept in
     total_points: int  # every point in the store now
+    fit: FitCheck | None = None  # None: fewer than two points of this machine to fit
+    # `calibrate --measure` refused its points (none kept): the one line saying why
+    refused: str | None = None

@@ -315,7 +315,7 @@ def _forecast_notes(result: BenchResult, forecast: BenchForecast) -> list[Text]:
         first = next(f for f in forecast.rows if f.config == name)
         if first.note:
             about = first.note
-        elif first.calibration.points:
+        elif first.calibration.points or first.calibration.refused_error is not None:
             about = first.calibration.label
         else:
             about = "uncalibrated (fewer than two other points)"

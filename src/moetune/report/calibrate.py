@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from moetune.records.speed import CalibrateResult, SpeedPlacement, SpeedPoint
+from moetune.records.speed import CalibrateResult, FitCheck, SpeedPlacement, SpeedPoint
 from moetune.report.common import new_table, plural, short_path
 
 _DEFAULT_LAYERS = (-1, None)
@@ -80,15 +80,40 @@ def render_calibrate(result: CalibrateResult) -> RenderableType:
             short_path(imported.file, 76),
             f"  {imported.tool}: {plural(len(imported.points), 'point')}"
             + (f", {plural(imported.refused, 'row')} refused" if imported.refused else ""),
-            f"  {state} {short_path(imported.saved_path, 66)}",
+            f"  {state} {short_path(imported.saved_path, 66)}"
+            if imported.saved_path is not None
+            else "  not kept: the machine was too noisy",
         ]
         lines += [f"  refused: {text}" for text in imported.refusals]
         if imported.refused > len(imported.refusals):
             lines.append(f"  and {imported.refused - len(imported.refusals)} more refused")
+        lines += [f"  measured again, its samples disagreeing: {t}" for t in imported.remeasured]
+        lines += [f"  refused, its samples disagreeing twice: {t}" for t in imported.noisy]
+        lines += [f"  kept, its samples disagreeing: {t}" for t in imported.disagreeing]
         parts.append(Text("\n".join(lines)))
         for (model, machine), points in _group(imported.points).items():
             parts += [Text(f"{model}\n  on {machine}", style="bold"), _table(points)]
+    if result.fit is not None:
+        parts.append(_fit_line(result.fit))
     parts.append(
         Text(f"{plural(result.total_points, 'speed point')} kept in {short_path(result.store, 60)}")
     )
     return Group(*parts)
+
+
+def _fit_line(fit: FitCheck) -> Text:
+    """``fit of 10 points on this machine (4 kept before): leave-one-out error 8.1 % (max 14
+    %), within the 25 % bound``."""
+    kept = f" ({fit.kept_points} kept before)" if fit.kept_points else ""
+    head = f"fit of {plural(fit.points, 'point')} on this machine{kept}: "
+    if fit.median_error is None or fit.max_error is None:
+        return Text(head + "too few to leave one out")
+    error = f"leave-one-out error {fit.median_error:.1%} (max {fit.max_error:.0%})"
+    if fit.within:
+        return Text(f"{head}{error}, within the {fit.bound:.0%} bound".replace("%", " %"))
+    return Text(
+        f"{head}{error}, beyond the {fit.bound:.0%} bound: the machine was too noisy".replace(
+            "%", " %"
+        ),
+        style="yellow",
+    )

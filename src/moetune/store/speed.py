@@ -88,11 +88,17 @@ class SpeedStore:
         """Every file, loaded or as the error that says why not."""
         return [(path, _load(path)) for path in self._files()]
 
-    def points(self, warn: Callable[[str], None]) -> list[SpeedPoint]:
+    def points(
+        self, warn: Callable[[str], None], *, leaving: str | None = None
+    ) -> list[SpeedPoint]:
         """Every point kept, each once (a point in two files counts once); ``warn`` names each
-        file that does not load."""
+        file that does not load. ``leaving``: without the files whose name starts with it
+        (those ``save(replacing=...)`` would replace)."""
         found: dict[str, SpeedPoint] = {}
-        for _, entry in self.scan():
+        prefix = None if leaving is None else _slug(leaving)
+        for path, entry in self.scan():
+            if prefix is not None and path.name.startswith(prefix):
+                continue
             if isinstance(entry, BadValueError):
                 warn(f"skipping a broken speed file: {entry.message}")
                 continue
