@@ -223,23 +223,29 @@ def _placement_lines(result: PlanResult) -> list[RenderableType]:
     if result.override_first and alt is not None:  # the -ot form first, N beside it
         lines += _override_lines(result, alt)
         lines += _split_lines(result)
-        lines.append(_n_line(rec, prefix="or ", after=_simpler_note(result)))
+        lines.append(_n_line(rec, _on(result), prefix="or ", after=_simpler_note(result)))
         return lines
-    lines.append(_n_line(rec))
+    lines.append(_n_line(rec, _on(result)))
     lines += _split_lines(result)
     if not rec.moved_layers and rec.fits:
-        lines.append(Text("-ot not needed: every expert fits on the GPU"))
+        lines.append(Text(f"-ot not needed: every expert fits on the {_on(result)}"))
     elif alt is not None:
         lines += _override_lines(result, alt)
     return lines
 
 
-def _n_line(rec: PlacementResult, *, prefix: str = "", after: str = "") -> Text:
-    """``--n-cpu-moe 11  (experts of blocks 0-10 on the CPU)``, with ``after`` appended."""
+def _on(result: PlanResult) -> str:
+    """What the plan's devices are called in prose: ``GPU``, ``devices``, ``RPC0``."""
+    return "devices" if result.device_names else device_word(result.first.memory)
+
+
+def _n_line(rec: PlacementResult, on: str, *, prefix: str = "", after: str = "") -> Text:
+    """``--n-cpu-moe 11  (experts of blocks 0-10 on the CPU)``, with ``after`` appended;
+    ``on``: what the devices are called (``every expert on the GPU``)."""
     where = (
         f"experts of blocks 0-{(rec.n_cpu_moe or 1) - 1} on the CPU"
         if rec.n_cpu_moe
-        else "every expert on the GPU"
+        else f"every expert on the {on}"
     )
     return Text.assemble(
         prefix, ("--n-cpu-moe ", "bold"), (str(rec.n_cpu_moe), "bold cyan"), f"  ({where}){after}"
@@ -265,8 +271,7 @@ def _override_lines(result: PlanResult, alt: PlacementResult) -> list[Renderable
     if alt.partial_layer is not None:
         detail += f" + {'/'.join(alt.partial_parts)} of block {alt.partial_layer}"
     if not result.override_first:  # the N form first: what the -ot form keeps beyond it
-        on = "devices" if result.device_names else "GPU"
-        detail += f"; keeps {format_bytes(result.override_gain_bytes)} more on the {on}"
+        detail += f"; keeps {format_bytes(result.override_gain_bytes)} more on the {_on(result)}"
     rule = ShellLine("-ot ", style="bold")
     rule.append(",".join(alt.override_tensor), style="cyan")
     return [rule, Text(f"    experts on the CPU: {detail}")]
@@ -325,7 +330,10 @@ def _budget_line(result: PlanResult) -> str:
     if result.target_bytes is not None:
         return f"budget = --target-vram {format_bytes(result.budget_bytes)}"
     device, headroom = format_bytes(result.device_bytes), format_bytes(result.headroom_bytes)
-    return f"budget = GPU {device} - headroom {headroom} = {format_bytes(result.budget_bytes)}"
+    return (
+        f"budget = {_on(result)} {device} - headroom {headroom} = "
+        f"{format_bytes(result.budget_bytes)}"
+    )
 
 
 def _commands(result: PlanResult) -> list[RenderableType]:
@@ -380,7 +388,8 @@ def render_plan(
 ) -> RenderableType:
     header = Text(
         f"{facts.architecture}, {facts.n_layers} blocks, {facts.n_experts} experts "
-        f"({facts.n_experts_used} used) | {'devices' if result.device_names else 'GPU'}: "
+        f"({facts.n_experts_used} used) | "
+        f"{'devices' if result.device_names else device_word(result.first.memory)}: "
         f"{gpu_source} | ctx {result.settings.n_ctx}, "
         f"KV {result.settings.type_k}/{result.settings.type_v}"
     )
