@@ -409,10 +409,8 @@ def override_of(
     placement = Placement.with_n_cpu_moe(best.n_cpu_moe, tensor_split=tuple(best.tensor_split))
     memory = estimate(facts, placement, spec.settings, setup.devices, extras=spec.extras)
     main = OffloadPlan(placement, memory, tuple(moved_blocks(facts, best.n_cpu_moe)))
-    predicted, measured = best.device_predicted, best.device_measured
-    if not predicted:  # an attempt of one device keeps its sums alone
-        predicted, measured = [best.predicted_bytes], [best.measured_bytes]
-    errors = [0 if m is None else m - p for p, m in zip(predicted, measured, strict=True)]
+    figures = zip(best.device_predicted, best.device_measured, strict=True)
+    errors = [0 if m is None else m - p for p, m in figures]
     budgets = tuple(b - e for b, e in zip(setup.budgets, errors, strict=True))
     target = setup.device_budgets.with_budgets(budgets)
     alt = override_beside(facts, target, spec.settings, main, extras=spec.extras)
