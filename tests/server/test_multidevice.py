@@ -320,7 +320,8 @@ def _llama_servers_for(model: Path) -> list[psutil.Process]:
 
 def test_run_on_two_devices(tmp_path: Path, trio: list[str]) -> None:
     """run converges with each device within its own target (measured), in at most 4
-    launches, names the device that limited it, saves the device set, and leaves nothing."""
+    launches (and one of the -ot form beside N), names the device that limited it, saves the
+    device set, and leaves nothing."""
     model = write_model(tmp_path / "q16.gguf", "qwen3moe", n_layers=16)
     args = [
         "run",
@@ -341,8 +342,14 @@ def test_run_on_two_devices(tmp_path: Path, trio: list[str]) -> None:
     assert all(
         m is not None and m <= b for m, b in zip(best["device_measured"], budgets, strict=True)
     )
-    assert data["launches"] <= 4
-    over = [a for a in data["attempts"] if a["n_cpu_moe"] == best["n_cpu_moe"] - 1]
+    # N in at most 4 launches, then one of the -ot form where it keeps more on the devices
+    tried = [a for a in data["attempts"] if a["override_tensor"]]
+    assert data["launches"] - len(tried) <= 4 and len(tried) <= 1
+    over = [
+        a
+        for a in data["attempts"]
+        if a["n_cpu_moe"] == best["n_cpu_moe"] - 1 and not a["override_tensor"]
+    ]
     assert over and over[0]["status"] in ("over", "oom")  # one step tighter is over
     assert data["limiting_device"] in ("RPC0", "RPC1")
     assert "-ts" in best["command"] and "--rpc" in best["command"]

@@ -57,7 +57,10 @@ def test_try_it_without_a_gpu(tmp_path: Path) -> None:
         "2 tuned profiles of tiny-moe.gguf match: using the newest, tiny-moe-1k-q8_0-16M_14M"
         in said
     )
+    # the two-server run kept the -ot form: it keeps more on the servers than its N, measured
+    # within both targets
+    assert "best: the -ot form" in done.stdout
     alias = Path("/tmp/tiny.sh").read_text()
-    assert "tiny()" in alias and "--rpc" in alias and "--n-cpu-moe" in alias
+    assert "tiny()" in alias and "--rpc" in alias and "-ot " in alias
     preset = Path("/tmp/models.ini").read_text()
-    assert "[tiny-moe" in preset and "n-cpu-moe" in preset
+    assert "[tiny-moe" in preset and "override-tensor" in preset

@@ -61,7 +61,7 @@ def test_converges_to_the_sweep(model_factory: ModelFactory, rpc: str, arch: str
         assert result.returncode == 0, result.stderr
         data = json.loads(result.stdout)
         assert data["best"]["n_cpu_moe"] == truth == n_target
-        assert data["launches"] <= 3
+        _at_most_three_and_the_ot_form(data)
         assert "llama.cpp log (RPC0 buffers)" in data["probe"]
         command = data["best"]["command"]
         assert command[:3] == ["llama-server", "-m", str(model_factory(arch, n_layers=8))]
@@ -69,6 +69,20 @@ def test_converges_to_the_sweep(model_factory: ModelFactory, rpc: str, arch: str
             device_mib(model_factory(arch, n_layers=8), rpc, *command[3:]) * MIB
             <= data["target_bytes"]
         )
+
+
+def _at_most_three_and_the_ot_form(data: dict[str, object]) -> None:
+    """N converged in at most 3 launches, then at most one launch of the -ot form (where it
+    keeps more on the device), which is the best where it fitted."""
+    attempts = data["attempts"]
+    assert isinstance(attempts, list)
+    tried = [a for a in attempts if a["override_tensor"]]
+    assert len(attempts) - len(tried) <= 3 and len(tried) <= 1
+    best = data["best"]
+    assert isinstance(best, dict)
+    if tried and tried[0]["status"] == "ok":
+        assert best["override_tensor"] == tried[0]["override_tensor"]
+        assert "-ot" in best["command"] and "--n-cpu-moe" not in best["command"]
 
 
 def test_cannot_fit(model_factory: ModelFactory, rpc: str) -> None:
@@ -374,7 +388,7 @@ def test_converges_with_a_projector_and_a_draft(
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["best"]["n_cpu_moe"] == 3
-    assert data["launches"] <= 3
+    _at_most_three_and_the_ot_form(data)
     # predicted with them: each launch's prediction within 1 MiB of what it measured
     for attempt in data["attempts"]:
         assert abs(attempt["predicted_bytes"] - attempt["measured_bytes"]) < MIB, attempt

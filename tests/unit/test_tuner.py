@@ -78,3 +78,27 @@ def test_everything_fits_at_zero() -> None:
     search = Search.one(N_LAYERS, predicted(0) + 1, predicted)
     attempts = tune(search, 0, device(0, predicted(0) + 1))
     assert [a.n_cpu_moe for a in attempts] == [0]
+
+
+def _at(n: int, status: str, rules: list[str] | None = None) -> Attempt:
+    return Attempt(
+        n_cpu_moe=n,
+        predicted_bytes=predicted(n),
+        measured_bytes=predicted(n),
+        status=status,
+        override_tensor=rules or [],
+    )
+
+
+def test_the_ot_form_beside_n_wins_where_it_fits() -> None:
+    """run's -ot launch keeps the N it was planned beside: where it fits it is the best, where
+    it is over N's form stays, and it never moves what the search knows of N."""
+    rules = ["blk\\.4\\.ffn_(up|down)_(ch|)exps=CPU"]
+    converged = [_at(5, "ok"), _at(4, "over")]
+    fitted = best_attempt([*converged, _at(5, "ok", rules)])
+    assert fitted is not None and fitted.override_tensor == rules
+    over = [*converged, _at(5, "over", rules)]
+    kept = best_attempt(over)
+    assert kept is not None and kept.n_cpu_moe == 5 and not kept.override_tensor
+    search = Search.one(N_LAYERS, TARGET, predicted)
+    assert search.bounds(over) == (4, 5) and search.done(over)

@@ -99,3 +99,43 @@ def test_short_path_keeps_the_file_name() -> None:
     assert short.endswith("…/" + name) and short.startswith("/home/someone") and len(short) <= 80
     assert short_path("/a/b.gguf", 80) == "/a/b.gguf"
     assert short_path(path, 20).endswith(name)  # the name is never cut
+
+
+def _ot_result(status: str) -> res.RunResult:
+    """A converged N=12 and the -ot form launched beside it (``status``)."""
+    rules = ["blk\\.(1[2-9])\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU"]
+    n = Attempt(n_cpu_moe=12, predicted_bytes=21 * GIB, measured_bytes=21 * GIB, status="ok")
+    ot = Attempt(
+        n_cpu_moe=12,
+        predicted_bytes=21 * GIB + 900 * MIB,
+        measured_bytes=22 * GIB + 100 * MIB,
+        status=status,
+        override_tensor=rules,
+        device_predicted=[21 * GIB + 900 * MIB],
+        device_measured=[22 * GIB + 100 * MIB],
+    )
+    best = ot if status == "ok" else n
+    return res.RunResult(
+        model="/models/m.gguf",
+        device="CUDA0",
+        probe="NVML (the server process)",
+        target_bytes=22 * GIB,
+        settings=Settings(n_ctx=32768),
+        planned_n_cpu_moe=12,
+        attempts=[n, ot],
+        best=best,
+        command=["llama-server", "-m", "/models/m.gguf"],
+        override_gain_bytes=900 * MIB,
+    )
+
+
+def test_run_says_which_form_won_and_what_the_other_keeps() -> None:
+    won = " ".join(_render(render_run(_ot_result("ok")), 200).split())
+    assert "best: the -ot form, decode" in won
+    assert "the -ot form keeps 900.00 MiB more weights on the device than --n-cpu-moe 12" in won
+    kept = " ".join(_render(render_run(_ot_result("over")), 200).split())
+    assert "best: --n-cpu-moe 12, decode" in kept
+    assert (
+        "the -ot form would keep 900.00 MiB more weights on the device than --n-cpu-moe 12, "
+        "but measured 22.10 GiB on CUDA0 (target 22.00 GiB): kept --n-cpu-moe 12"
+    ) in kept

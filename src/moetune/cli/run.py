@@ -156,7 +156,7 @@ def run(
         ub = result.best.n_ubatch
         keep_serving(
             spec if ub is None else with_ubatch(spec, ub),
-            result.best.n_cpu_moe,
+            result.best,
             loading=lambda: err().status("loading the best configuration"),
             on_ready=err().print,
             on_stop=err().print,

@@ -34,9 +34,9 @@ from moetune.core.planner import (
     fixed_split,
     floor_plan,
     max_context,
+    override_beside,
     plan_layers,
     plan_n_cpu_moe,
-    plan_override,
 )
 from moetune.core.speed import (
     DeviceFigures,
@@ -369,14 +369,7 @@ def _main_plan(
             return floor_plan(facts, target, settings, extras=req.extras), None
     if brief:
         return main, None
-    counts = tuple(int(c) for c in main.placement.tensor_split) or None
-    try:
-        alt = plan_override(facts, target, settings, counts, extras=req.extras)
-    except DoesNotFitError:
-        return main, None
-    if alt.memory.gpu_weights_bytes <= main.memory.gpu_weights_bytes:
-        return main, None  # the -ot form keeps nothing more on the devices
-    return main, alt
+    return main, override_beside(facts, target, settings, main, extras=req.extras)
 
 
 def override_first(req: PlanRequest, alt: OffloadPlan | None) -> bool:

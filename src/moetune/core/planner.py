@@ -630,6 +630,25 @@ def plan_override(
     return OffloadPlan(placement, best.memory, cpu_blocks, partial[0], partial[1])
 
 
+def override_beside(
+    facts: ModelFacts,
+    target: DeviceBudgets,
+    settings: Settings,
+    main: OffloadPlan,
+    *,
+    extras: Extras | None = None,
+) -> OffloadPlan | None:
+    """The ``-ot`` plan from the split of ``main`` (the ``--n-cpu-moe`` plan) where it keeps
+    more weights on the devices than ``main``; None where it keeps nothing more (a tie keeps
+    the simpler form) or does not fit."""
+    counts = tuple(int(c) for c in main.placement.tensor_split) or None
+    try:
+        alt = plan_override(facts, target, settings, counts, extras=extras)
+    except DoesNotFitError:
+        return None
+    return alt if alt.memory.gpu_weights_bytes > main.memory.gpu_weights_bytes else None
+
+
 def _split_of(
     facts: ModelFacts, target: DeviceBudgets, settings: Settings, *, extras: Extras | None = None
 ) -> tuple[int, ...]:

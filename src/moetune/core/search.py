@@ -25,7 +25,9 @@ from moetune.units import format_bytes, is_noisy
 @record(frozen=True, kw_only=True)
 class Attempt:
     """One launch: the N tried, what was predicted and measured, and how it went (its JSON
-    adds ``noisy``; records/results.py's models nest it and write it the same)."""
+    adds ``noisy``; records/results.py's models nest it and write it the same). The ``-ot``
+    form's launch (``override_tensor``: its rules, as the command writes them) keeps the N
+    of the ``--n-cpu-moe`` form it was planned beside, at whose split it is."""
 
     JSON_PROPERTIES: ClassVar[tuple[str, ...]] = ("noisy",)
 
@@ -49,6 +51,7 @@ class Attempt:
     # that use minus llama.cpp's own buffers on the device, after the context was filled
     device_overhead: list[int | None] = field(default_factory=list)
     n_ubatch: int | None = None  # run --objective's launches: the -ub tried (None: the run's)
+    override_tensor: list[str] = field(default_factory=list)  # the -ot form's rules ([]: N's)
 
     @property
     def fits(self) -> bool:
@@ -61,9 +64,10 @@ class Attempt:
 
 
 def bounds(attempts: list[Attempt]) -> tuple[int, int | None]:
-    """(largest N known over, smallest N known to fit)."""
-    over = max((a.n_cpu_moe for a in attempts if not a.fits), default=-1)
-    fits = min((a.n_cpu_moe for a in attempts if a.fits), default=None)
+    """(largest N known over, smallest N known to fit), of the ``--n-cpu-moe`` launches."""
+    plain = [a for a in attempts if not a.override_tensor]
+    over = max((a.n_cpu_moe for a in plain if not a.fits), default=-1)
+    fits = min((a.n_cpu_moe for a in plain if a.fits), default=None)
     return over, fits
 
 
@@ -171,6 +175,7 @@ def tune(
 
 
 def best_attempt(attempts: list[Attempt]) -> Attempt | None:
-    """The smallest N that fitted."""
+    """The smallest N that fitted; the ``-ot`` form launched beside it where that fitted too
+    (run launches it only where it keeps more on the devices)."""
     fitting = [a for a in attempts if a.fits]
-    return min(fitting, key=lambda a: a.n_cpu_moe) if fitting else None
+    return min(fitting, key=lambda a: (a.n_cpu_moe, not a.override_tensor)) if fitting else None

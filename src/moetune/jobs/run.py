@@ -1,5 +1,8 @@
 """`moetune run` without the terminal: plan, then tune N with real launches, each one filling
-the context and measuring the device; reuse or save tuned profiles. Returns data.
+the context and measuring the device; then, where the ``-ot`` form keeps more on the devices
+than the converged N, one launch of it (planned within the budgets less the error N's launch
+measured), kept where its measured peaks are within the budgets; reuse or save tuned profiles.
+Returns data.
 
 One launch (a trial): start llama-server at N, wait, warm up, fill the context, measure, stop.
 Out of memory at load or during the fill counts as "too big" (status ``oom``); any other
@@ -16,12 +19,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from moetune.core.command import command_env, hf_argv
-from moetune.core.devices import DeviceSpec, default_overhead
+from moetune.core.devices import DeviceSpec, bufts, default_overhead
 from moetune.core.facts import ModelFacts
 from moetune.core.flags import pairs
 from moetune.core.memory import MemoryEstimate, estimate
 from moetune.core.placement import Placement
-from moetune.core.planner import _Search, counts_split, distribute, moved_blocks, plan_n_cpu_moe
+from moetune.core.planner import (
+    OffloadPlan,
+    _Search,
+    counts_split,
+    distribute,
+    moved_blocks,
+    override_beside,
+    plan_n_cpu_moe,
+)
 from moetune.core.search import Attempt, Search, Split, best_attempt, tune
 from moetune.errors import (
     BadValueError,
@@ -33,7 +44,7 @@ from moetune.errors import (
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
 from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths
 from moetune.jobs.objective import merged, tune_for_goal, with_ubatch
-from moetune.jobs.speed import PointSink, launch_points, machine_of, model_of
+from moetune.jobs.speed import PointSink, launch_points, machine_of, model_of, override_rules
 from moetune.jobs.speed_from import machine_points
 from moetune.jobs.status import NO_STATUS, StatusSink, probe_reader, sampling
 from moetune.jobs.verify import dry_run_corrections, find_tool
@@ -53,7 +64,7 @@ from moetune.store.tuned import (
     model_identity,
     new_profile,
 )
-from moetune.units import MIB, Sizes, tokens_arg
+from moetune.units import MIB, Sizes, format_bytes, tokens_arg
 
 if TYPE_CHECKING:
     from moetune.core.goal import Goal
@@ -75,12 +86,33 @@ class Fill:
     speed_depth: int = 64  # prompt tokens of the timed requests
 
 
-def command_for(spec: LaunchSpec, n_cpu_moe: int, counts: tuple[int, ...] = ()) -> list[str]:
-    """The llama-server command of a tuned ``--n-cpu-moe n`` (``-ts counts`` on several
-    devices), as a user would type it."""
-    placement = Placement.with_n_cpu_moe(n_cpu_moe, tensor_split=counts_split(counts))
+def command_for(spec: LaunchSpec, placement: Placement) -> list[str]:
+    """The llama-server command of a tuned placement, as a user would type it."""
     command = ["llama-server", *spec.args(placement)]
     return hf_argv(command, spec.hf, spec.hf_sibling) if spec.hf else command
+
+
+def placement_for(
+    spec: LaunchSpec, n_cpu_moe: int, override_tensor: list[str], tensor_split: list[float]
+) -> Placement | None:
+    """What a launch (an attempt, a saved profile) places: its ``-ot`` rules (None where one
+    names a buffer type none of the devices has), else ``--n-cpu-moe``; at its ``-ts``
+    split."""
+    split = tuple(tensor_split)
+    if not override_tensor:
+        return Placement.with_n_cpu_moe(n_cpu_moe, tensor_split=split)
+    rules = override_rules(override_tensor, spec.devices)
+    return None if rules is None else Placement(overrides=rules, tensor_split=split)
+
+
+def attempt_placement(spec: LaunchSpec, attempt: Attempt) -> Placement | None:
+    """What ``attempt`` launched (``placement_for``)."""
+    return placement_for(spec, attempt.n_cpu_moe, attempt.override_tensor, attempt.tensor_split)
+
+
+def form(n_cpu_moe: int, override_tensor: list[str]) -> str:
+    """How a launch is named: ``N=3``, or ``-ot (beside N=3)`` (the ``-ot`` form)."""
+    return f"-ot (beside N={n_cpu_moe})" if override_tensor else f"N={n_cpu_moe}"
 
 
 # --- one trial ---------------------------------------------------------------------------------
@@ -120,10 +152,17 @@ def _status(
 
 
 def _oom(
-    n: int, predicted: tuple[int, ...], server: RunningServer, message: str, split: list[float]
+    n: int,
+    predicted: tuple[int, ...],
+    server: RunningServer,
+    message: str,
+    *,
+    split: list[float],
+    rules: list[str],
 ) -> Attempt:
     return Attempt(
         n_cpu_moe=n,
+        override_tensor=rules,
         predicted_bytes=sum(predicted),
         measured_bytes=None,
         status="oom",
@@ -146,16 +185,26 @@ def run_trial(
     counts: tuple[int, ...] = (),
     live: StatusSink = NO_STATUS,
     keep: PointSink = lambda points: None,
+    placement: Placement | None = None,
 ) -> Attempt:
-    """Launch at ``--n-cpu-moe n`` (and ``-ts counts`` on several devices), fill the
-    context, measure each device, stop the server; each phase and the devices' memory
-    (sampled while the server runs) told to ``live``, the speeds measured to ``keep``."""
+    """Launch at ``--n-cpu-moe n`` (and ``-ts counts`` on several devices), or at
+    ``placement`` (the ``-ot`` form planned beside N), fill the context, measure each
+    device, stop the server; each phase and the devices' memory (sampled while the server
+    runs) told to ``live``, the speeds measured to ``keep``."""
     guesses = predicted
-    split = list(counts_split(counts)) if counts else []
-    on_event(f"N={n}: starting llama-server")
-    args = spec.args(Placement.with_n_cpu_moe(n, tensor_split=tuple(split)))
+    if placement is None:
+        placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
+    split = list(placement.tensor_split)
+    rules = (
+        []
+        if placement.n_cpu_moe is not None
+        else [o.arg(bufts(spec.devices)) for o in placement.overrides]
+    )
+    label = form(n, rules)
+    on_event(f"{label}: starting llama-server")
+    args = spec.args(placement)
     server = spec.start(args)
-    live.phase("loading", subject=f"N={n}")
+    live.phase("loading", subject=label)
     names = [device.name for device in setup.devices]
     with server, sampling(probe_reader(setup.probes, names, server), live):
         try:
@@ -183,10 +232,10 @@ def run_trial(
                 status = _status(measured, guesses, setup.budgets)
                 speed = _speed(client, fill, live) if status == "ok" else None
         except OutOfMemoryError as exc:
-            return _oom(n, guesses, server, exc.message.splitlines()[0], split)
+            return _oom(n, guesses, server, exc.message.splitlines()[0], split=split, rules=rules)
         except ServerFailedError:
             if (line := server.failure()) is not None:
-                return _oom(n, guesses, server, line, split)
+                return _oom(n, guesses, server, line, split=split, rules=rules)
             raise
     keep(
         launch_points(
@@ -207,6 +256,7 @@ def run_trial(
         device_predicted=list(guesses),
         device_measured=measured,
         device_overhead=overheads if any(o is not None for o in overheads) else [],
+        override_tensor=rules,
     )
     if speed is None:
         return attempt
@@ -266,10 +316,12 @@ def _result(
     setup: DeviceSetup,
     planned: int,
     attempts: list[Attempt],
+    *,
     reused: bool = False,
+    override_gain: int = 0,
 ) -> RunResult:
     best = best_attempt(attempts)
-    counts = tuple(int(c) for c in best.tensor_split) if best else ()
+    placement = None if best is None else attempt_placement(spec, best)
     names = [d.name for d in setup.devices] if setup.multi else []
     return RunResult(
         model=spec.model,
@@ -281,10 +333,11 @@ def _result(
         attempts=attempts,
         best=best,
         reused_profile=reused and best is not None,
-        command=command_for(spec, best.n_cpu_moe, counts) if best else [],
+        command=command_for(spec, placement) if placement is not None else [],
         device_names=names,
         device_budgets=list(setup.budgets) if names else [],
         limiting_device=_limiting(best, setup),
+        override_gain_bytes=override_gain,
     )
 
 
@@ -314,7 +367,7 @@ def tune_model(
     )
     search = Search(facts.n_layers, setup.budgets, splits.plan, splits.place)
 
-    def measure(n: int, split: Split) -> Attempt:
+    def measure(n: int, split: Split, placement: Placement | None = None) -> Attempt:
         attempt = run_trial(
             spec,
             setup,
@@ -325,11 +378,45 @@ def tune_model(
             on_event=progress.on_event,
             live=progress.live,
             keep=progress.keep,
+            placement=placement,
         )
         progress.on_attempt(attempt)
         return attempt
 
-    return _result(spec, setup, planned, tune(search, planned, measure, MAX_LAUNCHES))
+    attempts = tune(search, planned, measure, MAX_LAUNCHES)
+    best = best_attempt(attempts)
+    beside = None if best is None else override_of(facts, spec, setup, best)
+    if best is None or beside is None:
+        return _result(spec, setup, planned, attempts)
+    alt, gain = beside
+    where = "the devices" if setup.multi else "the device"
+    progress.on_event(
+        f"the -ot form keeps {format_bytes(gain)} more on {where} than --n-cpu-moe "
+        f"{best.n_cpu_moe}: one launch to measure it"
+    )
+    counts = tuple(int(c) for c in alt.placement.tensor_split)
+    attempts.append(measure(best.n_cpu_moe, (counts, _peaks(alt.memory)), alt.placement))
+    return _result(spec, setup, planned, attempts, override_gain=gain)
+
+
+def override_of(
+    facts: ModelFacts, spec: LaunchSpec, setup: DeviceSetup, best: Attempt
+) -> tuple[OffloadPlan, int] | None:
+    """The ``-ot`` form beside the converged ``best`` (``--n-cpu-moe N`` at its split) and
+    the weights it keeps on the devices beyond it, planned within each device's budget less
+    what N's launch measured beyond its prediction; None where it keeps nothing more
+    (``core.planner.override_beside``, as a plan decides which form it prints first)."""
+    placement = Placement.with_n_cpu_moe(best.n_cpu_moe, tensor_split=tuple(best.tensor_split))
+    memory = estimate(facts, placement, spec.settings, setup.devices, extras=spec.extras)
+    main = OffloadPlan(placement, memory, tuple(moved_blocks(facts, best.n_cpu_moe)))
+    figures = zip(best.device_predicted, best.device_measured, strict=True)
+    errors = [0 if m is None else m - p for p, m in figures]
+    budgets = tuple(b - e for b, e in zip(setup.budgets, errors, strict=True))
+    target = setup.device_budgets.with_budgets(budgets)
+    alt = override_beside(facts, target, spec.settings, main, extras=spec.extras)
+    if alt is None:
+        return None
+    return alt, alt.memory.gpu_weights_bytes - memory.gpu_weights_bytes
 
 
 class _Splits:
@@ -403,7 +490,8 @@ def describe(attempt: Attempt) -> str:
     """One line per attempt, for progress output."""
     measured = "-" if attempt.measured_bytes is None else f"{attempt.measured_bytes / MIB:.1f}"
     return (
-        f"N={attempt.n_cpu_moe}: {attempt.status}, measured {measured} MiB, "
+        f"{form(attempt.n_cpu_moe, attempt.override_tensor)}: {attempt.status}, "
+        f"measured {measured} MiB, "
         f"predicted {attempt.predicted_bytes / MIB:.1f} MiB"
     )
 
@@ -478,10 +566,12 @@ def confirm_n(
     fill: Fill,
     progress: Progress,
     counts: tuple[int, ...] = (),
+    placement: Placement | None = None,
 ) -> RunResult:
-    """One launch at ``--n-cpu-moe n`` (and ``-ts counts``: a saved profile's), measured
-    like a tuning attempt."""
-    placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
+    """One launch at ``--n-cpu-moe n`` (and ``-ts counts``: a saved profile's), or at
+    ``placement`` (a saved ``-ot`` form, beside ``n``), measured like a tuning attempt."""
+    if placement is None:
+        placement = Placement.with_n_cpu_moe(n, tensor_split=counts_split(counts))
     memory = estimate(facts, placement, spec.settings, setup.devices, extras=spec.extras)
     predicted = _peaks(memory)
     attempt = run_trial(
@@ -490,10 +580,10 @@ def confirm_n(
         n,
         predicted=predicted,
         fill=fill,
-        counts=counts,
         on_event=progress.on_event,
         live=progress.live,
         keep=progress.keep,
+        placement=placement,
     )
     progress.on_attempt(attempt)
     return _result(spec, setup, n, [attempt], reused=True)
@@ -534,6 +624,7 @@ def save_winner(
         tensor_split=best.tensor_split,
         n_ubatch=best.n_ubatch,
         name=name,
+        override_tensor=best.override_tensor,
     )
     try:
         path = store.save(profile)
@@ -659,19 +750,9 @@ def tune_with_profiles(
     if match.profile is not None and retune:
         progress.on_note(f"--retune: tuning again (replaces tuned profile {match.name})")
     elif match.profile is not None:
-        n = match.profile.placement.n_cpu_moe or 0
-        counts = tuple(int(c) for c in match.profile.placement.tensor_split)
-        n_ubatch = match.profile.placement.n_ubatch
-        at = spec if n_ubatch is None else with_ubatch(spec, n_ubatch)
-        shown = f"--n-cpu-moe {n}" + ("" if n_ubatch is None else f" -ub {n_ubatch}")
-        progress.on_note(f"tuned profile {match.name} matches: {shown}, one launch to confirm")
-        result = confirm_n(facts, at, setup, n, fill=fill, progress=progress, counts=counts)
-        if result.best is None:
-            progress.on_note(f"{shown} no longer fits ({result.attempts[0].status}): tuning again")
-            result = None
-        elif n_ubatch is not None:
-            best = replace(result.best, n_ubatch=n_ubatch)
-            result = result.model_copy(update={"best": best})
+        result = _confirm_saved(
+            facts, spec, setup, match.profile, match.name, fill=fill, progress=progress
+        )
     if result is None and goal is None:
         result = tune_model(facts, spec, setup, fill=fill, progress=progress)
     elif result is None:
@@ -682,6 +763,39 @@ def tune_with_profiles(
     result = record_overheads(spec, setup, result, progress.on_note)
     previous = match.profile if result.reused_profile else None
     return save_winner(store, key, result, previous, progress.on_note, name=match.name)
+
+
+def _confirm_saved(
+    facts: ModelFacts,
+    spec: LaunchSpec,
+    setup: DeviceSetup,
+    profile: TunedProfile,
+    name: str | None,
+    *,
+    fill: Fill,
+    progress: Progress,
+) -> RunResult | None:
+    """One launch of a matching saved profile's placement (its -ot rules, or --n-cpu-moe N;
+    its -ts and -ub); None where it no longer fits (or names a device not here): tune again."""
+    saved = profile.placement
+    n = saved.n_cpu_moe or 0
+    n_ubatch = saved.n_ubatch
+    at = spec if n_ubatch is None else with_ubatch(spec, n_ubatch)
+    shown = (
+        "-ot " + ",".join(saved.override_tensor) if saved.override_tensor else f"--n-cpu-moe {n}"
+    ) + ("" if n_ubatch is None else f" -ub {n_ubatch}")
+    placement = placement_for(spec, n, saved.override_tensor, saved.tensor_split)
+    if placement is None:
+        progress.on_note(f"tuned profile {name}'s -ot rules name a device not here: tuning again")
+        return None
+    progress.on_note(f"tuned profile {name} matches: {shown}, one launch to confirm")
+    result = confirm_n(facts, at, setup, n, fill=fill, progress=progress, placement=placement)
+    if result.best is None:
+        progress.on_note(f"{shown} no longer fits ({result.attempts[0].status}): tuning again")
+        return None
+    if n_ubatch is not None:
+        return result.model_copy(update={"best": replace(result.best, n_ubatch=n_ubatch)})
+    return result
 
 
 def _tune_for(
@@ -742,17 +856,21 @@ def _tune_for(
 
 def keep_serving(
     spec: LaunchSpec,
-    n_cpu_moe: int,
+    best: Attempt,
     *,
     loading: Callable[[], AbstractContextManager[object]],
     on_ready: Event,
     on_stop: Event,
 ) -> None:
-    """``run --keep``: the best configuration, in the foreground until Ctrl-C."""
-    with spec.start(spec.args(Placement.with_n_cpu_moe(n_cpu_moe))) as running:
+    """``run --keep``: the best configuration (its ``-ot`` form or ``--n-cpu-moe``, at its
+    split), in the foreground until Ctrl-C."""
+    placement = attempt_placement(spec, best)
+    assert placement is not None  # the run launched it on these devices
+    shown = "the -ot form" if best.override_tensor else f"--n-cpu-moe {best.n_cpu_moe}"
+    with spec.start(spec.args(placement)) as running:
         with ServerClient(running.url) as client, loading():
             client.wait_ready(spec.ready_timeout_s, running.check_alive)
-        on_ready(f"serving at {running.url} (--n-cpu-moe {n_cpu_moe}); Ctrl-C to stop")
+        on_ready(f"serving at {running.url} ({shown}); Ctrl-C to stop")
         try:
             while running.check_alive():
                 time.sleep(0.5)

@@ -349,15 +349,14 @@ def with_threshold(point: SpeedPoint, threshold: int) -> SpeedPoint:
     return point.model_copy(update={"placement": placement})
 
 
-def placement_of(point: SpeedPlacement, devices: Sequence[DeviceSpec]) -> Placement | None:
-    """The core's placement of a measured one on ``devices`` (``-ot`` targets by buffer
-    type); None where a rule names a buffer type none of them has, or llama.cpp's
-    ``--fit`` chose it (its rules are not all of it)."""
-    if point.fit:
-        return None
+def override_rules(
+    texts: Sequence[str], devices: Sequence[DeviceSpec]
+) -> tuple[Override, ...] | None:
+    """``-ot PATTERN=BUFT`` rules as the core's overrides on ``devices`` (targets by buffer
+    type); None where a rule names a buffer type none of them has."""
     targets = {device.buft: i for i, device in enumerate(devices)}
     rules = []
-    for rule in point.override_tensor:
+    for rule in texts:
         pattern, _, buft = rule.rpartition("=")
         if buft.upper() == "CPU":
             rules.append(Override(pattern))
@@ -365,6 +364,18 @@ def placement_of(point: SpeedPlacement, devices: Sequence[DeviceSpec]) -> Placem
             rules.append(Override(pattern, targets[buft]))
         else:
             return None
+    return tuple(rules)
+
+
+def placement_of(point: SpeedPlacement, devices: Sequence[DeviceSpec]) -> Placement | None:
+    """The core's placement of a measured one on ``devices`` (``-ot`` targets by buffer
+    type); None where a rule names a buffer type none of them has, or llama.cpp's
+    ``--fit`` chose it (its rules are not all of it)."""
+    if point.fit:
+        return None
+    rules = override_rules(point.override_tensor, devices)
+    if rules is None:
+        return None
     ngl = point.n_gpu_layers
     n_gpu_layers = ALL_LAYERS if ngl is None or ngl < 0 else ngl  # -1: llama.cpp's auto, all
     split = tuple(point.tensor_split)

@@ -100,6 +100,9 @@ class RunResult(BaseModel):
     objective: ObjectiveRun | None = None  # run --objective / --workload
     # runtime overheads measured at the best attempt and recorded in the cards' profiles
     overheads: list[RecordedOverhead] = []
+    # the -ot form launched beside the converged N: the weights it keeps on the devices
+    # beyond N's form, as planned (0: not launched, it keeps nothing more)
+    override_gain_bytes: int = 0
 
 
 # --- bench ------------------------------------------------------------------------------------

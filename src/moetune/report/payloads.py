@@ -164,6 +164,9 @@ def run_payload(result: RunResult) -> dict[str, Any]:
         "device_names": result.device_names,
         "device_budgets": result.device_budgets,
         "limiting_device": result.limiting_device,
+        # the -ot form launched beside the converged N: what it keeps on the devices beyond
+        # it (predicted; 0: not launched); best.override_tensor is [] where N's form won
+        "override_gain_bytes": result.override_gain_bytes,
         # run --objective: each extra launch (candidate, forecast, measured) and the winner
         "objective": None if result.objective is None else jsonable(result.objective),
         # each CUDA device's runtime overhead measured at the best attempt, and where it went

@@ -27,6 +27,16 @@ def _decode_cell(attempt: Attempt) -> Text:
 _STATUS_STYLE = {"ok": "green", "over": "yellow", "oom": "red"}
 
 
+def _n_cell(attempt: Attempt) -> str:
+    """The N launched, or ``-ot`` for the -ot form launched beside it."""
+    return "-ot" if attempt.override_tensor else str(attempt.n_cpu_moe)
+
+
+def _form(attempt: Attempt) -> str:
+    """``N=3``, or ``-ot`` (the -ot form launched beside N=3)."""
+    return "-ot" if attempt.override_tensor else f"N={attempt.n_cpu_moe}"
+
+
 def _one_device_table(result: RunResult) -> Table:
     table = new_table(
         f"attempts on {result.device} (memory: {result.probe})",
@@ -35,7 +45,7 @@ def _one_device_table(result: RunResult) -> Table:
     )
     for a in result.attempts:
         table.add_row(
-            str(a.n_cpu_moe),
+            _n_cell(a),
             format_bytes(a.predicted_bytes),
             format_bytes(a.measured_bytes),
             Text(a.status, style=_STATUS_STYLE.get(a.status, "")),
@@ -67,7 +77,7 @@ def _devices_table(result: RunResult) -> Table:
         figures = zip(a.device_measured, a.device_predicted, result.device_budgets, strict=True)
         cells = [_device_cell(m, p, b) for m, p, b in figures]
         table.add_row(
-            str(a.n_cpu_moe),
+            _n_cell(a),
             split,
             *cells,
             Text(a.status, style=_STATUS_STYLE.get(a.status, "")),
@@ -98,7 +108,7 @@ def render_run(result: RunResult) -> RenderableType:
         parts.append(Text(f"memory: {result.probe}", style="dim"))
     for a in result.attempts:
         if a.message:
-            parts.append(Text(f"  N={a.n_cpu_moe}: {a.message}", style="dim"))
+            parts.append(Text(f"  {_form(a)}: {a.message}", style="dim"))
     if result.best is not None:
         best = result.best
         speed = format_speed(
@@ -108,12 +118,10 @@ def render_run(result: RunResult) -> RenderableType:
             parts += _objective_parts(result.objective)
         ub = "" if best.n_ubatch is None else f" -ub {best.n_ubatch}"
         prefill = "" if best.prompt_tps is None else f", prefill {best.prompt_tps:.1f} tok/s"
-        parts.append(
-            Text(
-                f"best: --n-cpu-moe {best.n_cpu_moe}{ub}, decode {speed}{prefill}",
-                style="bold green",
-            )
-        )
+        placement = "the -ot form" if best.override_tensor else f"--n-cpu-moe {best.n_cpu_moe}"
+        parts.append(Text(f"best: {placement}{ub}, decode {speed}{prefill}", style="bold green"))
+        if (line := _forms_line(result, best)) is not None:
+            parts.append(Text(line, style="dim"))
         if result.limiting_device:
             parts.append(
                 Text(
@@ -131,6 +139,36 @@ def render_run(result: RunResult) -> RenderableType:
                 )
             )
     return Group(*parts)
+
+
+def _forms_line(result: RunResult, best: Attempt) -> str | None:
+    """Which form won and what the other keeps: the -ot form launched beside the converged
+    N, kept where its measured peaks were within the targets (else why not)."""
+    tried = next((a for a in result.attempts if a.override_tensor), None)
+    if tried is None or not result.override_gain_bytes:
+        return None
+    where = "the devices" if result.device_names else "the device"
+    gain = format_bytes(result.override_gain_bytes)
+    if best.override_tensor:
+        return (
+            f"the -ot form keeps {gain} more weights on {where} than --n-cpu-moe "
+            f"{best.n_cpu_moe} (its command below; --n-cpu-moe {best.n_cpu_moe} fits too)"
+        )
+    if tried.status == "oom":
+        why = "ran out of memory"
+    else:
+        budgets = result.device_budgets or [result.target_bytes]
+        names = result.device_names or [result.device]
+        over = [
+            f"{format_bytes(m)} on {name} (target {format_bytes(b)})"
+            for m, b, name in zip(tried.device_measured, budgets, names, strict=True)
+            if m is not None and m > b
+        ]
+        why = "measured " + (", ".join(over) or "over the target")
+    return (
+        f"the -ot form would keep {gain} more weights on {where} than --n-cpu-moe "
+        f"{best.n_cpu_moe}, but {why}: kept --n-cpu-moe {best.n_cpu_moe}"
+    )
 
 
 def _objective_parts(run: ObjectiveRun) -> list[RenderableType]:

@@ -162,8 +162,8 @@ def build_identity(info: ServerInfo) -> BuildIdentity:
 class TunedPlacement(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n_cpu_moe: int | None = Field(default=None, ge=0)
-    override_tensor: list[str] = []
+    n_cpu_moe: int | None = Field(default=None, ge=0)  # with override_tensor: N beside it
+    override_tensor: list[str] = []  # the -ot form's rules (the command holds them, not N)
     tensor_split: list[float] = []  # -ts on several devices
     n_ubatch: int | None = Field(default=None, gt=0)  # run --objective's -ub (None: the run's)
 
@@ -439,9 +439,11 @@ def new_profile(
     tensor_split: list[float] | None = None,
     n_ubatch: int | None = None,
     name: str | None = None,
+    override_tensor: list[str] | None = None,
 ) -> TunedProfile:
     """The profile to save for a run's winner (``previous``: the one it confirmed; ``name``:
-    the name it is saved under, default profile_name's)."""
+    the name it is saved under, default profile_name's; ``override_tensor``: the ``-ot``
+    form's rules where it won, ``n_cpu_moe`` the N it was planned beside)."""
     s = key.settings
     stamp = now()
     return TunedProfile(
@@ -453,7 +455,10 @@ def new_profile(
         llama_cpp=key.llama_cpp,
         settings=s,
         placement=TunedPlacement(
-            n_cpu_moe=n_cpu_moe, tensor_split=tensor_split or [], n_ubatch=n_ubatch
+            n_cpu_moe=n_cpu_moe,
+            override_tensor=override_tensor or [],
+            tensor_split=tensor_split or [],
+            n_ubatch=n_ubatch,
         ),
         measured=measured,
         command=command,
