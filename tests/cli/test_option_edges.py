@@ -62,6 +62,7 @@ ZERO_TAKEN = {
     ("--max-spread", "{}"),
     ("--depths", "{}"),
     ("--workload", "{}:512"),
+    ("--models-max", "{}"),  # the router's own: 0 is no limit
 }
 # the word the error line names (default: the option)
 NAMED = {"--depths": "depth"}

@@ -12,10 +12,12 @@ from moetune.cli.options import (
     PickOptions,
     RamOpt,
     TimeoutOpt,
+    bounds,
     pick_options,
+    whole,
 )
 from moetune.errors import BadValueError
-from moetune.jobs.names import DEFAULT_TIMEOUT_S
+from moetune.jobs.names import DEFAULT_TIMEOUT_S, MAX_MODELS_MAX
 
 
 @command("export")
@@ -39,8 +41,9 @@ def export(
         Option(
             "--models-max",
             help="Models the router keeps loaded at once (its own --models-max; 0: no limit); "
-            "more than 1 is refused unless they fit together.",
+            f"more than 1 is refused unless they fit together; {bounds(0, MAX_MODELS_MAX)}.",
             metavar="N",
+            parser=whole(0, MAX_MODELS_MAX),
         ),
     ] = 1,
     picking: PickOptions = PICK_DEFAULTS,

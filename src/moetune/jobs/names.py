@@ -26,6 +26,7 @@ MAX_GPU_INDEX = 63  # nvidia-smi's index
 MAX_REPEATS = 1000  # timed requests or llama-bench repetitions
 MAX_SECONDS = 86_400.0  # a timeout or a time limit: a day
 MAX_SHARE = 10.0  # a spread: 1000 %
+MAX_MODELS_MAX = 1024  # models a router keeps loaded (0: no limit; far above any machine)
 
 __all__ = [
     "CONFIG_NAMES",
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "ENDPOINTS",
     "MAX_GPU_INDEX",
+    "MAX_MODELS_MAX",
     "MAX_N_CPU_MOE",
     "MAX_PARALLEL",
     "MAX_REPEATS",
