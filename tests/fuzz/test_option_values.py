@@ -1,0 +1,100 @@
+"""Fuzz: numeric option values at the edges through `moetune plan` (issue 38), in-process.
+
+Every numeric option of `plan` (and the llama-server flags after ``--`` that moetune reads)
+given 0, -1, 1e309, NaN, Infinity, a 5,000-digit integer, 2^63, an empty string, digits of
+other scripts, hexadecimal, with and without its unit: each ends in a plan or in one line
+with a named code, under ``--json`` in one document, and none hangs. A value that is no
+finite number is never taken without a word.
+"""
+
+from __future__ import annotations
+
+import random
+
+from support.fuzz import Case, Fuzz
+from support.helpers import EXAMPLE_QWEN
+
+SEED = 38
+VRAM = ("--vram", "24G")
+
+# (option, how a value is written: {} is the edge value), those of plan and after --
+OPTIONS: tuple[tuple[str, str], ...] = (
+    ("--n-cpu-moe", "{}"),
+    ("--parallel", "{}"),
+    ("--ubatch", "{}"),
+    ("--gpu-index", "{}"),
+    ("--vram", "{}G"),
+    ("--vram", "{}"),
+    ("--vram", "24G,{}G"),
+    ("--ram", "{}G"),
+    ("--target-vram", "{}G"),
+    ("--headroom", "{}M"),
+    ("--overhead", "{}M"),
+    ("--ctx", "{}"),
+    ("--ctx", "{}k"),
+    ("--ram-bandwidth", "{}"),
+    ("--ram-bandwidth", "{}GB/s"),
+    ("--workload", "{}:128"),
+    ("--workload", "512:{}"),
+    ("--timeout", "{}"),
+    ("-- -c", "{}"),
+    ("-- -ub", "{}"),
+    ("-- -b", "{}"),
+    ("-- -np", "{}"),
+    ("-- -ngl", "{}"),
+    ("-- --n-cpu-moe", "{}"),
+    ("-- -ts", "{}"),
+    ("-- -ts", "1,{}"),
+    ("-- -t", "{}"),
+)
+# the edge values; True: no finite number, never taken without a word
+VALUES: tuple[tuple[str, bool], ...] = (
+    ("0", False),
+    ("-1", False),
+    ("-0", False),
+    ("1", False),
+    ("0.5", False),
+    ("1e3", False),
+    ("+5", False),
+    ("1e309", True),
+    ("-1e309", True),
+    ("nan", True),
+    ("NaN", True),
+    ("inf", True),
+    ("-inf", True),
+    ("Infinity", True),
+    ("9" * 5000, True),
+    ("9223372036854775808", False),
+    ("18446744073709551617", False),
+    ("", True),
+    (" ", True),
+    ("١٢", False),  # Arabic-Indic 12
+    ("１２", False),  # fullwidth 12
+    ("²", True),
+    ("0x10", False),
+    ("1_000", False),
+    ("12 ", False),
+)
+CASES = 400
+
+
+def args_of(option: str, form: str, value: str, json_out: bool) -> tuple[str, ...]:
+    """`plan EXAMPLE [--vram 24G] OPTION VALUE [--json]`, the llama-server flags after --."""
+    written = form.format(value)
+    plan = ("plan", str(EXAMPLE_QWEN))
+    vram = () if option == "--vram" else VRAM
+    out = ("--json",) if json_out else ()
+    if option.startswith("-- "):
+        return (*plan, *vram, *out, "--", option[3:], written)
+    return (*plan, *vram, option, written, *out)
+
+
+def test_option_values_at_the_edges() -> None:
+    """400 seeded (option, value) pairs of the 675, half of them with --json."""
+    rng = random.Random(SEED)
+    pairs = [(o, f, v, bad) for o, f in OPTIONS for v, bad in VALUES]
+    fuzz = Fuzz(limit_s=10.0)
+    for i, (option, form, value, bad) in enumerate(rng.sample(pairs, CASES)):
+        args = args_of(option, form, value, json_out=i % 2 == 0)
+        fuzz.run(Case(args, f"{option} {form.format(value)[:40]!r}", len(value), refuse=bad))
+    fuzz.check(min_runs=CASES)
