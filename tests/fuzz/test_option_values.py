@@ -70,7 +70,7 @@ VALUES: tuple[tuple[str, bool], ...] = (
     ("", True),
     (" ", True),
     ("١٢", False),  # Arabic-Indic 12
-    ("１２", False),  # fullwidth 12
+    ("\uff11\uff12", False),  # fullwidth 12
     ("²", True),
     ("0x10", False),
     ("1_000", False),

@@ -24,9 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from moetune.hardware.host import cpu_model
 from moetune.jobs.calibrate import MAX_TEXT_BYTES
+from moetune.llamacpp.bench_results import array_items
 
 from support.fuzz import Case, Fuzz
 from support.helpers import EXAMPLE_QWEN, ROOT
@@ -337,6 +340,16 @@ def sparse(path: Path, head: bytes, size: int) -> Path:
     return path
 
 
+def fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
 NOT_TEXT: tuple[tuple[str, Callable[[Path], Path], str], ...] = (
     (
         "a sparse 17 GB GGUF",
@@ -353,8 +366,8 @@ NOT_TEXT: tuple[tuple[str, Callable[[Path], Path], str], ...] = (
         lambda d: sparse(d / "over.json", b"[" + b" " * 8191, MAX_TEXT_BYTES + 1),
         f"more than the {MAX_TEXT_BYTES >> 20} MiB",
     ),
-    ("a FIFO", lambda d: (os.mkfifo(d / "fifo.json"), d / "fifo.json")[1], "not a regular file"),
-    ("a folder", lambda d: (d / "dir.json").mkdir() or d / "dir.json", "folder"),
+    ("a FIFO", lambda d: fifo(d / "fifo.json"), "not a regular file"),
+    ("a folder", lambda d: folder(d / "dir.json"), "folder"),
     ("/dev/zero", lambda d: Path("/dev/zero"), "not a regular file"),
     (
         "NULs after the first 4 KiB",
@@ -376,3 +389,38 @@ def test_not_a_text_file(
         assert done is not None, fuzz.summary()
         assert done[0] != 0 and said in done[2], done[2]
     fuzz.check(min_runs=2)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    items=st.lists(JSON_VALUES, max_size=5),
+    indent=st.none() | st.integers(0, 3),
+    cut=st.none() | st.integers(0, 400),
+    tail=st.sampled_from(("", "\n", " x", ",", "]", "\x0c")),
+)
+def test_an_array_read_item_by_item_is_json_loads(
+    items: list[Any], indent: int | None, cut: int | None, tail: str
+) -> None:
+    """llama-bench's ``-o json`` read an item at a time (llamacpp/bench_results.py) gives
+    what ``json.loads`` gives, and fails where it fails: any array, cut or with a tail."""
+    text = json.dumps(items, indent=indent)
+    text = (text if cut is None else text[:cut]) + tail
+    try:
+        whole: object = json.loads(text)
+    except ValueError:
+        whole = ValueError
+    try:
+        streamed: object = list(array_items(text))
+    except ValueError:
+        streamed = ValueError
+    if whole is ValueError:
+        assert streamed is ValueError, text
+    else:
+        assert json.dumps(streamed) == json.dumps(whole), text

@@ -112,14 +112,20 @@ def parse_bench_text(text: str, source: str) -> list[SpeedPoint]:
     return parse_bench_rows(text, source).points
 
 
-def _array_items(text: str) -> Iterator[object]:
+def _skip_space(text: str, pos: int) -> int:
+    """Where JSON's white space from ``pos`` ends."""
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos
+
+
+def array_items(text: str) -> Iterator[object]:
     """The items of the JSON array ``text``, one at a time (a file of 10,000 rows is never
     all objects at once); ValueError where it is not one, as ``json.loads`` would raise."""
     decoder = json.JSONDecoder()
-    pos = _SPACE.match(text).end()
+    pos = _skip_space(text, 0)
     if not text.startswith("[", pos):
         raise ValueError(f"expecting '[' at char {pos}")
-    pos = _SPACE.match(text, pos + 1).end()
+    pos = _skip_space(text, pos + 1)
     if text.startswith("]", pos):
         pos += 1
     else:
@@ -129,15 +135,15 @@ def _array_items(text: str) -> Iterator[object]:
             except RecursionError:
                 raise ValueError("nested too deeply") from None
             yield item
-            pos = _SPACE.match(text, pos).end()
+            pos = _skip_space(text, pos)
             if text.startswith(",", pos):
-                pos = _SPACE.match(text, pos + 1).end()
+                pos = _skip_space(text, pos + 1)
             elif text.startswith("]", pos):
                 pos += 1
                 break
             else:
                 raise ValueError(f"expected ',' or ']' at char {pos}")
-    if _SPACE.match(text, pos).end() != len(text):
+    if _skip_space(text, pos) != len(text):
         raise ValueError(f"extra data at char {pos}")
 
 
@@ -146,7 +152,7 @@ def _rows(text: str, source: str) -> Iterator[dict[str, Any]]:
     line)."""
     if text.lstrip().startswith("["):
         try:
-            for index, item in enumerate(_array_items(text), 1):
+            for index, item in enumerate(array_items(text), 1):
                 yield _row(item, source, f"row {index}")
         except ValueError as exc:  # an array cut short or broken
             raise BadValueError(f"{source} is not valid JSON: {exc}") from None
