@@ -33,7 +33,7 @@ from moetune.units import Ctx, Sizes
 
 # the largest measurements file read, checked before it is read: 25,000 rows of llama-bench's
 # -o json (about 1.3 KB a row), 2.5 times the 10,000 issue 38 imports in 15 s; an import holds
-# every point at once, about 16 bytes of memory per byte of the file (benchmarks/import_speed.py)
+# every point at once: 590 MB at the cap, 23 s (benchmarks/import_speed.py, docs/benchmarks.md)
 MAX_TEXT_BYTES = 32 << 20
 
 
