@@ -86,11 +86,15 @@ class Fuzz:
     slowest: tuple[float, str] = (0.0, "")
     problems: dict[tuple[str, str], list[Case]] = field(default_factory=dict)
 
-    def run(self, case: Case, after: Callable[[], list[str]] | None = None) -> None:
-        """Run ``case``; ``after`` returns further problems (a file changed) once it ends."""
+    def run(
+        self, case: Case, after: Callable[[], list[str]] | None = None
+    ) -> tuple[int, str, str] | None:
+        """Run ``case``; ``after`` returns further problems (a file changed) once it ends.
+        What it printed (exit code, stdout, stderr); None when it did not finish or ran
+        not."""
         if self.hangs >= self.max_hangs:
             self.skipped += 1
-            return
+            return None
         self.runs += 1
         start = time.monotonic()
         try:
@@ -99,7 +103,7 @@ class Fuzz:
         except CaseTimeout:
             self.hangs += 1
             self._add(f"no answer within {self.limit_s:g} s", case)
-            return
+            return None
         elapsed = time.monotonic() - start
         self.slowest = max(self.slowest, (elapsed, " ".join(case.args)))
         if case.succeed and code != 0:
@@ -110,6 +114,11 @@ class Fuzz:
             self._add(f"exit 1: {self._cause(case)}" if problem == "exit 1" else problem, case)
         for problem in after() if after else []:
             self._add(problem, case)
+        return code, out, err
+
+    def add(self, problem: str, case: Case) -> None:
+        """Record a problem a suite found itself in what ``run`` returned."""
+        self._add(problem, case)
 
     def _cause(self, case: Case) -> str:
         """The exception and the last moetune frame it passed, from a ``--debug`` rerun."""

@@ -328,3 +328,23 @@ def test_moving_env_is_what_would_move_the_placement() -> None:
     assert "MTMD_BACKEND_DEVICE" in moving  # the projector's device
     passing = ("LLAMA_ARG_TEMPERATURE", "LLAMA_ARG_ALIAS", "LLAMA_ARG_JINJA", "LLAMA_API_KEY")
     assert not moving & {*passing, "HF_TOKEN", "LLAMA_ARG_CHAT_TEMPLATE", "LLAMA_ARG_N_PREDICT"}
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [("2048", 2048), (" 7", 7), ("+5", 5), ("1e3", 1), ("12 ", 12), ("0x10", 0), ("-1", None)],
+)
+def test_pass_through_int_reads_as_llama_server_does(value: str, read: int | None) -> None:
+    """std::stoi's reading: white space and a sign before ASCII digits, the rest ignored; a
+    negative value is llama.cpp's default (``-t -1``)."""
+    assert pass_through_int(["-t", value], "-t", "--threads") == read
+
+
+@pytest.mark.parametrize(
+    "value", ["nan", "inf", "", "²", "١٢", "9" * 5000, "2147483648", "-2147483649"]
+)
+def test_pass_through_int_refuses_what_llama_server_refuses(value: str) -> None:
+    with pytest.raises(BadValueError, match=r"^-ub .*after --"):
+        pass_through_int(["-ub", value], "-ub", "--ubatch-size")
+    with pytest.raises(BadValueError, match="no value"):
+        pass_through_int(["-c", "1", "-ub"], "-ub", "--ubatch-size")

@@ -257,7 +257,10 @@ def test_the_environment_is_read_as_the_current_value() -> None:
     assert op_offload_min_batch(None, {OP_OFFLOAD_ENV: "1024"}) == 1024
     assert op_offload_min_batch(None, {}) is None
     assert op_offload_min_batch(64, {OP_OFFLOAD_ENV: "1024"}) == 64  # the option wins
-    for bad in ("abc", "0", "-5", "1e3"):
+    assert op_offload_min_batch(None, {OP_OFFLOAD_ENV: " 0032 "}) == 32
+    assert op_offload_min_batch(None, {OP_OFFLOAD_ENV: str(2**31 - 1)}) == 2**31 - 1
+    # atoi reads other scripts' digits as 0; past a 32-bit int, or 5,000 digits: refused
+    for bad in ("abc", "0", "-5", "1e3", "١٢", "²", str(2**31), "9" * 5000):
         with pytest.raises(BadValueError, match=OP_OFFLOAD_ENV):
             op_offload_min_batch(None, {OP_OFFLOAD_ENV: bad})
     with pytest.raises(BadValueError):

@@ -201,10 +201,32 @@ def pass_through_value(pass_through: Sequence[str], *names: str) -> str | None:
     return found[-1].value or ""
 
 
+# what llama.cpp's std::stoi reads of an integer flag's value: C's white space, a sign, ASCII
+# digits (the rest is ignored: ``-ub 1e3`` is 1), within a 32-bit int (else it is refused)
+_STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+_INT_MAX = 2**31 - 1
+
+
 def pass_through_int(pass_through: Sequence[str], *names: str) -> int | None:
-    """The integer value of one of ``names`` among pass-through arguments (``-ub 2048``)."""
+    """The integer value of one of ``names`` among pass-through arguments (``-ub 2048``),
+    read as llama-server reads it; None when not given or below 0 (``-t -1``: llama.cpp's
+    default). A value llama-server refuses (``nan``, ``²``, none, past a 32-bit int) is a
+    BadValueError naming it."""
     text = pass_through_value(pass_through, *names)
-    return int(text) if text is not None and text.isdigit() else None
+    if text is None:
+        return None
+    match = _STOI.match(text)
+    digits = match[1].lstrip("+-").lstrip("0") if match else ""
+    if match is None or len(digits) > len(str(_INT_MAX)) or abs(int(match[1])) > _INT_MAX:
+        shown = repr(text[:40] + "...") if len(text) > 40 else repr(text)
+        raise BadValueError(
+            f"{names[0]} after -- has no value"
+            if not text
+            else f"{names[0]} {shown} after -- is not a whole number llama-server takes",
+            hint=f"give {names[0]} an integer from 0 to {_INT_MAX}",
+        )
+    value = int(match[1])
+    return value if value >= 0 else None
 
 
 def rpc_endpoints(pass_through: Sequence[str]) -> list[str]:

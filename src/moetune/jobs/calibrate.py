@@ -45,25 +45,37 @@ from moetune.units import Ctx, Sizes
 if TYPE_CHECKING:
     from moetune.jobs.launch import LaunchSpec
 
-_SNIFF_BYTES = 4096
+# the largest measurements file read, checked before it is read: 25,000 rows of llama-bench's
+# -o json (about 1.3 KB a row), 2.5 times the 10,000 issue 38 imports in 15 s; an import holds
+# every point at once: 590 MB at the cap, 23 s (benchmarks/import_speed.py, docs/benchmarks.md)
+MAX_TEXT_BYTES = 32 << 20
 
 
-def _sniff(path: Path) -> None:
-    """Refuse a binary file (a model passed by mistake) from its first bytes, before reading
-    all of it: a GGUF's magic, or a NUL byte, which no JSON text has."""
-    with path.open("rb") as file:
-        head = file.read(_SNIFF_BYTES)
-    if head.startswith(b"GGUF"):
-        raise BadValueError(f"{path} is a GGUF model, not measurements", hint=_HINT)
-    if b"\0" in head:
-        raise BadValueError(f"{path} is not UTF-8 text", hint=_HINT)
+def _refuse_binary_or_large(path: Path) -> Callable[[bytes, int], None]:
+    """Refuse a file from its first bytes and its size, before reading all of it: a GGUF's
+    magic (a model passed by mistake), a NUL byte, which no JSON text has, or a size past
+    ``MAX_TEXT_BYTES``."""
+
+    def check(head: bytes, size: int) -> None:
+        if head.startswith(b"GGUF"):
+            raise BadValueError(f"{path} is a GGUF model, not measurements", hint=_HINT)
+        if b"\0" in head:
+            raise BadValueError(f"{path} is not UTF-8 text", hint=_HINT)
+        if size > MAX_TEXT_BYTES:
+            raise BadValueError(
+                f"{path} is {size / (1 << 20):,.1f} MiB, more than the "
+                f"{MAX_TEXT_BYTES >> 20} MiB a measurements file may be",
+                hint="split it, or import only the rows you want",
+            )
+
+    return check
 
 
 def read_text_file(path: Path) -> str:
-    """A file's UTF-8 text; one clear error when it cannot be read or is not text."""
+    """A file's UTF-8 text; one clear error when it cannot be read, is not text or is larger
+    than ``MAX_TEXT_BYTES``."""
     try:
-        _sniff(path)
-        return read_text(path)
+        return read_text(path, _refuse_binary_or_large(path))
     except FileNotFoundError:
         raise ModelFileError(f"cannot read {path}: no such file") from None
     except UnicodeDecodeError:
@@ -76,6 +88,8 @@ _HINT = "pass llama-bench -o json or -o jsonl, or a `moetune bench` result"
 
 
 def _is_bench_result(text: str) -> bool:
+    if not text.lstrip().startswith("{"):  # an array of llama-bench's is not parsed twice
+        return False
     try:
         data = parse_json(text)
     except ValueError:

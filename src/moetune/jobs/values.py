@@ -12,6 +12,8 @@ from moetune.core.kvcache import parse_cache_type
 from moetune.core.settings import OP_OFFLOAD_ENV
 from moetune.errors import BadValueError
 
+_INT_MAX = 2**31 - 1
+
 __all__ = ["Goal", "goal_of", "op_offload_min_batch", "parse_cache_type", "parse_objective"]
 
 
@@ -20,7 +22,7 @@ def op_offload_min_batch(
 ) -> int | None:
     """The op-offload threshold a llama-server of this job runs with: ``given`` (an option),
     else ``GGML_OP_OFFLOAD_MIN_BATCH`` from ``environ`` (this process's: llama-server would
-    inherit it), else None (ggml's 32). A value that is not a whole number of 1 or more is
+    inherit it), else None (ggml's 32). A value that is not a whole number from 1 to 2^31-1 is
     refused (ggml would read it with atoi: 0 offloads every op, a generated token's too)."""
     if given is not None:
         if given < 1:
@@ -29,9 +31,13 @@ def op_offload_min_batch(
     text = (os.environ if environ is None else environ).get(OP_OFFLOAD_ENV)
     if text is None or not text.strip():
         return None
-    if not text.strip().isdigit() or int(text) < 1:
+    # ASCII digits only (atoi reads "١٢" as 0), within the int ggml reads it into
+    digits = text.strip().lstrip("0") if text.strip().isascii() else ""
+    if not (digits.isdigit() and len(digits) <= len(str(_INT_MAX)) and int(digits) <= _INT_MAX):
+        shown = repr(text[:40] + "...") if len(text) > 40 else repr(text)
         raise BadValueError(
-            f"{OP_OFFLOAD_ENV}={text!r} in the environment is not a whole number of 1 or more",
+            f"{OP_OFFLOAD_ENV}={shown} in the environment is not a whole number from 1 to "
+            f"{_INT_MAX}",
             hint=f"unset it, or give the batch ops are offloaded from: {OP_OFFLOAD_ENV}=1024",
         )
-    return int(text)
+    return int(digits)

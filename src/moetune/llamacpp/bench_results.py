@@ -15,7 +15,9 @@ and the rest of the file is kept (a file of refused rows only: its first refusal
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,6 +64,7 @@ OPTIONAL_STRINGS = (
 # any of these makes an object a llama-bench row (then the rest must be right)
 _MARKS = ("avg_ts", "samples_ts", "n_prompt", "n_gen", "model_filename", "build_commit")
 _FLASH: dict[int, FlashAttn] = {-1: "auto", 0: "off", 1: "on"}
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
 
 REFUSALS_NAMED = 3  # a file's refused rows named one by one; the rest are counted
@@ -82,14 +85,11 @@ def parse_bench_rows(text: str, source: str) -> BenchRows:
     llama-bench's or every row is refused."""
     if not text.strip():
         raise BadValueError(f"{source} is empty", hint="pass llama-bench -o json or -o jsonl")
-    rows = list(_rows(text, source))
-    if not rows:
-        raise BadValueError(f"{source} holds no llama-bench results")
     points: list[SpeedPoint] = []
     first: BadValueError | None = None
     refusals: list[str] = []
     refused = 0
-    for index, row in enumerate(rows, 1):
+    for index, row in enumerate(_rows(text, source), 1):  # one row's objects at a time
         try:
             points.append(point_of_row(row, source, index))
         except BadValueError as exc:
@@ -97,6 +97,8 @@ def parse_bench_rows(text: str, source: str) -> BenchRows:
             refused += 1
             if len(refusals) < REFUSALS_NAMED:
                 refusals.append(exc.message)
+    if not points and not refused:
+        raise BadValueError(f"{source} holds no llama-bench results")
     if not points:
         assert first is not None
         if refused > 1:
@@ -110,14 +112,55 @@ def parse_bench_text(text: str, source: str) -> list[SpeedPoint]:
     return parse_bench_rows(text, source).points
 
 
+def _skip_space(text: str, pos: int) -> int:
+    """Where JSON's white space from ``pos`` ends."""
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos
+
+
+def array_items(text: str) -> Iterator[object]:
+    """The items of the JSON array ``text``, one at a time (a file of 10,000 rows is never
+    all objects at once); ValueError where it is not one, as ``json.loads`` would raise."""
+    decoder = json.JSONDecoder()
+    pos = _skip_space(text, 0)
+    if not text.startswith("[", pos):
+        raise ValueError(f"expecting '[' at char {pos}")
+    pos = _skip_space(text, pos + 1)
+    if text.startswith("]", pos):
+        pos += 1
+    else:
+        while True:
+            try:
+                item, pos = decoder.raw_decode(text, pos)
+            except RecursionError:
+                raise ValueError("nested too deeply") from None
+            yield item
+            pos = _skip_space(text, pos)
+            if text.startswith(",", pos):
+                pos = _skip_space(text, pos + 1)
+            elif text.startswith("]", pos):
+                pos += 1
+                break
+            else:
+                raise ValueError(f"expected ',' or ']' at char {pos}")
+    if _skip_space(text, pos) != len(text):
+        raise ValueError(f"extra data at char {pos}")
+
+
 def _rows(text: str, source: str) -> Iterator[dict[str, Any]]:
-    """The objects of ``-o json`` (an array) or ``-o jsonl`` (one a line)."""
+    """The objects of ``-o json`` (an array, read an item at a time) or ``-o jsonl`` (one a
+    line)."""
+    if text.lstrip().startswith("["):
+        try:
+            for index, item in enumerate(array_items(text), 1):
+                yield _row(item, source, f"row {index}")
+        except ValueError as exc:  # an array cut short or broken
+            raise BadValueError(f"{source} is not valid JSON: {exc}") from None
+        return
     try:
         data = parse_json(text)
-    except ValueError as first:
-        if text.lstrip().startswith("["):  # an array cut short or broken
-            raise BadValueError(f"{source} is not valid JSON: {first}") from None
-        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    except ValueError:
+        lines = ((n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip())
         for number, line in lines:
             try:
                 yield _row(parse_json(line), source, f"line {number}")

@@ -175,10 +175,12 @@ def release_json(error: dict[str, Any] | None = None) -> None:
 
 @functools.lru_cache(maxsize=1)
 def stdout() -> Console:
-    """The console for results (stdout)."""
+    """The console for results (stdout); 80 columns where the environment's width is none
+    (``COLUMNS=0``: rich would print nothing at all)."""
     from rich.console import Console
 
-    return Console(soft_wrap=False)
+    console = Console(soft_wrap=False)
+    return console if console.width >= 1 else Console(soft_wrap=False, width=80)
 
 
 def render(view: View, as_json: bool = False, console: Console | None = None) -> None:

@@ -174,18 +174,27 @@ def update_text(path: Path, merge: Callable[[str | None], str]) -> None:
         raise BadValueError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def read_text(path: Path) -> str:
+HEAD_BYTES = 4096  # what ``read_text``'s ``check`` sees of a file
+
+
+def read_text(path: Path, check: Callable[[bytes, int], None] | None = None) -> str:
     """A stored file's UTF-8 text. A FIFO, a device or a folder is an OSError, found without
     waiting (a FIFO opened for reading would wait for a writer); so is a link to nothing or
-    a loop of links. Not UTF-8: UnicodeDecodeError."""
+    a loop of links. Not UTF-8: UnicodeDecodeError. ``check`` sees the file's first
+    ``HEAD_BYTES`` bytes and its size before the rest is read, and raises to refuse it (a
+    model passed for a text file, a file too large to be one)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as file:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return file.read().decode("utf-8")
+        if check is None:
+            return file.read().decode("utf-8")
+        head = file.read(HEAD_BYTES)
+        check(head, info.st_size)
+        return (head + file.read()).decode("utf-8")
 
 
 def json_files(folder: Path) -> list[Path]:
