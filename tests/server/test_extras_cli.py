@@ -100,7 +100,7 @@ def test_the_planned_command_stays_within_budget_per_llama_cpp(
     plan = json.loads(done.stdout)
     alone = json.loads(moetune("plan", str(files["model"]), *args).stdout)
     assert plan["n_cpu_moe"] > alone["n_cpu_moe"]
-    command = plan["command"]
+    command = plan["first"]["command"]  # what gpu_bytes is of (the -ot form where it is first)
     with running_server(Path(command[2]), *command[3:]) as server:
         lines = parse_buffers(server.log_text())
     logged = sum(total_mib(lines, kind, "RPC0") for kind in ("model", "KV", "RS", "compute"))
