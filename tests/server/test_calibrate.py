@@ -131,17 +131,20 @@ def kept(code: int, err: str) -> bool:
 
 def test_measure_runs_llama_bench_at_placements_that_fit(model: Path, rpc: str) -> None:
     """Two placements (the plan's smallest N and every expert on the CPU) at each ubatch, each
-    a pp64 and a tg4 test, and every expert on the CPU at the smallest ubatch at half the
-    threads (1): ten points kept, with the rig's RPC device; measuring again replaces them.
+    a pp64 and a tg4 test, and both placements at the smallest ubatch at half the threads
+    (1): twelve points kept, with the rig's RPC device; measuring again replaces them.
     Where the rig was too noisy the points are measured, shown and not kept."""
     code, first, err = measure(model, rpc)
     (found,) = first["files"]
+    points = [p for p in found["points"] if p["n_threads"] != 1]
     one = [p for p in found["points"] if p["n_threads"] == 1]
+    smallest_n = min(p["placement"]["n_cpu_moe"] for p in points)
     assert sorted((p["placement"]["n_cpu_moe"], p["n_ubatch"], p["kind"]) for p in one) == [
+        (smallest_n, 32, "generation"),
+        (smallest_n, 32, "prompt"),
         (8, 32, "generation"),
         (8, 32, "prompt"),
     ]
-    points = [p for p in found["points"] if p["n_threads"] != 1]
     assert found["tool"] == "llama-bench" and Path(found["file"]).is_file()
     by_ub: dict[int, set[int]] = {}
     for p in points:
@@ -161,9 +164,9 @@ def test_measure_runs_llama_bench_at_placements_that_fit(model: Path, rpc: str) 
     if not kept(code, err):
         assert first["total_points"] == 0 and found["saved_path"] is None
         return
-    assert first["total_points"] == 10
+    assert first["total_points"] == 12
     code, again, err = measure(model, rpc)
-    assert again["total_points"] == 10  # the same measure replaced, not added (or refused)
+    assert again["total_points"] == 12  # the same measure replaced, not added (or refused)
     if kept(code, err):
         assert again["files"][0]["saved_path"] != found["saved_path"]
         assert not Path(found["saved_path"]).exists()

@@ -111,8 +111,9 @@ def test_calibration_fits_the_single_thread_share() -> None:
 
 
 def test_a_measure_adds_a_second_thread_count() -> None:
-    """The placement with the most experts on the CPU at the smallest ubatch, at half the
-    threads; none at one thread or unknown threads."""
+    """Each placement at the smallest ubatch again, at half the threads (two points at the
+    other count: one alone is its own thread term when left out); none at one thread or
+    unknown threads."""
     runs = [
         BenchRun(Placement.with_n_cpu_moe(2), 32),
         BenchRun(Placement.with_n_cpu_moe(8), 32),
@@ -120,8 +121,8 @@ def test_a_measure_adds_a_second_thread_count() -> None:
         BenchRun(Placement.with_n_cpu_moe(8), 64),
     ]
     more = with_thread_run(runs, 8)
-    assert more[:4] == runs and len(more) == 5
-    assert (more[4].n_cpu_moe, more[4].n_ubatch, more[4].threads) == (8, 32, 4)
+    assert more[:4] == runs and len(more) == 6
+    assert [(r.n_cpu_moe, r.n_ubatch, r.threads) for r in more[4:]] == [(2, 32, 4), (8, 32, 4)]
     assert "-t 4" in more[4].describe()
     assert with_thread_run(runs, 1) == runs and with_thread_run(runs, None) == runs
 

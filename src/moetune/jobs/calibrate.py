@@ -281,17 +281,18 @@ def choose_runs(
 
 
 def with_thread_run(runs: Sequence[BenchRun], threads: int | None) -> list[BenchRun]:
-    """``runs`` and one more at a second thread count (core/threads.py
-    ``second_thread_count``: half of ``threads``), so the fit sees the thread term: the
-    placement with the most experts on the CPU (whose decode reads the most from RAM) at the
-    smallest micro-batch size; none where ``threads`` is unknown or 1."""
+    """``runs`` and each placement again at a second thread count (core/threads.py
+    ``second_thread_count``: half of ``threads``), at the smallest micro-batch size, so the
+    fit sees the thread term at two placements (one point at the other count alone leaves
+    nothing to forecast it from when it is left out: its leave-one-out error is the thread
+    term itself); none where ``threads`` is unknown or 1."""
     other = second_thread_count(threads) if threads else None
     if other is None or not runs:
         return list(runs)
     least_ub = min(run.n_ubatch for run in runs)
     at = [run for run in runs if run.n_ubatch == least_ub]
-    most = max(at, key=lambda run: run.n_cpu_moe)
-    return [*runs, BenchRun(most.placement, most.n_ubatch, threads=other)]
+    placements = sorted({run.n_cpu_moe: run for run in at}.values(), key=lambda r: r.n_cpu_moe)
+    return [*runs, *(BenchRun(run.placement, run.n_ubatch, threads=other) for run in placements)]
 
 
 def bench_argv(tool: Path, model: str, run: BenchRun, knobs: BenchKnobs) -> list[str]:
