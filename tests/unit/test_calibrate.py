@@ -5,7 +5,6 @@ points, leave-one-out, and a machine whose figures are unknown (effective rates)
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import cache
 
 import pytest
 
@@ -17,37 +16,19 @@ from moetune.core.calibrate import (
     solve_bounded,
 )
 from moetune.core.devices import DeviceSpec
-from moetune.core.facts import ModelFacts, facts_from_gguf
 from moetune.core.placement import Override, Placement
 from moetune.core.settings import Settings
 from moetune.core.speed import (
     DeviceFigures,
     Efficiency,
     MachineFigures,
-    SpeedLayout,
     forecast,
     placement_layout,
 )
-from moetune.gguf.split import read_model
 
-from support.helpers import EXAMPLES
+from support.speed_fit import FIGURES, example_facts, example_layout
 
-FIGURES = MachineFigures(
-    devices=(DeviceFigures(memory_bytes_per_s=1e12, link_bytes_per_s=25e9, flops_per_s=100e12),),
-    ram_bytes_per_s=60e9,
-    cpu_flops_per_s=1e12,
-)
 TRUE = Efficiency(device_memory=0.7, ram=0.55, link=0.8, device_compute=0.4, cpu_compute=0.5)
-
-
-@cache
-def _facts() -> ModelFacts:
-    return facts_from_gguf(read_model(str(EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf")))
-
-
-def _layout(n: int, ubatch: int) -> SpeedLayout:
-    settings = Settings(n_ctx=8192, n_ubatch=ubatch)
-    return placement_layout(_facts(), Placement.with_n_cpu_moe(n), settings, (DeviceSpec(),))
 
 
 def _points(
@@ -61,7 +42,7 @@ def _points(
     points = []
     for n in placements:
         for ub in ubatches:
-            layout = _layout(n, ub)
+            layout = example_layout(n, ub)
             decode = forecast(layout, FIGURES, depth=64, efficiency=efficiency).decode_tok_s
             prefill = forecast(layout, FIGURES, n_prompt=2048, efficiency=efficiency).prefill_tok_s
             assert decode and prefill
@@ -83,7 +64,7 @@ def test_recovers_set_factors() -> None:
     assert fit.rates == {}
     assert fit.loo_median_error == pytest.approx(0, abs=1e-6)
     assert fit.loo_max_error is not None and fit.loo_max_error < 1e-3
-    other = _layout(32, 1024)
+    other = example_layout(32, 1024)
     want = forecast(other, FIGURES, n_prompt=4096, efficiency=TRUE)
     got = fitted_forecast(other, FIGURES, fit, n_prompt=4096)
     assert got.decode_tok_s == pytest.approx(want.decode_tok_s, rel=1e-6)
@@ -99,7 +80,7 @@ def test_fixed_time_only_when_the_data_demands_it() -> None:
     told apart only by noise-free data, and the fit prefers the factor at its bound.)"""
     true = replace(TRUE, device_memory=1.0)
     fit = fit_speed(_points(true, token_s=0.002), FIGURES)
-    assert _facts().n_layers == 48
+    assert example_facts().n_layers == 48
     assert fit.token_overhead_s == pytest.approx(0.002 / 48, rel=1e-4)
     assert fit.efficiency.ram == pytest.approx(TRUE.ram, rel=1e-4)
     assert fit.efficiency.device_memory == 1.0
@@ -159,9 +140,9 @@ def test_unknown_figures_become_effective_rates() -> None:
     assert fit.rates["device_memory"] == pytest.approx(1e12 * 0.7, rel=1e-6)
     assert fit.rates["ram"] == pytest.approx(60e9 * 0.55, rel=1e-6)
     assert fit.rates["link"] == pytest.approx(25e9 * 0.8, rel=1e-6)
-    assert forecast(_layout(32, 512), blind).decode_tok_s is None
-    got = fitted_forecast(_layout(32, 512), blind, fit)
-    want = forecast(_layout(32, 512), FIGURES, efficiency=TRUE)
+    assert forecast(example_layout(32, 512), blind).decode_tok_s is None
+    got = fitted_forecast(example_layout(32, 512), blind, fit)
+    want = forecast(example_layout(32, 512), FIGURES, efficiency=TRUE)
     assert got.missing == []
     assert got.decode_tok_s == pytest.approx(want.decode_tok_s, rel=1e-6)
 
@@ -170,11 +151,11 @@ def test_hops_between_homes() -> None:
     """Block by block, its other weights' home then its experts': every expert on the GPU, no
     hop; --n-cpu-moe 2, blocks 0 and 1 go GPU -> CPU -> GPU (4 hops); every expert on the CPU,
     2 per block (96); on two devices the split between them adds one."""
-    facts = _facts()
+    facts = example_facts()
     settings = Settings(n_ctx=4096)
     one = (DeviceSpec(),)
-    assert _layout(0, 512).n_hops == 0
-    assert _layout(2, 512).n_hops == 4
+    assert example_layout(0, 512).n_hops == 0
+    assert example_layout(2, 512).n_hops == 4
     assert placement_layout(facts, Placement.all_experts_on_cpu(), settings, one).n_hops == 96
     two = (DeviceSpec(name="CUDA0", buft="CUDA0"), DeviceSpec(name="CUDA1", buft="CUDA1"))
     split = Placement.with_n_cpu_moe(2, tensor_split=(1.0, 1.0))
@@ -191,7 +172,7 @@ def test_a_fixed_time_per_hop() -> None:
     placements = [Placement.with_n_cpu_moe(n) for n in (8, 24, 40)] + [Placement(overrides=down)]
     points = []
     for placement in placements:
-        layout = placement_layout(_facts(), placement, settings, one)
+        layout = placement_layout(example_facts(), placement, settings, one)
         tps = forecast(layout, FIGURES, depth=64, efficiency=TRUE).decode_tok_s
         assert tps
         points.append(Measured(layout, 0, 128, 0, 1 / (1 / tps + 1e-4 * layout.n_hops)))

@@ -9,51 +9,26 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
-from functools import cache
 from pathlib import Path
 
 import pytest
 
 from moetune.core.calibrate import Measured, fit_speed, fitted_forecast
-from moetune.core.devices import DeviceSpec
-from moetune.core.facts import ModelFacts, facts_from_gguf
-from moetune.core.placement import Placement
-from moetune.core.settings import Settings
 from moetune.core.speed import (
-    DeviceFigures,
     Efficiency,
     ForecastCalibration,
-    MachineFigures,
     SpeedLayout,
     forecast,
-    placement_layout,
 )
-from moetune.gguf.split import read_model
 from moetune.records.speed import SpeedMachine, same_machine
 
-from support.helpers import EXAMPLES
+from support.speed_fit import FIGURES, QWEN, example_facts, example_layout
 
-FIGURES = MachineFigures(
-    devices=(DeviceFigures(memory_bytes_per_s=1e12, link_bytes_per_s=25e9, flops_per_s=100e12),),
-    ram_bytes_per_s=60e9,
-    cpu_flops_per_s=1e12,
-)
 # the GPU's memory at its figure: a GPU term nearly constant over N and a fixed time are
 # told apart only by noise-free data (tests/unit/test_calibrate.py)
 TRUE = Efficiency(device_memory=1.0, ram=0.55, link=0.8, device_compute=0.4, cpu_compute=0.5)
 BLOCK_TOKEN_S = 5e-5  # per block of the model, per generated token
-QWEN = "Qwen3-30B-A3B-Q4_K_M.header.gguf"  # 48 blocks
 GPT_OSS = "gpt-oss-20b-MXFP4.header.gguf"  # 24 blocks
-
-
-@cache
-def _facts(name: str) -> ModelFacts:
-    return facts_from_gguf(read_model(str(EXAMPLES / name)))
-
-
-def _layout(name: str, n: int, ubatch: int) -> SpeedLayout:
-    settings = Settings(n_ctx=8192, n_ubatch=ubatch)
-    return placement_layout(_facts(name), Placement.with_n_cpu_moe(n), settings, (DeviceSpec(),))
 
 
 def _decode(layout: SpeedLayout) -> float:
@@ -67,7 +42,7 @@ def _points(name: str, placements: tuple[int, ...], model: str | None) -> list[M
     points = []
     for n in placements:
         for ub in (512, 2048):
-            layout = _layout(name, n, ub)
+            layout = example_layout(n, ub, name)
             prefill = forecast(layout, FIGURES, n_prompt=2048, efficiency=TRUE).prefill_tok_s
             assert prefill
             points.append(Measured(layout, 0, 128, 0, _decode(layout), model))
@@ -79,21 +54,21 @@ def test_points_of_one_model_forecast_another() -> None:
     """Points of Qwen3-30B-A3B (48 blocks) made with set factors and a fixed time per block:
     the fit finds them, and forecasts gpt-oss-20b (24 blocks, another routing share) on the
     same machine as the machine runs it."""
-    assert (_facts(QWEN).n_layers, _facts(GPT_OSS).n_layers) == (48, 24)
+    assert (example_facts(QWEN).n_layers, example_facts(GPT_OSS).n_layers) == (48, 24)
     fit = fit_speed(_points(QWEN, (8, 24, 40), QWEN), FIGURES)
     assert fit.token_overhead_s == pytest.approx(BLOCK_TOKEN_S, rel=1e-4)
     assert fit.efficiency.ram == pytest.approx(TRUE.ram, rel=1e-4)
     for n in (0, 8, 20):
-        layout = _layout(GPT_OSS, n, 1024)
+        layout = example_layout(n, 1024, GPT_OSS)
         got = fitted_forecast(layout, FIGURES, fit, depth=64, n_prompt=4096)
         want = forecast(layout, FIGURES, n_prompt=4096, efficiency=TRUE).prefill_tok_s
         assert got.decode_tok_s == pytest.approx(_decode(layout), rel=1e-3)
         assert got.prefill_tok_s == pytest.approx(want, rel=5e-3)  # within the fit's tolerance
     # a fixed time per token (not per block) would forecast gpt-oss-20b's decode too slow
     per_token = replace(fit, token_overhead_s=fit.token_overhead_s * 48 / 24)
-    slow = fitted_forecast(_layout(GPT_OSS, 8, 1024), FIGURES, per_token, depth=64)
+    slow = fitted_forecast(example_layout(8, 1024, GPT_OSS), FIGURES, per_token, depth=64)
     assert slow.decode_tok_s is not None
-    assert slow.decode_tok_s < 0.99 * _decode(_layout(GPT_OSS, 8, 1024))
+    assert slow.decode_tok_s < 0.99 * _decode(example_layout(8, 1024, GPT_OSS))
 
 
 def test_the_label_says_which_models_calibrated_it() -> None:

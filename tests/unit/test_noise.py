@@ -9,14 +9,11 @@ import json
 import stat
 import sys
 from collections.abc import Sequence
-from functools import cache
 from pathlib import Path
 
 import pytest
 
 from moetune.core.calibrate import Measured, fit_speed, fitted_forecast
-from moetune.core.devices import DeviceSpec
-from moetune.core.facts import ModelFacts, facts_from_gguf
 from moetune.core.noise import (
     LOO_ERROR_BOUND,
     POINT_SPREAD_BOUND,
@@ -28,19 +25,14 @@ from moetune.core.noise import (
 from moetune.core.placement import Placement
 from moetune.core.settings import Settings
 from moetune.core.speed import (
-    DeviceFigures,
     Efficiency,
-    MachineFigures,
-    SpeedLayout,
     forecast,
-    placement_layout,
 )
-from moetune.gguf.split import read_model
 from moetune.jobs.calibrate import BenchKnobs, BenchRun, measure_model
 from moetune.records.speed import CalibrateResult, FitCheck, SpeedPoint
 from moetune.store.speed import SpeedStore
 
-from support.helpers import EXAMPLES
+from support.speed_fit import FIGURES, example_layout
 
 DATA = Path(__file__).parent.parent / "data" / "llama_bench"
 
@@ -65,22 +57,7 @@ def test_the_loo_bound() -> None:
 
 # --- a forecast on a fit whose points disagree ------------------------------------------
 
-FIGURES = MachineFigures(
-    devices=(DeviceFigures(memory_bytes_per_s=1e12, link_bytes_per_s=25e9, flops_per_s=100e12),),
-    ram_bytes_per_s=60e9,
-    cpu_flops_per_s=1e12,
-)
 TRUE = Efficiency(device_memory=0.7, ram=0.55, link=0.8, device_compute=0.4, cpu_compute=0.5)
-
-
-@cache
-def _facts() -> ModelFacts:
-    return facts_from_gguf(read_model(str(EXAMPLES / "Qwen3-30B-A3B-Q4_K_M.header.gguf")))
-
-
-def _layout(n: int, ubatch: int) -> SpeedLayout:
-    settings = Settings(n_ctx=8192, n_ubatch=ubatch)
-    return placement_layout(_facts(), Placement.with_n_cpu_moe(n), settings, (DeviceSpec(),))
 
 
 def _points(noise: Sequence[float]) -> list[Measured]:
@@ -88,7 +65,7 @@ def _points(noise: Sequence[float]) -> list[Measured]:
     ``noise`` (1: as the model says)."""
     found = []
     for n, factor in zip((4, 8, 16, 24, 32, 40), noise, strict=True):
-        layout = _layout(n, 512)
+        layout = example_layout(n, 512)
         decode = forecast(layout, FIGURES, depth=64, efficiency=TRUE).decode_tok_s
         assert decode
         found.append(Measured(layout, 0, 128, 0, decode * factor))
@@ -99,7 +76,7 @@ def test_a_fit_beyond_the_bound_is_not_used() -> None:
     """Points that agree: the fit is used (calibrated). The same points, every other one
     measured at 2.5x or 0.4x: its leave-one-out error is beyond the bound, the forecast is
     the uncalibrated one and says why."""
-    layout = _layout(20, 512)
+    layout = example_layout(20, 512)
     quiet = fit_speed(_points([1.0] * 6), FIGURES)
     assert quiet.trusted and quiet.forecast_error == quiet.loo_median_error
     calibrated = fitted_forecast(layout, FIGURES, quiet, depth=64)
