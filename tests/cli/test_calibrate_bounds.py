@@ -11,36 +11,13 @@ from typing import Any
 
 import pytest
 
-from moetune.hardware.host import cpu_model
-
 from support.helpers import moetune
+from support.speed_fit import good_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "models" / "Qwen3-30B-A3B-Q4_K_M.header.gguf"
 CUDA_JSON = ROOT / "tests" / "data" / "llama_bench" / "readme_rtx4080_qwen2.5_7b.json"
 TIMEOUT_S = 60
-
-
-def good_rows() -> list[dict[str, Any]]:
-    """A prompt and a generation test at four placements of the example model, on this CPU
-    (plan reads the points measured on it)."""
-    pp, tg = json.loads(CUDA_JSON.read_text())
-    cpu = cpu_model()
-    rows = []
-    for n in (0, 12, 24, 36):
-        for row, tps in ((pp, 2000.0 - 20 * n), (tg, 90.0 - n)):
-            rows.append(
-                row
-                | {
-                    "model_filename": str(EXAMPLE),
-                    "cpu_info": cpu,
-                    "n_cpu_moe": n,
-                    "avg_ts": tps,
-                    "stddev_ts": 1.0,
-                    "samples_ts": [tps, tps],
-                }
-            )
-    return rows
 
 
 HOSTILE: list[tuple[str, dict[str, Any], str]] = [

@@ -27,13 +27,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moetune.hardware.host import cpu_model
 from moetune.jobs.calibrate import MAX_TEXT_BYTES
 from moetune.llamacpp.bench_results import array_items
 
 from support.fuzz import Case, Fuzz
 from support.helpers import EXAMPLE_QWEN, ROOT
 from support.mutate import deep, mutate_json_doc, mutate_text
+from support.speed_fit import good_rows
 
 SEED = 38
 CASES = 150
@@ -104,27 +104,6 @@ REFUSED: tuple[tuple[str, object], ...] = (
     ("model_filename", ""),
     ("model_filename", 12),
 )
-
-
-def good_rows() -> list[dict[str, Any]]:
-    """A prompt and a generation test at four placements of the example model, on this CPU
-    (plan reads the points measured on it)."""
-    pp, tg = json.loads(ROWS_JSON.read_text())
-    rows = []
-    for n in (0, 12, 24, 36):
-        for row, tps in ((pp, 2000.0 - 20 * n), (tg, 90.0 - n)):
-            rows.append(
-                row
-                | {
-                    "model_filename": str(EXAMPLE_QWEN),
-                    "cpu_info": cpu_model(),
-                    "n_cpu_moe": n,
-                    "avg_ts": tps,
-                    "stddev_ts": 1.0,
-                    "samples_ts": [tps, tps],
-                }
-            )
-    return rows
 
 
 def as_text(rows: list[Any], jsonl: bool) -> str:

@@ -6,10 +6,7 @@ calibrated it (core/speed.py ``ForecastCalibration``)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +19,7 @@ from moetune.core.speed import (
 )
 from moetune.records.speed import SpeedMachine, same_machine
 
-from support.speed_fit import FIGURES, QWEN, example_facts, example_layout
+from support.speed_fit import FIGURES, QWEN, example_facts, example_layout, speed_forecast_lines
 
 # the GPU's memory at its figure: a GPU term nearly constant over N and a fixed time are
 # told apart only by noise-free data (tests/unit/test_calibrate.py)
@@ -129,15 +126,7 @@ def test_a_plan_for_devices_not_found_here_is_this_cpu() -> None:
 def test_the_benchmark_prints_cross_model_calibration() -> None:
     """benchmarks/speed_forecast.py: each pair of models of one machine, every pair together,
     and the same-model calibrated error over every public sweep."""
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "speed_forecast.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--no-rig"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    lines = done.stdout.splitlines()
+    lines = speed_forecast_lines()
     start = lines.index(
         "cross-model calibration (calibrated on one model, forecasting another, same machine)"
     )

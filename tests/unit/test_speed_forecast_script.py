@@ -5,24 +5,13 @@ the share of the rows that got a forecast, and the overall figures."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 from support.public_sweeps import ALL_ON_GPU, PUBLIC
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed_forecast.py"
+from support.speed_fit import speed_forecast_lines
 
 
 def test_public_sweeps() -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--no-rig"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    lines = done.stdout.splitlines()
+    lines = speed_forecast_lines()
     heads = [line for line in lines if re.match(r"^\S+\.json: \d+ points, calibrated on", line)]
     assert len(heads) == len(PUBLIC)
     alone = [line for line in lines if line.endswith("of one configuration (uncalibrated only)")]
@@ -53,14 +42,7 @@ def test_threshold_section() -> None:
     """The op-offload threshold section: each of PR 520's 18 rows (6 ubatches x 3
     thresholds) forecast by a fit of the others, its error, and at each ubatch the
     threshold the forecast picks beside the fastest measured."""
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--no-rig"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    lines = done.stdout.splitlines()
+    lines = speed_forecast_lines()
     start = next(i for i, line in enumerate(lines) if line.startswith("op-offload threshold: "))
     rows = [
         line
