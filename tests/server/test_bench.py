@@ -216,7 +216,8 @@ FORECAST_CHART = "decode tok/s: measured against forecast"
 
 def test_forecast_beside_each_measurement(bench: Bench) -> None:
     """Each placed configuration's rows forecast out of sample: calibrated on the other
-    configurations' points; llama.cpp's --fit has no placement to forecast."""
+    configurations' points (or uncalibrated where they disagree beyond the noise bound);
+    llama.cpp's --fit has no placement to forecast."""
     rows = bench.data["forecast"]["rows"]
     assert {(r["config"], r["depth"]) for r in rows} == {
         (r["config"], r["depth"]) for r in bench.data["results"]
@@ -225,7 +226,10 @@ def test_forecast_beside_each_measurement(bench: Bench) -> None:
         if row["config"] == "fit":
             assert row["decode_tps"] is None and "--fit" in row["note"]
             continue
-        assert row["calibration"]["points"] >= 2, row
+        # calibrated on the other configurations' points, or those points refused as too
+        # noisy (core/noise.py: a busy rig; the forecast then stays uncalibrated, and says so)
+        calibration = row["calibration"]
+        assert calibration["points"] >= 2 or calibration.get("refused_points", 0) >= 2, row
         assert row["decode_tps"] > 0 and row["decode_error"] >= 0, row
         assert row["prefill_tps"] > 0 and row["prefill_error"] >= 0, row
     shown = moetune("report", str(bench.out))
