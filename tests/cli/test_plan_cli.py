@@ -200,3 +200,15 @@ def test_the_ot_notes_come_with_the_plan() -> None:
     (note,) = buft_notes(alternative["command"])
     assert note.startswith("-ot's RPC0[127.0.0.1:50053] is llama.cpp's buffer-type name of RPC1")
     assert f"note: {note}" in " ".join(text.split())
+
+
+def test_rpc_from_the_environment_yields_to_named_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLAMA_ARG_RPC is --rpc's default (as llama-server reads it), unless --gpu or --vram
+    names the devices: a card you may buy is planned alone, the shell's server untouched (this
+    one listens nowhere: reaching it would fail). tests/server/test_readme.py's daily loop
+    plans on the server it names."""
+    monkeypatch.setenv("LLAMA_ARG_RPC", "127.0.0.1:9")
+    for devices in (("--gpu", "rtx4090"), ("--vram", "16G")):
+        code, out, err = cli("plan", str(EXAMPLE_QWEN), *devices, "--json")
+        assert code == 0, err
+        assert [d["name"] for d in json.loads(out)["devices"]] == ["CUDA0"]

@@ -323,6 +323,10 @@ def test_child_env_leaves_out_what_moves_the_placement() -> None:
     }
     assert srv.moved_env(USER_ENV) == MOVED  # sorted, the log's left unnamed
     assert srv.moved_env({"PATH": "/bin", "LLAMA_ARG_LOG_JSONL": "1"}) == []
+    # --rpc's variable is moetune's --rpc default: left out (moetune passes --rpc), unnamed
+    rpc = {"LLAMA_ARG_RPC": "127.0.0.1:50052", "PATH": "/bin"}
+    assert srv.child_env(rpc) == {"PATH": "/bin"}
+    assert srv.moved_env(rpc) == []
 
 
 def _with_user_env(monkeypatch: pytest.MonkeyPatch) -> None:

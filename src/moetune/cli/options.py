@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
+from moetune.core.flags import RPC_ENV
 from moetune.errors import BadValueError
 from moetune.jobs.names import MAX_REPEATS, MAX_SECONDS, MAX_SHARE, MAX_THREADS
 from moetune.record import record
@@ -271,8 +272,11 @@ GpuProfileOpt = Annotated[
 RpcOpt = Annotated[
     str | None,
     Option(
-        help="RPC servers as devices, HOST:PORT[,HOST:PORT], as llama-server's --rpc.",
+        help="RPC servers as devices, HOST:PORT[,HOST:PORT], as llama-server's --rpc (default: "
+        f"${RPC_ENV}, as llama-server reads it, unless --gpu or --vram names the devices).",
         metavar="HOST:PORT[,...]",
+        envvar=RPC_ENV,
+        show_envvar=False,
     ),
 ]
 TargetVramOpt = Annotated[
@@ -306,9 +310,11 @@ PickRpcOpt = Annotated[
     str | None,
     Option(
         "--rpc",
-        help="Pick the profile tuned on these RPC servers, HOST:PORT[,HOST:PORT]; without "
-        "one, plan for them.",
+        help="Pick the profile tuned on these RPC servers, HOST:PORT[,HOST:PORT] (default: "
+        f"${RPC_ENV}); without one, plan for them.",
         metavar="HOST:PORT[,...]",
+        envvar=RPC_ENV,
+        show_envvar=False,
     ),
 ]
 

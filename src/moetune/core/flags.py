@@ -36,6 +36,9 @@ class FlagRole(str, Enum):
 
 
 _ENV_PREFIX = "LLAMA_ARG_"
+# --rpc's variable: llama-server reads it as --rpc, and so does moetune's --rpc (cli/options.py),
+# so that the devices a shell names for llama-server are the ones moetune plans for
+RPC_ENV = "LLAMA_ARG_RPC"
 _ENV_NEGATED = "LLAMA_ARG_NO_"
 
 
@@ -297,7 +300,7 @@ FLAGS: tuple[ServerFlag, ...] = (
         fit=False,
         env="LLAMA_ARG_VIDEO_FFMPEG_DIR",
     ),
-    ServerFlag(("--rpc",), "SERVERS", role=FlagRole.DEVICE, env="LLAMA_ARG_RPC"),
+    ServerFlag(("--rpc",), "SERVERS", role=FlagRole.DEVICE, env=RPC_ENV),
     ServerFlag(
         ("-lm", "--load-mode"), "MODE", preset="load-mode", env="LLAMA_ARG_LOAD_MODE", moves=True
     ),

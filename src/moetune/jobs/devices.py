@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from moetune.core.backends import kind_of
 from moetune.core.devices import DeviceSpec, default_overhead, rpc_buft
+from moetune.core.flags import RPC_ENV
 from moetune.errors import BadValueError, NoGpuError
 from moetune.units import Sizes, format_bytes, per_device
 
@@ -279,6 +280,8 @@ def plan_devices(
     several: ``--vram`` with more than one size, RPC servers, or several detected GPUs."""
 
     one_gpu(vram, gpu_profile)
+    if (vram is not None or gpu_profile is not None) and rpc == os.environ.get(RPC_ENV):
+        rpc = None  # the shell's servers, --rpc's default: --vram and --gpu name the devices
     endpoints = split_endpoints(rpc)
     if gpu_profile is not None and endpoints:
         raise BadValueError(

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from moetune.core.flags import FlagRole, moving_env, pairs
+from moetune.core.flags import RPC_ENV, FlagRole, moving_env, pairs
 from moetune.errors import (
     BadValueError,
     MoetuneError,
@@ -152,9 +152,10 @@ def child_env(
 def moved_env(environ: Mapping[str, str] | None = None) -> list[str]:
     """The variables of ``environ`` (this process's) that ``child_env`` leaves out because
     they would move the placement, sorted: what a job names in its one warning (the
-    LLAMA_ARG_LOG_* ones, left out for the log's sake, are not among them)."""
+    LLAMA_ARG_LOG_* ones, left out for the log's sake, are not among them, nor ``RPC_ENV``:
+    moetune's --rpc reads it, and the launch passes the devices as --rpc)."""
     source = os.environ if environ is None else environ
-    moving = moving_env()
+    moving = moving_env() - {RPC_ENV}
     return sorted(
         key for key in source if key in moving and not key.startswith(_SCRUBBED_ENV_PREFIX)
     )
