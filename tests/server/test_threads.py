@@ -23,6 +23,11 @@ from support.llama import bin_path
 BUDGET = ("--target-vram", "40M", "--ctx", "8192", "--overhead", "0")
 ROUNDS = 3  # the sweep runs this many times, its counts interleaved (a shared machine's load
 # changes over seconds); each count's speed: the median of all its samples
+# Tokens a decode sample times: 64 (a fifth of a second here) rather than 16, so that one
+# scheduling hiccup of the 2-core rig moves a sample less (at 16, 9 of 12 configurations were
+# refused as noisy in one run)
+N_GEN = 64
+CALIBRATIONS = 3  # tries of calibrate --measure before the rig is called too noisy
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +45,7 @@ def _json(*args: str) -> dict[str, Any]:
 def _sweep(model: Path, rpc: str, entry: dict[str, Any], cores: int) -> dict[int, list[float]]:
     """Decode tok/s samples of llama-bench at the picked placement, -t 1 .. cores."""
     args = [str(bin_path("llama-bench")), "-m", str(model), "-rpc", rpc, "-o", "jsonl"]
-    args += ["-p", "0", "-n", "16", "-r", "3", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]
+    args += ["-p", "0", "-n", str(N_GEN), "-r", "3", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]
     args += ["--n-cpu-moe", str(entry["n_cpu_moe"]), "-ub", str(entry["n_ubatch"])]
     args += ["-t", ",".join(str(t) for t in range(1, cores + 1))]
     samples: dict[int, list[float]] = {}
@@ -57,21 +62,26 @@ def test_plan_picks_a_thread_count_within_the_forecasts_error(model: Path, rpc: 
     cores = physical_cores()
     if not cores or cores < 2:
         pytest.skip("one physical core: no other thread count to pick")
-    code, out, err = cli(
-        "calibrate",
-        "--measure",
-        str(model),
-        *("-p", "64", "-n", "16", "--repetitions", "3", "--ubatch", "32,64"),
-        *("--threads", str(cores), *BUDGET, "--rpc", rpc),
-        "--json",
-    )
-    if code == ExitCode.CHECK_FAILED and "the machine was too noisy" in err:
+    for _ in range(CALIBRATIONS):  # as the refusal's hint says: run it again
+        code, out, err = cli(
+            "calibrate",
+            "--measure",
+            str(model),
+            *("-p", "128", "-n", str(N_GEN), "--repetitions", "3", "--ubatch", "32,64"),
+            *("--threads", str(cores), *BUDGET, "--rpc", rpc),
+            "--json",
+        )
+        if code != ExitCode.CHECK_FAILED or "the machine was too noisy" not in err:
+            break
+    else:
         # nothing kept: the plan would be uncalibrated (test_calibrate.py's load test)
         pytest.skip(f"the rig was too noisy to calibrate: {json.loads(out)['error']['message']}")
     assert code == 0, out + err
     measured = json.loads(out)
     threads = {p["n_threads"] for p in measured["files"][0]["points"]}
-    assert threads == {cores, cores // 2}  # the second thread count
+    assert threads <= {cores, cores // 2}  # the second thread count
+    if len(threads) < 2:  # the other count's samples all disagreed: nothing to fit threads on
+        pytest.skip(f"the rig was too noisy: points of -t {threads} alone kept to calibrate")
     data = _json("plan", str(model), *BUDGET, "--rpc", rpc, "--objective", "decode")
     found = data["frontier"]
     entries = found["entries"]
