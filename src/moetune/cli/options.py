@@ -229,7 +229,7 @@ RamOpt = Annotated[
 
 
 def parse_objective(text: str) -> str:
-    """``--objective``: decode, prefill or balanced (core/goal.py)."""
+    """``--objective``: decode, prefill, balanced, throughput or latency (core/goal.py)."""
     from moetune.jobs.values import parse_objective as parse
 
     return parse(text)
@@ -238,10 +238,11 @@ def parse_objective(text: str) -> str:
 ObjectiveOpt = Annotated[
     str | None,
     Option(
-        help="Order the speed frontier by decode, prefill (of 4096 tokens) or balanced "
-        "(their geometric mean).",
+        help="Order the speed frontier by decode, prefill (of 4096 tokens), balanced "
+        "(their geometric mean), or under --parallel N throughput (the N streams' decode "
+        "together) or latency (one stream's).",
         parser=parse_objective,
-        metavar="decode|prefill|balanced",
+        metavar="decode|prefill|balanced|throughput|latency",
     ),
 ]
 WorkloadOpt = Annotated[
