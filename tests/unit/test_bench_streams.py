@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from moetune.jobs.measure import streams_result
+from moetune.jobs.measure import Repeats, repeated_rounds, streams_result
 from moetune.jobs.speed import streams_points
 from moetune.records.results import Sample
 from moetune.records.speed import SpeedMachine, SpeedModel, SpeedSource
@@ -59,3 +59,23 @@ def test_a_point_of_n_streams() -> None:
     assert point.placement.n_cpu_moe == 3
     one = point.model_copy(update={"n_streams": 1})
     assert point_digest([one]) != point_digest([point])
+
+
+def test_rounds_repeat_until_their_aggregates_agree() -> None:
+    """Rounds as a depth's requests: at least ``least``, more until the aggregates' spread is
+    within the bound, at most ``most``."""
+    sums = iter([100, 60, 95, 100, 98, 500])
+    asked = Repeats(least=2, most=6, max_spread=0.1)
+
+    def ask() -> list[Sample]:
+        total = next(sums)
+        return [_sample(total / 2, 0.1), _sample(total / 2, 0.1)]
+
+    rounds, settled = repeated_rounds(ask, asked)
+    # every round counts: once 60 is among them they never agree, so all 6 are asked
+    assert len(rounds) == 6 and not settled
+    calm = iter([100, 104, 200])
+    rounds, settled = repeated_rounds(
+        lambda: [_sample(next(calm), 0.1)], Repeats(least=2, most=5, max_spread=0.1)
+    )
+    assert len(rounds) == 2 and settled

@@ -191,8 +191,9 @@ def measure_streams(
     config: str,
     live: StatusSink = NO_STATUS,
 ) -> list[StreamsResult]:
-    """Each N of ``workload.parallel``: ``repeats.least`` rounds of N concurrent requests of
-    the first depth's prompt (``concurrent_round``); the server has N slots or more."""
+    """Each N of ``workload.parallel``: rounds of N concurrent requests of the first depth's
+    prompt (``concurrent_round``), repeated as a depth's requests are (``repeated_rounds``);
+    the server has N slots or more."""
     found: list[StreamsResult] = []
     if not workload.parallel:
         return found
@@ -202,12 +203,37 @@ def measure_streams(
     text = prompts.text(client, depth)
     for n in workload.parallel:
         live.phase("measuring", subject=f"{config}, {n} streams", depth=depth)
-        rounds = []
-        for done in range(max(workload.repeats.least, 1)):
-            live.progress(done + 1, workload.repeats.least)
-            rounds.append(concurrent_round(client.url, workload, text, n, client.timeout))
-        found.append(streams_result(config, n, rounds))
+        rounds, settled = repeated_rounds(
+            partial(concurrent_round, client.url, workload, text, n, client.timeout),
+            workload.repeats,
+            on_request=live.progress,
+        )
+        found.append(streams_result(config, n, rounds).model_copy(update={"settled": settled}))
     return found
+
+
+def repeated_rounds(
+    ask: Callable[[], list[Sample]],
+    repeats: Repeats,
+    *,
+    on_request: Callable[[int, int], None] = lambda done, most: None,
+    clock: Clock = time.monotonic,
+) -> tuple[list[list[Sample]], bool]:
+    """``ask`` for rounds until their aggregate decode tok/s (each round's streams summed)
+    agree within ``repeats.max_spread`` (True), or ``repeats.most`` rounds or its time come
+    first (False): ``repeated``'s rule, on the rounds' sums."""
+    rounds: list[list[Sample]] = []
+    start = clock()
+    while True:
+        on_request(len(rounds) + 1, repeats.most)
+        rounds.append(ask())
+        enough = len(rounds) >= max(repeats.least, 1)
+        found = Stat.of([sum(s.decode_tps for s in r) for r in rounds])
+        spread = found.spread if found is not None else None
+        if enough and spread is not None and spread <= repeats.max_spread:
+            return rounds, True
+        if len(rounds) >= repeats.most or (enough and clock() - start >= repeats.max_time_s):
+            return rounds, False
 
 
 def streams_result(config: str, n: int, rounds: list[list[Sample]]) -> StreamsResult:

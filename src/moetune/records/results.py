@@ -186,6 +186,9 @@ class StreamsResult(FrozenModel):
     decode_tps_per_stream: Stat
     ttft_s: Stat | None
     rounds: list[list[Sample]]  # each round's requests
+    # the rounds' aggregates agreed within --max-spread (False: --max-repeats or --max-time
+    # came first)
+    settled: bool = True
 
 
 class ConfigRun(FrozenModel):
