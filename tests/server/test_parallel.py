@@ -139,3 +139,51 @@ def test_calibrated_aggregate_within_20_percent_of_measured(measured: Measured) 
             f"{samples_spread(samples):.0%} over {len(samples)} rounds, forecast {forecast:.0f}"
         )
     assert error <= WITHIN, (forecast, four["decode_tps_aggregate"], calibration)
+
+
+def test_run_tunes_with_n_slots_and_export_keeps_them(
+    model: Path, rpc: str, tmp_path: Path
+) -> None:
+    """`run --parallel 4` launches -np 4 (each slot its own cache), its measured peak within
+    the target and near the plan's for -np 4; the tuned profile keeps the slots, and `export
+    preset --parallel 4` writes them as the section's `parallel` key."""
+    home = tmp_path / "home"
+    ran = moetune(
+        "run",
+        str(model),
+        *BUDGET,
+        "--rpc",
+        rpc,
+        "--parallel",
+        "4",
+        "--json",
+        "--",
+        *SERVER,
+        home=home,
+    )
+    assert ran.returncode == 0, ran.stderr
+    best = json.loads(ran.stdout)["best"]
+    assert best["command"][best["command"].index("-np") + 1] == "4"
+    budget = 30 * 1024**2
+    assert 0 < best["measured_bytes"] <= budget
+    assert abs(best["measured_bytes"] - best["predicted_bytes"]) < 0.05 * budget, best
+    (saved,) = (home / "profiles").glob("*.json")
+    profile = json.loads(saved.read_text())
+    assert saved.stem.endswith("-np4") and profile["settings"]["parallel"] == 4
+    command = profile["settings"]["command"]  # the moetune run that tunes it again
+    assert command[command.index("--parallel") + 1] == "4"
+    out = tmp_path / "preset.ini"
+    done = moetune(
+        "export",
+        "preset",
+        "--rpc",
+        rpc,
+        "--parallel",
+        "4",
+        "--require-tuned",
+        "--out",
+        str(out),
+        home=home,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "\nparallel = 4\n" in out.read_text()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
 from moetune.errors import BadValueError
-from moetune.jobs.names import MAX_REPEATS, MAX_SECONDS, MAX_SHARE, MAX_THREADS
+from moetune.jobs.names import MAX_PARALLEL, MAX_REPEATS, MAX_SECONDS, MAX_SHARE, MAX_THREADS
 from moetune.record import record
 from moetune.units import (
     MAX_TOKENS,
@@ -332,6 +332,26 @@ PickVramOpt = Annotated[
         metavar=SIZES,
     ),
 ]
+PickParallelOpt = Annotated[
+    int | None,
+    Option(
+        "--parallel",
+        help="Pick the profile tuned with this many slots (run --parallel N, -np N); without "
+        f"one, plan for them; {bounds(1, MAX_PARALLEL)}.",
+        parser=whole(1, MAX_PARALLEL),
+        metavar="N",
+    ),
+]
+ParallelOpt = Annotated[
+    int | None,
+    Option(
+        "--parallel",
+        help=f"llama-server slots, -np N, each its own cache, {bounds(1, MAX_PARALLEL)} "
+        "(default: auto, 4 sharing one cache).",
+        parser=whole(1, MAX_PARALLEL),
+        metavar="N",
+    ),
+]
 
 
 RequireTunedOpt = Annotated[
@@ -354,6 +374,7 @@ class PickOptions:
     rpc: PickRpcOpt = None
     gpu: PickGpuOpt = None
     vram: PickVramOpt = None
+    parallel: PickParallelOpt = None
     require_tuned: RequireTunedOpt = False
 
     def pick(self, command: str, ram: int | None = None) -> Pick:
@@ -371,6 +392,7 @@ class PickOptions:
             gpu=self.gpu,
             vram=self.vram,
             ram=ram,
+            parallel=self.parallel,
         )
 
 
