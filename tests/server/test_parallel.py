@@ -6,12 +6,15 @@ the four streams' aggregate decode within 20 % of what bench measured."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from moetune.core.noise import samples_disagree, samples_spread
+from moetune.errors import ExitCode
+from moetune.llamacpp.batched_bench import parse_batched_rows
 
 from support.factory import ModelFactory
 from support.helpers import moetune
@@ -187,3 +190,41 @@ def test_run_tunes_with_n_slots_and_export_keeps_them(
     )
     assert done.returncode == 0, done.stderr
     assert "\nparallel = 4\n" in out.read_text()
+
+
+def test_calibrate_measure_imports_llama_batched_bench(
+    model: Path, rpc: str, tmp_path: Path
+) -> None:
+    """`calibrate --measure --parallel 1,4`: llama-batched-bench (of the same build) at the
+    first placement, its rows kept beside llama-bench's and made points of N streams at that
+    placement; a point whose samples disagree is named as noisy instead (the rig's load)."""
+    home = tmp_path / "home"
+    done = moetune(
+        "calibrate",
+        "--measure",
+        str(model),
+        *("-p", "64", "-n", "32", "--repetitions", "2", "--ubatch", "64", "--threads", "1"),
+        *("--parallel", "1,4", *BUDGET, "--rpc", rpc, "--json"),
+        home=home,
+    )
+    assert done.returncode in (0, ExitCode.CHECK_FAILED), done.stderr
+    data = json.loads(done.stdout)
+    (batched,) = (home / "bench").glob("llama-batched-bench-*.jsonl")
+    rows = parse_batched_rows(batched.read_text(), batched.name)
+    # each test, --repetitions times; llama.cpp's logger, which writes its rows, can lose the
+    # last line of a run at exit (seen on the rig: one run's 4-stream row missing)
+    assert {r.n_streams for r in rows} == {1, 4} and 2 < len(rows) <= 4
+    (found,) = data["files"]
+    points = [p for p in found["points"] if p["source"]["tool"] == "llama-batched-bench"]
+    kept = {p["n_streams"] for p in points if p["kind"] == "generation"}
+    noisy = " ".join(found.get("noisy", []))
+    assert all(n in kept or (f"x{n} streams" if n > 1 else "tg32 at") in noisy for n in (1, 4))
+    # at the first placement llama-bench measured
+    said = " ".join(done.stderr.split())
+    first = re.search(r"llama-bench 1/\d+: --n-cpu-moe (\d+), -ub 64", said)
+    assert first is not None, said
+    assert f"llama-batched-bench 1/2: --n-cpu-moe {first[1]}, -ub 64" in said
+    for point in points:
+        assert point["placement"]["n_cpu_moe"] == int(first[1])
+        assert (point["n_depth"], point["n_gen"], point["n_threads"]) in ((64, 32, 1), (0, 0, 1))
+        assert 1 <= len(point["samples_tps"]) <= 2
