@@ -215,3 +215,10 @@ def test_bench_goes_on_when_its_points_cannot_be_kept(capsys: pytest.CaptureFixt
     (Path(os.environ["MOETUNE_HOME"]) / "speed").write_text("a file where the folder goes")
     _keep(bench_result())
     assert "warning: the speed points were not kept: " in capsys.readouterr().err
+
+
+def test_parallel_without_measure_is_refused(tmp_path: Path) -> None:
+    """llama-batched-bench's rows name no model nor placement: only --measure runs it."""
+    code, out, err = cli("calibrate", "--parallel", "1,4", str(tmp_path / "rows.jsonl"))
+    assert code == ExitCode.BAD_VALUE, out + err
+    assert "--parallel runs llama-batched-bench: give --measure MODEL" in " ".join(err.split())

@@ -142,3 +142,24 @@ def test_no_op_offload_after_the_separator() -> None:
     off, on = terms.values()
     assert off["CUDA0 link"] == 0 and off["RAM"] > 0
     assert on["CUDA0 link"] > 0 and on["RAM"] == 0
+
+
+def test_parallel_forecasts_each_stream_and_all_together() -> None:
+    """``--parallel 4``: decode per stream and for the 4 together (4 times it, larger), in the
+    JSON and the text; without it, neither (one stream, as before)."""
+    given = ("--gpu", "rtx4090", "--ram", "64G", "--ram-bandwidth", "60G/s")
+    code, out = plan(QWEN, *given, "--parallel", "4", "--json")
+    assert code == 0, out
+    found = json.loads(out)["forecast"]
+    assert found["streams"] == 4
+    per, total = found["decode_tps_per_stream"], found["decode_tps_aggregate"]
+    assert per == found["decode_tok_s"]
+    assert total == pytest.approx(4 * per) and total > per
+    code, out = plan(QWEN, *given, "--json")
+    assert code == 0, out
+    single = json.loads(out)["forecast"]
+    assert "decode_tps_aggregate" not in single and "streams" not in single
+    assert single["decode_tok_s"] > per
+    code, out = plan(QWEN, *given, "--parallel", "4")
+    assert code == 0, out
+    assert "per stream" in out and "for 4 streams together" in out

@@ -101,6 +101,15 @@ def bench(
             metavar="N",
         ),
     ] = None,
+    parallel: Annotated[
+        str | None,
+        Option(
+            help="Also send N requests at once for each N, e.g. 1,2,4, to a server launched "
+            "with -np of the largest: aggregate and per-stream decode tok/s, time to first "
+            "token.",
+            metavar="N,...",
+        ),
+    ] = None,
     repeats: RepeatsOpt = DEFAULT_REPEATS,
     max_repeats: MaxRepeatsOpt = None,
     max_spread: MaxSpreadOpt = DEFAULT_MAX_SPREAD,
@@ -172,7 +181,7 @@ def bench(
     from moetune.report.render import BenchView, render
 
     asked = Repeats.asked(repeats, max_repeats, max_spread, max_time)
-    workload = workload_of(depths, asked, n_predict, endpoint, image)
+    workload = workload_of(depths, asked, n_predict, endpoint, image, parallel=parallel)
     pass_through = bench_pass_through(
         pass_through_of(context), mmproj=mmproj, draft=draft, image=image, server_url=server_url
     )
@@ -199,6 +208,7 @@ def bench(
             server=server,
             rpc=rpc,
             op_offload_min_batch=op_offload_min_batch,
+            parallel=max(workload.parallel) if workload.parallel else None,
         )
         stop_on_signals()
         launch = bench_launch(model, pass_through, workload, choice)

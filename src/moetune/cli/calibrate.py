@@ -33,6 +33,7 @@ from moetune.errors import BadValueError
 from moetune.jobs.names import (
     DEFAULT_CACHE_TYPE,
     DEFAULT_HEADROOM,
+    MAX_PARALLEL,
     MAX_REPEATS,
     MAX_THREADS,
     MAX_UBATCH,
@@ -107,6 +108,14 @@ def calibrate(
             metavar="N",
         ),
     ] = None,
+    parallel: Annotated[
+        str | None,
+        Option(
+            help="--measure: also run llama-batched-bench at the first placement with these "
+            "numbers of streams at once (-npl), e.g. 1,4: points of N streams' decode.",
+            metavar="N,...",
+        ),
+    ] = None,
     ctx: CtxOpt = None,
     cache_type: CacheTypeOpt = DEFAULT_CACHE_TYPE,
     target_vram: TargetVramOpt = None,
@@ -124,6 +133,7 @@ def calibrate(
     Importing the same file again keeps nothing twice. --measure MODEL runs llama-bench
     itself: the smallest --n-cpu-moe that fits and every expert on the CPU (as many as the
     RAM holds), at each --ubatch (the context, budget and devices as `run` plans them);
+    with --parallel 1,4 also llama-batched-bench (N streams at once) at the first of them;
     measuring again replaces those points.
     """
     from moetune.report import SCHEMA_VERSION
@@ -131,6 +141,11 @@ def calibrate(
     from moetune.report.render import CalibrateView, render
 
     if measure is None:
+        if parallel is not None:
+            raise BadValueError(
+                "--parallel runs llama-batched-bench: give --measure MODEL",
+                hint="its rows name no model nor placement to import them by",
+            )
         if not files:
             raise BadValueError("give FILE... to import, or --measure MODEL to run llama-bench")
         from moetune.jobs.calibrate import import_files
@@ -158,6 +173,7 @@ def calibrate(
         n_gen=n_gen,
         repetitions=repetitions,
         threads=threads,
+        parallel=counts_option("--parallel", parallel, MAX_PARALLEL) if parallel else (),
     )
     stop_on_signals("llama-bench")
     console = err()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
 from moetune.core.flags import RPC_ENV
 from moetune.errors import BadValueError
-from moetune.jobs.names import MAX_REPEATS, MAX_SECONDS, MAX_SHARE, MAX_THREADS
+from moetune.jobs.names import MAX_PARALLEL, MAX_REPEATS, MAX_SECONDS, MAX_SHARE, MAX_THREADS
 from moetune.record import record
 from moetune.units import (
     MAX_TOKENS,
@@ -230,7 +230,7 @@ RamOpt = Annotated[
 
 
 def parse_objective(text: str) -> str:
-    """``--objective``: decode, prefill or balanced (core/goal.py)."""
+    """``--objective``: decode, prefill, balanced, throughput or latency (core/goal.py)."""
     from moetune.jobs.values import parse_objective as parse
 
     return parse(text)
@@ -239,10 +239,11 @@ def parse_objective(text: str) -> str:
 ObjectiveOpt = Annotated[
     str | None,
     Option(
-        help="Order the speed frontier by decode, prefill (of 4096 tokens) or balanced "
-        "(their geometric mean).",
+        help="Order the speed frontier by decode, prefill (of 4096 tokens), balanced "
+        "(their geometric mean), or under --parallel N throughput (the N streams' decode "
+        "together) or latency (one stream's).",
         parser=parse_objective,
-        metavar="decode|prefill|balanced",
+        metavar="decode|prefill|balanced|throughput|latency",
     ),
 ]
 WorkloadOpt = Annotated[
@@ -337,6 +338,26 @@ PickVramOpt = Annotated[
         metavar=SIZES,
     ),
 ]
+PickParallelOpt = Annotated[
+    int | None,
+    Option(
+        "--parallel",
+        help="Pick the profile tuned with this many slots (run --parallel N, -np N); without "
+        f"one, plan for them; {bounds(1, MAX_PARALLEL)}.",
+        parser=whole(1, MAX_PARALLEL),
+        metavar="N",
+    ),
+]
+ParallelOpt = Annotated[
+    int | None,
+    Option(
+        "--parallel",
+        help=f"llama-server slots, -np N, each its own cache, {bounds(1, MAX_PARALLEL)} "
+        "(default: auto, 4 sharing one cache).",
+        parser=whole(1, MAX_PARALLEL),
+        metavar="N",
+    ),
+]
 
 
 RequireTunedOpt = Annotated[
@@ -359,6 +380,7 @@ class PickOptions:
     rpc: PickRpcOpt = None
     gpu: PickGpuOpt = None
     vram: PickVramOpt = None
+    parallel: PickParallelOpt = None
     require_tuned: RequireTunedOpt = False
 
     def pick(self, command: str, ram: int | None = None) -> Pick:
@@ -376,6 +398,7 @@ class PickOptions:
             gpu=self.gpu,
             vram=self.vram,
             ram=ram,
+            parallel=self.parallel,
         )
 
 

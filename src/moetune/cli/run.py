@@ -28,6 +28,7 @@ from moetune.cli.options import (
     ModelArg,
     ObjectiveOpt,
     OverheadOpt,
+    ParallelOpt,
     RepeatsOpt,
     RpcOpt,
     ServerOpt,
@@ -64,6 +65,7 @@ def run(
     rpc: RpcOpt = None,
     mmproj: MmprojOpt = None,
     draft: DraftOpt = None,
+    parallel: ParallelOpt = None,
     fill: Annotated[
         int | None,
         Option(
@@ -119,7 +121,9 @@ def run(
     pass_through = with_companions(
         pass_through_of(context), mmproj=mmproj, draft=draft, absolute=True
     )
-    facts, spec = launch_spec(model, pass_through, server=server, cache_type=cache_type, port=port)
+    facts, spec = launch_spec(
+        model, pass_through, server=server, cache_type=cache_type, port=port, parallel=parallel
+    )
     with live_status("tuning...") as live:
         spec, setup = prepare_launch(
             facts,

@@ -79,6 +79,9 @@ class Measured(NamedTuple):
     n_depth: int
     tps: float
     model: str | None = None  # another model's point: its file name (None: the one forecast)
+    # a decode of this many concurrent streams (llama-batched-bench's -npl): ``tps`` is all
+    # of theirs together, one step (a token of each) a ubatch of that many tokens
+    n_streams: int = 1
 
     @property
     def is_prefill(self) -> bool:
@@ -168,8 +171,8 @@ def _terms(m: Measured, machine: MachineFigures) -> tuple[list[TermTime], float,
     overhead count (tokens or ubatches)."""
     if m.is_decode:
         depth = m.n_depth + m.n_gen // 2  # the middle of the generated tokens
-        found = forecast(m.layout, machine, depth=depth, n_prompt=1)
-        return found.decode_terms, 1 / m.tps, 1
+        found = forecast(m.layout, machine, depth=depth, n_prompt=1, streams=m.n_streams)
+        return found.decode_terms, m.n_streams / m.tps, 1
     found = forecast(m.layout, machine, depth=m.n_depth, n_prompt=m.n_prompt)
     return found.prefill_terms, m.n_prompt / m.tps, math.ceil(m.n_prompt / m.layout.n_ubatch)
 
@@ -436,9 +439,17 @@ def point_forecast(
     """The forecast tok/s of ``m``'s test (from ``prior`` where ``fit`` is None)."""
     depth = m.n_depth + m.n_gen // 2 if m.is_decode else m.n_depth
     found = fitted_forecast(
-        m.layout, machine, fit, depth=depth, n_prompt=max(m.n_prompt, 1), prior=prior
+        m.layout,
+        machine,
+        fit,
+        depth=depth,
+        n_prompt=max(m.n_prompt, 1),
+        prior=prior,
+        streams=m.n_streams,
     )
-    return found.decode_tok_s if m.is_decode else found.prefill_tok_s
+    if not m.is_decode:
+        return found.prefill_tok_s
+    return None if found.decode_tok_s is None else found.decode_tok_s * m.n_streams
 
 
 def prior_fit(prior: SpeedPrior) -> SpeedFit:
@@ -485,10 +496,12 @@ def fitted_forecast(
     n_prompt: int = 512,
     prefill_depth: int | None = None,
     prior: SpeedPrior | None = PUBLIC_PRIOR,
+    streams: int | None = None,
 ) -> Forecast:
     """``forecast`` with ``fit``'s factors, rates and fixed times; where ``fit`` is None
     (uncalibrated), or not trusted (its points disagree: the calibration says so),
-    ``prior``'s typical ones (None: the figures alone, every efficiency 1)."""
+    ``prior``'s typical ones (None: the figures alone, every efficiency 1). ``streams``: the
+    decode of that many concurrent streams, a step's fixed times paid once for all of them."""
     if fit is not None and not fit.trusted:
         refused = fit.calibration
         found = fitted_forecast(
@@ -499,11 +512,19 @@ def fitted_forecast(
             n_prompt=n_prompt,
             prefill_depth=prefill_depth,
             prior=prior,
+            streams=streams,
         )
         return replace(found, calibration=refused)
     if fit is not None and fit.ram_single_thread_share is not None:
         machine = replace(machine, ram_single_thread_share=fit.ram_single_thread_share)
-    found = forecast(layout, machine, depth=depth, n_prompt=n_prompt, prefill_depth=prefill_depth)
+    found = forecast(
+        layout,
+        machine,
+        depth=depth,
+        n_prompt=n_prompt,
+        prefill_depth=prefill_depth,
+        streams=streams,
+    )
     if fit is None and prior is None:
         return found
     figure, expected = "calibration", None
@@ -525,9 +546,8 @@ def fitted_forecast(
     decode = _retimed(found.decode_terms, fit) + per_token + decode_hops + decode_syncs
     prefill = _retimed(found.prefill_terms, fit) + per_ubatch + prefill_hops + prefill_syncs
     missing = missing_figures(decode, prefill)
-    return replace(
-        found,
-        decode_tok_s=rate_of(1, decode),
+    return found.with_decode(
+        rate_of(1, decode),
         prefill_tok_s=rate_of(n_prompt, prefill),
         decode_terms=decode,
         prefill_terms=prefill,

@@ -32,7 +32,7 @@ from typing import Literal
 from moetune.core.calibrate import SpeedFit
 from moetune.core.command import pass_through_value
 from moetune.core.facts import ModelFacts
-from moetune.core.goal import UBATCHES, Goal, check_workload
+from moetune.core.goal import DECODE_OBJECTIVES, UBATCHES, Goal, check_workload
 from moetune.core.plan import (
     PlanRequest,
     PlanResult,
@@ -273,7 +273,7 @@ def threshold_entries(
     so N may be smaller; ``plan`` is that N at the own threshold), where the goal scores a
     prompt, the forecast changes from
     ``own``'s (the same ubatch at the own threshold) and scores it (its figures known)."""
-    if goal.objective == "decode" or own is None:
+    if goal.objective in DECODE_OBJECTIVES or own is None:
         return []
     target = plan_target(req)
     found: list[FrontierEntry] = []

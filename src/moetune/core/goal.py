@@ -3,7 +3,10 @@
 
 ``decode``: tok/s at depth 0; ``prefill``: tok/s of a ``LONG_PROMPT`` (as long as the largest
 ``-ub`` candidate, so that every ubatch is told apart: a 512-token prompt is one ubatch of any
-of them); ``balanced``: the geometric mean of both (a gain in either counts the same)."""
+of them); ``balanced``: the geometric mean of both (a gain in either counts the same).
+Under ``--parallel N`` (N concurrent streams, core/speed.py): ``throughput``, the decode tok/s
+of all N streams together; ``latency``, one stream's (what ``decode`` is too; at one stream
+both are decode)."""
 
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ FORECAST_PROMPT = 512
 FORECAST_DEPTH = 0
 UBATCHES = (512, 1024, 2048, 4096)  # the frontier's -ub candidates
 LONG_PROMPT = max(UBATCHES)
-Objective = Literal["decode", "prefill", "balanced"]
-OBJECTIVES: tuple[Objective, ...] = ("decode", "prefill", "balanced")
+Objective = Literal["decode", "prefill", "balanced", "throughput", "latency"]
+OBJECTIVES: tuple[Objective, ...] = ("decode", "prefill", "balanced", "throughput", "latency")
+DECODE_OBJECTIVES: tuple[Objective, ...] = ("decode", "throughput", "latency")
 
 
 @record(frozen=True)
@@ -48,7 +52,8 @@ class Goal:
             return self.prompt
         if self.workload is not None:
             return self.workload.n_prompt
-        return FORECAST_PROMPT if self.objective in (None, "decode") else LONG_PROMPT
+        decode = self.objective is None or self.objective in DECODE_OBJECTIVES
+        return FORECAST_PROMPT if decode else LONG_PROMPT
 
     @property
     def depth(self) -> int:
@@ -58,10 +63,15 @@ class Goal:
     def score(self, found: Forecast) -> float | None:
         """Higher is better: tok/s, their geometric mean, or requests per second; None where
         a figure is missing."""
-        return self.score_of(found.decode_tok_s, found.prefill_tok_s)
+        return self.score_of(found.decode_tok_s, found.prefill_tok_s, streams=found.streams)
 
-    def score_of(self, decode: float | None, prefill: float | None) -> float | None:
-        """``score`` of a decode and a prefill speed (forecast or measured)."""
+    def score_of(
+        self, decode: float | None, prefill: float | None, *, streams: int = 1
+    ) -> float | None:
+        """``score`` of a decode (one stream's, of ``streams`` concurrent ones) and a prefill
+        speed (forecast or measured)."""
+        if self.objective == "throughput":
+            return None if decode is None else decode * max(streams, 1)
         if self.workload is not None:
             seconds = workload_seconds(decode, prefill, self.workload)
             return None if seconds is None else 1 / seconds
@@ -117,8 +127,10 @@ def workload_seconds(
 
 
 def parse_objective(text: str) -> Objective:
-    """``decode``, ``prefill`` or ``balanced``."""
+    """``decode``, ``prefill``, ``balanced``, ``throughput`` or ``latency``."""
     for objective in OBJECTIVES:
         if text == objective:
             return objective
-    raise BadValueError(f"not an objective: {text!r}", hint="decode, prefill or balanced")
+    raise BadValueError(
+        f"not an objective: {text!r}", hint="decode, prefill, balanced, throughput or latency"
+    )

@@ -548,7 +548,15 @@ def plan_forecast(
         facts, placement, settings, req.devices, op_offload=op_offload_of(req.pass_through)
     )
     layout = replace(layout, n_threads=command_threads(req))
-    return fitted_forecast(layout, figures, fit, depth=depth, n_prompt=n_prompt, prefill_depth=0)
+    return fitted_forecast(
+        layout,
+        figures,
+        fit,
+        depth=depth,
+        n_prompt=n_prompt,
+        prefill_depth=0,
+        streams=settings.streams,
+    )
 
 
 def make_plan(facts: ModelFacts, req: PlanRequest, *, brief: bool = False) -> PlanResult:

@@ -69,6 +69,12 @@ class Settings:
         return OP_OFFLOAD_MIN_BATCH if found is None else found
 
     @property
+    def streams(self) -> int | None:
+        """The concurrent streams a speed forecast is for: an explicit ``-np N``'s N (None:
+        not given, one stream)."""
+        return self.n_seq if self.explicit_parallel else None
+
+    @property
     def n_outputs(self) -> int:
         """The logits rows llama-server reserves per ubatch: one per slot, and one more per
         drafted token when speculation is on (tools/server server_output_limits)."""

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import field, fields, replace
 from itertools import pairwise
 from math import prod
-from typing import Literal
+from typing import Any, Literal
 
 from moetune.core.backends import rules
 from moetune.core.compute.params import run_params
@@ -351,16 +351,28 @@ def _own_cache(
     return read, flops
 
 
+def _seqs_cache(
+    layout: SpeedLayout, load: HomeLoad, n_tokens: int, depth: int, n_seqs: int
+) -> tuple[float, float]:
+    """``_own_cache`` of a ubatch whose ``n_tokens`` tokens are of ``n_seqs`` sequences, each
+    at ``depth`` with its own cells: each sequence's share read from its own cache."""
+    if n_seqs <= 1:
+        return _own_cache(layout, load, n_tokens, depth)
+    read, flops = _own_cache(layout, load, n_tokens // n_seqs, depth)
+    return n_seqs * read, n_seqs * flops
+
+
 def ubatch_traffic(
-    layout: SpeedLayout, n_tokens: int, depth: int = 0, n_outputs: int = 0
+    layout: SpeedLayout, n_tokens: int, depth: int = 0, n_outputs: int = 0, *, n_seqs: int = 1
 ) -> Traffic:
     """One ubatch of ``n_tokens`` tokens after ``depth`` cached ones, ``n_outputs`` of them
-    with logits."""
+    with logits; ``n_seqs``: its tokens are of that many sequences (concurrent streams), each
+    after ``depth`` cached ones of its own (the weights are read once for all of them)."""
     n = len(layout.devices)
     weights, kv, flops = [0.0] * n, [0.0] * n, [0.0] * n
     for i, load in enumerate(layout.devices):
         weights[i], weight_flops = _own_weights(layout, load, n_tokens, n_outputs)
-        kv[i], attention = _own_cache(layout, load, n_tokens, depth)
+        kv[i], attention = _seqs_cache(layout, load, n_tokens, depth, n_seqs)
         flops[i] = weight_flops + attention
     link = [0.0] * n
     cpu = layout.cpu
@@ -392,7 +404,7 @@ def ubatch_traffic(
         else:
             ram_weights += read
             cpu_flops += op_flops
-    ram_kv, attention = _own_cache(layout, cpu, n_tokens, depth)
+    ram_kv, attention = _seqs_cache(layout, cpu, n_tokens, depth, n_seqs)
     return Traffic(
         n_tokens=n_tokens,
         device_weight_bytes=tuple(weights),
@@ -408,6 +420,14 @@ def ubatch_traffic(
 def token_traffic(layout: SpeedLayout, depth: int = 0) -> Traffic:
     """One generated token at ``depth``: a ubatch of one token with its logits."""
     return ubatch_traffic(layout, 1, depth, n_outputs=1)
+
+
+def streams_traffic(layout: SpeedLayout, n_streams: int, depth: int = 0) -> Traffic:
+    """One decode step of ``n_streams`` concurrent streams, each at ``depth``: llama-server
+    puts one token of each slot into one ubatch of ``n_streams`` tokens, each with its logits
+    (the touched share at ``U = n_streams``; from the op-offload threshold on, the CPU's
+    weights copied over the host link)."""
+    return ubatch_traffic(layout, n_streams, depth, n_outputs=n_streams, n_seqs=n_streams)
 
 
 def prompt_traffic(layout: SpeedLayout, n_prompt: int, depth: int = 0) -> Traffic:
@@ -594,6 +614,20 @@ class Forecast:
     figures: list[FigureSource] = field(default_factory=list, metadata=OMIT_EMPTY)
     # uncalibrated: the typical relative error of tok/s (core/prior.py UNCALIBRATED_ERROR)
     expected_error: float | None = field(default=None, metadata=OMIT_EMPTY)
+    # --parallel N: the decode of N concurrent streams (0: one stream, not asked for), each
+    # stream's tok/s (``decode_tok_s``) and all of theirs together (N times it)
+    streams: int = field(default=0, metadata=OMIT_EMPTY)
+    decode_tps_per_stream: float | None = field(default=None, metadata=OMIT_EMPTY)
+    decode_tps_aggregate: float | None = field(default=None, metadata=OMIT_EMPTY)
+
+    def with_decode(self, decode_tok_s: float | None, **changes: Any) -> Forecast:
+        """This forecast with ``decode_tok_s`` (one stream's) and the rates of its streams
+        derived from it, and ``changes``."""
+        found = replace(self, decode_tok_s=decode_tok_s, **changes)
+        if not found.streams:
+            return found
+        aggregate = None if decode_tok_s is None else decode_tok_s * found.streams
+        return replace(found, decode_tps_per_stream=decode_tok_s, decode_tps_aggregate=aggregate)
 
 
 def _term(
@@ -699,21 +733,23 @@ def forecast(
     n_prompt: int = 512,
     prefill_depth: int | None = None,
     efficiency: Efficiency | None = None,
+    streams: int | None = None,
 ) -> Forecast:
     """Decode tok/s of a token at ``depth``, prefill tok/s of an ``n_prompt``-token prompt
     after ``prefill_depth`` cached ones (default: ``depth``; ubatch: the layout's), from
-    ``machine``'s figures."""
+    ``machine``'s figures; ``streams`` (``--parallel N``): the decode of that many concurrent
+    streams, each at ``depth`` (``decode_tok_s`` one stream's; None: one, not asked for)."""
     if len(machine.devices) != len(layout.devices):
         raise ValueError(
             f"figures for {len(machine.devices)} devices, the layout has {len(layout.devices)}"
         )
     eff = efficiency or Efficiency()
-    decode = _memory_terms(layout, token_traffic(layout, depth), machine, eff)
+    decode = decode_terms(layout, machine, eff, depth=depth, streams=streams or 1)
     before = depth if prefill_depth is None else prefill_depth
     prefill = _prompt_terms(layout, prompt_traffic(layout, n_prompt, before), machine, eff)
     missing = missing_figures(decode, prefill)
     return Forecast(
-        decode_tok_s=rate_of(1, decode),
+        decode_tok_s=None,
         prefill_tok_s=rate_of(n_prompt, prefill),
         depth=depth,
         n_prompt=n_prompt,
@@ -723,7 +759,34 @@ def forecast(
         missing=missing,
         calibration=ForecastCalibration(points=eff.points, own_points=eff.points),
         figures=used_sources(machine, decode, prefill),
+        streams=streams or 0,
+    ).with_decode(rate_of(1, decode))
+
+
+def decode_terms(
+    layout: SpeedLayout,
+    machine: MachineFigures,
+    eff: Efficiency,
+    *,
+    depth: int = 0,
+    streams: int = 1,
+) -> list[TermTime]:
+    """The terms of one decode step of ``streams`` concurrent streams at ``depth`` (each
+    stream gets one token of it). One stream: the memory reads alone (a token's compute runs
+    under its reads). Several: one ubatch of that many tokens (``streams_traffic``), its reads,
+    its host links (from the op-offload threshold on, the CPU's weights are copied) and the
+    compute of the streams beyond the first (the first's runs under the reads, as one
+    stream's does): the same terms at one stream, growing with the streams."""
+    if streams <= 1:
+        return _memory_terms(layout, token_traffic(layout, depth), machine, eff)
+    traffic = streams_traffic(layout, streams, depth)
+    beyond = (streams - 1) / streams
+    traffic = replace(
+        traffic,
+        device_flops=tuple(f * beyond for f in traffic.device_flops),
+        cpu_flops=traffic.cpu_flops * beyond,
     )
+    return _prompt_terms(layout, traffic, machine, eff)
 
 
 def used_sources(machine: MachineFigures, *terms: Sequence[TermTime]) -> list[FigureSource]:

@@ -34,7 +34,7 @@ from moetune.core.placement import ALL_LAYERS, Placement
 from moetune.core.planner import fixed_split, floor_plan, plan_layers, plan_n_cpu_moe
 from moetune.errors import BadValueError, DoesNotFitError, ServerFailedError
 from moetune.jobs.launch import DeviceSetup, LaunchSpec
-from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths
+from moetune.jobs.measure import BenchRequests, Prompts, Repeats, measure_depths, measure_streams
 from moetune.jobs.names import CONFIG_NAMES, ENDPOINTS, MAX_THREADS, MAX_UBATCH
 from moetune.jobs.speed import machine_of
 from moetune.jobs.status import NO_STATUS, LiveStatus, StatusSink, probe_reader, sampling
@@ -335,6 +335,9 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
                 live=launcher.live,
                 warm_tokens=spec.n_ubatch + 1,  # past one ubatch, as run's fill goes
             )
+            streams = measure_streams(
+                client, launcher.workload, launcher.prompts, config=spec.label, live=launcher.live
+            )
     except ServerFailedError as exc:
         line = (server.failure() if server is not None else None) or exc.message.splitlines()[0]
         failed = _ended(
@@ -353,7 +356,7 @@ def run_config(spec: ConfigSpec, launcher: Launcher) -> tuple[ConfigRun, list[De
         warmup=warmup,
         memory_note=_unmeasured(launcher, peaks),
     )
-    return ended, results
+    return ended.model_copy(update={"streams": streams}), results
 
 
 def _unmeasured(launcher: Launcher, peaks: Sequence[int | None]) -> str | None:
@@ -546,11 +549,14 @@ def workload_of(
     n_predict: int,
     endpoint: str,
     image: Path | None = None,
+    *,
+    parallel: str | None = None,
 ) -> BenchRequests:
     """What each configuration is measured with: ``--depths``, how often (``--repeats``,
-    ``--max-repeats``, ``--max-spread``, ``--max-time``), ``--n-predict``, ``--endpoint`` and
-    the ``--image`` sent with every chat request (read here)."""
+    ``--max-repeats``, ``--max-spread``, ``--max-time``), ``--n-predict``, ``--endpoint``,
+    the ``--image`` sent with every chat request (read here), and ``--parallel``'s N list."""
     from moetune.jobs.measure import image_data_uri
+    from moetune.jobs.names import MAX_PARALLEL
 
     if endpoint not in ENDPOINTS:
         raise BadValueError(f"unknown endpoint {endpoint!r}", hint=f"one of {', '.join(ENDPOINTS)}")
@@ -565,6 +571,7 @@ def workload_of(
         endpoint,
         uri,
         image.name if image is not None else None,
+        counts_option("--parallel", parallel, MAX_PARALLEL) if parallel is not None else (),
     )
 
 
@@ -621,6 +628,7 @@ class BenchChoice(NamedTuple):
     server: str | None
     rpc: str | None
     op_offload_min_batch: int | None = None  # GGML_OP_OFFLOAD_MIN_BATCH (None: the env's)
+    parallel: int | None = None  # -np: the most streams --parallel asks for (None: auto)
 
 
 class BenchLaunch(NamedTuple):
@@ -649,6 +657,7 @@ def bench_launch(
         server=choice.server,
         cache_type=choice.cache_type,
         op_offload=choice.op_offload_min_batch,
+        parallel=choice.parallel,
     )
     return BenchLaunch(facts, spec, names, at)
 

@@ -27,7 +27,13 @@ from moetune.core.speed import (
     forecast,
 )
 from moetune.errors import MoetuneError
-from moetune.jobs.speed import bench_points, depth_points, measured_of, settings_of_args
+from moetune.jobs.speed import (
+    bench_points,
+    depth_points,
+    measured_of,
+    settings_of_args,
+    streams_points,
+)
 from moetune.records.results import BenchForecast, BenchResult, ConfigRun, RowForecast
 from moetune.records.speed import SpeedMachine, SpeedModel, SpeedPoint, SpeedSource
 from moetune.store.speed import point_digest
@@ -86,6 +92,7 @@ def _config_rows(
     figures: MachineFigures,
     *,
     model: SpeedModel | None,
+    streams_fits: dict[str, SpeedFit | None],
 ) -> list[RowForecast]:
     devices = devices_of(result)
     _, found = settings_of_args(run.args)
@@ -101,6 +108,7 @@ def _config_rows(
         ):
             others += measured
     fit: SpeedFit | None = fit_of(others, figures)
+    streams_fits[run.name] = fit
     calibration = fit.calibration if fit is not None else ForecastCalibration()
     shown = SpeedModel(file_name=run.name)
     source = SpeedSource(tool="moetune bench", config=run.name)
@@ -136,6 +144,49 @@ def _config_rows(
     return rows
 
 
+def _streams_rows(
+    result: BenchResult,
+    run: ConfigRun,
+    facts: ModelFacts,
+    fit: SpeedFit | None,
+    figures: MachineFigures,
+) -> list[RowForecast]:
+    """``bench --parallel``: the forecast of each N's aggregate decode (N streams at their
+    prompt), on ``fit`` (the configuration's rows' own)."""
+    devices = devices_of(result)
+    _, found = settings_of_args(run.args)
+    settings = _settings(result, found)
+    calibration = fit.calibration if fit is not None else ForecastCalibration()
+    source = SpeedSource(tool="moetune bench", config=run.name)
+    rows = []
+    for streams in run.streams:
+        points = streams_points(
+            streams,
+            run.args,
+            model=SpeedModel(file_name=run.name),
+            machine=SpeedMachine(),
+            source=source,
+            env=run.env,
+        )
+        measured = measured_of(points, facts, settings, devices)
+        tps = point_forecast(measured[0], figures, fit) if measured else None
+        error = relative_error(tps, points[0].tps) if measured else None
+        rows.append(
+            RowForecast(
+                config=run.name,
+                depth=streams.prompt_n,
+                decode_tps=tps,
+                prefill_tps=None,
+                decode_error=error,
+                prefill_error=None,
+                calibration=calibration,
+                note=None if measured else NO_PLACEMENT,
+                streams=streams.streams,
+            )
+        )
+    return rows
+
+
 def bench_points_of(result: BenchResult, run: ConfigRun) -> list[SpeedPoint]:
     """The points of one configuration of ``result``."""
     return [p for p in bench_points(result, None) if p.source.config == run.name]
@@ -164,9 +215,14 @@ def bench_forecast(
     for point in filter(_measured, (*kept, *bench_points(result, None))):
         pool.setdefault(point_digest([point]), point)
     rows: list[RowForecast] = []
+    streams_rows: list[RowForecast] = []
+    fits: dict[str, SpeedFit | None] = {}
     for run in result.configs:
-        rows += _config_rows(result, run, facts, list(pool.values()), figures, model=model)
-    return BenchForecast(rows=rows, kept_points=len(kept))
+        rows += _config_rows(
+            result, run, facts, list(pool.values()), figures, model=model, streams_fits=fits
+        )
+        streams_rows += _streams_rows(result, run, facts, fits.get(run.name), figures)
+    return BenchForecast(rows=rows, streams_rows=streams_rows, kept_points=len(kept))
 
 
 def figures_here(

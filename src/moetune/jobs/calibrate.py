@@ -36,7 +36,14 @@ from moetune.jobs.speed import bench_points, model_of, with_threshold
 from moetune.llamacpp.bench_results import BenchRows, parse_bench_rows
 from moetune.record import record
 from moetune.records.results import RESULT_KIND
-from moetune.records.speed import CalibrateResult, FitCheck, ImportedFile, SpeedPoint, Tool
+from moetune.records.speed import (
+    CalibrateResult,
+    FitCheck,
+    ImportedFile,
+    SpeedMachine,
+    SpeedPoint,
+    Tool,
+)
 from moetune.store.bench import load_result
 from moetune.store.files import parse_json, read_text
 from moetune.store.speed import SpeedStore
@@ -317,6 +324,53 @@ def bench_argv(tool: Path, model: str, run: BenchRun, knobs: BenchKnobs) -> list
     return argv
 
 
+BATCHED_NAME: Tool = "llama-batched-bench"
+BATCHED_PROMPT = 64  # each stream's prompt before it generates: run's 64-token prompt
+
+
+@record(frozen=True)
+class BatchedRun:
+    """``calibrate --measure --parallel``: llama-batched-bench at one placement (the first
+    run's), ``streams`` sequences at once for each, repeated as llama-bench's tests are; its
+    points of ``machine`` (its rows name neither the model, the placement nor the machine)."""
+
+    tool: Path
+    streams: tuple[int, ...]
+    machine: SpeedMachine
+
+
+def placement_args(run: BenchRun, knobs: BenchKnobs) -> list[str]:
+    """llama-server's flags (llama-batched-bench's too: both read common/arg.cpp) for the
+    placement and settings of ``run``: what batched_points reads back."""
+    settings, place = knobs.settings, run.placement
+    argv = ["-ngl", "99" if place.n_gpu_layers >= ALL_LAYERS else str(place.n_gpu_layers)]
+    argv += ["-fa", "on" if settings.flash_attn else "off"]
+    argv += ["-ctk", settings.type_k, "-ctv", settings.type_v]
+    argv += ["-ub", str(run.n_ubatch), "-b", str(max(settings.n_batch, run.n_ubatch))]
+    argv += ["--n-cpu-moe", str(run.n_cpu_moe)]
+    threads = run.threads or knobs.threads
+    if threads:
+        argv += ["-t", str(threads)]
+    if knobs.rpc:
+        argv += ["--rpc", ",".join(knobs.rpc)]
+    if place.tensor_split:
+        argv += ["-ts", ",".join(str(int(v)) for v in place.tensor_split)]
+    return argv
+
+
+def batched_argv(
+    tool: Path, model: str, run: BenchRun, knobs: BenchKnobs, streams: Sequence[int]
+) -> list[str]:
+    """llama-batched-bench's argv: ``-npl`` the ``streams``, each a ``BATCHED_PROMPT``-token
+    prompt then ``knobs.n_gen`` tokens, a context that holds the most streams' (each its own
+    cells), ``--output-format jsonl``, at the placement of ``run``."""
+    ctx = max(streams) * (BATCHED_PROMPT + knobs.n_gen)
+    argv = [str(tool), "-m", model, "--output-format", "jsonl", "-c", str(ctx)]
+    argv += ["-npp", str(BATCHED_PROMPT), "-ntg", str(knobs.n_gen)]
+    argv += ["-npl", ",".join(str(n) for n in streams)]
+    return [*argv, *placement_args(run, knobs)]
+
+
 def measure_key(argvs: Sequence[Sequence[str]], devices: Sequence[str]) -> str:
     """What names a measure: its runs' arguments (not the tool's path) and the devices; the
     same measure again replaces the points of the last one."""
@@ -330,7 +384,8 @@ def _test_name(point: SpeedPoint) -> str:
         f"pp{point.n_prompt}" if point.n_prompt else "",
         f"tg{point.n_gen}" if point.n_gen else "",
     ]
-    return "+".join(t for t in tests if t)
+    streams = f" x{point.n_streams} streams" if point.n_streams > 1 else ""
+    return "+".join(t for t in tests if t) + streams
 
 
 def _disagreeing(points: Sequence[SpeedPoint]) -> list[SpeedPoint]:
@@ -378,10 +433,13 @@ def measure_model(
     store: SpeedStore | None = None,
     warn: Callable[[str], None] = lambda text: None,
     check: FitChecker | None = None,
+    batched: BatchedRun | None = None,
 ) -> CalibrateResult:
     """Run llama-bench for each of ``runs`` in turn, keep their rows in one ``-o jsonl`` file
     under ``out_dir``, and import it as `calibrate FILE` does; the points replace those of the
-    same measure made before (the same runs on the same devices).
+    same measure made before (the same runs on the same devices). ``batched``: then
+    llama-batched-bench at the first run's placement, ``knobs.repetitions`` times, its rows
+    kept beside (``-batched.jsonl``) and its points among the measure's (``batched_points``).
 
     Noise (core/noise.py): a run whose samples disagree is run once more, and its points
     still disagreeing are refused (``noisy``); ``check`` (the points, and the prefix of the
@@ -392,6 +450,8 @@ def measure_model(
 
     store = store or SpeedStore()
     argvs = [bench_argv(tool, model, run, knobs) for run in runs]
+    if batched is not None:
+        argvs.append(batched_argv(batched.tool, model, runs[0], knobs, batched.streams))
     # the op-offload threshold llama-bench runs with (its rows do not record it)
     env = command_env(knobs.settings)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -423,6 +483,18 @@ def measure_model(
         rows[index] = bench(index)
     path.write_text("".join(text if text.endswith("\n") else text + "\n" for text in rows))
     tool_name, read = read_rows(path, schema_version)
+    if batched is not None:
+        found = _batched(
+            model,
+            runs[0],
+            knobs,
+            batched,
+            argv=argvs[-1],
+            stem=out_dir / stem.replace(BENCH_NAME, BATCHED_NAME, 1),
+            timeout_s=timeout_s,
+            on_event=on_event,
+        )
+        read = replace(read, points=[*read.points, *found])
     if (threshold := knobs.settings.op_offload_min_batch) is not None:
         read = replace(read, points=[with_threshold(p, threshold) for p in read.points])
     noisy = [noise_of(p) for p in _disagreeing(read.points)]
@@ -450,6 +522,50 @@ def measure_model(
         total_points=len(store.points(warn)),
         fit=fit,
         refused=refused,
+    )
+
+
+def _batched(
+    model: str,
+    run: BenchRun,
+    knobs: BenchKnobs,
+    batched: BatchedRun,
+    *,
+    argv: Sequence[str],
+    stem: Path,
+    timeout_s: float = 1800.0,
+    on_event: Callable[[str], None] = lambda text: None,
+) -> list[SpeedPoint]:
+    """llama-batched-bench ``argv`` run ``knobs.repetitions`` times; its rows kept in
+    ``stem``.jsonl, their points (``batched_points``) at ``run``'s placement."""
+    from moetune.jobs.speed import batched_points
+    from moetune.llamacpp.batched_bench import parse_batched_rows
+    from moetune.llamacpp.process import run_tool
+    from moetune.records.speed import SpeedSource
+
+    env = command_env(knobs.settings)
+    texts: list[str] = []
+    for index in range(knobs.repetitions):
+        on_event(f"{BATCHED_NAME} {index + 1}/{knobs.repetitions}: {run.describe()}")
+        part = stem.with_name(f".{stem.name}-{index + 1}.jsonl")
+        try:
+            run_tool(argv, part, timeout_s, env=env)
+            texts.append(read_text_file(part))
+        finally:
+            part.unlink(missing_ok=True)
+    path = stem.with_suffix(".jsonl")
+    path.write_text("".join(text if text.endswith("\n") else text + "\n" for text in texts))
+    runs = [parse_batched_rows(text, str(path)) for text in texts]
+    source = SpeedSource(
+        tool=BATCHED_NAME, file=str(path), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    )
+    return batched_points(
+        runs,
+        placement_args(run, knobs),
+        model=model_of(model),
+        machine=batched.machine,
+        source=source,
+        env=env,
     )
 
 
@@ -515,6 +631,7 @@ class MeasureRequest:
     repetitions: int = 2
     threads: int | None = None  # None: the physical cores
     timeout_s: float = 1800.0  # per llama-bench run
+    parallel: tuple[int, ...] = ()  # --parallel: llama-batched-bench's -npl (none: not run)
 
 
 def measure(
@@ -565,6 +682,14 @@ def measure(
         rpc=split_endpoints(req.rpc),
     )
     runs = with_thread_run(runs, knobs.threads)
+    batched = None
+    if req.parallel:
+        from moetune.jobs.speed import machine_here
+
+        streams = tuple(sorted(set(req.parallel)))
+        batched = BatchedRun(
+            find_tool(spec.binary, BATCHED_NAME), streams, machine_here(setup.devices)
+        )
     return measure_model(
         spec.model,
         runs,
@@ -577,4 +702,5 @@ def measure(
         timeout_s=req.timeout_s,
         warn=warn,
         check=machine_checker(facts, spec, setup.devices, warn),
+        batched=batched,
     )

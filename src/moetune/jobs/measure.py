@@ -10,8 +10,11 @@ until ``max_time_s`` has passed (not settled: the range is reported as it is).
 
 from __future__ import annotations
 
+import statistics
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import field
 from functools import partial
 from pathlib import Path
@@ -26,9 +29,17 @@ from moetune.jobs.names import (
     DEFAULT_REPEATS,
 )
 from moetune.jobs.status import NO_STATUS, StatusSink
-from moetune.llamacpp.client import CompletionResult, ServerClient
+from moetune.llamacpp.client import MEASURED_SLOT, CompletionResult, ServerClient
 from moetune.record import record
-from moetune.records.results import DepthResult, Sample, capped_depths, steady, summarize
+from moetune.records.results import (
+    DepthResult,
+    Sample,
+    Stat,
+    StreamsResult,
+    capped_depths,
+    steady,
+    summarize,
+)
 
 _IMAGE_TYPES = {
     b"\x89PNG\r\n\x1a\n": "image/png",
@@ -110,6 +121,7 @@ class BenchRequests:
     endpoint: str = "chat"
     image: str | None = None  # a data: URI sent with every chat request (bench --image)
     image_name: str | None = None  # its file, for the result
+    parallel: tuple[int, ...] = ()  # bench --parallel: each N, N requests at once
 
 
 @record()
@@ -137,13 +149,111 @@ class Prompts:
 
 
 def request(
-    client: ServerClient, endpoint: str, text: str, n_predict: int, image: str | None = None
+    client: ServerClient,
+    endpoint: str,
+    text: str,
+    n_predict: int,
+    image: str | None = None,
+    *,
+    slot: int = MEASURED_SLOT,
 ) -> CompletionResult:
     """One timed, streamed, uncached request on ``endpoint`` (chat: with ``image`` if given,
-    so the time to first token includes encoding it)."""
+    so the time to first token includes encoding it), on ``slot``."""
     if endpoint == "chat":
-        return client.chat(text, n_predict, image=image)
-    return client.complete(text, n_predict, stream=True)
+        return client.chat(text, n_predict, image=image, slot=slot)
+    return client.complete(text, n_predict, stream=True, slot=slot)
+
+
+def concurrent_round(
+    url: str, workload: BenchRequests, text: str, n: int, timeout: float
+) -> list[Sample]:
+    """``n`` requests of ``text`` sent at once (a thread and a connection each, released
+    together), each on its own slot; their samples, in slot order."""
+    barrier = threading.Barrier(n)
+
+    def one(slot: int) -> Sample:
+        with ServerClient(url, timeout) as client:
+            barrier.wait()
+            answer = request(
+                client, workload.endpoint, text, workload.n_predict, workload.image, slot=slot
+            )
+        return sample_of(answer)
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def measure_streams(
+    client: ServerClient,
+    workload: BenchRequests,
+    prompts: Prompts,
+    *,
+    config: str,
+    live: StatusSink = NO_STATUS,
+) -> list[StreamsResult]:
+    """Each N of ``workload.parallel``: rounds of N concurrent requests of the first depth's
+    prompt (``concurrent_round``), repeated as a depth's requests are (``repeated_rounds``);
+    the server has N slots or more."""
+    found: list[StreamsResult] = []
+    if not workload.parallel:
+        return found
+    shortest = prompts.minimum(client)
+    n_ctx = client.n_ctx()
+    (depth,) = capped_depths([workload.depths[0]], n_ctx, workload.n_predict, shortest)
+    text = prompts.text(client, depth)
+    for n in workload.parallel:
+        live.phase("measuring", subject=f"{config}, {n} streams", depth=depth)
+        rounds, settled = repeated_rounds(
+            partial(concurrent_round, client.url, workload, text, n, client.timeout),
+            workload.repeats,
+            on_request=live.progress,
+        )
+        found.append(streams_result(config, n, rounds).model_copy(update={"settled": settled}))
+    return found
+
+
+def repeated_rounds(
+    ask: Callable[[], list[Sample]],
+    repeats: Repeats,
+    *,
+    on_request: Callable[[int, int], None] = lambda done, most: None,
+    clock: Clock = time.monotonic,
+) -> tuple[list[list[Sample]], bool]:
+    """``ask`` for rounds until their aggregate decode tok/s (each round's streams summed)
+    agree within ``repeats.max_spread`` (True), or ``repeats.most`` rounds or its time come
+    first (False): ``repeated``'s rule, on the rounds' sums."""
+    rounds: list[list[Sample]] = []
+    start = clock()
+    while True:
+        on_request(len(rounds) + 1, repeats.most)
+        rounds.append(ask())
+        enough = len(rounds) >= max(repeats.least, 1)
+        found = Stat.of([sum(s.decode_tps for s in r) for r in rounds])
+        spread = found.spread if found is not None else None
+        if enough and spread is not None and spread <= repeats.max_spread:
+            return rounds, True
+        if len(rounds) >= repeats.most or (enough and clock() - start >= repeats.max_time_s):
+            return rounds, False
+
+
+def streams_result(config: str, n: int, rounds: list[list[Sample]]) -> StreamsResult:
+    """The rounds of ``n`` concurrent requests summed up: per round, the streams' decode tok/s
+    summed (aggregate) and averaged (per stream), and their mean time to first token."""
+    aggregate = Stat.of([sum(s.decode_tps for s in r) for r in rounds])
+    per_stream = Stat.of([statistics.fmean(s.decode_tps for s in r) for r in rounds])
+    ttfts = [[s.ttft_s for s in r if s.ttft_s is not None] for r in rounds]
+    ttft = Stat.of([statistics.fmean(t) for t in ttfts if t])
+    assert aggregate is not None and per_stream is not None
+    return StreamsResult(
+        config=config,
+        streams=n,
+        prompt_n=int(statistics.median(s.prompt_n for r in rounds for s in r)),
+        predicted_n=int(statistics.median(s.predicted_n for r in rounds for s in r)),
+        decode_tps_aggregate=aggregate,
+        decode_tps_per_stream=per_stream,
+        ttft_s=ttft,
+        rounds=rounds,
+    )
 
 
 Clock = Callable[[], float]

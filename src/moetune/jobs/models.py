@@ -10,6 +10,7 @@ the cache stops with how to download them; moetune never downloads weights.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -184,11 +185,13 @@ def launch_spec(
     cache_type: str,
     port: int | None = None,
     op_offload: int | None = None,
+    parallel: int | None = None,
 ) -> tuple[ModelFacts, LaunchSpec]:
     """The one LaunchSpec of ``run`` and ``bench``: the model opened and checked loadable,
     its file on disk (and the mmproj sibling -hf would load), the settings the arguments
-    after -- set (and the op-offload threshold: ``op_offload``, else the environment's),
-    the threads; the context is resolved later, with the devices."""
+    after -- set (and the op-offload threshold: ``op_offload``, else the environment's;
+    ``parallel``: ``-np N``, each slot its own cache), the threads; the context is resolved
+    later, with the devices."""
     from moetune.core.settings import Settings
     from moetune.jobs.devices import physical_cores
     from moetune.jobs.launch import LaunchSpec, check_loadable, settings_from_pass_through
@@ -204,6 +207,10 @@ def launch_spec(
         pass_through,
         chosen.facts,
     )
+    if parallel is not None:  # an explicit -np turns the unified KV cache off
+        settings = dataclasses.replace(
+            settings, n_seq=parallel, kv_unified=False, explicit_parallel=True
+        )
     sibling = chosen.sibling_path
     return chosen.facts, LaunchSpec(
         binary=find_server(server),

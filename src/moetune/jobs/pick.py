@@ -30,6 +30,7 @@ class Pick(NamedTuple):
     targets: Sizes | None = None
     rpc: str | None = None
     ram: int | None = None
+    parallel: int | None = None  # --parallel N: -np N, tuned or planned
 
 
 def pick(
@@ -43,6 +44,7 @@ def pick(
     gpu: str | None,
     vram: Sizes | None,
     ram: int | None = None,
+    parallel: int | None = None,
 ) -> Pick:
     """What ``command`` (alias, export) chooses a tuned profile by, as run tunes one (context,
     cache type, target, device set, name), and plans for when none is tuned."""
@@ -63,8 +65,9 @@ def pick(
         rpc=servers,
         vram=sizes,
         gpu_name=gpu_name,
+        parallel=parallel,
     )
-    return Pick(ctx, cache_type, select, gpu, vram, target_vram, rpc, ram)
+    return Pick(ctx, cache_type, select, gpu, vram, target_vram, rpc, ram, parallel)
 
 
 def tuned_profile(
@@ -126,6 +129,7 @@ def fallback_plan(
         pass_through=pass_through,
         missing=missing,
         ram=pick.ram,
+        parallel=pick.parallel,
     )
 
 
@@ -143,4 +147,6 @@ def run_args(pick: Pick) -> list[str]:
         args += ["--target-vram", pick.targets.arg]
     if pick.rpc is not None:
         args += ["--rpc", pick.rpc]
+    if pick.parallel is not None:
+        args += ["--parallel", str(pick.parallel)]
     return args

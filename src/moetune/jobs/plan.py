@@ -44,13 +44,14 @@ def predicted_plan(
     pass_through: tuple[str, ...] = (),
     missing: MoetuneError | None = None,
     ram: int | None = None,
+    parallel: int | None = None,
 ) -> tuple[PlanResult, str]:
     """The plan `moetune plan MODEL` makes with these options and the defaults (for a command
     that falls back to it when nothing is tuned: alias, export), and which devices it is for;
     ``rpc``: RPC servers among them (``--rpc``), ``targets``: ``--target-vram`` (checked
     against each device), ``ram``: the host RAM it plans for (``--ram``; default: this
-    machine's). ``missing``: why nothing was tuned, said in the NO_GPU error when there is no
-    GPU to plan for either."""
+    machine's), ``parallel``: ``--parallel N``. ``missing``: why nothing was tuned, said in
+    the NO_GPU error when there is no GPU to plan for either."""
     from moetune.core.plan import make_plan
     from moetune.jobs.devices import plan_devices
 
@@ -65,7 +66,13 @@ def predicted_plan(
         # what stops it is the GPU: nothing to plan for (the missing profile is why it plans)
         raise NoGpuError(f"{missing.message}, and no GPU here to plan for", hint=hint) from exc
     inputs = plan_inputs(
-        found, pass_through=pass_through, ctx=ctx, cache_type=cache_type, targets=targets, ram=ram
+        found,
+        pass_through=pass_through,
+        ctx=ctx,
+        cache_type=cache_type,
+        targets=targets,
+        ram=ram,
+        parallel=parallel,
     )
     return make_plan(chosen.facts, plan_request(chosen, inputs)), found.source
 

@@ -519,6 +519,8 @@ def tune_command(spec: LaunchSpec, setup: DeviceSetup) -> list[str]:
     costs = tuple(d.overhead_bytes for d in setup.devices)
     if any(c != default_overhead(d.kind) for c, d in zip(costs, setup.devices, strict=True)):
         command += ["--overhead", Sizes(costs).arg]
+    if s.streams is not None:
+        command += ["--parallel", str(s.streams)]
     pass_through = (
         hf_argv(spec.pass_through, spec.hf, spec.hf_sibling) if spec.hf else list(spec.pass_through)
     )
@@ -546,6 +548,7 @@ def run_key(spec: LaunchSpec, setup: DeviceSetup, goal: Goal | None = None) -> T
         device_targets=list(setup.budgets) if setup.multi else [],
         objective=goal.name if goal is not None else None,
         op_offload_min_batch=s.op_offload_min_batch,
+        parallel=s.streams,
     )
     devices = tuple(device_identity(d) for d in setup.listed) if setup.multi else ()
     return TuneKey(

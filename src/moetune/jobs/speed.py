@@ -23,7 +23,8 @@ from moetune.core.settings import OP_OFFLOAD_ENV, Settings
 from moetune.core.speed import placement_layout
 from moetune.errors import MoetuneError
 from moetune.hardware.host import cpu_model
-from moetune.records.results import BenchResult, DepthResult
+from moetune.llamacpp.batched_bench import BatchedRow
+from moetune.records.results import BenchResult, DepthResult, StreamsResult
 from moetune.records.speed import (
     MAX_TPS,
     FlashAttn,
@@ -256,6 +257,100 @@ def bench_points(result: BenchResult, file: str | None) -> list[SpeedPoint]:
         points += depth_points(
             row, config.args, model=model, machine=machine, source=source, env=config.env
         )
+    for config in result.configs:
+        source = SpeedSource(
+            tool="moetune bench",
+            file=file,
+            build_number=result.llama_cpp_build,
+            build_commit=result.llama_cpp_commit,
+            config=config.name,
+            measured_at=result.created,
+        )
+        for found in config.streams:
+            points += streams_points(
+                found, config.args, model=model, machine=machine, source=source, env=config.env
+            )
+    return points
+
+
+def streams_points(
+    found: StreamsResult,
+    args: Sequence[str],
+    *,
+    model: SpeedModel,
+    machine: SpeedMachine,
+    source: SpeedSource,
+    env: Mapping[str, str] | None = None,
+) -> list[SpeedPoint]:
+    """``bench --parallel``'s N streams as one generation point of N streams after their
+    prompt, at the aggregate decode tok/s (the median over the rounds)."""
+    placement, settings = settings_of_args(args, env)
+    return _measured(
+        kind="generation",
+        model=model,
+        placement=placement,
+        **settings,
+        machine=machine,
+        source=source,
+        n_depth=found.prompt_n,
+        n_prompt=0,
+        n_gen=found.predicted_n,
+        tps=found.decode_tps_aggregate.median,
+        samples_tps=[sum(s.decode_tps for s in r) for r in found.rounds],
+        n_streams=found.streams,
+    )
+
+
+def batched_points(
+    runs: Sequence[Sequence[BatchedRow]],
+    args: Sequence[str],
+    *,
+    model: SpeedModel,
+    machine: SpeedMachine,
+    source: SpeedSource,
+    env: Mapping[str, str] | None = None,
+) -> list[SpeedPoint]:
+    """llama-batched-bench's rows, each run of it (the same tests repeated) one list, at the
+    placement and settings of ``args`` (llama-server's flags: its rows name neither): per
+    test (``pp``, ``tg``, ``pl``), a generation point of ``pl`` streams after their prompt at
+    the aggregate decode (the median over the runs, each run a sample), and where one stream
+    (``pl`` 1), its prompt's point too (several streams' prompts are one batch of several
+    sequences, which no prompt point describes). A shared prompt (``-pps``) is left out."""
+    placement, settings = settings_of_args(args, env)
+    common: dict[str, Any] = {
+        "model": model,
+        "placement": placement,
+        **settings,
+        "machine": machine,
+        "source": source,
+    }
+    tests: dict[tuple[int, int, int], list[BatchedRow]] = {}
+    for rows in runs:
+        for row in rows:
+            if not row.prompt_shared:
+                tests.setdefault((row.n_prompt, row.n_gen, row.n_streams), []).append(row)
+    points: list[SpeedPoint] = []
+    for (n_prompt, n_gen, n_streams), found in tests.items():
+        if n_streams == 1 and n_prompt > 0:
+            points += _measured(
+                kind="prompt",
+                n_prompt=n_prompt,
+                n_gen=0,
+                tps=statistics.median(r.prompt_tps for r in found),
+                samples_tps=[r.prompt_tps for r in found],
+                **common,
+            )
+        if n_gen > 0:
+            points += _measured(
+                kind="generation",
+                n_depth=n_prompt,
+                n_prompt=0,
+                n_gen=n_gen,
+                tps=statistics.median(r.decode_tps for r in found),
+                samples_tps=[r.decode_tps for r in found],
+                n_streams=n_streams,
+                **common,
+            )
     return points
 
 
@@ -423,5 +518,15 @@ def measured_of(
             op_offload=not point.placement.no_op_offload,
         )
         layout = replace(layout, n_threads=point.n_threads)  # None: the physical cores
-        found.append(Measured(layout, point.n_prompt, point.n_gen, point.n_depth, point.tps, other))
+        found.append(
+            Measured(
+                layout,
+                point.n_prompt,
+                point.n_gen,
+                point.n_depth,
+                point.tps,
+                other,
+                n_streams=point.n_streams,
+            )
+        )
     return found

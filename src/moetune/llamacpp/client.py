@@ -415,10 +415,17 @@ class ServerClient:
         return build_prompt(n_tokens, self.chat_tokens)
 
     def chat(
-        self, content: str, n_predict: int, *, ignore_eos: bool = True, image: str | None = None
+        self,
+        content: str,
+        n_predict: int,
+        *,
+        ignore_eos: bool = True,
+        image: str | None = None,
+        slot: int = MEASURED_SLOT,
     ) -> CompletionResult:
         """One uncached, streamed ``/v1/chat/completions`` with one user message, timed;
-        ``image`` (a ``data:`` URI) goes with it as an OpenAI ``image_url`` part."""
+        ``image`` (a ``data:`` URI) goes with it as an OpenAI ``image_url`` part; ``slot``:
+        the slot it runs on (concurrent requests: one each)."""
         message: str | list[dict[str, Any]] = content
         if image is not None:
             message = [
@@ -430,7 +437,7 @@ class ServerClient:
             "max_tokens": n_predict,
             "stream": True,
             "cache_prompt": False,
-            "id_slot": MEASURED_SLOT,
+            "id_slot": slot,
             "ignore_eos": ignore_eos,
         }
         try:
@@ -470,15 +477,16 @@ class ServerClient:
         *,
         ignore_eos: bool = True,
         on_progress: Progress | None = None,
+        slot: int = MEASURED_SLOT,
     ) -> CompletionResult:
         """One uncached ``/completion``, timed; ``ignore_eos`` makes it generate ``n_predict``.
         ``on_progress(processed, total)``: the prompt's progress as the server reports it
-        (streamed requests only)."""
+        (streamed requests only); ``slot``: the slot it runs on."""
         body = {
             "prompt": prompt,
             "n_predict": n_predict,
             "cache_prompt": False,
-            "id_slot": MEASURED_SLOT,
+            "id_slot": slot,
             "stream": stream,
             "ignore_eos": ignore_eos,
             "return_tokens": True,

@@ -172,6 +172,25 @@ class DepthResult(FrozenModel):
     settled: bool = True
 
 
+class StreamsResult(FrozenModel):
+    """``bench --parallel N``: rounds of N requests sent at once to one server (each on its own
+    slot, the same prompt and tokens generated), the decode tok/s of each stream by the
+    server's timings: their sum (all the streams together) and their mean (one stream's), and
+    the client's time to first token (each round's mean), medians and ranges over the rounds."""
+
+    config: str
+    streams: int
+    prompt_n: int  # each request's prompt tokens
+    predicted_n: int  # each request's generated tokens
+    decode_tps_aggregate: Stat
+    decode_tps_per_stream: Stat
+    ttft_s: Stat | None
+    rounds: list[list[Sample]]  # each round's requests
+    # the rounds' aggregates agreed within --max-spread (False: --max-repeats or --max-time
+    # came first)
+    settled: bool = True
+
+
 class ConfigRun(FrozenModel):
     """One configuration: how it was launched and how that went."""
 
@@ -190,6 +209,7 @@ class ConfigRun(FrozenModel):
     device_peaks: list[int | None] = []  # several devices: each one's peak
     warmup: Sample | None = None  # the untimed request before the timed ones
     memory_note: str | None = None  # why the device memory is not known
+    streams: list[StreamsResult] = []  # bench --parallel: each N measured
 
 
 class Verdict(FrozenModel):
@@ -224,6 +244,9 @@ class RowForecast(FrozenModel):
     calibration: ForecastCalibration = ForecastCalibration()
     missing: list[str] = []  # the figures an uncalibrated forecast lacks
     note: str | None = None  # why there is no forecast
+    # bench --parallel: the decode of this many concurrent streams, ``decode_tps`` all of
+    # theirs together (1: a depth's row)
+    streams: int = 1
 
 
 class BenchForecast(FrozenModel):
@@ -231,6 +254,7 @@ class BenchForecast(FrozenModel):
     not readable here)."""
 
     rows: list[RowForecast] = []
+    streams_rows: list[RowForecast] = []  # bench --parallel: each configuration at each N
     kept_points: int = 0  # the points of the model kept on this machine it drew on
     note: str | None = None
     ram_read_bandwidth: RamFigureField | None = None  # the RAM figure it used, its source

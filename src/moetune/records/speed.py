@@ -17,7 +17,7 @@ from moetune.records.frozen import FrozenModel
 
 SPEED_KIND = "moetune.speed"
 SpeedKind = Literal["prompt", "generation", "combined"]
-Tool = Literal["llama-bench", "moetune bench", "moetune run"]
+Tool = Literal["llama-bench", "moetune bench", "moetune run", "llama-batched-bench"]
 FlashAttn = Literal["on", "off", "auto"]
 
 # What a real measurement can be: the one place the bounds are, checked at import (llama-bench's
@@ -27,6 +27,7 @@ FlashAttn = Literal["on", "off", "auto"]
 MAX_TOKENS = 2**24  # n_prompt, n_gen, n_depth, n_ubatch, n_batch: past any context llama.cpp has
 MAX_UBATCHES = 2**16  # a prompt's ubatches (n_prompt / n_ubatch): the speed model walks each
 MAX_THREADS = 4096
+MAX_STREAMS = 256  # llama.cpp's LLAMA_MAX_SEQ
 MAX_BLOCKS = 10_000  # n_cpu_moe, n_gpu_layers (llama-bench's -ngl 99 or 999 and the like)
 MAX_TPS = 1e7  # tokens per second: above any machine
 MAX_SPLIT = 1e9  # a -ts proportion
@@ -125,6 +126,9 @@ class SpeedPoint(FrozenModel):
     samples_tps: list[Speed] = []
     machine: SpeedMachine
     source: SpeedSource
+    # a generation of this many concurrent streams (llama-batched-bench's -npl, bench
+    # --parallel): ``tps`` all of theirs together, each stream ``n_gen`` tokens
+    n_streams: int = Field(default=1, ge=1, le=MAX_STREAMS)
 
     @model_validator(mode="after")
     def _few_ubatches(self) -> SpeedPoint:

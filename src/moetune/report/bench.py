@@ -325,6 +325,35 @@ def _forecast_notes(result: BenchResult, forecast: BenchForecast) -> list[Text]:
     return lines
 
 
+_STREAMS_COLUMNS = ("config", "N", "aggregate", "per stream", "TTFT", "forecast", "error")
+
+
+def _streams_table(result: BenchResult) -> Table:
+    """``bench --parallel``: each configuration at each N, decode tok/s of the N streams
+    together and of one, the time to first token, and the aggregate's forecast."""
+    grid = new_table(
+        "concurrent streams: decode tok/s (aggregate: all together)",
+        _STREAMS_COLUMNS,
+        right=_STREAMS_COLUMNS[1:],
+    )
+    rows = result.forecast.streams_rows if result.forecast is not None else []
+    for run in result.configs:
+        for found in run.streams:
+            fc = next(
+                (f for f in rows if f.config == run.name and f.streams == found.streams), None
+            )
+            grid.add_row(
+                run.name,
+                str(found.streams),
+                format_stat(found.decode_tps_aggregate),
+                format_stat(found.decode_tps_per_stream),
+                format_stat(found.ttft_s, _secs),
+                _maybe(fc.decode_tps) if fc else "-",
+                _error(fc.decode_error) if fc else "-",
+            )
+    return grid
+
+
 def render_bench(result: BenchResult) -> RenderableType:
     """The configurations, the measurements, the forecast beside them and the verdict."""
     parts: list[RenderableType] = [_header(result), Text("")]
@@ -337,6 +366,8 @@ def render_bench(result: BenchResult) -> RenderableType:
         if result.forecast.rows:
             parts.append(_forecast_table(result))
         parts += _forecast_notes(result, result.forecast)
+    if any(run.streams for run in result.configs):
+        parts.append(_streams_table(result))
     parts.append(Text("verdict", style="bold"))
     if not result.verdicts:
         parts.append(Text("nothing was measured: see the configurations above", style="red"))

@@ -73,6 +73,8 @@ def _ranked_column(found: Frontier) -> str | None:
     itself: a workload's seconds per request, balanced's geometric mean of the two."""
     if found.goal.startswith("workload"):
         return "s/request"
+    if found.goal == "throughput":  # --parallel N: the N streams' decode together
+        return "aggregate"
     return "balanced" if found.goal == "balanced" else None
 
 
@@ -88,6 +90,10 @@ def _ranked_by(found: Frontier) -> str:
         return "ranked by seconds per request (prompt / prefill + generated / decode), least first"
     if found.goal == "balanced":
         return "ranked by the geometric mean of decode and prefill tok/s"
+    if found.goal == "throughput":
+        return "ranked by the decode tok/s of all the streams together (aggregate)"
+    if found.goal == "latency":
+        return "ranked by one stream's decode tok/s"
     return f"ranked by {found.goal} tok/s"
 
 

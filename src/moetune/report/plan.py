@@ -371,8 +371,14 @@ def forecast_line(found: Forecast) -> str:
     """``speed (uncalibrated, expected error ±16 %; assumed: CUDA0 FLOP/s): decode 95.2 tok/s
     at depth 0, prefill 850.1 tok/s (512 tokens, -ub 512)``; a figure it lacks (none where
     every figure has a value): ``; missing: ...``."""
+    decode = f"decode {format_speed(found.decode_tok_s)}"
+    if found.streams > 1:  # --parallel N: each stream's, and the N together
+        decode = (
+            f"decode {format_speed(found.decode_tps_per_stream)} per stream, "
+            f"{format_speed(found.decode_tps_aggregate)} for {found.streams} streams together"
+        )
     line = (
-        f"speed ({forecast_label(found)}): decode {format_speed(found.decode_tok_s)} at depth "
+        f"speed ({forecast_label(found)}): {decode} at depth "
         f"{found.depth}, prefill {format_speed(found.prefill_tok_s)} ({found.n_prompt} tokens, "
         f"-ub {found.n_ubatch})"
     )

@@ -30,7 +30,14 @@ _DIGEST_CHARS = 16
 
 def point_digest(points: Sequence[SpeedPoint]) -> str:
     """SHA-256 of the points as data, without the file they were read from."""
-    data = [p.model_dump(mode="json", exclude={"source": {"file"}}) for p in points]
+    data = [
+        p.model_dump(
+            mode="json",
+            # one stream: as before the field was (the same points, the same file)
+            exclude={"source": {"file"}, **({"n_streams": True} if p.n_streams == 1 else {})},
+        )
+        for p in points
+    ]
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

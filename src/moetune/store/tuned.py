@@ -94,6 +94,8 @@ class TuneSettings(BaseModel):
     # GGML_OP_OFFLOAD_MIN_BATCH the server ran with (None: unset, ggml's 32); the command
     # needs it set beside its flags
     op_offload_min_batch: int | None = Field(default=None, ge=1)
+    # run --parallel N: the slots it ran with, -np N (None: not given, llama-server's auto)
+    parallel: int | None = Field(default=None, ge=1)
     # the moetune command that tunes it again (server, target, context, after --): not compared
     command: list[str] = []
 
@@ -232,8 +234,9 @@ def _slug(text: str) -> str:
 
 def profile_name(key: TuneKey, *, legacy: bool = False) -> str:
     """``Qwen3-30B-A3B-Q4_K_M-32k-q8_0-22.5G-1f0c2a``: the model file's stem, context, cache
-    types, target (as typed: units.size_arg) and a short tag of the devices: one profile per
-    thing a result depends on (a second target or device set gets its own file).
+    types, target (as typed: units.size_arg), a short tag of the devices, the objective and
+    the slots (``-np4``: run --parallel 4): one profile per thing a result depends on (a
+    second target or device set gets its own file).
     ``legacy``: the name moetune gave the same profile before, its targets in whole units
     (``23040M``): a profile saved then keeps it (ProfileStore.match finds it by it)."""
     s = key.settings
@@ -247,7 +250,8 @@ def profile_name(key: TuneKey, *, legacy: bool = False) -> str:
     spell = _whole_units if legacy else size_arg
     targets = "_".join(spell(t) for t in (s.device_targets or [s.target_bytes]))
     goal = f"-{_slug(s.objective)}" if s.objective else ""
-    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}{goal}"
+    slots = f"-np{s.parallel}" if s.parallel is not None else ""  # run --parallel N
+    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}{goal}{slots}"
 
 
 def _whole_units(n_bytes: int) -> str:
@@ -472,7 +476,7 @@ class Selectors(BaseModel):
     (``--target-vram``, one or one per device) and its device set: its RPC servers
     (``--rpc``), each device's memory (``--vram``, one size or one per device, within 10 %
     of what was detected, as a hardware profile matches a card) and the GPU's name (``--gpu``:
-    one GPU of that hardware profile)."""
+    one GPU of that hardware profile); and its slots (``--parallel N``: tuned with -np N)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -481,9 +485,12 @@ class Selectors(BaseModel):
     rpc: tuple[str, ...] | None = None
     vram: tuple[int, ...] | None = None
     gpu_name: str | None = None
+    parallel: int | None = None  # --parallel N: tuned with -np N
 
     def admits(self, profile: TunedProfile) -> bool:
         if self.name is not None and not profile.name.startswith(self.name):
+            return False
+        if self.parallel is not None and profile.settings.parallel != self.parallel:
             return False
         if self.targets is not None and not _each(_targets(profile), self.targets, _same):
             return False
@@ -528,6 +535,7 @@ def _telling(profile: TunedProfile, among: Sequence[TunedProfile]) -> str:
         "--target-vram": lambda p: ",".join(size_arg(t) for t in _targets(p)),
         "--rpc": lambda p: ",".join(_servers(p)) or "none",
         "--vram": lambda p: ",".join(size_arg(d.vram_total_bytes) for d in p.device_set),
+        "--parallel": lambda p: str(p.settings.parallel or "none"),
     }
     parts = [
         f"{flag} {value(profile)}"
