@@ -25,9 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from moetune.cli.base import PASS_THROUGH, Argument, CommandContext, Option
-from moetune.core.flags import RPC_ENV
 from moetune.errors import BadValueError
-from moetune.jobs.names import MAX_PARALLEL, MAX_REPEATS, MAX_SECONDS, MAX_SHARE, MAX_THREADS
+from moetune.jobs.names import (
+    MAX_PARALLEL,
+    MAX_REPEATS,
+    MAX_SECONDS,
+    MAX_SHARE,
+    MAX_THREADS,
+    RPC_ENV,
+)
 from moetune.record import record
 from moetune.units import (
     MAX_TOKENS,

@@ -1,7 +1,8 @@
 """The jobs' defaults and the bench's configuration names: plain constants (and the hub's
-network timeout, whose module imports nothing else), so the command line can show them without
-loading the jobs."""
+network timeout, whose module imports nothing else, and --rpc's variable from the flag table),
+so the command line can show them without loading the jobs."""
 
+from moetune.core.flags import RPC_ENV  # --rpc's default: llama-server's variable for it
 from moetune.hub.env import DEFAULT_TIMEOUT_S  # --timeout's default
 
 DEFAULT_CACHE_TYPE = "q8_0"  # -ctk/-ctv of plan, run, bench and doctor
@@ -49,4 +50,5 @@ __all__ = [
     "MAX_SHARE",
     "MAX_THREADS",
     "MAX_UBATCH",
+    "RPC_ENV",
 ]
