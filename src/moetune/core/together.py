@@ -177,7 +177,7 @@ def plan_together(
     names = [d.name for d in first.devices]
     ram = first.ram_available_bytes or first.ram_total_bytes
     if has_rpc(first):
-        return _one_at_a_time(models, goal, weights, budgets, names, ram)
+        return _one_at_a_time(models, goal, weights)
     found = [candidates(facts, req, goal) for _, facts, req in models]
     for (name, _, _), options in zip(models, found, strict=True):
         if not options:
@@ -246,11 +246,10 @@ def _one_at_a_time(
     models: Sequence[tuple[str, ModelFacts, PlanRequest]],
     goal: Goal,
     weights: Sequence[float],
-    budgets: list[int],
-    names: list[str],
-    ram: int | None,
 ) -> TogetherPlan:
     """Each model alone with the whole budget (an RPC device holds one process's models)."""
+    first = models[0][2]
+    budgets = list(first.budgets)
     planned: list[TogetherModel] = []
     for (name, facts, req), w in zip(models, weights, strict=True):
         alone = _candidate(facts, req, SHARES, goal)
@@ -261,11 +260,11 @@ def _one_at_a_time(
         goal=goal.name,
         together=False,
         models=planned,
-        device_names=names,
+        device_names=[d.name for d in first.devices],
         device_budgets=budgets,
         device_sums=[max(m.device_bytes[i] for m in planned) for i in range(len(budgets))],
         host_bytes=max(m.host_bytes for m in planned),
-        ram_available_bytes=ram,
+        ram_available_bytes=first.ram_available_bytes or first.ram_total_bytes,
         warnings=[RPC_ONE_AT_A_TIME],
         reason=RPC_ONE_AT_A_TIME,
     )
