@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from moetune.units import MIB
@@ -124,3 +125,72 @@ def test_export_together_on_vulkan0_loads_both_within_the_target(
         for name in names:
             assert _ask(router.url, name) is not None
         assert all(s == "loaded" for n, s in _loaded(router.url).items() if n in names)
+
+
+def test_run_together_on_vulkan0_converges_within_the_target(
+    model_factory: ModelFactory, tmp_path: Path
+) -> None:
+    """``run A B --together --target-vram T`` launches both at once on Vulkan0, measures the
+    device with both loaded (each process's buffer lines, added up), steps until the sum is
+    within T, saves each model's profile as one set, which ``export --together`` then picks
+    (measured, not PREDICTED); no llama-server is left behind."""
+    a = model_factory("qwen3moe", file_name="together-a.gguf", n_layers=8)
+    b = model_factory("qwen3moe", file_name="together-b.gguf", n_layers=6)
+    server = vulkan_tool("llama-server")
+    home = tmp_path / "home"
+    done = moetune(
+        "run",
+        str(a),
+        str(b),
+        "--together",
+        "--server",
+        str(server),
+        "--target-vram",
+        f"{TARGET_MIB}M",
+        "--ctx",
+        "512",
+        "--overhead",
+        "0",
+        "--fill",
+        "32",
+        "--repeats",
+        "1",
+        "--json",
+        home=home,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["converged"] and doc["device_names"] == [DEVICE]
+    assert doc["device_budgets"] == [TARGET_MIB * MIB]
+    last = doc["launches"][-1]
+    assert last["status"] == "ok"
+    measured = doc["device_measured"][0]
+    assert measured is not None and measured <= TARGET_MIB * MIB
+    # the sum is of both processes, each measured with both loaded
+    each = [m["device_measured"][0] for m in doc["models"]]
+    assert all(e is not None and e > 0 for e in each) and sum(each) == measured
+    assert [m["name"] for m in doc["models"]] == ["together-a", "together-b"]
+    assert all(m["decode_tps"] and m["decode_tps"] > 0 for m in doc["models"])
+    names = [m["profile_name"] for m in doc["models"]]
+    assert all(n and n.endswith(f"-together-{doc['set_id']}") for n in names), names
+    left = [p for p in psutil.process_iter(["exe"]) if p.info["exe"] == str(server)]
+    assert not left, left
+    # export --together picks the set's tuned profiles: measured, each loaded on startup
+    exported = moetune(
+        "export",
+        "preset",
+        str(a),
+        str(b),
+        "--together",
+        "--ctx",
+        "512",
+        "--json",
+        home=home,
+    )
+    assert exported.returncode == 0, exported.stderr
+    entries = json.loads(exported.stdout)["models"]
+    assert [e["tuned"] for e in entries] == [True, True]
+    assert all(e["load_on_startup"] for e in entries)
+    assert [e["peaks"][0]["peak_bytes"] for e in entries] == each
+    assert all(e["peaks"][0]["measured"] for e in entries)

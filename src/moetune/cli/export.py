@@ -98,9 +98,8 @@ def export(
     left_out: list[str] = []
     group = False  # llama-swap: one group runs them at once
     if together:
-        entries, binary, planned = together_entries(models or [], chosen, weights, warn=warn)
-        models_max = planned.models_max
-        group = planned.together
+        entries, binary, group = together_entries(models or [], chosen, weights, warn=warn)
+        models_max = len(entries) if group else 1
         if fmt != "preset":
             models_max = 1
     else:

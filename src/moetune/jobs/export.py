@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from moetune.core.plan import PlanResult
-    from moetune.core.together import TogetherPlan
     from moetune.errors import ProfileNotFoundError
     from moetune.jobs.models import Model
     from moetune.jobs.pick import Pick
@@ -1101,12 +1100,13 @@ def together_entries(
     weights: str | None,
     *,
     warn: Callable[[str], None],
-) -> tuple[list[ServeEntry], str, TogetherPlan]:
-    """The entries of ``models`` planned to stay loaded together on the devices and RAM of
-    ``pick`` (core/together.py: the budgets shared, the split by the weighted forecast), each
-    loaded when the router starts; with an RPC device among them, planned one at a time
-    (``warn`` says so) and not loaded on startup. The llama-server the commands run, and the
-    plan."""
+) -> tuple[list[ServeEntry], str, bool]:
+    """The entries of ``models`` tuned together (``run A B --together``: the newest set of
+    their tuned profiles, measured), else planned to stay loaded together on the devices and
+    RAM of ``pick`` (core/together.py: the budgets shared, the split by the weighted
+    forecast), each loaded when the router starts; with an RPC device among them, planned
+    one at a time (``warn`` says so) and not loaded on startup. The llama-server the commands
+    run, and whether they are together."""
     from moetune.core.goal import goal_of
     from moetune.core.together import parse_weights, plan_together
     from moetune.jobs.devices import plan_devices
@@ -1126,6 +1126,9 @@ def together_entries(
         named = open_model(text).absolute()
         check_loadable(named.facts, "an entry", "export")
         opened.append(named)
+    tuned = _tuned_set(opened, pick, warn)
+    if tuned is not None:
+        return tuned
     found = plan_devices(
         vram=pick.vram,
         rpc=pick.rpc,
@@ -1175,7 +1178,7 @@ def together_entries(
             )
         )
     warn("exporting moetune's plans of the models together (predicted, not measured)")
-    return entries, server_for_commands(), together
+    return entries, server_for_commands(), together.together
 
 
 def replace_peak(peak: DevicePeak, budget: int) -> DevicePeak:
@@ -1183,3 +1186,23 @@ def replace_peak(peak: DevicePeak, budget: int) -> DevicePeak:
     from dataclasses import replace
 
     return replace(peak, budget_bytes=budget)
+
+
+def _tuned_set(
+    opened: Sequence[Model], pick: Pick, warn: Callable[[str], None]
+) -> tuple[list[ServeEntry], str, bool] | None:
+    """The entries of the tuned profiles of ``opened`` tuned together as one set (``run A B
+    --together``: the newest set of exactly these model files, at ``pick``'s context and
+    targets where given), each loaded when the router starts; None where no set has them."""
+    from moetune.store.tuned import ProfileStore, model_identity, together_profiles
+
+    identities = [model_identity(m.facts.paths[0]) for m in opened]
+    n_ctx = pick.ctx.tokens if pick.ctx is not None else None
+    targets = pick.targets.values if pick.targets is not None else ()
+    found = together_profiles(ProfileStore().good(warn), identities, n_ctx=n_ctx, targets=targets)
+    if found is None:
+        return None
+    from dataclasses import replace
+
+    entries = [replace(_tuned(p), load_on_startup=True) for p in found]
+    return entries, found[0].llama_cpp.binary, True

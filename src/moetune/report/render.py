@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.export import ExportResult
     from moetune.jobs.quants import QuantsResult
+    from moetune.jobs.together import TogetherRun
     from moetune.records.results import BenchResult, RunResult
     from moetune.records.speed import CalibrateResult
     from moetune.store.hardware import HardwareProfile
@@ -124,6 +125,12 @@ class TogetherView(NamedTuple):
     result: TogetherPlan
 
 
+class TogetherRunView(NamedTuple):
+    """``run A B --together``: the models launched together, measured with all loaded."""
+
+    result: TogetherRun
+
+
 class TextView(NamedTuple):
     """Text printed as it is (``alias``'s shell function, ``export``'s config)."""
 
@@ -152,6 +159,7 @@ View = (
     | DoctorView
     | ExportView
     | TogetherView
+    | TogetherRunView
     | TextView
     | ErrorView
 )
@@ -231,6 +239,8 @@ def payload(view: View) -> dict[str, Any]:
             return jsonable(view.result)
         case TogetherView():
             return jsonable(view.result)
+        case TogetherRunView():
+            return jsonable(view.result)
         case ErrorView():
             return p.error_payload(view.code, view.message, view.hint)
         case TextView():
@@ -292,6 +302,10 @@ def text(view: View) -> RenderableType:
             from moetune.report.together import together_text
 
             return together_text(view.result)
+        case TogetherRunView():
+            from moetune.report.together import together_run_text
+
+            return together_run_text(view.result)
         case TextView():
             from rich.text import Text
 
