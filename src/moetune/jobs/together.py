@@ -245,6 +245,7 @@ def run_together(
     """Plan ``models`` together on the devices ``server`` lists, launch them together and
     step until each device's measured peak with all loaded is within its budget; save each
     model's winner as a tuned profile of the set (unless not ``save``)."""
+    from moetune.core.command import rpc_endpoints
     from moetune.core.goal import goal_of
     from moetune.core.together import parse_weights, plan_together
     from moetune.store.tuned import ProfileStore, model_identity, together_set
@@ -254,6 +255,8 @@ def run_together(
     if ctx is not None and ctx.tokens is None:
         raise BadValueError("--together takes --ctx N, not max", hint="give each model's context")
     shares = parse_weights(weights, len(models))
+    if rpc or rpc_endpoints(pass_through):  # before any launch
+        raise BadValueError(RPC_REFUSED, hint=RPC_HINT)
     goal = goal_of(objective, None)
     runs, setup = _open(
         models,
