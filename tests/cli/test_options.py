@@ -198,6 +198,7 @@ SAMPLES: dict[str, list[str]] = {
     "--ubatch": ["512", "2048"],
     "--parallel": ["1", "7", "256"],
     "--gpu-index": ["0", "7", "63"],
+    "--weights": ["2,1", "1, 1, 0.5"],
 }
 BY_TYPE: dict[Any, list[str]] = {
     int: ["1", "7", "512"],

@@ -12,6 +12,7 @@ from moetune.cli.options import (
     PickOptions,
     RamOpt,
     TimeoutOpt,
+    WeightsOpt,
     bounds,
     pick_options,
     whole,
@@ -46,6 +47,17 @@ def export(
             parser=whole(0, MAX_MODELS_MAX),
         ),
     ] = 1,
+    together: Annotated[
+        bool,
+        Option(
+            "--together",
+            help="Plan the named models to stay loaded at once on the same devices and RAM "
+            "(the budgets shared, split by the forecast); each loads when the router starts "
+            "(load-on-startup), --models-max is their number; llama-swap: one group that "
+            "runs them at once.",
+        ),
+    ] = False,
+    weights: WeightsOpt = None,
     picking: PickOptions = PICK_DEFAULTS,
     ram: RamOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
@@ -71,6 +83,7 @@ def export(
         export_text,
         router_command,
         serve_notes,
+        together_entries,
         write_export,
     )
     from moetune.report.line import warn
@@ -83,19 +96,28 @@ def export(
     if out is not None:  # before the plans: a bad --out is said at once
         check_out(out)
     left_out: list[str] = []
-    entries, binary = export_entries(
-        models or [], chosen, picking.require_tuned, left_out=left_out, warn=warn
-    )
-    check_together(fmt, entries, models_max)
+    group = False  # llama-swap: one group runs them at once
+    if together:
+        entries, binary, group = together_entries(models or [], chosen, weights, warn=warn)
+        models_max = len(entries) if group else 1
+        if fmt != "preset":
+            models_max = 1
+    else:
+        if weights is not None:
+            raise BadValueError("--weights weighs models planned --together")
+        entries, binary = export_entries(
+            models or [], chosen, picking.require_tuned, left_out=left_out, warn=warn
+        )
+    check_together(fmt, entries, models_max, group=group)
     command = router_command(fmt, binary, out, models_max)
-    notes = serve_notes(fmt, command, models_max)
+    notes = serve_notes(fmt, command, models_max, group=group)
     text = None
     if out is None:
-        text = export_text(fmt, entries, binary, None, models_max)
+        text = export_text(fmt, entries, binary, None, models_max, group=group)
         if not as_json:
             render(TextView(text))
     else:
-        write_export(out, fmt, entries, binary, models_max)
+        write_export(out, fmt, entries, binary, models_max, group=group)
         err().print(f"wrote {len(entries)} model(s) to {out}", highlight=False)
     for note in notes:
         err().print(note, highlight=False, markup=False, soft_wrap=True)

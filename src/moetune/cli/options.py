@@ -242,6 +242,23 @@ def parse_objective(text: str) -> str:
     return parse(text)
 
 
+def parse_weights(text: str) -> str:
+    """``--weights w1,w2,...``: positive finite numbers (their count is checked against the
+    models)."""
+    from moetune.jobs.values import check_weights
+
+    return check_weights(text)
+
+
+WeightsOpt = Annotated[
+    str | None,
+    Option(
+        help="With --together: how much each model's forecast speed counts in the split, one "
+        "positive number per model in order, e.g. 2,1 (default: equal).",
+        parser=parse_weights,
+        metavar="W1,W2,...",
+    ),
+]
 ObjectiveOpt = Annotated[
     str | None,
     Option(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from moetune.cli.base import CommandContext, Option, command, handle_errors
+from moetune.cli.base import Argument, CommandContext, Option, command, handle_errors
 from moetune.cli.options import (
     CacheTypeOpt,
     CtxOpt,
@@ -25,6 +25,7 @@ from moetune.cli.options import (
     TargetVramOpt,
     TimeoutOpt,
     VramOpt,
+    WeightsOpt,
     WorkloadOpt,
     bounds,
     pass_through_of,
@@ -47,6 +48,10 @@ from moetune.jobs.names import (
 def plan(
     context: CommandContext,
     model: ModelArg,
+    others: Annotated[
+        list[str] | None,
+        Argument(help="More models, planned --together with the first.", metavar="[MODEL]..."),
+    ] = None,
     vram: VramOpt = None,
     gpu: GpuProfileOpt = None,
     rpc: RpcOpt = None,
@@ -129,6 +134,16 @@ def plan(
             metavar="FILE",
         ),
     ] = None,
+    together: Annotated[
+        bool,
+        Option(
+            "--together",
+            help="Plan the models to stay loaded at once (each its own llama-server: a "
+            "router's children) on the same devices and RAM: the budgets shared, the split "
+            "chosen by the forecast, weighted by --weights.",
+        ),
+    ] = False,
+    weights: WeightsOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
@@ -144,6 +159,30 @@ def plan(
     from moetune.report.line import warn
     from moetune.report.render import PlanView, QuantsView, render
 
+    if together or others or weights is not None:
+        _plan_together(
+            [model, *(others or [])],
+            together=together,
+            weights=weights,
+            vram=vram,
+            gpu=gpu,
+            rpc=rpc,
+            gpu_index=gpu_index,
+            overhead=overhead,
+            server=server,
+            ram=ram,
+            ctx=ctx,
+            cache_type=cache_type,
+            targets=target_vram,
+            force=force,
+            headroom=headroom,
+            objective=objective,
+            workload=workload,
+            ram_bandwidth=ram_bandwidth,
+            measure=measure,
+            as_json=as_json,
+        )
+        return
     planned = plan_command(
         model,
         pass_through=pass_through_of(context),
@@ -183,3 +222,26 @@ def plan(
     render(view, as_json)
     if not planned.result.fits:  # the document is out; the exit code and one line on stderr say it
         raise DoesNotFitError(f"does not fit: {planned.result.reason}")
+
+
+def _plan_together(
+    models: list[str],
+    *,
+    together: bool,
+    weights: str | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """``plan A B --together``: the models planned to stay loaded at once."""
+    from moetune.errors import BadValueError
+    from moetune.jobs.plan import plan_together_command
+    from moetune.report.line import warn
+    from moetune.report.render import TogetherView, render
+
+    if not together:
+        raise BadValueError(
+            "several models (or --weights) are planned --together",
+            hint="add --together, or plan one model",
+        )
+    result = plan_together_command(models, weights=weights, warn=warn, **options)
+    render(TogetherView(result), as_json)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from moetune.cli.base import (
+    Argument,
     CommandContext,
     Option,
     command,
@@ -34,6 +35,7 @@ from moetune.cli.options import (
     ServerOpt,
     TargetVramOpt,
     TimeoutOpt,
+    WeightsOpt,
     WorkloadOpt,
     bounds,
     pass_through_of,
@@ -55,6 +57,10 @@ from moetune.units import parse_positive_tokens
 def run(
     context: CommandContext,
     model: ModelArg,
+    others: Annotated[
+        list[str] | None,
+        Argument(help="More models, run --together with the first.", metavar="[MODEL]..."),
+    ] = None,
     target_vram: TargetVramOpt = None,
     force: ForceOpt = False,
     headroom: HeadroomOpt = DEFAULT_HEADROOM,  # type: ignore[assignment]
@@ -94,6 +100,16 @@ def run(
     ] = True,
     objective: ObjectiveOpt = None,
     workload: WorkloadOpt = None,
+    together: Annotated[
+        bool,
+        Option(
+            "--together",
+            help="Run the models loaded at once (each its own llama-server, as a router's "
+            "children): planned together, launched together, each device's peak measured "
+            "with all loaded, the cheapest model stepped until it is within the budget.",
+        ),
+    ] = False,
+    weights: WeightsOpt = None,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     as_json: JsonOpt = False,
 ) -> None:
@@ -118,6 +134,30 @@ def run(
 
     asked = Repeats.asked(repeats, max_repeats, max_spread, max_time)
     stop_on_signals()
+    if together or others or weights is not None:
+        _run_together(
+            [model, *(others or [])],
+            together=together,
+            unsupported={"--keep": keep, "--workload": workload is not None},
+            as_json=as_json,
+            weights=weights,
+            pass_through=with_companions(
+                pass_through_of(context), mmproj=mmproj, draft=draft, absolute=True
+            ),
+            server=server,
+            cache_type=cache_type,
+            ctx=ctx,
+            target_vram=target_vram,
+            headroom=headroom,
+            overhead=overhead,
+            rpc=rpc,
+            force=force,
+            objective=objective,
+            fill=Fill(tokens=fill, repeats=asked),
+            save=save,
+            retune=retune,
+        )
+        return
     pass_through = with_companions(
         pass_through_of(context), mmproj=mmproj, draft=draft, absolute=True
     )
@@ -164,4 +204,44 @@ def run(
             loading=lambda: err().status("loading the best configuration"),
             on_ready=err().print,
             on_stop=err().print,
+        )
+
+
+def _run_together(
+    models: list[str],
+    *,
+    together: bool,
+    unsupported: dict[str, bool],
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """``run A B --together``: the models launched together until the devices' measured
+    peaks with all loaded are within their budgets."""
+    from moetune.errors import BadValueError
+    from moetune.jobs.together import run_together
+    from moetune.report.line import warn
+    from moetune.report.render import TogetherRunView, render
+
+    if not together:
+        raise BadValueError(
+            "several models (or --weights) are run --together",
+            hint="add --together, or run one model",
+        )
+    if given := [name for name, on in unsupported.items() if on]:
+        raise BadValueError(f"--together does not take {', '.join(given)}")
+    with live_status("tuning together...") as live:
+        result = run_together(
+            models,
+            warn=warn,
+            on_event=live.message,
+            on_note=lambda note: err().print(note, highlight=False),
+            **options,
+        )
+    render(TogetherRunView(result), as_json)
+    if not result.converged:  # the document is out; the exit code and one line say it
+        from moetune.errors import DoesNotFitError
+
+        raise DoesNotFitError(
+            f"run --together: the models loaded together are not within the budgets after "
+            f"{len(result.launches)} launch(es)"
         )

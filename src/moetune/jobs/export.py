@@ -47,6 +47,9 @@ FORMATS = ("preset", "llama-swap")
 MARK = "moetune:"  # the comment that starts each of moetune's entries
 KEPT = "--- below this line: your own, kept on re-export ---"
 SHARED_MACRO = "moetune-shared"
+# the preset-only key that loads a model when the router starts (common/arg.cpp, build 11434;
+# server-models.cpp refuses more of them than --models-max)
+LOAD_ON_STARTUP = "load-on-startup"
 # the source of a model, never shared, never in [*]: the preset keys of the flags that name the
 # model (-m, -hf, -mu) or a companion's file (-mm, -md)
 _SOURCE_KEYS = frozenset(
@@ -82,6 +85,9 @@ class ServeEntry:
     # them per model (``env:``); a preset cannot, they belong to the router's process
     env: tuple[tuple[str, str], ...] = ()
     peaks: tuple[DevicePeak, ...] = ()  # what it holds on each device (check_together)
+    # planned together (--together): loaded when the router starts (``load-on-startup``), one
+    # of llama-swap's group that runs them at once
+    load_on_startup: bool = False
 
 
 def arg_pairs(args: Sequence[str]) -> list[Pair]:
@@ -368,7 +374,8 @@ def preset_text(
         name: _ini_section(
             name,
             ("tuned" if e.tuned else "PREDICTED") + f": {e.note}",
-            {k: v for k, v in kv.items() if k not in shared},
+            {k: v for k, v in kv.items() if k not in shared}
+            | ({LOAD_ON_STARTUP: "true"} if e.load_on_startup else {}),
             by_name[name].kept() if name in by_name else [],
             router_env_notes(e),
         )
@@ -464,6 +471,25 @@ def _swap_block(entry: ServeEntry, cmd: str) -> list[str]:
         f"  # {'tuned' if entry.tuned else 'PREDICTED'}: {visible(entry.note)}",
         *_yaml_lines({entry.name: settings}, "  "),
         f"  # {MARK} end {entry.name}",
+    ]
+
+
+GROUP = "moetune-together"  # llama-swap's group of the models planned together
+_GROUP_MARK = "group "  # its marked block's name: "moetune: begin group moetune-together"
+
+
+def _group_block(entries: Sequence[ServeEntry]) -> list[str]:
+    """llama-swap's group of the models planned together (its legacy ``groups:``, which a
+    config holds instead of a ``matrix:``): ``swap: false`` runs every member at once,
+    ``exclusive: true`` unloads the other groups' models when one of these loads."""
+    return [
+        f"  # {MARK} begin {_GROUP_MARK}{GROUP}",
+        f"  # the models moetune planned together: {len(entries)} loaded at once",
+        f'  "{GROUP}":',
+        "    swap: false",
+        "    exclusive: true",
+        *_yaml_lines({"members": [e.name for e in entries]}, "    "),
+        f"  # {MARK} end {_GROUP_MARK}{GROUP}",
     ]
 
 
@@ -613,11 +639,15 @@ def _swap_keys(text: str, what: str) -> tuple[dict[str, object], list[str]]:
     return doc, models
 
 
-def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | None = None) -> str:
+def llama_swap_text(
+    entries: Sequence[ServeEntry], binary: str, existing: str | None = None, group: bool = False
+) -> str:
     """The llama-swap config for ``entries``, merged into ``existing`` when given: moetune's
     blocks (between its begin/end comments) of these models and its macro are replaced, the
     rest kept (other models' blocks too, the old macro's value written into those that use
-    it when it changes).
+    it when it changes). ``group``: the models were planned together, and one group of
+    llama-swap's ``groups:`` (``swap: false``: its members run at once; ``exclusive: true``:
+    loading one unloads the other groups' models) names them (``_group_block``).
     Every value goes through PyYAML's safe dumper; the result is read back to check that it
     holds exactly the entries meant and every model written by hand."""
     for entry in entries:
@@ -645,20 +675,41 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
         kept = [
             name
             for line in _lines(existing)
-            if (begin := _BEGIN.match(line)) and (name := begin[1]) not in cmds
+            if (begin := _BEGIN.match(line))
+            and (name := begin[1]) not in cmds
+            and not name.startswith(_GROUP_MARK)
         ]
+        present = any(
+            (begin := _BEGIN.match(line)) and begin[1] == _GROUP_MARK + GROUP
+            for line in _lines(existing)
+        )
+        merged = dict(blocks)
+        if group and present:  # replaced where it stands
+            merged[_GROUP_MARK + GROUP] = _group_block(entries)
         lines = _swap_merge(
             existing,
-            blocks,
+            merged,
             macro,
             lambda block: _kept_block(block, old_shared, shared),
         )
+        if group and not present:
+            old_doc, _ = _swap_keys(existing, "the llama-swap file")
+            taken = next((k for k in ("groups", "matrix") if k in old_doc), None)
+            if taken is not None:
+                raise BadValueError(
+                    f"the llama-swap file has its own {taken}: moetune's group of the models "
+                    "planned together would be a second way to run models at once",
+                    hint="export --together to a new file and merge the group by hand",
+                )
+            lines += ["groups:", *_group_block(entries)]
     else:
         lines = ["# llama-swap config written by moetune export llama-swap"]
         lines += ["macros:", *macro] if macro else []
         lines += ["models:"]
         for block in blocks.values():
             lines += block
+        if group:
+            lines += ["groups:", *_group_block(entries)]
     text = "\n".join(lines) + "\n"
     doc, models = _swap_keys(text, "the merged llama-swap file")
     got = doc.get("models")
@@ -669,6 +720,10 @@ def llama_swap_text(entries: Sequence[ServeEntry], binary: str, existing: str | 
         and set(models) == set(hand) | set(kept) | set(cmds)
         and (not shared_pairs or (isinstance(macros, dict) and macros.get(SHARED_MACRO) == shared))
     )
+    if group:
+        groups = doc.get("groups")
+        ours = groups.get(GROUP) if isinstance(groups, dict) else None
+        meant = meant and isinstance(ours, dict) and ours.get("members") == list(cmds)
     if not meant:
         raise BadValueError(
             "cannot merge into the llama-swap file: moetune adds its models under a "
@@ -684,13 +739,15 @@ def export_text(
     binary: str,
     existing: str | None = None,
     models_max: int = 1,
+    *,
+    group: bool = False,
 ) -> str:
     """``fmt``'s text of ``entries`` (a preset, or a llama-swap config whose commands run
     ``binary``), merged into ``existing``; ``models_max``: the router's ``--models-max``
     that a preset's head names."""
     if fmt == "preset":
         return preset_text(entries, existing, models_max)
-    return llama_swap_text(entries, binary, existing)
+    return llama_swap_text(entries, binary, existing, group)
 
 
 def check_out(path: Path) -> None:
@@ -701,13 +758,21 @@ def check_out(path: Path) -> None:
 
 
 def write_export(
-    path: Path, fmt: str, entries: Sequence[ServeEntry], binary: str, models_max: int = 1
+    path: Path,
+    fmt: str,
+    entries: Sequence[ServeEntry],
+    binary: str,
+    models_max: int = 1,
+    *,
+    group: bool = False,
 ) -> None:
     """Update ``path`` with ``fmt``'s text of ``entries``: moetune's own entries replaced,
     everything written by hand kept (a read-merge-write under the file's lock)."""
     from moetune.store.files import update_text
 
-    update_text(path, lambda existing: export_text(fmt, entries, binary, existing, models_max))
+    update_text(
+        path, lambda existing: export_text(fmt, entries, binary, existing, models_max, group=group)
+    )
 
 
 @record(frozen=True, kw_only=True)
@@ -726,10 +791,21 @@ class ExportResult:
     text: str | None = None  # the config, when printed (not written)
 
 
-def serve_notes(fmt: str, command: Sequence[str], models_max: int) -> list[str]:
+def serve_notes(
+    fmt: str, command: Sequence[str], models_max: int, *, group: bool = False
+) -> list[str]:
     """What to tell the user about serving the export: its command line, and how many of
-    the models stay loaded."""
+    the models stay loaded (``group``: the models planned together, all loaded at once)."""
     line = shlex.join(command)
+    if group and fmt == "preset":
+        return [
+            f"serve it with: {line} (the {models_max} models planned together load when the "
+            "router starts and stay loaded; --models-max is the router's own flag)"
+        ]
+    if group:
+        return [
+            f"serve it with: {line} (its group {GROUP} runs the models planned together at once)"
+        ]
     if fmt == "preset":
         held = (
             "one model loaded at a time: the router unloads the least recently used before it "
@@ -768,7 +844,9 @@ def _rpc(device: str) -> bool:
     return re.fullmatch(r"RPC\d+( .*)?", device) is not None
 
 
-def check_together(fmt: str, entries: Sequence[ServeEntry], models_max: int) -> None:
+def check_together(
+    fmt: str, entries: Sequence[ServeEntry], models_max: int, *, group: bool = False
+) -> None:
     """Refuse a ``models_max`` under which the models would not fit together: on some
     device the ``models_max`` largest of their peaks there (every model for 0, the router's
     "unlimited") add up to more than the smallest budget they were tuned or planned for
@@ -779,12 +857,12 @@ def check_together(fmt: str, entries: Sequence[ServeEntry], models_max: int) -> 
 
     if models_max < 0:
         raise BadValueError(f"--models-max {models_max}: give 1 or more (0: no limit)")
-    if fmt != "preset" and models_max != 1:
+    if fmt != "preset" and models_max != 1 and not group:
         raise BadValueError(
             f"--models-max {models_max}: llama-swap runs one of these models at a time "
             "(no group names them); --models-max is the router's (export preset)"
         )
-    at_once = len(entries) if models_max == 0 else min(models_max, len(entries))
+    at_once = len(entries) if models_max == 0 or group else min(models_max, len(entries))
     if at_once < 2:
         return
     unknown = [e.name for e in entries if not e.peaks]
@@ -1011,3 +1089,120 @@ def _planned_peaks(plan: PlanResult, rpc: str | None) -> tuple[DevicePeak, ...]:
             )
         )
     return tuple(peaks)
+
+
+# --- models planned together (--together) ---------------------------------------------------------
+
+
+def together_entries(
+    models: Sequence[str],
+    pick: Pick,
+    weights: str | None,
+    *,
+    warn: Callable[[str], None],
+) -> tuple[list[ServeEntry], str, bool]:
+    """The entries of ``models`` tuned together (``run A B --together``: the newest set of
+    their tuned profiles, measured), else planned to stay loaded together on the devices and
+    RAM of ``pick`` (core/together.py: the budgets shared, the split by the weighted
+    forecast), each loaded when the router starts; with an RPC device among them, planned
+    one at a time (``warn`` says so) and not loaded on startup. The llama-server the commands
+    run, and whether they are together."""
+    from moetune.core.goal import goal_of
+    from moetune.core.together import parse_weights, plan_together
+    from moetune.jobs.devices import plan_devices
+    from moetune.jobs.figures import ram_figure
+    from moetune.jobs.launch import check_loadable
+    from moetune.jobs.models import open_model
+    from moetune.jobs.names import DEFAULT_CACHE_TYPE
+    from moetune.jobs.plan import machine_figures, plan_inputs, plan_request
+    from moetune.llamacpp.process import server_for_commands
+    from moetune.units import format_bytes
+
+    if len(models) < 2:
+        raise BadValueError("--together: name two models or more")
+    shares = parse_weights(weights, len(models))
+    opened = []
+    for text in models:
+        named = open_model(text).absolute()
+        check_loadable(named.facts, "an entry", "export")
+        opened.append(named)
+    tuned = _tuned_set(opened, pick, warn)
+    if tuned is not None:
+        return tuned
+    found = plan_devices(
+        vram=pick.vram,
+        rpc=pick.rpc,
+        gpu_index=None,
+        gpu_profile=pick.gpu,
+        overhead=None,
+        server=None,
+    )
+    inputs = plan_inputs(
+        found,
+        pass_through=(),
+        ctx=pick.ctx,
+        cache_type=pick.cache_type or DEFAULT_CACHE_TYPE,
+        targets=pick.targets,
+        ram=pick.ram,
+    )
+    figures = machine_figures(found, ram_figure(None, measure=False, warn=warn), inputs.ram[2])
+    inputs = inputs._replace(figures=figures)
+    planned = [(Path(str(m.facts.paths[0])).name, m.facts, plan_request(m, inputs)) for m in opened]
+    together = plan_together(planned, goal_of(None, None), shares)
+    for line in together.warnings:
+        warn(line)
+    entries: list[ServeEntry] = []
+    for member in together.models:
+        rec = member.plan.first
+        peaks = tuple(
+            replace_peak(peak, budget)
+            for peak, budget in zip(
+                _planned_peaks(member.plan, pick.rpc), together.device_budgets, strict=True
+            )
+        )
+        with_ = "together with the others" if together.together else "alone (one at a time)"
+        note = (
+            f"no tuned profile; planned {with_} for GPU {found.source}, ctx "
+            f"{member.plan.settings.n_ctx}, predicted peak {format_bytes(rec.memory.gpu_bytes)}"
+        )
+        args = tuple(rec.command[1:])
+        entries.append(
+            ServeEntry(
+                _name(list(args), member.name),
+                args,
+                False,
+                note,
+                tuple(rec.env.items()),
+                peaks,
+                load_on_startup=together.together,
+            )
+        )
+    warn("exporting moetune's plans of the models together (predicted, not measured)")
+    return entries, server_for_commands(), together.together
+
+
+def replace_peak(peak: DevicePeak, budget: int) -> DevicePeak:
+    """``peak`` with the whole device's budget (a model planned together within a share)."""
+    from dataclasses import replace
+
+    return replace(peak, budget_bytes=budget)
+
+
+def _tuned_set(
+    opened: Sequence[Model], pick: Pick, warn: Callable[[str], None]
+) -> tuple[list[ServeEntry], str, bool] | None:
+    """The entries of the tuned profiles of ``opened`` tuned together as one set (``run A B
+    --together``: the newest set of exactly these model files, at ``pick``'s context and
+    targets where given), each loaded when the router starts; None where no set has them."""
+    from moetune.store.tuned import ProfileStore, model_identity, together_profiles
+
+    identities = [model_identity(m.facts.paths[0]) for m in opened]
+    n_ctx = pick.ctx.tokens if pick.ctx is not None else None
+    targets = pick.targets.values if pick.targets is not None else ()
+    found = together_profiles(ProfileStore().good(warn), identities, n_ctx=n_ctx, targets=targets)
+    if found is None:
+        return None
+    from dataclasses import replace
+
+    entries = [replace(_tuned(p), load_on_startup=True) for p in found]
+    return entries, found[0].llama_cpp.binary, True

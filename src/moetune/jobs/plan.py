@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from moetune.core.plan import PlanRequest, PlanResult
     from moetune.core.ram import RamFigure
     from moetune.core.speed import MachineFigures
+    from moetune.core.together import TogetherPlan
     from moetune.hub import ModelName, Quant, RepoListing
     from moetune.jobs.devices import DeviceSet
     from moetune.jobs.models import Model
@@ -484,3 +485,64 @@ def plan_command(
     wants_frontier = frontier or objective is not None or workload is not None
     speeds = plan_frontier(chosen, inputs, result, goal) if wants_frontier else None
     return ModelPlan(result, chosen.facts, found.source, speeds, ram_read)
+
+
+def plan_together_command(
+    models: Sequence[str],
+    *,
+    weights: str | None,
+    vram: Sizes | None,
+    gpu: str | None,
+    rpc: str | None,
+    gpu_index: int | None,
+    overhead: Sizes | None,
+    server: str | None,
+    ram: int | None,
+    ctx: Ctx | None,
+    cache_type: str,
+    targets: Sizes | None,
+    force: bool,
+    headroom: Sizes,
+    objective: str | None,
+    workload: Workload | None,
+    ram_bandwidth: RamRate | None,
+    measure: bool,
+    warn: Callable[[str], None],
+) -> TogetherPlan:
+    """``moetune plan A B --together``: the models opened, the devices found, and their plan
+    loaded at once (core/together.py: the budgets and the RAM shared, the split by the goal's
+    forecast weighted by ``weights``); with an RPC device, one at a time (``warn`` says so)."""
+    from moetune.core.goal import goal_of
+    from moetune.core.together import parse_weights, plan_together
+    from moetune.hub import parse_model_arg
+    from moetune.jobs.devices import plan_devices
+    from moetune.jobs.figures import ram_figure
+    from moetune.jobs.models import open_named
+
+    if len(models) < 2:
+        raise BadValueError("--together plans two models or more", hint="name them: plan A B")
+    shares = parse_weights(weights, len(models))
+    opened = [open_named(parse_model_arg(m)) for m in models]
+    found = plan_devices(
+        vram=vram, rpc=rpc, gpu_index=gpu_index, gpu_profile=gpu, overhead=overhead, server=server
+    )
+    inputs = plan_inputs(
+        found,
+        pass_through=(),
+        ctx=ctx,
+        cache_type=cache_type,
+        targets=targets,
+        ram=ram,
+        headroom=headroom,
+        force=force,
+    )
+    ram_read = ram_figure(ram_bandwidth, measure=measure, warn=warn)
+    inputs = inputs._replace(figures=machine_figures(found, ram_read, inputs.ram[2]))
+    planned = [
+        (text, chosen.facts, plan_request(chosen, inputs))
+        for text, chosen in zip(models, opened, strict=True)
+    ]
+    together = plan_together(planned, goal_of(objective, workload), shares)
+    for line in together.warnings:
+        warn(line)
+    return together

@@ -14,7 +14,14 @@ from moetune.errors import BadValueError
 
 _INT_MAX = 2**31 - 1
 
-__all__ = ["Goal", "goal_of", "op_offload_min_batch", "parse_cache_type", "parse_objective"]
+__all__ = [
+    "Goal",
+    "check_weights",
+    "goal_of",
+    "op_offload_min_batch",
+    "parse_cache_type",
+    "parse_objective",
+]
 
 
 def op_offload_min_batch(
@@ -41,3 +48,11 @@ def op_offload_min_batch(
             hint=f"unset it, or give the batch ops are offloaded from: {OP_OFFLOAD_ENV}=1024",
         )
     return int(digits)
+
+
+def check_weights(text: str) -> str:
+    """``--weights``: each a positive finite number (core/together.py reads them per model)."""
+    from moetune.core.together import parse_weights
+
+    parse_weights(text, len(text.split(",")))
+    return text

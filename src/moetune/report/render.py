@@ -25,10 +25,12 @@ if TYPE_CHECKING:
     from moetune.core.frontier import Frontier
     from moetune.core.plan import PlanResult
     from moetune.core.ram import RamFigure
+    from moetune.core.together import TogetherPlan
     from moetune.errors import ExitCode, ProfileError
     from moetune.jobs.doctor import DoctorReport
     from moetune.jobs.export import ExportResult
     from moetune.jobs.quants import QuantsResult
+    from moetune.jobs.together import TogetherRun
     from moetune.records.results import BenchResult, RunResult
     from moetune.records.speed import CalibrateResult
     from moetune.store.hardware import HardwareProfile
@@ -117,6 +119,18 @@ class ExportView(NamedTuple):
     result: ExportResult
 
 
+class TogetherView(NamedTuple):
+    """``plan A B --together``: the models planned to stay loaded at once."""
+
+    result: TogetherPlan
+
+
+class TogetherRunView(NamedTuple):
+    """``run A B --together``: the models launched together, measured with all loaded."""
+
+    result: TogetherRun
+
+
 class TextView(NamedTuple):
     """Text printed as it is (``alias``'s shell function, ``export``'s config)."""
 
@@ -144,6 +158,8 @@ View = (
     | HardwareView
     | DoctorView
     | ExportView
+    | TogetherView
+    | TogetherRunView
     | TextView
     | ErrorView
 )
@@ -221,6 +237,10 @@ def payload(view: View) -> dict[str, Any]:
             return p.doctor_payload(view.report)
         case ExportView():
             return jsonable(view.result)
+        case TogetherView():
+            return jsonable(view.result)
+        case TogetherRunView():
+            return jsonable(view.result)
         case ErrorView():
             return p.error_payload(view.code, view.message, view.hint)
         case TextView():
@@ -278,6 +298,14 @@ def text(view: View) -> RenderableType:
             from rich.text import Text
 
             return Text("\n".join(view.result.notes))
+        case TogetherView():
+            from moetune.report.together import together_text
+
+            return together_text(view.result)
+        case TogetherRunView():
+            from moetune.report.together import together_run_text
+
+            return together_run_text(view.result)
         case TextView():
             from rich.text import Text
 

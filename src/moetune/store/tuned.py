@@ -79,6 +79,36 @@ class BuildIdentity(BaseModel):
         return f"{self.version or 'unknown version'} (unrecorded build, {self.binary})"
 
 
+class TogetherSet(BaseModel):
+    """Models tuned to stay loaded together (``run A B --together``): the set's id (the same
+    in each member's profile) and its members' model files, in the order they were named."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[0-9a-f]{8,64}$")
+    members: list[str] = Field(min_length=2)  # the model files' names
+    weights: list[float] = []  # --weights (empty: equal)
+
+
+def together_set(
+    models: Sequence[ModelIdentity], weights: Sequence[float], targets: Sequence[int]
+) -> TogetherSet:
+    """The set of ``models`` tuned together within ``targets`` (each device's budget, shared),
+    its id a digest of the members' headers, the weights and the targets."""
+    text = "|".join(
+        [
+            *(f"{m.file_name}:{m.header_sha256}" for m in models),
+            repr(list(weights)),
+            repr(list(targets)),
+        ]
+    )
+    return TogetherSet(
+        id=hashlib.sha256(text.encode()).hexdigest()[:8],
+        members=[m.file_name for m in models],
+        weights=list(weights) if len(set(weights)) > 1 else [],
+    )
+
+
 class TuneSettings(BaseModel):
     """What the tuning was asked for."""
 
@@ -98,6 +128,7 @@ class TuneSettings(BaseModel):
     parallel: int | None = Field(default=None, ge=1)
     # the moetune command that tunes it again (server, target, context, after --): not compared
     command: list[str] = []
+    together: TogetherSet | None = None  # tuned loaded together with other models (run --together)
 
     def same_as(self, other: TuneSettings) -> bool:
         return self.model_dump(exclude={"command"}) == other.model_dump(exclude={"command"})
@@ -251,7 +282,9 @@ def profile_name(key: TuneKey, *, legacy: bool = False) -> str:
     targets = "_".join(spell(t) for t in (s.device_targets or [s.target_bytes]))
     goal = f"-{_slug(s.objective)}" if s.objective else ""
     slots = f"-np{s.parallel}" if s.parallel is not None else ""  # run --parallel N
-    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}{goal}{slots}"
+    together = f"-together-{s.together.id}" if s.together is not None else ""
+    tail = f"{goal}{slots}{together}"
+    return f"{_slug(stem)}-{tokens_arg(s.n_ctx)}-{_slug(cache)}-{targets}-{tag}{tail}"
 
 
 def _whole_units(n_bytes: int) -> str:
@@ -627,7 +660,8 @@ def _chosen(
     """The ``profiles`` of one model (newest first) that match: at most one. A profile named
     exactly by ``--profile`` is the one; of several others, the newest (what a user who tuned
     one model on two device sets, or at two targets, means by the model), and ``warn`` says
-    so, each other one listed with what tells it apart (the option that chooses it)."""
+    so, each other one listed with what tells it apart (the option that chooses it). A
+    profile tuned together with other models is chosen only by its whole name."""
     chosen = select or Selectors()
     found = [
         p
@@ -638,7 +672,9 @@ def _chosen(
         and chosen.admits(p)
     ]
     exact = [p for p in found if p.name == chosen.name]
-    found = exact or found
+    # a profile tuned together with other models (run --together) is chosen as one of its
+    # set (together_profiles), or by its whole name
+    found = exact or [p for p in found if p.settings.together is None]
     if len(found) > 1:
         newest, others = found[0], found[1:]
         warn(
@@ -648,3 +684,38 @@ def _chosen(
             + " also (choose one with --profile NAME, or with the option shown beside it)"
         )
     return found[:1]
+
+
+def together_profiles(
+    profiles: Sequence[TunedProfile],
+    models: Sequence[ModelIdentity],
+    *,
+    n_ctx: int | None = None,
+    targets: Sequence[int] = (),
+) -> list[TunedProfile] | None:
+    """The tuned profiles of ``models`` tuned together as one set (``run A B --together``),
+    in the order of ``models``: the newest set whose members are exactly these model files
+    (name, size and header), at context ``n_ctx`` and within ``targets`` where given; None
+    where no set has them all."""
+    wanted = [m.model_dump(exclude={"path"}) for m in models]
+    sets: dict[str, dict[int, TunedProfile]] = {}
+    for profile in profiles:
+        found = profile.settings.together
+        if found is None or found.members != [m.file_name for m in models]:
+            continue
+        if n_ctx is not None and profile.settings.n_ctx != n_ctx:
+            continue
+        mine_targets = _targets(profile)
+        if targets and mine_targets != [
+            targets[min(i, len(targets) - 1)] for i in range(len(mine_targets))
+        ]:
+            continue
+        mine = profile.model.model_dump(exclude={"path"})
+        if mine not in wanted:
+            continue
+        sets.setdefault(found.id, {})[wanted.index(mine)] = profile
+    complete = [members for members in sets.values() if len(members) == len(models)]
+    if not complete:
+        return None
+    newest = max(complete, key=lambda ms: max(p.confirmed_at or p.tuned_at for p in ms.values()))
+    return [newest[i] for i in range(len(models))]
