@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from moetune.errors import ExitCode
+
 from support.helpers import EXAMPLE_QWEN, EXAMPLES, cli
 
 GPT_OSS_20B = str(EXAMPLES / "gpt-oss-20b-MXFP4.header.gguf")
@@ -56,3 +60,20 @@ def test_an_rpc_device_plans_them_one_at_a_time() -> None:
 def test_two_models_need_together() -> None:
     code, _, err = cli("plan", *BOTH, *OPTIONS)
     assert code == 5 and "--together" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (("--parallel", "2"), "--parallel"),
+        (("--n-cpu-moe", "3"), "--n-cpu-moe"),
+        (("--ubatch", "2048"), "--ubatch"),
+        (("--", "-ub", "2048"), "arguments after --"),
+    ],
+)
+def test_options_of_one_placement_are_refused(extra: tuple[str, ...], named: str) -> None:
+    """--together plans each model at the plan's defaults: an option it would not apply is
+    refused in one line, not ignored."""
+    code, out, err = cli("plan", *BOTH, "--together", *OPTIONS, *extra)
+    assert code == ExitCode.BAD_VALUE, out + err
+    assert f"--together does not take {named}" in " ".join(err.split())

@@ -154,7 +154,7 @@ def plan(
     Several devices (--vram 24G,12G, --rpc HOST:PORT, or several GPUs): the -ts split too.
     Arguments after -- go into the command; the projector's and the draft's are counted.
     """
-    from moetune.jobs.plan import RepoPlan, plan_command
+    from moetune.jobs.plan import DEFAULT_UBATCH, RepoPlan, plan_command
     from moetune.report import SCHEMA_VERSION
     from moetune.report.line import warn
     from moetune.report.render import PlanView, QuantsView, render
@@ -163,6 +163,16 @@ def plan(
         _plan_together(
             [model, *(others or [])],
             together=together,
+            unsupported={
+                "arguments after --": bool(pass_through_of(context)),
+                "--mmproj": mmproj is not None,
+                "--draft": draft is not None,
+                "--n-cpu-moe": n_cpu_moe is not None,
+                "--ubatch": ubatch != DEFAULT_UBATCH,
+                "--parallel": parallel is not None,
+                "--frontier": show_frontier,
+                "--speed-from": speed_from is not None,
+            },
             weights=weights,
             vram=vram,
             gpu=gpu,
@@ -228,11 +238,13 @@ def _plan_together(
     models: list[str],
     *,
     together: bool,
+    unsupported: dict[str, bool],
     weights: str | None,
     as_json: bool,
     **options: Any,
 ) -> None:
-    """``plan A B --together``: the models planned to stay loaded at once."""
+    """``plan A B --together``: the models planned to stay loaded at once (each with the
+    plan's defaults: the options of one model's placement are refused)."""
     from moetune.errors import BadValueError
     from moetune.jobs.plan import plan_together_command
     from moetune.report.line import warn
@@ -243,5 +255,7 @@ def _plan_together(
             "several models (or --weights) are planned --together",
             hint="add --together, or plan one model",
         )
+    if given := [name for name, on in unsupported.items() if on]:
+        raise BadValueError(f"--together does not take {', '.join(given)}")
     result = plan_together_command(models, weights=weights, warn=warn, **options)
     render(TogetherView(result), as_json)

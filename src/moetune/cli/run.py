@@ -138,7 +138,11 @@ def run(
         _run_together(
             [model, *(others or [])],
             together=together,
-            unsupported={"--keep": keep, "--workload": workload is not None},
+            unsupported={
+                "--keep": keep,
+                "--workload": workload is not None,
+                "--parallel": parallel is not None,
+            },
             as_json=as_json,
             weights=weights,
             pass_through=with_companions(

@@ -3,11 +3,12 @@ device and its forecast beside its best alone, and the shared sums against the b
 
 from __future__ import annotations
 
-import shlex
 from typing import TYPE_CHECKING
 
+from rich.console import Group, RenderableType
 from rich.text import Text
 
+from moetune.report.common import shell_line
 from moetune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -23,13 +24,15 @@ def _speed(model: TogetherModel, goal: str) -> str:
     return f"{model.score:.1f}{unit}{alone}"
 
 
-def together_text(plan: TogetherPlan) -> Text:
-    """The plan as lines: a head, a block per model, the per-device sums."""
+def together_text(plan: TogetherPlan) -> Group:
+    """The plan: a head, a block per model (its command a ShellLine: whole, with its
+    variables), the per-device sums."""
     n = len(plan.models)
     how = "together" if plan.together else "one at a time"
     lines = [
         f"{n} models planned {how}, split by {plan.goal} (weighted), --models-max {plan.models_max}"
     ]
+    parts: list[RenderableType] = []
     for model in plan.models:
         first = model.plan.first
         peaks = ", ".join(
@@ -42,8 +45,9 @@ def together_text(plan: TogetherPlan) -> Text:
             "budget)",
             f"  peak: {peaks}; host {format_bytes(model.host_bytes)}",
             f"  {plan.goal}: {_speed(model, plan.goal)}",
-            f"  {shlex.join(first.command)}",
         ]
+        parts += [Text("\n".join(lines)), shell_line(first.command, env=first.env)]
+        lines = []
     sums = ", ".join(
         f"{name} {format_bytes(s)} of {format_bytes(b)}"
         for name, s, b in zip(plan.device_names, plan.device_sums, plan.device_budgets, strict=True)
@@ -52,14 +56,14 @@ def together_text(plan: TogetherPlan) -> Text:
     lines += ["", f"devices ({what}): {sums}; host {format_bytes(plan.host_bytes)}"]
     if plan.reason:
         lines.append(f"one at a time: {plan.reason}")
-    return Text("\n".join(lines))
+    return Group(*parts, Text("\n".join(lines)))
 
 
 def _mib(n: int | None) -> str:
     return "-" if n is None else format_bytes(n)
 
 
-def together_run_text(run: TogetherRun) -> Text:
+def together_run_text(run: TogetherRun) -> Group:
     """``run A B --together``: a head, a block per model (its N, its own measured use of each
     device, its speed with all loaded, its profile), and each device's sum against its
     budget."""
@@ -70,6 +74,7 @@ def together_run_text(run: TogetherRun) -> Text:
         else f"did not converge in {len(run.launches)} launch(es)"
     )
     lines = [f"{n} models run together (set {run.set_id}): {how}"]
+    parts: list[RenderableType] = []
     for model in run.models:
         used = ", ".join(
             f"{name} {_mib(b)}"
@@ -83,7 +88,8 @@ def together_run_text(run: TogetherRun) -> Text:
             f"  measured with all loaded: {used}" + (f"; {speed}" if speed else ""),
         ]
         if model.command:
-            lines.append(f"  {shlex.join(model.command)}")
+            parts += [Text("\n".join(lines)), shell_line(model.command)]
+            lines = []
         if model.profile_name:
             lines.append(f"  saved as tuned profile {model.profile_name}")
     if run.device_measured:
@@ -95,4 +101,4 @@ def together_run_text(run: TogetherRun) -> Text:
         )
         lines += ["", f"devices (all loaded, measured): {sums}"]
     lines += [f"note: {note}" for note in run.notes]
-    return Text("\n".join(lines))
+    return Group(*parts, Text("\n".join(lines)))
