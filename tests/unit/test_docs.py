@@ -62,8 +62,12 @@ def test_readme_example_is_what_moetune_prints() -> None:
     assert done.returncode == 0, done.stderr
     printed = script("readme-example.py")
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout.strip() in (ROOT / "README.md").read_text()
-    assert "--n-cpu-moe" in printed.stdout and "llama-server -m examples/models/" in printed.stdout
+    main, serving = printed.stdout.strip().split("\n\n<!-- readme-example:serving:")
+    assert main in (ROOT / "README.md").read_text()
+    assert "--n-cpu-moe" in main and "llama-server -m examples/models/" in main
+    reference = (ROOT / "docs" / "reference.md").read_text()
+    assert "<!-- readme-example:serving:" + serving in reference
+    assert "2 models planned together" in serving and "--models-max 2" in serving
 
 
 def test_options_page_is_the_cli() -> None:
