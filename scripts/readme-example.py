@@ -1,7 +1,7 @@
 """The README's examples: what `moetune plan` prints for the header-only Qwen3-30B-A3B Q4_K_M
 example (examples/models/) on a 16 GB card (README.md), and for it with gpt-oss-20b planned to
-stay loaded together on a 24 GB card (docs/reference.md), each run here as a child process, so
-that the pages never show output moetune no longer prints.
+stay loaded together on a 24 GB card, and for four concurrent streams (docs/reference.md), each
+run here as a child process, so that the pages never show output moetune no longer prints.
 
     .venv/bin/python scripts/readme-example.py            # print the examples
     .venv/bin/python scripts/readme-example.py --write    # rewrite the pages' examples
@@ -33,6 +33,7 @@ REFERENCE = ROOT / "docs" / "reference.md"
 EXAMPLES: dict[str, tuple[Path, tuple[str, ...]]] = {
     "": (README, ("plan", MODEL, "--vram", "16G", "--ram", "64G")),
     "serving": (REFERENCE, ("plan", SECOND, MODEL, "--together", "--vram", "24G", "--ram", "64G")),
+    "parallel": (REFERENCE, ("plan", MODEL, "--vram", "16G", "--ram", "64G", "--parallel", "4")),
 }
 ARGS = EXAMPLES[""][1]
 COLUMNS = "100"

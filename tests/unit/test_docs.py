@@ -62,12 +62,16 @@ def test_readme_example_is_what_moetune_prints() -> None:
     assert done.returncode == 0, done.stderr
     printed = script("readme-example.py")
     assert printed.returncode == 0, printed.stderr
-    main, serving = printed.stdout.strip().split("\n\n<!-- readme-example:serving:")
+    lead = "\n\n<!-- readme-example:"
+    main, *others = printed.stdout.strip().split(lead)
+    serving, parallel = (lead.lstrip() + other for other in others)
     assert main in (ROOT / "README.md").read_text()
     assert "--n-cpu-moe" in main and "llama-server -m examples/models/" in main
     reference = (ROOT / "docs" / "reference.md").read_text()
-    assert "<!-- readme-example:serving:" + serving in reference
+    assert serving in reference and parallel in reference
     assert "2 models planned together" in serving and "--models-max 2" in serving
+    said = " ".join(parallel.split())
+    assert "tok/s per stream" in said and "for 4 streams together" in said
 
 
 def test_options_page_is_the_cli() -> None:
