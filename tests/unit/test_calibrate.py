@@ -16,6 +16,7 @@ from moetune.core.calibrate import (
     solve_bounded,
 )
 from moetune.core.devices import DeviceSpec
+from moetune.core.figures import FigureSource
 from moetune.core.placement import Override, Placement
 from moetune.core.settings import Settings
 from moetune.core.speed import (
@@ -180,3 +181,25 @@ def test_a_fixed_time_per_hop() -> None:
     assert fit.hop_overhead_s == pytest.approx(1e-4, rel=1e-4)
     assert fit.efficiency.ram == pytest.approx(TRUE.ram, rel=1e-4)
     assert fit.token_overhead_s == 0
+
+
+def test_a_fit_of_assumed_figures_keeps_the_thread_terms_cores() -> None:
+    """A calibration fits an effective rate for an assumed figure (``without("assumed")``);
+    the cores and the single-thread share stay, so that a point measured at -t 1 of 2 cores
+    is read at half the CPU, as its forecast is (they were dropped: the fit read it at all
+    of it and a -t 1 forecast of four streams on the rig came out 35 % slow)."""
+    cpu = FigureSource(
+        figure="CPU FLOP/s", value=1e11, provenance="assumed", basis="typical", quantity="cpu"
+    )
+    machine = MachineFigures(
+        devices=(DeviceFigures(),),
+        ram_bytes_per_s=5e10,
+        cpu_flops_per_s=1e11,
+        physical_cores=2,
+        ram_single_thread_share=0.4,
+        sources=(cpu,),
+    )
+    fitted = machine.without("assumed")
+    assert fitted.cpu_flops_per_s is None and fitted.ram_bytes_per_s == 5e10
+    assert fitted.physical_cores == 2 and fitted.ram_single_thread_share == 0.4
+    assert fitted.sources == ()

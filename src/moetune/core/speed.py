@@ -511,8 +511,9 @@ class MachineFigures:
                     devices[source.device], **{names[source.quantity]: None}
                 )
         kept = tuple(s for s in self.sources if s.provenance != provenance)
-        return MachineFigures(
-            devices=tuple(devices), ram_bytes_per_s=ram, cpu_flops_per_s=cpu, sources=kept
+        # the rest as they are (the cores and the single-thread share: the thread term's)
+        return replace(
+            self, devices=tuple(devices), ram_bytes_per_s=ram, cpu_flops_per_s=cpu, sources=kept
         )
 
 
