@@ -101,16 +101,14 @@ class TogetherRun:
     notes: list[str] = field(default_factory=list)
 
 
+@record(frozen=True)
 class _Model:
     """One model of the run: what launches it and what plans it."""
 
-    def __init__(
-        self, name: str, facts: ModelFacts, spec: LaunchSpec, request: PlanRequest
-    ) -> None:
-        self.name = name
-        self.facts = facts
-        self.spec = spec
-        self.request = request
+    name: str
+    facts: ModelFacts
+    spec: LaunchSpec
+    request: PlanRequest
 
     def placement(self, n: int, split: Sequence[float]) -> Placement:
         return Placement.with_n_cpu_moe(n, tensor_split=tuple(split))
