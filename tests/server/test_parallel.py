@@ -126,9 +126,13 @@ def test_calibrated_aggregate_within_20_percent_of_measured(measured: Measured) 
     stream's and four's, the prompt's), within 20 % of bench's measured aggregate."""
     calibration = measured.forecast["calibration"]
     if measured.refused:
+        aggregates = {
+            n: round(s["decode_tps_aggregate"]["median"]) for n, s in measured.streams.items()
+        }
         pytest.skip(
             f"the rig was too noisy to calibrate {TRIES} times: leave-one-out error "
-            f"{calibration['refused_error']:.0%} of {calibration['refused_points']} points"
+            f"{calibration['refused_error']:.0%} of {calibration['refused_points']} points "
+            f"(the last try's aggregate tok/s by streams: {aggregates})"
         )
     assert calibration["points"] >= 3, calibration
     four = measured.streams[4]
