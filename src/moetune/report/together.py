@@ -3,12 +3,13 @@ device and its forecast beside its best alone, and the shared sums against the b
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from moetune.report.common import shell_line
+from moetune.report.common import forecast_label, shell_line
 from moetune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -32,6 +33,10 @@ def together_text(plan: TogetherPlan) -> Group:
     lines = [
         f"{n} models planned {how}, split by {plan.goal} (weighted), --models-max {plan.models_max}"
     ]
+    forecasts = [m.plan.forecast for m in plan.models if m.plan.forecast is not None]
+    if forecasts:  # what the speeds rest on: one machine's calibration, every model's figures
+        every = replace(forecasts[0], figures=[s for f in forecasts for s in f.figures])
+        lines.append(f"speed forecasts: {forecast_label(every)}")
     parts: list[RenderableType] = []
     for model in plan.models:
         first = model.plan.first
