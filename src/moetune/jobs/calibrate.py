@@ -306,22 +306,9 @@ def bench_argv(tool: Path, model: str, run: BenchRun, knobs: BenchKnobs) -> list
     """llama-bench's argv for ``run``: one test of each kind, ``-o jsonl``, the placement
     and settings moetune's commands use (``-ngl 99 -fa on -ctk -ctv``), ``-ts a/b`` on
     several devices (llama-bench separates its values by ``/``)."""
-    settings, place = knobs.settings, run.placement
-    ngl = "99" if place.n_gpu_layers >= ALL_LAYERS else str(place.n_gpu_layers)
     argv = [str(tool), "-m", model, "-o", "jsonl"]
     argv += ["-p", str(knobs.n_prompt), "-n", str(knobs.n_gen), "-r", str(knobs.repetitions)]
-    argv += ["-ngl", ngl, "-fa", "on" if settings.flash_attn else "off"]
-    argv += ["-ctk", settings.type_k, "-ctv", settings.type_v]
-    argv += ["-ub", str(run.n_ubatch), "-b", str(max(settings.n_batch, run.n_ubatch))]
-    argv += ["--n-cpu-moe", str(run.n_cpu_moe)]
-    threads = run.threads or knobs.threads
-    if threads:
-        argv += ["-t", str(threads)]
-    if knobs.rpc:
-        argv += ["-rpc", ",".join(knobs.rpc)]
-    if place.tensor_split:
-        argv += ["-ts", "/".join(str(int(v)) for v in place.tensor_split)]
-    return argv
+    return argv + placement_args(run, knobs, llama_bench=True)
 
 
 BATCHED_NAME: Tool = "llama-batched-bench"
@@ -339,9 +326,10 @@ class BatchedRun:
     machine: SpeedMachine
 
 
-def placement_args(run: BenchRun, knobs: BenchKnobs) -> list[str]:
+def placement_args(run: BenchRun, knobs: BenchKnobs, *, llama_bench: bool = False) -> list[str]:
     """llama-server's flags (llama-batched-bench's too: both read common/arg.cpp) for the
-    placement and settings of ``run``: what batched_points reads back."""
+    placement and settings of ``run``: what batched_points reads back; ``llama_bench``:
+    llama-bench's spelling of them (its own parser: ``-rpc``, ``-ts a/b``)."""
     settings, place = knobs.settings, run.placement
     argv = ["-ngl", "99" if place.n_gpu_layers >= ALL_LAYERS else str(place.n_gpu_layers)]
     argv += ["-fa", "on" if settings.flash_attn else "off"]
@@ -352,9 +340,10 @@ def placement_args(run: BenchRun, knobs: BenchKnobs) -> list[str]:
     if threads:
         argv += ["-t", str(threads)]
     if knobs.rpc:
-        argv += ["--rpc", ",".join(knobs.rpc)]
+        argv += ["-rpc" if llama_bench else "--rpc", ",".join(knobs.rpc)]
     if place.tensor_split:
-        argv += ["-ts", ",".join(str(int(v)) for v in place.tensor_split)]
+        split = "/" if llama_bench else ","
+        argv += ["-ts", split.join(str(int(v)) for v in place.tensor_split)]
     return argv
 
 
