@@ -186,6 +186,26 @@ def _median_int(values: Sequence[int]) -> int:
     return int(statistics.median(values))
 
 
+def _point_fields(
+    args: Sequence[str],
+    env: Mapping[str, str] | None,
+    *,
+    model: SpeedModel,
+    machine: SpeedMachine,
+    source: SpeedSource,
+) -> dict[str, Any]:
+    """What every point of one launch shares: its model, the placement and settings its
+    arguments (and ``env``) say, the machine, the source."""
+    placement, settings = settings_of_args(args, env)
+    return {
+        "model": model,
+        "placement": placement,
+        **settings,
+        "machine": machine,
+        "source": source,
+    }
+
+
 def depth_points(
     row: DepthResult,
     args: Sequence[str],
@@ -198,16 +218,9 @@ def depth_points(
     """One configuration at one depth: its prompt processing (the prompt of ``depth`` tokens
     from an empty cache) and its generation after that prompt, by the server's timings
     (``env``: the variables it was launched with)."""
-    placement, settings = settings_of_args(args, env)
+    common = _point_fields(args, env, model=model, machine=machine, source=source)
     prompt_n = _median_int([s.prompt_n for s in row.samples])
     predicted_n = _median_int([s.predicted_n for s in row.samples])
-    common: dict[str, Any] = {
-        "model": model,
-        "placement": placement,
-        **settings,
-        "machine": machine,
-        "source": source,
-    }
     points = []
     if prompt_n > 0:
         points.extend(
@@ -243,29 +256,26 @@ def bench_points(result: BenchResult, file: str | None) -> list[SpeedPoint]:
     model = model_of(result.model)
     machine = result.machine or SpeedMachine()
     configs = {c.name: c for c in result.configs}
-    points: list[SpeedPoint] = []
-    for row in result.results:
-        source = SpeedSource(
+
+    def source_of(config: str) -> SpeedSource:
+        return SpeedSource(
             tool="moetune bench",
             file=file,
             build_number=result.llama_cpp_build,
             build_commit=result.llama_cpp_commit,
-            config=row.config,
+            config=config,
             measured_at=result.created,
         )
+
+    points: list[SpeedPoint] = []
+    for row in result.results:
+        source = source_of(row.config)
         config = configs[row.config]
         points += depth_points(
             row, config.args, model=model, machine=machine, source=source, env=config.env
         )
     for config in result.configs:
-        source = SpeedSource(
-            tool="moetune bench",
-            file=file,
-            build_number=result.llama_cpp_build,
-            build_commit=result.llama_cpp_commit,
-            config=config.name,
-            measured_at=result.created,
-        )
+        source = source_of(config.name)
         for found in config.streams:
             points += streams_points(
                 found, config.args, model=model, machine=machine, source=source, env=config.env
@@ -284,14 +294,9 @@ def streams_points(
 ) -> list[SpeedPoint]:
     """``bench --parallel``'s N streams as one generation point of N streams after their
     prompt, at the aggregate decode tok/s (the median over the rounds)."""
-    placement, settings = settings_of_args(args, env)
     return _measured(
         kind="generation",
-        model=model,
-        placement=placement,
-        **settings,
-        machine=machine,
-        source=source,
+        **_point_fields(args, env, model=model, machine=machine, source=source),
         n_depth=found.prompt_n,
         n_prompt=0,
         n_gen=found.predicted_n,
@@ -316,14 +321,7 @@ def batched_points(
     the aggregate decode (the median over the runs, each run a sample), and where one stream
     (``pl`` 1), its prompt's point too (several streams' prompts are one batch of several
     sequences, which no prompt point describes). A shared prompt (``-pps``) is left out."""
-    placement, settings = settings_of_args(args, env)
-    common: dict[str, Any] = {
-        "model": model,
-        "placement": placement,
-        **settings,
-        "machine": machine,
-        "source": source,
-    }
+    common = _point_fields(args, env, model=model, machine=machine, source=source)
     tests: dict[tuple[int, int, int], list[BatchedRow]] = {}
     for rows in runs:
         for row in rows:
@@ -373,21 +371,16 @@ def launch_points(
         measured_at=_now(),
     )
     known, machine = model_of(model), machine_of(setup)
-    placement, settings = settings_of_args(args, env)
     points = []
     if fill.prompt_n > 0 and fill.prompt_per_second > 0:
         points.extend(
             _measured(
                 kind="prompt",
-                model=known,
-                placement=placement,
                 n_prompt=fill.prompt_n,
                 n_gen=0,
                 tps=fill.prompt_per_second,
                 samples_tps=[fill.prompt_per_second],
-                machine=machine,
-                source=source,
-                **settings,
+                **_point_fields(args, env, model=known, machine=machine, source=source),
             )
         )
     if speed is not None:
