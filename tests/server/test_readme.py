@@ -18,7 +18,7 @@ import httpx
 import psutil
 
 from support.helpers import ROOT, default_signals, moetune_env, section_block
-from support.llama import bin_path, rpc_server
+from support.llama import bin_path, free_port, rpc_server
 
 
 def _free_ports(count: int) -> list[int]:
@@ -146,7 +146,7 @@ def test_daily_loop(tmp_path: Path) -> None:
         for line in lines:
             script = f"if [ -f ~/.bashrc ]; then . ~/.bashrc; fi\n{line}"
             if " --port " in line or line.startswith("llama-server "):
-                port = _free_ports(1)[0]
+                port = free_port()
                 script = re.sub(r"--port \d+", f"--port {port}", script)
                 proc = subprocess.Popen(
                     ["bash", "-c", script],
