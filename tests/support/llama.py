@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -177,11 +177,15 @@ def _wait_port(proc: subprocess.Popen[bytes], port: int, timeout: float) -> None
 
 
 @contextlib.contextmanager
-def rpc_server(timeout: float = 30, env: Mapping[str, str] | None = None) -> Iterator[str]:
-    """Start ``ggml-rpc-server`` on loopback (``env``: its environment, default ours); yield
-    ``"127.0.0.1:PORT"`` for ``--rpc``."""
+def rpc_server(
+    timeout: float = 30, env: Mapping[str, str] | None = None, cpus: Collection[int] = ()
+) -> Iterator[str]:
+    """Start ``ggml-rpc-server`` on loopback (``env``: its environment, default ours;
+    ``cpus``: the cores it may run on, default any); yield ``"127.0.0.1:PORT"`` for
+    ``--rpc``."""
     port = free_port()
-    argv = [str(bin_path("ggml-rpc-server")), "-H", HOST, "-p", str(port)]
+    pinned = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []  # (it execs the server)
+    argv = [*pinned, str(bin_path("ggml-rpc-server")), "-H", HOST, "-p", str(port)]
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
